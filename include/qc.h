@@ -1,0 +1,420 @@
+/*
+ * qc.h - quantized collective communication.
+ *
+ * qc runs allreduce and alltoall that compress what they send (8, 4, 2 or 1
+ * bit per value, sparse top-k, half precision), with error feedback so that
+ * training still converges. This header is the whole public interface: plain
+ * C99, no MPI, CUDA or NCCL types, every exported symbol starts with `qc_`.
+ *
+ * Reading guide
+ *   1. Versions, statuses and errors          (how every call reports)
+ *   2. Enumerations                           (values are pinned forever)
+ *   3. Policies                               (what a collective sends)
+ *   4. Communicators                          (who takes part, and how)
+ *   5. Collectives                            (allreduce, alltoall)
+ *   6. Error buffers                          (error-feedback residuals)
+ *   7. Codecs on their own                    (encode/decode a buffer)
+ *   8. Emulation                              (N virtual ranks in one call)
+ *
+ * Conventions that hold for every function
+ *   - The return value is a qc_status_t. On anything but QC_SUCCESS,
+ *     qc_last_error() returns a message for the calling thread that names the
+ *     offending argument; no function ever aborts the process or lets a C++
+ *     exception escape.
+ *   - Structs that may grow start with `size_t struct_size`. Set it with the
+ *     initializer macro (QC_POLICY_INIT, ...) or the matching *_init function.
+ *     The library reads and writes only the bytes that struct_size covers, so a
+ *     program built against an older qc.h keeps working with a newer library.
+ *     A struct_size smaller than the first released layout gives
+ *     QC_ERROR_INVALID_ARGUMENT; one larger than this library knows gives
+ *     QC_ERROR_VERSION (the program was built against a newer qc.h).
+ *   - Thread safety: a communicator is used by one thread at a time (like an
+ *     NCCL communicator). Different communicators, including the ranks of one
+ *     local group, may be driven from different threads at once. Functions
+ *     without a communicator are thread-safe.
+ *
+ * Stability: everything in this header is the stable v0 surface unless it sits
+ * inside the QC_EXPERIMENTAL_API section at the end.
+ */
+#ifndef QC_H
+#define QC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define QC_API
+#elif defined(__GNUC__) || defined(__clang__)
+#define QC_API __attribute__((visibility("default")))
+#else
+#define QC_API
+#endif
+
+/* ======================================================================== */
+/* 1. Versions, statuses and errors                                         */
+/* ======================================================================== */
+
+#define QC_VERSION_MAJOR 0
+#define QC_VERSION_MINOR 1
+#define QC_VERSION_PATCH 0
+/* M*10000 + m*100 + p. This formula is fixed for all time. */
+#define QC_VERSION_NUMBER \
+  (QC_VERSION_MAJOR * 10000 + QC_VERSION_MINOR * 100 + QC_VERSION_PATCH)
+
+/** Version of the library that is running (may differ from QC_VERSION_NUMBER,
+ *  the version of the header a program was compiled against). */
+QC_API int qc_version_number(void);
+/** "M.m.p" of the running library; a static string. */
+QC_API const char* qc_version_string(void);
+
+/*
+ * QC_STATUS_MAP generates both the qc_status_t enum and qc_status_string(),
+ * so the two cannot drift. X(NAME, value, "description").
+ * Values are pinned: new statuses are appended, never renumbered.
+ */
+#define QC_STATUS_MAP(X)                                                        \
+  X(SUCCESS, 0, "success")                                                      \
+  X(ERROR_INVALID_ARGUMENT, 1, "invalid argument")                              \
+  X(ERROR_OUT_OF_MEMORY, 2, "out of memory")                                    \
+  X(ERROR_UNSUPPORTED, 3, "not supported by this build or configuration")       \
+  X(ERROR_TRANSPORT, 4, "transport failure")                                    \
+  X(ERROR_MISMATCH, 5, "ranks disagree on the collective (count, dtype, policy)") \
+  X(ERROR_TIMEOUT, 6, "timed out waiting for a peer")                           \
+  X(ERROR_CORRUPT_DATA, 7, "corrupt or malformed message")                      \
+  X(ERROR_VERSION, 8, "version or struct layout mismatch")                      \
+  X(ERROR_INTERNAL, 9, "internal error (a bug in qc; please report it)")
+
+typedef enum qc_status {
+#define QC_STATUS_ENUM_ENTRY_(name, value, text) QC_##name = value,
+  QC_STATUS_MAP(QC_STATUS_ENUM_ENTRY_)
+#undef QC_STATUS_ENUM_ENTRY_
+} qc_status_t;
+
+/** Static name of a status, e.g. "QC_ERROR_TIMEOUT"; "QC_UNKNOWN_STATUS" for
+ *  a value this library does not know. Never NULL, never freed. */
+QC_API const char* qc_status_string(qc_status_t status);
+
+/** Detailed message of the calling thread's most recent failed qc call, e.g.
+ *  "qc_allreduce: argument 'count' (4611686018427387904) times the size of
+ *  dtype float32 overflows size_t". "" when the thread has had no failure.
+ *  The pointer stays valid until the thread's next qc call. */
+QC_API const char* qc_last_error(void);
+
+/* ======================================================================== */
+/* 2. Enumerations (explicit values, fixed once released)                   */
+/* ======================================================================== */
+
+typedef enum qc_dtype {
+  QC_DTYPE_FLOAT32 = 0,
+  QC_DTYPE_FLOAT16 = 1,  /* IEEE 754 binary16 */
+  QC_DTYPE_BFLOAT16 = 2  /* upper 16 bits of a float32 */
+} qc_dtype_t;
+
+typedef enum qc_reduce_op {
+  QC_OP_SUM = 0,
+  QC_OP_AVG = 1  /* sum, then multiplied by 1/nranks on every rank */
+} qc_reduce_op_t;
+
+typedef enum qc_codec {
+  QC_CODEC_NONE = 0,           /* values sent in the input dtype, unchanged */
+  QC_CODEC_FP16 = 1,           /* cast to IEEE half */
+  QC_CODEC_BF16 = 2,           /* cast to bfloat16 */
+  QC_CODEC_MINMAX = 3,         /* per-bucket min/max uint codes (paper 000 3.1) */
+  QC_CODEC_QSGD = 4,           /* per-bucket norm, stochastic levels (paper 003) */
+  QC_CODEC_GLOBAL_LINEAR = 5,  /* one norm for all ranks, linear levels (paper 002) */
+  QC_CODEC_GLOBAL_EXP = 6,     /* one norm for all ranks, power-of-two levels */
+  QC_CODEC_ONEBIT = 7,         /* sign + one scale per bucket (paper 004) */
+  QC_CODEC_TOPK = 8            /* k largest magnitudes as (index, value) */
+} qc_codec_t;
+
+typedef enum qc_algorithm {
+  QC_ALGO_AUTO = 0,               /* chosen per call; see qc_allreduce */
+  QC_ALGO_RING = 1,               /* paper 000 Alg. 2 */
+  QC_ALGO_RECURSIVE_DOUBLING = 2, /* paper 000 Alg. 3-5 */
+  QC_ALGO_SRA = 3,                /* scatter-reduce-allgather (papers 003, 004) */
+  QC_ALGO_TREE = 4,               /* binomial reduce + broadcast */
+  QC_ALGO_NATIVE = 5              /* transport's integer allreduce (global codecs) */
+} qc_algorithm_t;
+
+typedef enum qc_rounding {
+  QC_ROUND_NEAREST_EVEN = 0,
+  QC_ROUND_STOCHASTIC = 1
+} qc_rounding_t;
+
+typedef enum qc_transport {
+  QC_TRANSPORT_LOCAL = 0,  /* ranks are threads of this process */
+  QC_TRANSPORT_MPI = 1,
+  QC_TRANSPORT_NCCL = 2
+} qc_transport_t;
+
+/* ======================================================================== */
+/* 3. Policies: what a collective sends for one layer                       */
+/* ======================================================================== */
+
+/*
+ * A policy says how one layer's data is compressed and reduced. Every rank of a
+ * communicator must resolve the same policy for the same call; a rank that
+ * disagrees makes the call fail with QC_ERROR_MISMATCH on every rank.
+ *
+ * Fields a codec does not use are ignored by it (bits for none/fp16/bf16/
+ * onebit/topk, topk_ratio for everything but topk), but they are still
+ * validated, so a policy is valid or invalid independently of its codec.
+ */
+typedef struct qc_policy {
+  size_t struct_size;        /* sizeof(qc_policy_t) of the caller's qc.h */
+  qc_codec_t codec;          /* default QC_CODEC_NONE */
+  int bits;                  /* code width, 1..8; default 4 */
+  int bucket_size;           /* elements per bucket, >= 1; default 128 */
+  qc_rounding_t rounding;    /* default QC_ROUND_NEAREST_EVEN */
+  qc_algorithm_t algorithm;  /* default QC_ALGO_AUTO */
+  int error_feedback;        /* 0 or 1; default 0 */
+  int group_size;            /* recursive doubling intra-group size, >= 1; default 8 */
+  float topk_ratio;          /* fraction kept by topk, (0, 1]; default 0.01 */
+  int scale_update_period;   /* recompute scales every K calls, >= 1; default 1 */
+  uint64_t seed;             /* stochastic rounding seed; default 0 */
+} qc_policy_t;
+
+#define QC_POLICY_INIT                                                      \
+  {                                                                         \
+    sizeof(qc_policy_t), QC_CODEC_NONE, 4, 128, QC_ROUND_NEAREST_EVEN,      \
+        QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0                                     \
+  }
+
+/**
+ * Fill *policy with the defaults listed in qc_policy_t.
+ * Set policy->struct_size to sizeof(qc_policy_t) before the call (languages
+ * without macros do this by hand); 0 means the first released layout, which
+ * is always safe. Only struct_size bytes are written, and struct_size is then
+ * set to the number of bytes this library filled.
+ * @return QC_ERROR_INVALID_ARGUMENT for NULL or a too-small struct_size,
+ *         QC_ERROR_VERSION for a struct_size larger than this library knows.
+ */
+QC_API qc_status_t qc_policy_init(qc_policy_t* policy);
+
+/* ======================================================================== */
+/* 4. Communicators                                                          */
+/* ======================================================================== */
+
+typedef struct qc_comm_s* qc_comm_t;
+
+typedef struct qc_comm_config {
+  size_t struct_size;        /* sizeof(qc_comm_config_t) */
+  qc_transport_t transport;  /* default QC_TRANSPORT_LOCAL */
+  int64_t mpi_comm;          /* Fortran handle of an MPI communicator (MPI_Comm_c2f) */
+  void* nccl_comm;           /* an existing ncclComm_t */
+  double timeout_seconds;    /* how long a blocked call may wait for peers; > 0;
+                                default 300 */
+} qc_comm_config_t;
+
+#define QC_COMM_CONFIG_INIT \
+  { sizeof(qc_comm_config_t), QC_TRANSPORT_LOCAL, 0, NULL, 300.0 }
+
+/** Fill *config with the defaults above; struct_size rules as qc_policy_init. */
+QC_API qc_status_t qc_comm_config_init(qc_comm_config_t* config);
+
+/**
+ * Create a communicator over an existing MPI or NCCL communicator.
+ * For an in-process group use qc_comm_create_local (a local group needs all of
+ * its ranks created at once). Transports missing from this build return
+ * QC_ERROR_UNSUPPORTED.
+ */
+QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* comm);
+
+/**
+ * Create an in-process group of `nranks` communicators, ranks 0..nranks-1,
+ * written to comms[0..nranks-1]. Drive each from its own thread: collectives
+ * block until every rank of the group has made the same call, or until the
+ * timeout (300 s by default) passes, which gives QC_ERROR_TIMEOUT on every
+ * waiting rank. Each communicator is destroyed on its own.
+ */
+QC_API qc_status_t qc_comm_create_local(int nranks, qc_comm_t* comms);
+
+/** As qc_comm_create_local, with config->timeout_seconds applied to the group
+ *  (config->transport must be QC_TRANSPORT_LOCAL). config may be NULL. */
+QC_API qc_status_t qc_comm_create_local_with_config(int nranks,
+                                                    const qc_comm_config_t* config,
+                                                    qc_comm_t* comms);
+
+/**
+ * Release a communicator. A local operation: it never waits for peers.
+ * Peers of a local group that later wait for a message this rank will never
+ * send fail at once with QC_ERROR_TRANSPORT instead of waiting for the
+ * timeout. NULL is accepted and does nothing.
+ */
+QC_API qc_status_t qc_comm_destroy(qc_comm_t comm);
+
+QC_API qc_status_t qc_comm_rank(qc_comm_t comm, int* rank);
+QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size);
+
+/*
+ * Counters since the communicator was created, for this rank.
+ * logical_bytes: count x dtype size of every collective's input.
+ * wire_bytes:    bytes this rank handed to the transport (headers included).
+ * codec_seconds / transport_seconds: wall time in codecs / sending and waiting.
+ */
+typedef struct qc_stats {
+  size_t struct_size;  /* set by the caller: sizeof(qc_stats_t) */
+  uint64_t calls;
+  uint64_t logical_bytes;
+  uint64_t wire_bytes;
+  double codec_seconds;
+  double transport_seconds;
+} qc_stats_t;
+
+/** Copy the counters into *stats; stats->struct_size must be set. */
+QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
+
+/**
+ * Set the policy for layers whose name matches `pattern`.
+ * Patterns are exact names or globs with `*` (any run of characters) and `?`
+ * (one character). For a given name, an exact pattern wins over every glob;
+ * among globs the one with the most literal (non-wildcard) characters wins,
+ * and among equally specific globs the one set last. "*" is the default and
+ * starts as QC_POLICY_INIT. Setting a pattern again replaces its policy. The
+ * change applies from the next collective on. Every rank must set the same
+ * policies (a disagreement surfaces as QC_ERROR_MISMATCH).
+ */
+QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
+                                       const qc_policy_t* policy);
+
+/** The policy that layer name `layer` resolves to (NULL means "*").
+ *  policy->struct_size must be set. */
+QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
+                                       qc_policy_t* policy);
+
+/* ======================================================================== */
+/* 5. Collectives                                                            */
+/* ======================================================================== */
+
+typedef struct qc_error_buffer_s* qc_error_buffer_t;
+
+/**
+ * Reduce `count` elements over all ranks; every rank receives the same result,
+ * bit for bit.
+ *
+ * sendbuf, recvbuf: host memory of count elements of dtype; they may be the
+ *   same pointer (in place) but must not otherwise overlap. They may be NULL
+ *   only when count is 0.
+ * dtype: inputs and outputs; sums are accumulated in float32.
+ * layer: name whose policy applies (see qc_set_layer_policy); NULL means "*".
+ * error_buffer: residuals kept between calls for error feedback, or NULL. It
+ *   is used only when the policy has error_feedback set, and must have been
+ *   created for `count` elements.
+ * stream: NULL for host memory (a CUDA stream once the CUDA build lands).
+ *
+ * QC_ALGO_AUTO chooses per call: one rank needs no algorithm; a per-rank
+ * message below 64 KiB uses recursive doubling (fewest steps); anything larger
+ * uses SRA (bandwidth-optimal, each value requantized at most twice).
+ *
+ * @return QC_ERROR_MISMATCH when ranks disagree on count, dtype, op, layer or
+ *   policy; QC_ERROR_TIMEOUT when a peer does not arrive in time;
+ *   QC_ERROR_UNSUPPORTED for a codec or algorithm not in this build. After a
+ *   MISMATCH, TIMEOUT, TRANSPORT or CORRUPT_DATA failure the communicator is
+ *   broken: every later collective on it returns the same status.
+ */
+QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+                                const char* layer, qc_error_buffer_t error_buffer,
+                                void* stream);
+
+/**
+ * Every rank sends block j (count_per_rank elements, at sendbuf + j blocks) to
+ * rank j and receives rank i's block for it at recvbuf + i blocks. Each block
+ * is encoded once by its sender with the layer's codec and decoded by its
+ * receiver (a rank's block to itself takes the same path, so every block is
+ * treated alike). sendbuf and recvbuf must not overlap.
+ */
+QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                               size_t count_per_rank, qc_dtype_t dtype,
+                               const char* layer, void* stream);
+
+/* ======================================================================== */
+/* 6. Error buffers                                                          */
+/* ======================================================================== */
+
+/**
+ * A residual store for error feedback on one tensor of `count` elements,
+ * all zero at creation. comm is the communicator it will be used with, or
+ * NULL for use with qc_emulate_allreduce. count may be 0.
+ */
+QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
+                                          qc_error_buffer_t* error_buffer);
+/** NULL is accepted and does nothing. */
+QC_API qc_status_t qc_error_buffer_destroy(qc_error_buffer_t error_buffer);
+/** Set every residual to zero. */
+QC_API qc_status_t qc_error_buffer_reset(qc_error_buffer_t error_buffer);
+/** L2 norm of the residuals (computed in double). */
+QC_API qc_status_t qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* l2_norm);
+/**
+ * Serialise the residuals (for a checkpoint) into dst. With dst NULL only
+ * *size is set to the number of bytes needed. The format is versioned and
+ * checksummed; QC_ERROR_INVALID_ARGUMENT if capacity is too small.
+ */
+QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* dst,
+                                        size_t capacity, size_t* size);
+/**
+ * Restore residuals saved by qc_error_buffer_save. QC_ERROR_CORRUPT_DATA for a
+ * damaged or truncated image, QC_ERROR_MISMATCH when it holds a different
+ * element count; the buffer is unchanged on failure.
+ */
+QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const void* src,
+                                        size_t size);
+
+/* ======================================================================== */
+/* 7. Codecs on their own                                                    */
+/* ======================================================================== */
+
+/*
+ * A message from qc_encode is self-describing: a 32-byte little-endian header
+ * (magic "QCWF", format version, codec, bits, wire dtype, bucket size, element
+ * count, payload length) followed by the payload. qc_decode checks the header
+ * before it reads the payload.
+ */
+
+/** Upper bound on the bytes qc_encode writes for `count` elements (exact for
+ *  every codec but topk). */
+QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count,
+                                   size_t* max_bytes);
+
+/** Encode count elements of src with the policy's codec into dst. */
+QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t count,
+                             qc_dtype_t dtype, void* dst, size_t capacity,
+                             size_t* written);
+
+/** Decode a message from qc_encode into count elements of dtype. A count that
+ *  differs from the message's gives QC_ERROR_MISMATCH; a damaged message
+ *  QC_ERROR_CORRUPT_DATA. */
+QC_API qc_status_t qc_decode(const void* src, size_t size, void* dst, size_t count,
+                             qc_dtype_t dtype);
+
+/* ======================================================================== */
+/* 8. Emulation: N virtual ranks in one call (paper 000 3.2)                 */
+/* ======================================================================== */
+
+/**
+ * Run an allreduce over `nranks` virtual ranks of a local group, one thread
+ * each, with `policy` for every rank. sendbufs[i] / recvbufs[i] are rank i's
+ * buffers. error_buffers is NULL or an array of nranks error buffers (each
+ * created with comm NULL; entries may be NULL). The result is bit-identical to
+ * a real run of the same inputs and policy on any transport.
+ */
+QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
+                                        void* const* recvbufs, size_t count,
+                                        qc_dtype_t dtype, qc_reduce_op_t op,
+                                        const qc_policy_t* policy,
+                                        qc_error_buffer_t* error_buffers);
+
+/** Run an alltoall over `nranks` virtual ranks; see qc_alltoall. */
+QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
+                                       void* const* recvbufs, size_t count_per_rank,
+                                       qc_dtype_t dtype, const qc_policy_t* policy);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QC_H */
