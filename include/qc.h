@@ -326,7 +326,8 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
  * rank j and receives rank i's block for it at recvbuf + i blocks. Each block
  * is encoded once by its sender with the layer's codec and decoded by its
  * receiver (a rank's block to itself takes the same path, so every block is
- * treated alike). sendbuf and recvbuf must not overlap.
+ * treated alike). sendbuf and recvbuf may be the same pointer (in place) but
+ * must not otherwise overlap; they may be NULL only when count_per_rank is 0.
  */
 QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
                                size_t count_per_rank, qc_dtype_t dtype,

@@ -1,0 +1,35 @@
+// The collective algorithms. Each runs its steps through CollectiveContext
+// and knows nothing of transports or bit layouts.
+//
+// Allreduce contract: `data` holds this rank's contribution (count float32
+// values) and receives the reduced result. Every rank decodes the same final
+// bytes, so all ranks end with bit-identical data. A rank never encodes data
+// it keeps: only what crosses to another rank is encoded, and each reduced
+// block is encoded exactly once by its owner.
+#pragma once
+
+#include <cstddef>
+
+#include "core/collective_context.h"
+
+namespace qc {
+
+Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count);
+Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t count,
+                                    int group_size);
+Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count);
+Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
+
+// send: size() blocks of count_per_rank values, block j for rank j.
+// recv: block i from rank i. Every block, a rank's own included, is encoded
+// by its sender and decoded by its receiver.
+Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
+                         size_t count_per_rank);
+
+// QC_ALGO_AUTO's rule (documented in qc.h): 1 rank -> ring (no steps);
+// per-rank message < 64 KiB -> recursive doubling; otherwise SRA.
+constexpr size_t kAutoSmallMessageBytes = 64 * 1024;
+qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, int nranks,
+                                          size_t message_bytes);
+
+}  // namespace qc

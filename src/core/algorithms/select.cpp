@@ -1,0 +1,16 @@
+#include "core/algorithms/algorithm.h"
+
+namespace qc {
+
+qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, int nranks,
+                                          size_t message_bytes) {
+  if (requested != QC_ALGO_AUTO) return requested;
+  if (nranks == 1) return QC_ALGO_RING;
+  // Small messages are latency-bound: fewest steps wins. Large ones are
+  // bandwidth-bound: SRA moves the minimum bytes and requantizes each value
+  // at most twice, where ring requantizes O(n) times.
+  if (message_bytes < kAutoSmallMessageBytes) return QC_ALGO_RECURSIVE_DOUBLING;
+  return QC_ALGO_SRA;
+}
+
+}  // namespace qc

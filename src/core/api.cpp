@@ -1,0 +1,175 @@
+// Entry points for versions, errors, policies and communicators. Every
+// function validates its arguments and delegates; QC_API_CALL keeps
+// exceptions inside and records failures for qc_last_error().
+#include <cmath>
+#include <string>
+
+#include "core/api_checks.h"
+#include "core/api_guard.h"
+#include "core/communicator.h"
+#include "core/policy.h"
+#include "core/struct_io.h"
+
+using namespace qc;
+
+namespace {
+
+#define QC_STATUS_NAME_CASE_(name, value, text) \
+  case QC_##name:                               \
+    return "QC_" #name;
+
+Status read_comm_config(const qc_comm_config_t* user, qc_comm_config_t* out) {
+  QC_RETURN_IF_ERROR(read_struct(user, kCommConfigV0Size, default_comm_config(), "config",
+                                 "qc_comm_config_t", out));
+  const int transport = static_cast<int>(out->transport);
+  if (transport < QC_TRANSPORT_LOCAL || transport > QC_TRANSPORT_NCCL) {
+    return invalid_argument("argument 'config': field 'transport' is " + std::to_string(transport) +
+                            "; expected a qc_transport_t value (0..2)");
+  }
+  if (!(out->timeout_seconds > 0.0) || !std::isfinite(out->timeout_seconds)) {
+    return invalid_argument("argument 'config': field 'timeout_seconds' is " +
+                            std::to_string(out->timeout_seconds) +
+                            "; expected a finite number of seconds > 0");
+  }
+  return Status::ok();
+}
+
+Status check_nranks(int nranks, const qc_comm_t* comms) {
+  if (nranks < 1 || nranks > kMaxLocalRanks) {
+    return invalid_argument("argument 'nranks' is " + std::to_string(nranks) + "; expected 1.." +
+                            std::to_string(kMaxLocalRanks));
+  }
+  return require(comms, "comms");
+}
+
+}  // namespace
+
+extern "C" {
+
+QC_API int qc_version_number(void) { return QC_VERSION_NUMBER; }
+
+QC_API const char* qc_version_string(void) { return QC_VERSION_STRING_FOR_MESSAGES; }
+
+QC_API const char* qc_status_string(qc_status_t status) {
+  switch (status) {
+    QC_STATUS_MAP(QC_STATUS_NAME_CASE_)
+  }
+  return "QC_UNKNOWN_STATUS";
+}
+
+QC_API const char* qc_last_error(void) { return qc::last_error(); }
+
+QC_API qc_status_t qc_policy_init(qc_policy_t* policy) {
+  return QC_API_CALL({
+    return init_struct(default_policy(), kPolicyV0Size, "policy", "qc_policy_t", policy);
+  });
+}
+
+QC_API qc_status_t qc_comm_config_init(qc_comm_config_t* config) {
+  return QC_API_CALL({
+    return init_struct(default_comm_config(), kCommConfigV0Size, "config", "qc_comm_config_t",
+                       config);
+  });
+}
+
+QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* comm) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    qc_comm_config_t c;
+    QC_RETURN_IF_ERROR(read_comm_config(config, &c));
+    switch (c.transport) {
+      case QC_TRANSPORT_LOCAL:
+        return invalid_argument(
+            "argument 'config': transport QC_TRANSPORT_LOCAL needs all ranks created at once; "
+            "use qc_comm_create_local or qc_comm_create_local_with_config");
+      case QC_TRANSPORT_MPI:
+        return unsupported("argument 'config': this build of qc has no MPI transport "
+                           "(configure with -DQC_WITH_MPI=ON once it lands)");
+      case QC_TRANSPORT_NCCL:
+        return unsupported("argument 'config': this build of qc has no NCCL transport");
+    }
+    return internal_error("unreachable transport");
+  });
+}
+
+QC_API qc_status_t qc_comm_create_local(int nranks, qc_comm_t* comms) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(check_nranks(nranks, comms));
+    return create_local_group(nranks, default_comm_config().timeout_seconds, comms);
+  });
+}
+
+QC_API qc_status_t qc_comm_create_local_with_config(int nranks, const qc_comm_config_t* config,
+                                                    qc_comm_t* comms) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(check_nranks(nranks, comms));
+    qc_comm_config_t c = default_comm_config();
+    if (config != nullptr) QC_RETURN_IF_ERROR(read_comm_config(config, &c));
+    if (c.transport != QC_TRANSPORT_LOCAL) {
+      return invalid_argument("argument 'config': field 'transport' must be QC_TRANSPORT_LOCAL "
+                              "for a local group");
+    }
+    return create_local_group(nranks, c.timeout_seconds, comms);
+  });
+}
+
+QC_API qc_status_t qc_comm_destroy(qc_comm_t comm) {
+  return QC_API_CALL({
+    delete comm;
+    return Status::ok();
+  });
+}
+
+QC_API qc_status_t qc_comm_rank(qc_comm_t comm, int* rank) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require(rank, "rank"));
+    *rank = comm->transport->rank();
+    return Status::ok();
+  });
+}
+
+QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require(size, "size"));
+    *size = comm->transport->size();
+    return Status::ok();
+  });
+}
+
+QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    qc_stats_t copy;
+    {
+      std::lock_guard<std::mutex> lock(comm->stats_mutex);
+      copy = comm->stats;
+    }
+    copy.struct_size = sizeof(qc_stats_t);
+    return write_struct(copy, kStatsV0Size, "stats", "qc_stats_t", stats);
+  });
+}
+
+QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
+                                       const qc_policy_t* policy) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require(pattern, "pattern"));
+    if (pattern[0] == '\0') return invalid_argument("argument 'pattern' is an empty string");
+    qc_policy_t p;
+    QC_RETURN_IF_ERROR(read_policy(policy, "policy", &p));
+    comm->policies.set(pattern, p);
+    return Status::ok();
+  });
+}
+
+QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    return write_struct(comm->policies.resolve(layer), kPolicyV0Size, "policy", "qc_policy_t",
+                        policy);
+  });
+}
+
+}  // extern "C"

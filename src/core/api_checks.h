@@ -1,0 +1,57 @@
+// Argument checks shared by the entry points. Each returns a Status whose
+// message names the argument, as qc_last_error() promises.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace qc {
+
+constexpr int kMaxLocalRanks = 4096;
+
+inline Status require(const void* pointer, const char* arg) {
+  if (pointer != nullptr) return Status::ok();
+  return invalid_argument(std::string("argument '") + arg + "' is NULL");
+}
+
+inline Status check_dtype(qc_dtype_t dtype) {
+  if (dtype_is_valid(static_cast<int>(dtype))) return Status::ok();
+  return invalid_argument("argument 'dtype' is " + std::to_string(static_cast<int>(dtype)) +
+                          "; expected QC_DTYPE_FLOAT32, QC_DTYPE_FLOAT16 or QC_DTYPE_BFLOAT16");
+}
+
+// count * element_size (times `copies`) must fit in size_t; *bytes gets it.
+inline Status check_byte_count(size_t count, size_t element_size, size_t copies, const char* arg,
+                               size_t* bytes) {
+  const size_t limit = SIZE_MAX / 2;  // leave room for headers and float32 work buffers
+  if (count != 0 && (element_size * copies > limit / count || count * 4 * copies > limit)) {
+    return invalid_argument(std::string("argument '") + arg + "' (" + std::to_string(count) +
+                            ") times the element size overflows the address space");
+  }
+  *bytes = count * element_size * copies;
+  return Status::ok();
+}
+
+// A buffer of `bytes` that may be NULL only when it is empty.
+inline Status require_buffer(const void* buffer, size_t bytes, const char* arg) {
+  if (buffer != nullptr || bytes == 0) return Status::ok();
+  return invalid_argument(std::string("argument '") + arg + "' is NULL but the count is not 0");
+}
+
+// In place (a == b) is allowed; any other overlap is not.
+inline Status check_no_partial_overlap(const void* a, const void* b, size_t bytes, const char* arg_a,
+                                       const char* arg_b) {
+  if (a == nullptr || b == nullptr || a == b || bytes == 0) return Status::ok();
+  const auto pa = reinterpret_cast<uintptr_t>(a);
+  const auto pb = reinterpret_cast<uintptr_t>(b);
+  if (pa < pb + bytes && pb < pa + bytes) {
+    return invalid_argument(std::string("arguments '") + arg_a + "' and '" + arg_b +
+                            "' overlap without being the same buffer");
+  }
+  return Status::ok();
+}
+
+}  // namespace qc

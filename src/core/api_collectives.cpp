@@ -1,0 +1,142 @@
+// Entry points of the collectives and the emulation.
+#include <set>
+#include <string>
+
+#include "core/api_checks.h"
+#include "core/api_guard.h"
+#include "core/communicator.h"
+#include "core/emulate.h"
+#include "core/error_buffer.h"
+#include "core/policy.h"
+
+using namespace qc;
+
+namespace {
+
+Status check_op(qc_reduce_op_t op) {
+  if (op == QC_OP_SUM || op == QC_OP_AVG) return Status::ok();
+  return invalid_argument("argument 'op' is " + std::to_string(static_cast<int>(op)) +
+                          "; expected QC_OP_SUM or QC_OP_AVG");
+}
+
+Status check_stream(const void* stream) {
+  if (stream == nullptr) return Status::ok();
+  return unsupported("argument 'stream' is not NULL, but this build of qc has no CUDA support; "
+                     "pass NULL for host memory");
+}
+
+Status check_error_buffer(const qc_error_buffer_s* eb, qc_comm_t comm, size_t count) {
+  if (eb == nullptr) return Status::ok();
+  if (eb->comm != nullptr && eb->comm != comm) {
+    return invalid_argument("argument 'error_buffer' was created for another communicator");
+  }
+  if (eb->residual.size() != count) {
+    return invalid_argument("argument 'error_buffer' holds " + std::to_string(eb->residual.size()) +
+                            " residuals but 'count' is " + std::to_string(count));
+  }
+  return Status::ok();
+}
+
+// The emulation's per-rank buffers, named as the caller knows them.
+Status check_rank_buffers(const void* const* sendbufs, void* const* recvbufs, int r, size_t count) {
+  if (count == 0) return Status::ok();
+  if (sendbufs[r] == nullptr)
+    return invalid_argument("argument 'sendbufs[" + std::to_string(r) + "]' is NULL");
+  if (recvbufs[r] == nullptr)
+    return invalid_argument("argument 'recvbufs[" + std::to_string(r) + "]' is NULL");
+  return Status::ok();
+}
+
+}  // namespace
+
+namespace qc {
+
+Status validate_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                          qc_dtype_t dtype, qc_reduce_op_t op, qc_error_buffer_t error_buffer) {
+  QC_RETURN_IF_ERROR(check_dtype(dtype));
+  QC_RETURN_IF_ERROR(check_op(op));
+  size_t bytes = 0;
+  QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
+  QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
+  QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
+  QC_RETURN_IF_ERROR(check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf"));
+  return check_error_buffer(error_buffer, comm, count);
+}
+
+Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                         qc_dtype_t dtype) {
+  QC_RETURN_IF_ERROR(check_dtype(dtype));
+  size_t bytes = 0;
+  QC_RETURN_IF_ERROR(check_byte_count(count_per_rank, dtype_size(dtype),
+                                      static_cast<size_t>(nranks), "count_per_rank", &bytes));
+  QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
+  QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
+  return check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf");
+}
+
+}  // namespace qc
+
+extern "C" {
+
+QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                                qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                                qc_error_buffer_t error_buffer, void* stream) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
+    QC_RETURN_IF_ERROR(check_stream(stream));
+    return comm_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer);
+  });
+}
+
+QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                               size_t count_per_rank, qc_dtype_t dtype, const char* layer,
+                               void* stream) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(
+        validate_alltoall(comm->transport->size(), sendbuf, recvbuf, count_per_rank, dtype));
+    QC_RETURN_IF_ERROR(check_stream(stream));
+    return comm_alltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer);
+  });
+}
+
+QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
+                                        void* const* recvbufs, size_t count, qc_dtype_t dtype,
+                                        qc_reduce_op_t op, const qc_policy_t* policy,
+                                        qc_error_buffer_t* error_buffers) {
+  return QC_API_CALL({
+    EmulationArgs args;
+    QC_RETURN_IF_ERROR(check_emulation_args(nranks, sendbufs, recvbufs, policy, &args));
+    std::set<qc_error_buffer_t> seen;
+    for (int r = 0; r < nranks; ++r) {
+      QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count));
+      qc_error_buffer_t eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
+      if (eb != nullptr && !seen.insert(eb).second) {
+        return invalid_argument("argument 'error_buffers': entry " + std::to_string(r) +
+                                " is also used by an earlier rank; each rank needs its own");
+      }
+      Status s = validate_allreduce(nullptr, sendbufs[r], recvbufs[r], count, dtype, op,
+                                    error_buffers != nullptr ? error_buffers[r] : nullptr);
+      if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+    }
+    return emulate_allreduce(args, count, dtype, op, error_buffers);
+  });
+}
+
+QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
+                                       void* const* recvbufs, size_t count_per_rank,
+                                       qc_dtype_t dtype, const qc_policy_t* policy) {
+  return QC_API_CALL({
+    EmulationArgs args;
+    QC_RETURN_IF_ERROR(check_emulation_args(nranks, sendbufs, recvbufs, policy, &args));
+    for (int r = 0; r < nranks; ++r) {
+      QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count_per_rank));
+      Status s = validate_alltoall(nranks, sendbufs[r], recvbufs[r], count_per_rank, dtype);
+      if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+    }
+    return emulate_alltoall(args, count_per_rank, dtype);
+  });
+}
+
+}  // extern "C"

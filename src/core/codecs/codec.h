@@ -1,0 +1,56 @@
+// The codec interface: bit layouts and math, never who sends what.
+// Every codec works on float32 (the working precision of all reductions) and
+// writes self-describing messages (wire_format.h). Later codecs plug in here
+// and in make_codec(); the algorithms need no change.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/codecs/wire_format.h"
+#include "core/status.h"
+
+namespace qc {
+
+// Where the random bits of stochastic rounding come from: a counter-based
+// generator keyed by these, so a rerun with the same seed is bit-identical.
+struct RandomKey {
+  uint64_t seed = 0;
+  uint32_t rank = 0;
+  uint64_t call = 0;
+  uint64_t element_offset = 0;
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  virtual qc_codec_t id() const = 0;
+  // True when decode(encode(x)) == x for every x representable in the input
+  // dtype, which lets error feedback be folded in before the collective.
+  virtual bool is_lossless() const = 0;
+  // Bytes encode() may write for `count` elements, header included.
+  virtual size_t max_encoded_size(size_t count) const = 0;
+
+  virtual Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
+                        size_t capacity, size_t* written) const = 0;
+  virtual Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const = 0;
+  // dst += decode(src), in one pass.
+  virtual Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                                   size_t count) const = 0;
+  // Error-compensated encode (paper 000 Alg. 1, DQE): z = t + e; encode z;
+  // e = z - decode(z). The generic version uses a scratch buffer; codecs
+  // override it with a fused kernel.
+  virtual Status encode_error_compensated(const float* t, float* e, size_t count,
+                                          const RandomKey& key, uint8_t* dst, size_t capacity,
+                                          size_t* written) const;
+};
+
+// The codec for `policy` on data whose ABI dtype is `dtype`, or
+// QC_ERROR_UNSUPPORTED for a codec this build does not have.
+Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<Codec>* codec);
+// The codec that decodes a message with this header (for qc_decode).
+Status make_codec_for_header(const WireHeader& header, std::unique_ptr<Codec>* codec);
+
+}  // namespace qc

@@ -1,0 +1,26 @@
+// Codec "none": values travel in the input dtype, unchanged.
+#pragma once
+
+#include "core/codecs/codec.h"
+
+namespace qc {
+
+class CodecNone final : public Codec {
+ public:
+  explicit CodecNone(qc_dtype_t wire_dtype) : wire_dtype_(wire_dtype) {}
+
+  qc_codec_t id() const override { return QC_CODEC_NONE; }
+  bool is_lossless() const override { return true; }
+  size_t max_encoded_size(size_t count) const override;
+  Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
+                size_t capacity, size_t* written) const override;
+  Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
+  Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                           size_t count) const override;
+
+ private:
+  Status check(const uint8_t* src, size_t size, size_t count) const;
+  qc_dtype_t wire_dtype_;
+};
+
+}  // namespace qc

@@ -1,0 +1,142 @@
+#include "core/collective_context.h"
+
+#include <string>
+
+namespace qc {
+namespace {
+
+const uint8_t kEnvelopeMagic[4] = {'Q', 'C', 'M', 'G'};
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+CollectiveContext::CollectiveContext(Transport& transport, const Codec& codec, uint64_t sequence,
+                                     uint64_t signature, Deadline deadline)
+    : transport_(transport),
+      codec_(codec),
+      sequence_(sequence),
+      signature_(signature),
+      deadline_(deadline),
+      rank_(transport.rank()),
+      size_(transport.size()) {}
+
+Status CollectiveContext::encode(const float* src, size_t count, uint64_t element_offset,
+                                 Message* msg) {
+  const auto start = Clock::now();
+  const size_t capacity = codec_.max_encoded_size(count);
+  if (msg->payload_capacity() < capacity) msg->reserve_payload(capacity);
+  RandomKey key;
+  key.rank = static_cast<uint32_t>(rank_);
+  key.call = sequence_;
+  key.element_offset = element_offset;
+  size_t written = 0;
+  Status s = codec_.encode(src, count, key, msg->payload(), msg->payload_capacity(), &written);
+  msg->set_payload_size(written);
+  counters_.codec_seconds += seconds_since(start);
+  return s;
+}
+
+Status CollectiveContext::decode(const uint8_t* data, size_t size, float* dst, size_t count) {
+  const auto start = Clock::now();
+  Status s = codec_.decode(data, size, dst, count);
+  counters_.codec_seconds += seconds_since(start);
+  return s;
+}
+
+Status CollectiveContext::decode_accumulate(const uint8_t* data, size_t size, float* dst,
+                                            size_t count) {
+  const auto start = Clock::now();
+  Status s = codec_.decode_accumulate(data, size, dst, count);
+  counters_.codec_seconds += seconds_since(start);
+  return s;
+}
+
+Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, Request* req) {
+  const auto start = Clock::now();
+  uint8_t* env = msg->bytes_.data();
+  for (int i = 0; i < 4; ++i) env[i] = kEnvelopeMagic[i];
+  put_u32(env + 4, step);
+  put_u64(env + 8, sequence_);
+  put_u64(env + 16, signature_);
+  const size_t bytes = kEnvelopeBytes + msg->payload_size();
+  Status s = transport_.post_send(peer, tag(step), env, bytes, req);
+  counters_.wire_bytes += bytes;
+  counters_.transport_seconds += seconds_since(start);
+  return s;
+}
+
+Status CollectiveContext::post_recv(int peer, uint32_t step, Message* msg, Request* req) {
+  return transport_.post_recv(peer, tag(step), msg->bytes_.data(), msg->bytes_.size(), req);
+}
+
+Status CollectiveContext::check_envelope(const Message& msg, size_t received, int peer) const {
+  const uint8_t* env = msg.bytes_.data();
+  const std::string from = " from rank " + std::to_string(peer) + " to rank " + std::to_string(rank_);
+  if (received < kEnvelopeBytes) return corrupt_data("truncated message" + from);
+  for (int i = 0; i < 4; ++i) {
+    if (env[i] != kEnvelopeMagic[i]) return corrupt_data("message" + from + " has a bad magic");
+  }
+  if (get_u64(env + 8) != sequence_) {
+    return mismatch("message" + from + " belongs to call " + std::to_string(get_u64(env + 8)) +
+                    " but the receiver is in call " + std::to_string(sequence_));
+  }
+  if (get_u64(env + 16) != signature_) {
+    return mismatch("message" + from +
+                    " comes from a different collective: the ranks disagree on the count, "
+                    "dtype, op, layer or policy of this call");
+  }
+  return Status::ok();
+}
+
+Status CollectiveContext::wait(Request* reqs, size_t count, Message* const* recv_msgs,
+                               size_t recv_count) {
+  const auto start = Clock::now();
+  Status s = transport_.wait_all(reqs, count, deadline_);
+  counters_.transport_seconds += seconds_since(start);
+  QC_RETURN_IF_ERROR(s);
+  size_t r = 0;
+  for (size_t i = 0; i < count && r < recv_count; ++i) {
+    if (reqs[i].kind != Request::Kind::kRecv) continue;
+    Message* msg = recv_msgs[r++];
+    QC_RETURN_IF_ERROR(check_envelope(*msg, reqs[i].bytes, reqs[i].peer));
+    msg->set_payload_size(reqs[i].bytes - kEnvelopeBytes);
+  }
+  return Status::ok();
+}
+
+Status CollectiveContext::send(int peer, uint32_t step, Message* msg) {
+  Request req;
+  QC_RETURN_IF_ERROR(post_send(peer, step, msg, &req));
+  return wait(&req, 1, nullptr, 0);
+}
+
+Status CollectiveContext::recv(int peer, uint32_t step, Message* msg) {
+  Request req;
+  QC_RETURN_IF_ERROR(post_recv(peer, step, msg, &req));
+  return wait(&req, 1, &msg, 1);
+}
+
+Status CollectiveContext::send_recv(int send_peer, Message* send_msg, int recv_peer,
+                                    Message* recv_msg, uint32_t step) {
+  Request reqs[2];
+  QC_RETURN_IF_ERROR(post_send(send_peer, step, send_msg, &reqs[0]));
+  QC_RETURN_IF_ERROR(post_recv(recv_peer, step, recv_msg, &reqs[1]));
+  return wait(reqs, 2, &recv_msg, 1);
+}
+
+}  // namespace qc

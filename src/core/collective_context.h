@@ -1,0 +1,90 @@
+// One collective call as the algorithms see it: who am I, how big is the
+// group, encode/decode through the call's codec, and send/receive messages
+// to peers. Algorithms talk only to this class, never to a transport.
+//
+// Every message starts with an envelope (24 bytes): magic "QCMG", the step
+// within the call, the call's sequence number, and the call's signature (a
+// hash of collective, count, dtype, op, layer and policy). A receiver whose
+// own signature differs knows the ranks disagree: QC_ERROR_MISMATCH.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/codecs/codec.h"
+#include "core/transports/transport.h"
+
+namespace qc {
+
+constexpr size_t kEnvelopeBytes = 24;
+
+// A message buffer: envelope space followed by the payload.
+class Message {
+ public:
+  // Makes room for a payload of up to `capacity` bytes (keeps the allocation).
+  void reserve_payload(size_t capacity) { bytes_.resize(kEnvelopeBytes + capacity); }
+  uint8_t* payload() { return bytes_.data() + kEnvelopeBytes; }
+  const uint8_t* payload() const { return bytes_.data() + kEnvelopeBytes; }
+  size_t payload_capacity() const { return bytes_.size() - kEnvelopeBytes; }
+  size_t payload_size() const { return payload_size_; }
+  void set_payload_size(size_t size) { payload_size_ = size; }
+
+ private:
+  friend class CollectiveContext;
+  std::vector<uint8_t> bytes_ = std::vector<uint8_t>(kEnvelopeBytes);
+  size_t payload_size_ = 0;
+};
+
+struct CallCounters {
+  uint64_t wire_bytes = 0;
+  double codec_seconds = 0;
+  double transport_seconds = 0;
+};
+
+class CollectiveContext {
+ public:
+  CollectiveContext(Transport& transport, const Codec& codec, uint64_t sequence,
+                    uint64_t signature, Deadline deadline);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const CallCounters& counters() const { return counters_; }
+
+  size_t max_encoded_size(size_t count) const { return codec_.max_encoded_size(count); }
+
+  // Encode `count` values into msg's payload (resized as needed).
+  Status encode(const float* src, size_t count, uint64_t element_offset, Message* msg);
+  Status decode(const uint8_t* data, size_t size, float* dst, size_t count);
+  Status decode_accumulate(const uint8_t* data, size_t size, float* dst, size_t count);
+
+  // Non-blocking point to point. `step` names the message within the call;
+  // sender and receiver must use the same step. The message must stay alive
+  // and unchanged until wait() returns.
+  Status post_send(int peer, uint32_t step, Message* msg, Request* req);
+  // Receives into msg (capacity: msg's payload capacity).
+  Status post_recv(int peer, uint32_t step, Message* msg, Request* req);
+  // Waits for every request; then checks the envelopes of the received
+  // messages, whose Message* are given in the same order as their requests.
+  Status wait(Request* reqs, size_t count, Message* const* recv_msgs, size_t recv_count);
+
+  // Shorthands for the common patterns.
+  Status send(int peer, uint32_t step, Message* msg);
+  Status recv(int peer, uint32_t step, Message* msg);
+  Status send_recv(int send_peer, Message* send_msg, int recv_peer, Message* recv_msg,
+                   uint32_t step);
+
+ private:
+  uint64_t tag(uint32_t step) const { return (sequence_ << 20) | (step & 0xfffffu); }
+  Status check_envelope(const Message& msg, size_t received, int peer) const;
+
+  Transport& transport_;
+  const Codec& codec_;
+  uint64_t sequence_;
+  uint64_t signature_;
+  Deadline deadline_;
+  int rank_;
+  int size_;
+  CallCounters counters_;
+};
+
+}  // namespace qc

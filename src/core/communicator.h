@@ -1,0 +1,38 @@
+// qc_comm_s: one rank's view of a group. It owns the transport, the layer
+// policies, the call counter that keeps calls apart on the wire, and the
+// statistics. The collective drivers here turn a validated API call into an
+// algorithm run: resolve the policy, build the codec and the call context,
+// convert to float32, run, convert back.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "core/policy_table.h"
+#include "core/transports/transport.h"
+
+struct qc_error_buffer_s;
+
+struct qc_comm_s {
+  std::unique_ptr<qc::Transport> transport;
+  qc::PolicyTable policies;
+  double timeout_seconds = 300.0;
+  uint64_t next_sequence = 1;
+
+  mutable std::mutex stats_mutex;  // get_stats may run on another thread
+  qc_stats_t stats{};
+};
+
+namespace qc {
+
+// Arguments are validated by the API layer before these run.
+Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
+                      qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                      qc_error_buffer_s* error_buffer);
+Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                     qc_dtype_t dtype, const char* layer);
+
+// Creates the n communicators of a local group (all or none).
+Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms);
+
+}  // namespace qc

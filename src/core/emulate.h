@@ -1,0 +1,27 @@
+// Emulation (paper 000 3.2): N virtual ranks of a local group, one thread
+// each, running exactly the code a real run runs.
+#pragma once
+
+#include "core/status.h"
+
+namespace qc {
+
+struct EmulationArgs {
+  int nranks = 0;
+  const void* const* sendbufs = nullptr;
+  void* const* recvbufs = nullptr;
+  qc_policy_t policy{};
+};
+
+Status check_emulation_args(int nranks, const void* const* sendbufs, void* const* recvbufs,
+                            const qc_policy_t* policy, EmulationArgs* args);
+Status emulate_allreduce(const EmulationArgs& args, size_t count, qc_dtype_t dtype,
+                         qc_reduce_op_t op, qc_error_buffer_t* error_buffers);
+Status emulate_alltoall(const EmulationArgs& args, size_t count_per_rank, qc_dtype_t dtype);
+
+Status validate_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                          qc_dtype_t dtype, qc_reduce_op_t op, qc_error_buffer_t error_buffer);
+Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                         qc_dtype_t dtype);
+
+}  // namespace qc

@@ -1,0 +1,91 @@
+#include "core/policy.h"
+
+#include <cmath>
+
+#include "core/struct_io.h"
+
+namespace qc {
+
+qc_policy_t default_policy() {
+  qc_policy_t p = QC_POLICY_INIT;
+  return p;
+}
+
+qc_comm_config_t default_comm_config() {
+  qc_comm_config_t c = QC_COMM_CONFIG_INIT;
+  return c;
+}
+
+namespace {
+Status bad_field(const char* arg, const char* field, const std::string& value, const char* allowed) {
+  return invalid_argument(std::string("argument '") + arg + "': field '" + field + "' is " + value +
+                          "; " + allowed);
+}
+}  // namespace
+
+Status validate_policy(const qc_policy_t& p, const char* arg) {
+  const int codec = static_cast<int>(p.codec);
+  if (codec < QC_CODEC_NONE || codec > QC_CODEC_TOPK)
+    return bad_field(arg, "codec", std::to_string(codec), "expected a qc_codec_t value (0..8)");
+  if (p.bits < 1 || p.bits > 8)
+    return bad_field(arg, "bits", std::to_string(p.bits), "expected 1..8");
+  if (p.bucket_size < 1)
+    return bad_field(arg, "bucket_size", std::to_string(p.bucket_size), "expected >= 1");
+  const int rounding = static_cast<int>(p.rounding);
+  if (rounding != QC_ROUND_NEAREST_EVEN && rounding != QC_ROUND_STOCHASTIC)
+    return bad_field(arg, "rounding", std::to_string(rounding), "expected a qc_rounding_t value (0..1)");
+  const int algorithm = static_cast<int>(p.algorithm);
+  if (algorithm < QC_ALGO_AUTO || algorithm > QC_ALGO_NATIVE)
+    return bad_field(arg, "algorithm", std::to_string(algorithm),
+                     "expected a qc_algorithm_t value (0..5)");
+  if (p.error_feedback != 0 && p.error_feedback != 1)
+    return bad_field(arg, "error_feedback", std::to_string(p.error_feedback), "expected 0 or 1");
+  if (p.group_size < 1)
+    return bad_field(arg, "group_size", std::to_string(p.group_size), "expected >= 1");
+  if (!(p.topk_ratio > 0.0f && p.topk_ratio <= 1.0f))
+    return bad_field(arg, "topk_ratio", std::to_string(p.topk_ratio), "expected a ratio in (0, 1]");
+  if (p.scale_update_period < 1)
+    return bad_field(arg, "scale_update_period", std::to_string(p.scale_update_period),
+                     "expected >= 1");
+  return Status::ok();
+}
+
+Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out) {
+  QC_RETURN_IF_ERROR(read_struct(user, kPolicyV0Size, default_policy(), arg, "qc_policy_t", out));
+  return validate_policy(*out, arg);
+}
+
+const char* codec_name(qc_codec_t codec) {
+  switch (codec) {
+    case QC_CODEC_NONE: return "none";
+    case QC_CODEC_FP16: return "fp16";
+    case QC_CODEC_BF16: return "bf16";
+    case QC_CODEC_MINMAX: return "minmax";
+    case QC_CODEC_QSGD: return "qsgd";
+    case QC_CODEC_GLOBAL_LINEAR: return "global_linear";
+    case QC_CODEC_GLOBAL_EXP: return "global_exp";
+    case QC_CODEC_ONEBIT: return "onebit";
+    case QC_CODEC_TOPK: return "topk";
+  }
+  return "unknown";
+}
+
+const char* algorithm_name(qc_algorithm_t algorithm) {
+  switch (algorithm) {
+    case QC_ALGO_AUTO: return "auto";
+    case QC_ALGO_RING: return "ring";
+    case QC_ALGO_RECURSIVE_DOUBLING: return "recursive_doubling";
+    case QC_ALGO_SRA: return "sra";
+    case QC_ALGO_TREE: return "tree";
+    case QC_ALGO_NATIVE: return "native";
+  }
+  return "unknown";
+}
+
+std::string describe_policy(const qc_policy_t& p) {
+  return std::string("codec ") + codec_name(p.codec) + ", bits " + std::to_string(p.bits) +
+         ", bucket " + std::to_string(p.bucket_size) + ", algorithm " +
+         algorithm_name(p.algorithm) + ", error_feedback " + std::to_string(p.error_feedback);
+}
+
+}  // namespace qc

@@ -1,0 +1,29 @@
+// Policies: defaults, validation and names. A policy is plain data
+// (qc_policy_t); PolicyTable maps layer names to policies.
+#pragma once
+
+#include <string>
+
+#include "core/status.h"
+
+namespace qc {
+
+// The first released layouts; a struct_size below these is rejected.
+constexpr size_t kPolicyV0Size = sizeof(qc_policy_t);
+constexpr size_t kCommConfigV0Size = sizeof(qc_comm_config_t);
+constexpr size_t kStatsV0Size = sizeof(qc_stats_t);
+
+qc_policy_t default_policy();
+qc_comm_config_t default_comm_config();
+
+// Every field in range; `arg` names the argument in messages.
+Status validate_policy(const qc_policy_t& policy, const char* arg);
+
+// struct_size check + copy over defaults + validation.
+Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out);
+
+const char* codec_name(qc_codec_t codec);
+const char* algorithm_name(qc_algorithm_t algorithm);
+std::string describe_policy(const qc_policy_t& policy);
+
+}  // namespace qc

@@ -1,0 +1,61 @@
+// The transport interface: moving bytes between ranks, nothing else.
+// Algorithms never see a transport directly; CollectiveContext wraps it.
+//
+// Contract every transport keeps:
+//  - Messages from one sender to one receiver arrive in the order posted.
+//  - post_* never blocks for long; wait_all blocks until all requests are done
+//    or the deadline passes (QC_ERROR_TIMEOUT), never forever.
+//  - After abort() (or any failure), every wait on every rank of the group
+//    fails promptly with the failure's status: a broken group stays broken.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace qc {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+struct Request {
+  enum class Kind { kNone, kSend, kRecv };
+  Kind kind = Kind::kNone;
+  int peer = -1;
+  uint64_t tag = 0;
+  void* buffer = nullptr;  // receive destination
+  size_t capacity = 0;     // receive capacity
+  size_t bytes = 0;        // bytes sent, or received once done
+  bool done = false;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // `data` must stay valid until the request completes.
+  virtual Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, Request* req) = 0;
+  // A message longer than `capacity`, or with another tag than the next one
+  // from `peer`, fails the wait with QC_ERROR_MISMATCH.
+  virtual Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) = 0;
+  virtual Status wait_all(Request* reqs, size_t count, Deadline deadline) = 0;
+
+  // Sum of `count` int32 values over all ranks, in place (the native path of
+  // the global codecs). Transports without one say QC_ERROR_UNSUPPORTED.
+  virtual Status allreduce_int32(int32_t* values, size_t count, Deadline deadline) {
+    return unsupported(std::string("the ") + name() + " transport has no native integer allreduce");
+  }
+
+  // Mark the group failed with `reason` and wake every waiting rank.
+  virtual void abort(const Status& reason) = 0;
+  // QC_SUCCESS while the group is healthy, else the status that broke it.
+  virtual Status failure() const = 0;
+};
+
+}  // namespace qc
