@@ -1,23 +1,12 @@
 #include "core/collective_context.h"
 
+#include "core/byte_order.h"
 #include <string>
 
 namespace qc {
 namespace {
 
 const uint8_t kEnvelopeMagic[4] = {'Q', 'C', 'M', 'G'};
-
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -70,9 +59,9 @@ Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, Reque
   const auto start = Clock::now();
   uint8_t* env = msg->bytes_.data();
   for (int i = 0; i < 4; ++i) env[i] = kEnvelopeMagic[i];
-  put_u32(env + 4, step);
-  put_u64(env + 8, sequence_);
-  put_u64(env + 16, signature_);
+  store_le32(env + 4, step);
+  store_le64(env + 8, sequence_);
+  store_le64(env + 16, signature_);
   const size_t bytes = kEnvelopeBytes + msg->payload_size();
   Status s = transport_.post_send(peer, tag(step), env, bytes, req);
   counters_.wire_bytes += bytes;
@@ -91,11 +80,11 @@ Status CollectiveContext::check_envelope(const Message& msg, size_t received, in
   for (int i = 0; i < 4; ++i) {
     if (env[i] != kEnvelopeMagic[i]) return corrupt_data("message" + from + " has a bad magic");
   }
-  if (get_u64(env + 8) != sequence_) {
-    return mismatch("message" + from + " belongs to call " + std::to_string(get_u64(env + 8)) +
+  if (load_le64(env + 8) != sequence_) {
+    return mismatch("message" + from + " belongs to call " + std::to_string(load_le64(env + 8)) +
                     " but the receiver is in call " + std::to_string(sequence_));
   }
-  if (get_u64(env + 16) != signature_) {
+  if (load_le64(env + 16) != signature_) {
     return mismatch("message" + from +
                     " comes from a different collective: the ranks disagree on the count, "
                     "dtype, op, layer or policy of this call");

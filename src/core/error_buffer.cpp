@@ -1,5 +1,6 @@
 #include "core/error_buffer.h"
 
+#include "core/byte_order.h"
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -9,22 +10,6 @@ namespace {
 const uint8_t kMagic[4] = {'Q', 'C', 'E', 'B'};
 constexpr uint32_t kImageVersion = 1;
 
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 }  // namespace
 
 uint64_t fnv1a64(const void* data, size_t size, uint64_t hash) {
@@ -45,13 +30,13 @@ void save_error_buffer(const qc_error_buffer_s& b, uint8_t* dst) {
   for (size_t i = 0; i < b.residual.size(); ++i) {
     uint32_t bits;
     std::memcpy(&bits, &b.residual[i], 4);
-    put_u32(payload + 4 * i, bits);
+    store_le32(payload + 4 * i, bits);
   }
   for (int i = 0; i < 4; ++i) dst[i] = kMagic[i];
-  put_u32(dst + 4, kImageVersion);
-  put_u64(dst + 8, 0);
-  put_u64(dst + 16, b.residual.size());
-  put_u64(dst + 24, fnv1a64(payload, 4 * b.residual.size()));
+  store_le32(dst + 4, kImageVersion);
+  store_le64(dst + 8, 0);
+  store_le64(dst + 16, b.residual.size());
+  store_le64(dst + 24, fnv1a64(payload, 4 * b.residual.size()));
 }
 
 Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) {
@@ -62,19 +47,19 @@ Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) 
   for (int i = 0; i < 4; ++i) {
     if (src[i] != kMagic[i]) return corrupt_data("error buffer image does not start with \"QCEB\"");
   }
-  if (get_u32(src + 4) != kImageVersion) {
+  if (load_le32(src + 4) != kImageVersion) {
     return corrupt_data("error buffer image has format version " +
-                        std::to_string(get_u32(src + 4)) + "; this library reads version " +
+                        std::to_string(load_le32(src + 4)) + "; this library reads version " +
                         std::to_string(kImageVersion));
   }
-  const uint64_t count = get_u64(src + 16);
+  const uint64_t count = load_le64(src + 16);
   if (count > (size - kErrorBufferHeaderBytes) / 4 ||
       size != kErrorBufferHeaderBytes + 4 * count) {
     return corrupt_data("error buffer image of " + std::to_string(size) + " bytes cannot hold the " +
                         std::to_string(count) + " residuals its header announces");
   }
   const uint8_t* payload = src + kErrorBufferHeaderBytes;
-  if (fnv1a64(payload, 4 * count) != get_u64(src + 24)) {
+  if (fnv1a64(payload, 4 * count) != load_le64(src + 24)) {
     return corrupt_data("error buffer image fails its checksum (damaged in storage or transit)");
   }
   if (count != b->residual.size()) {
@@ -82,7 +67,7 @@ Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) 
                     " residuals but the buffer has " + std::to_string(b->residual.size()));
   }
   for (size_t i = 0; i < count; ++i) {
-    const uint32_t bits = get_u32(payload + 4 * i);
+    const uint32_t bits = load_le32(payload + 4 * i);
     std::memcpy(&b->residual[i], &bits, 4);
   }
   return Status::ok();

@@ -1,5 +1,6 @@
 #include "core/algorithms/blob_list.h"
 
+#include "core/byte_order.h"
 #include <cstring>
 #include <string>
 
@@ -9,14 +10,6 @@ namespace qc {
 namespace {
 constexpr size_t kBlobEntryHeader = 16;
 
-void put_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 }  // namespace
 
 void BlockBlobs::set(size_t block, const uint8_t* data, size_t size) {
@@ -34,8 +27,8 @@ void BlockBlobs::pack(size_t first, size_t last, Message* msg) const {
   if (msg->payload_capacity() < total) msg->reserve_payload(total);
   uint8_t* p = msg->payload();
   for (size_t b = first; b < last; ++b) {
-    put_u64(p, static_cast<uint64_t>(b) & 0xffffffffu);  // index + zero reserved word
-    put_u64(p + 8, blobs_[b].size());
+    store_le64(p, static_cast<uint64_t>(b) & 0xffffffffu);  // index + zero reserved word
+    store_le64(p + 8, blobs_[b].size());
     if (!blobs_[b].empty()) std::memcpy(p + kBlobEntryHeader, blobs_[b].data(), blobs_[b].size());
     p += kBlobEntryHeader + blobs_[b].size();
   }
@@ -47,8 +40,8 @@ Status BlockBlobs::unpack(const Message& msg) {
   size_t left = msg.payload_size();
   while (left > 0) {
     if (left < kBlobEntryHeader) return corrupt_data("truncated block list entry");
-    const uint64_t index = get_u64(p);
-    const uint64_t size = get_u64(p + 8);
+    const uint64_t index = load_le64(p);
+    const uint64_t size = load_le64(p + 8);
     if (index >= blobs_.size()) {
       return corrupt_data("block list names block " + std::to_string(index) + " of " +
                           std::to_string(blobs_.size()));

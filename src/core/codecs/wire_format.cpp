@@ -1,28 +1,12 @@
 #include "core/codecs/wire_format.h"
 
+#include "core/byte_order.h"
 #include <string>
 
 namespace qc {
 namespace {
 
 const uint8_t kMagic[4] = {'Q', 'C', 'W', 'F'};
-
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 }  // namespace
 
@@ -32,10 +16,10 @@ void write_wire_header(const WireHeader& h, uint8_t* dst) {
   dst[5] = h.codec;
   dst[6] = h.bits;
   dst[7] = h.dtype;
-  put_u32(dst + 8, h.bucket_size);
-  put_u32(dst + 12, h.flags);
-  put_u64(dst + 16, h.count);
-  put_u64(dst + 24, h.payload_bytes);
+  store_le32(dst + 8, h.bucket_size);
+  store_le32(dst + 12, h.flags);
+  store_le64(dst + 16, h.count);
+  store_le64(dst + 24, h.payload_bytes);
 }
 
 Status read_wire_header(const uint8_t* src, size_t size, WireHeader* h) {
@@ -51,10 +35,10 @@ Status read_wire_header(const uint8_t* src, size_t size, WireHeader* h) {
   h->codec = src[5];
   h->bits = src[6];
   h->dtype = src[7];
-  h->bucket_size = get_u32(src + 8);
-  h->flags = get_u32(src + 12);
-  h->count = get_u64(src + 16);
-  h->payload_bytes = get_u64(src + 24);
+  h->bucket_size = load_le32(src + 8);
+  h->flags = load_le32(src + 12);
+  h->count = load_le64(src + 16);
+  h->payload_bytes = load_le64(src + 24);
   if (h->version != kWireFormatVersion) {
     return corrupt_data("encoded message has format version " + std::to_string(h->version) +
                         "; this library reads version " + std::to_string(kWireFormatVersion));
