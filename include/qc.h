@@ -54,6 +54,15 @@ extern "C" {
 #define QC_API
 #endif
 
+/* C++ gets a fixed underlying type so that any int a C caller passes is a
+ * valid enum value there (the library validates it instead of invoking
+ * undefined behaviour); the size and calling convention are those of int. */
+#ifdef __cplusplus
+#define QC_ENUM_BASE : int
+#else
+#define QC_ENUM_BASE
+#endif
+
 /* ======================================================================== */
 /* 1. Versions, statuses and errors                                         */
 /* ======================================================================== */
@@ -88,7 +97,7 @@ QC_API const char* qc_version_string(void);
   X(ERROR_VERSION, 8, "version or struct layout mismatch")                      \
   X(ERROR_INTERNAL, 9, "internal error (a bug in qc; please report it)")
 
-typedef enum qc_status {
+typedef enum qc_status QC_ENUM_BASE {
 #define QC_STATUS_ENUM_ENTRY_(name, value, text) QC_##name = value,
   QC_STATUS_MAP(QC_STATUS_ENUM_ENTRY_)
 #undef QC_STATUS_ENUM_ENTRY_
@@ -108,18 +117,18 @@ QC_API const char* qc_last_error(void);
 /* 2. Enumerations (explicit values, fixed once released)                   */
 /* ======================================================================== */
 
-typedef enum qc_dtype {
+typedef enum qc_dtype QC_ENUM_BASE {
   QC_DTYPE_FLOAT32 = 0,
   QC_DTYPE_FLOAT16 = 1,  /* IEEE 754 binary16 */
   QC_DTYPE_BFLOAT16 = 2  /* upper 16 bits of a float32 */
 } qc_dtype_t;
 
-typedef enum qc_reduce_op {
+typedef enum qc_reduce_op QC_ENUM_BASE {
   QC_OP_SUM = 0,
   QC_OP_AVG = 1  /* sum, then multiplied by 1/nranks on every rank */
 } qc_reduce_op_t;
 
-typedef enum qc_codec {
+typedef enum qc_codec QC_ENUM_BASE {
   QC_CODEC_NONE = 0,           /* values sent in the input dtype, unchanged */
   QC_CODEC_FP16 = 1,           /* cast to IEEE half */
   QC_CODEC_BF16 = 2,           /* cast to bfloat16 */
@@ -131,7 +140,7 @@ typedef enum qc_codec {
   QC_CODEC_TOPK = 8            /* k largest magnitudes as (index, value) */
 } qc_codec_t;
 
-typedef enum qc_algorithm {
+typedef enum qc_algorithm QC_ENUM_BASE {
   QC_ALGO_AUTO = 0,               /* chosen per call; see qc_allreduce */
   QC_ALGO_RING = 1,               /* paper 000 Alg. 2 */
   QC_ALGO_RECURSIVE_DOUBLING = 2, /* paper 000 Alg. 3-5 */
@@ -140,12 +149,12 @@ typedef enum qc_algorithm {
   QC_ALGO_NATIVE = 5              /* transport's integer allreduce (global codecs) */
 } qc_algorithm_t;
 
-typedef enum qc_rounding {
+typedef enum qc_rounding QC_ENUM_BASE {
   QC_ROUND_NEAREST_EVEN = 0,
   QC_ROUND_STOCHASTIC = 1
 } qc_rounding_t;
 
-typedef enum qc_transport {
+typedef enum qc_transport QC_ENUM_BASE {
   QC_TRANSPORT_LOCAL = 0,  /* ranks are threads of this process */
   QC_TRANSPORT_MPI = 1,
   QC_TRANSPORT_NCCL = 2

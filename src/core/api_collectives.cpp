@@ -25,14 +25,17 @@ Status check_stream(const void* stream) {
                      "pass NULL for host memory");
 }
 
-Status check_error_buffer(const qc_error_buffer_s* eb, qc_comm_t comm, size_t count) {
+Status check_error_buffer(const qc_error_buffer_s* eb, qc_comm_t comm, size_t count,
+                          const char* arg) {
   if (eb == nullptr) return Status::ok();
   if (eb->comm != nullptr && eb->comm != comm) {
-    return invalid_argument("argument 'error_buffer' was created for another communicator");
+    return invalid_argument(std::string("argument '") + arg +
+                            "' was created for another communicator");
   }
   if (eb->residual.size() != count) {
-    return invalid_argument("argument 'error_buffer' holds " + std::to_string(eb->residual.size()) +
-                            " residuals but 'count' is " + std::to_string(count));
+    return invalid_argument(std::string("argument '") + arg + "' holds " +
+                            std::to_string(eb->residual.size()) + " residuals but 'count' is " +
+                            std::to_string(count));
   }
   return Status::ok();
 }
@@ -60,7 +63,7 @@ Status validate_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, si
   QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
   QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
   QC_RETURN_IF_ERROR(check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf"));
-  return check_error_buffer(error_buffer, comm, count);
+  return check_error_buffer(error_buffer, comm, count, "error_buffer");
 }
 
 Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t count_per_rank,
@@ -116,9 +119,10 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
         return invalid_argument("argument 'error_buffers': entry " + std::to_string(r) +
                                 " is also used by an earlier rank; each rank needs its own");
       }
-      Status s = validate_allreduce(nullptr, sendbufs[r], recvbufs[r], count, dtype, op,
-                                    error_buffers != nullptr ? error_buffers[r] : nullptr);
+      Status s = validate_allreduce(nullptr, sendbufs[r], recvbufs[r], count, dtype, op, nullptr);
       if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+      const std::string name = "error_buffers[" + std::to_string(r) + "]";
+      QC_RETURN_IF_ERROR(check_error_buffer(eb, nullptr, count, name.c_str()));
     }
     return emulate_allreduce(args, count, dtype, op, error_buffers);
   });

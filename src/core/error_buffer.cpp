@@ -52,6 +52,9 @@ Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) 
                         std::to_string(load_le32(src + 4)) + "; this library reads version " +
                         std::to_string(kImageVersion));
   }
+  if (load_le64(src + 8) != 0) {
+    return corrupt_data("error buffer image has nonzero reserved header bytes");
+  }
   const uint64_t count = load_le64(src + 16);
   if (count > (size - kErrorBufferHeaderBytes) / 4 ||
       size != kErrorBufferHeaderBytes + 4 * count) {

@@ -39,7 +39,7 @@ void LocalGroup::wake_everyone() {
   // predicate check (and will see the new state) or already asleep.
   for (auto& box : mailboxes_) {
     std::lock_guard<std::mutex> lock(box->mutex);
-    box->arrived.notify_all();
+    box->changed.notify_all();
   }
 }
 
@@ -50,23 +50,19 @@ LocalTransport::~LocalTransport() { group_->depart(rank_); }
 
 Status LocalTransport::post_send(int peer, uint64_t tag, const void* data, size_t bytes,
                                  Request* req) {
-  LocalGroup::Message message;
-  message.source = rank_;
-  message.tag = tag;
-  message.bytes.resize(bytes);
-  if (bytes > 0) std::memcpy(message.bytes.data(), data, bytes);
-  LocalGroup::Mailbox& box = group_->mailbox(peer);
-  {
-    std::lock_guard<std::mutex> lock(box.mutex);
-    box.queue.push_back(std::move(message));
-  }
-  box.arrived.notify_all();
   *req = Request();
   req->kind = Request::Kind::kSend;
   req->peer = peer;
   req->tag = tag;
   req->bytes = bytes;
-  req->done = true;
+  auto state = std::make_shared<LocalGroup::SendState>();
+  req->transport_state = state;
+  LocalGroup::Mailbox& box = group_->mailbox(peer);
+  {
+    std::lock_guard<std::mutex> lock(box.mutex);
+    box.queue.push_back({rank_, tag, static_cast<const uint8_t*>(data), bytes, std::move(state)});
+  }
+  box.changed.notify_all();
   return Status::ok();
 }
 
@@ -81,61 +77,124 @@ Status LocalTransport::post_recv(int peer, uint64_t tag, void* buffer, size_t ca
   return Status::ok();
 }
 
-Status LocalTransport::wait_recv(Request& req, Deadline deadline) {
-  LocalGroup::Mailbox& box = group_->mailbox(rank_);
-  std::unique_lock<std::mutex> lock(box.mutex);
-  for (;;) {
-    // Messages from one sender are consumed strictly in order, so a message
-    // with an unexpected tag means the two ranks run different collectives.
+Status LocalTransport::try_receive(std::deque<LocalGroup::Message>& queue, Request& req,
+                                   std::shared_ptr<LocalGroup::SendState>* consumed_state) {
+  // Messages from one sender are consumed strictly in order, so a message
+  // with an unexpected tag means the two ranks run different collectives.
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    if (it->source != req.peer) continue;
+    if (it->tag != req.tag) {
+      return mismatch("rank " + std::to_string(rank_) + " expected message tag " +
+                      std::to_string(req.tag) + " from rank " + std::to_string(req.peer) +
+                      " but got tag " + std::to_string(it->tag) +
+                      ": the ranks are running different collectives");
+    }
+    if (it->bytes > req.capacity) {
+      return mismatch("rank " + std::to_string(req.peer) + " sent " + std::to_string(it->bytes) +
+                      " bytes where rank " + std::to_string(rank_) + " expected at most " +
+                      std::to_string(req.capacity) + ": the ranks disagree on the collective");
+    }
+    // Copy before dequeuing: a sender that gives up withdraws only what is
+    // still queued, so its buffer is never freed under this copy.
+    if (it->bytes > 0) std::memcpy(req.buffer, it->data, it->bytes);
+    req.bytes = it->bytes;
+    req.done = true;
+    *consumed_state = std::move(it->state);
+    queue.erase(it);
+    return Status::ok();
+  }
+  return Status::ok();
+}
+
+void LocalTransport::signal_consumed(int sender, const std::shared_ptr<LocalGroup::SendState>& state) {
+  LocalGroup::Mailbox& box = group_->mailbox(sender);
+  std::lock_guard<std::mutex> lock(box.mutex);
+  state->consumed = true;
+  box.changed.notify_all();
+}
+
+void LocalTransport::withdraw_sends(Request* reqs, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    Request& req = reqs[i];
+    if (req.kind != Request::Kind::kSend || req.done) continue;
+    LocalGroup::Mailbox& box = group_->mailbox(req.peer);
+    std::lock_guard<std::mutex> lock(box.mutex);
     for (auto it = box.queue.begin(); it != box.queue.end(); ++it) {
-      if (it->source != req.peer) continue;
-      if (it->tag != req.tag) {
-        return mismatch("rank " + std::to_string(rank_) + " expected message tag " +
-                        std::to_string(req.tag) + " from rank " + std::to_string(req.peer) +
-                        " but got tag " + std::to_string(it->tag) +
-                        ": the ranks are running different collectives");
-      }
-      if (it->bytes.size() > req.capacity) {
-        return mismatch("rank " + std::to_string(req.peer) + " sent " +
-                        std::to_string(it->bytes.size()) + " bytes where rank " +
-                        std::to_string(rank_) + " expected at most " +
-                        std::to_string(req.capacity) + ": the ranks disagree on the collective");
-      }
-      std::vector<uint8_t> bytes = std::move(it->bytes);
-      box.queue.erase(it);
-      lock.unlock();
-      if (!bytes.empty()) std::memcpy(req.buffer, bytes.data(), bytes.size());
-      req.bytes = bytes.size();
-      req.done = true;
-      return Status::ok();
-    }
-    if (group_->has_failed()) return group_->failure();
-    if (group_->departed(req.peer)) {
-      return transport_error("rank " + std::to_string(req.peer) +
-                             " destroyed its communicator while rank " + std::to_string(rank_) +
-                             " still waits for a message from it");
-    }
-    if (box.arrived.wait_until(lock, deadline) == std::cv_status::timeout &&
-        Clock::now() >= deadline) {
-      // One more look: the message may have arrived with the timeout.
-      bool arrived = false;
-      for (const auto& m : box.queue) arrived = arrived || m.source == req.peer;
-      if (!arrived) {
-        return timeout_error("rank " + std::to_string(rank_) +
-                             " timed out waiting for a message from rank " +
-                             std::to_string(req.peer));
+      if (it->state == req.transport_state) {
+        box.queue.erase(it);
+        break;
       }
     }
   }
 }
 
+Status LocalTransport::fail_waiting(Request* reqs, size_t count, Status status) {
+  withdraw_sends(reqs, count);
+  return status;
+}
+
 Status LocalTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
-  for (size_t i = 0; i < count; ++i) {
-    Request& req = reqs[i];
-    if (req.done || req.kind != Request::Kind::kRecv) continue;
-    QC_RETURN_IF_ERROR(wait_recv(req, deadline));
+  LocalGroup::Mailbox& own = group_->mailbox(rank_);
+  std::unique_lock<std::mutex> lock(own.mutex);
+  for (;;) {
+    // Progress on everything: receives first, then sends this rank's peers
+    // have consumed. Both kinds of news arrive on this mailbox's condvar.
+    bool pending = false;
+    bool unlocked = false;  // news may have come while the lock was released
+    int waiting_on = -1;
+    for (size_t i = 0; i < count; ++i) {
+      Request& req = reqs[i];
+      if (req.done) continue;
+      if (req.kind == Request::Kind::kRecv) {
+        std::shared_ptr<LocalGroup::SendState> consumed;
+        Status s = try_receive(own.queue, req, &consumed);
+        if (!s) {
+          lock.unlock();
+          return fail_waiting(reqs, count, s);
+        }
+        if (consumed) {
+          lock.unlock();  // never hold two mailbox locks at once
+          signal_consumed(req.peer, consumed);
+          lock.lock();
+          unlocked = true;
+        }
+      } else if (req.kind == Request::Kind::kSend) {
+        auto* state = static_cast<LocalGroup::SendState*>(req.transport_state.get());
+        // `consumed` is written under the sender's (this rank's) mailbox lock.
+        if (state->consumed) req.done = true;
+      } else {
+        req.done = true;
+      }
+      if (!req.done) {
+        pending = true;
+        waiting_on = req.peer;
+      }
+    }
+    if (!pending) return Status::ok();
+    if (unlocked) continue;  // rescan before sleeping, or a wakeup could be lost
+    if (group_->has_failed()) {
+      lock.unlock();
+      return fail_waiting(reqs, count, group_->failure());
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (!reqs[i].done && group_->departed(reqs[i].peer)) {
+        lock.unlock();
+        return fail_waiting(
+            reqs, count,
+            transport_error("rank " + std::to_string(reqs[i].peer) +
+                            " destroyed its communicator while rank " + std::to_string(rank_) +
+                            " still waits for it"));
+      }
+    }
+    if (Clock::now() >= deadline) {
+      lock.unlock();
+      return fail_waiting(reqs, count,
+                          timeout_error("rank " + std::to_string(rank_) +
+                                        " timed out waiting for rank " +
+                                        std::to_string(waiting_on)));
+    }
+    own.changed.wait_until(lock, deadline);
   }
-  return Status::ok();
 }
 
 void LocalTransport::abort(const Status& reason) { group_->fail(reason); }

@@ -1,6 +1,10 @@
 // The local transport: the ranks of a group are threads of this process.
-// Sends are eager (the bytes are copied into the receiver's mailbox at once),
-// so no send ever waits for its receiver and no step can deadlock.
+//
+// Rendezvous, zero intermediate copies: a send only queues a pointer to the
+// sender's buffer in the receiver's mailbox; the receiver copies the bytes
+// straight into its own buffer and then marks the send consumed. So a send
+// completes when its receiver has taken it, and a failed sender withdraws
+// what is still queued before its buffer goes away.
 #pragma once
 
 #include <atomic>
@@ -20,14 +24,23 @@ class LocalGroup {
 
   int size() const { return static_cast<int>(mailboxes_.size()); }
 
+  // Lives as long as either side needs it; `consumed` is guarded by the
+  // sender's mailbox mutex.
+  struct SendState {
+    bool consumed = false;
+  };
   struct Message {
     int source;
     uint64_t tag;
-    std::vector<uint8_t> bytes;
+    const uint8_t* data;
+    size_t bytes;
+    std::shared_ptr<SendState> state;
   };
+  // A rank's mailbox: messages queued for it, and the condition variable it
+  // sleeps on for both arrivals and the consumption of its own sends.
   struct Mailbox {
     std::mutex mutex;
-    std::condition_variable arrived;
+    std::condition_variable changed;
     std::deque<Message> queue;
   };
 
@@ -64,7 +77,13 @@ class LocalTransport final : public Transport {
   Status failure() const override { return group_->failure(); }
 
  private:
-  Status wait_recv(Request& req, Deadline deadline);
+  // Under the own mailbox lock: takes the next message from req.peer if it
+  // is there. Sets *consumed_state to the sender's state to be signalled.
+  Status try_receive(std::deque<LocalGroup::Message>& queue, Request& req,
+                     std::shared_ptr<LocalGroup::SendState>* consumed_state);
+  void signal_consumed(int sender, const std::shared_ptr<LocalGroup::SendState>& state);
+  void withdraw_sends(Request* reqs, size_t count);
+  Status fail_waiting(Request* reqs, size_t count, Status status);
 
   std::shared_ptr<LocalGroup> group_;
   int rank_;

@@ -5,6 +5,9 @@
 //  - Messages from one sender to one receiver arrive in the order posted.
 //  - post_* never blocks for long; wait_all blocks until all requests are done
 //    or the deadline passes (QC_ERROR_TIMEOUT), never forever.
+//  - A send may complete only once its receiver has taken the bytes, so a
+//    step posts all its sends and receives before it waits, and wait_all
+//    makes progress on every request it is given, in any order.
 //  - After abort() (or any failure), every wait on every rank of the group
 //    fails promptly with the failure's status: a broken group stays broken.
 #pragma once
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/status.h"
 
@@ -29,6 +33,7 @@ struct Request {
   size_t capacity = 0;     // receive capacity
   size_t bytes = 0;        // bytes sent, or received once done
   bool done = false;
+  std::shared_ptr<void> transport_state;  // the transport's own bookkeeping
 };
 
 class Transport {

@@ -1,0 +1,320 @@
+/*
+ * test_abi_policy.c - qc_policy_init, qc_set_layer_policy, qc_get_layer_policy:
+ * struct_size rules, field validation and pattern matching.
+ */
+#include "qc_abi_test.h"
+
+/* ---- qc_policy_init ------------------------------------------------------ */
+
+static void test_policy_init_null(void** state) {
+  (void)state;
+  QCT_INVALID(qc_policy_init(NULL), "qc_policy_init", "policy");
+}
+
+static void test_policy_init_fills_defaults(void** state) {
+  const qc_policy_t want = QC_POLICY_INIT;
+  qc_policy_t p;
+  (void)state;
+  memset(&p, 0xA5, sizeof p);
+  p.struct_size = sizeof(qc_policy_t);
+  QCT_OK(qc_policy_init(&p));
+  assert_int_equal(p.struct_size, sizeof(qc_policy_t));
+  QCT_ASSERT_POLICY_EQUAL(&p, &want);
+  /* the documented defaults, spelled out */
+  assert_int_equal(p.codec, QC_CODEC_NONE);
+  assert_int_equal(p.bits, 4);
+  assert_int_equal(p.bucket_size, 128);
+  assert_int_equal(p.rounding, QC_ROUND_NEAREST_EVEN);
+  assert_int_equal(p.algorithm, QC_ALGO_AUTO);
+  assert_int_equal(p.error_feedback, 0);
+  assert_int_equal(p.group_size, 8);
+  assert_true(p.topk_ratio == 0.01f);
+  assert_int_equal(p.scale_update_period, 1);
+  assert_int_equal(p.seed, 0);
+}
+
+static void test_policy_init_struct_size_zero_means_first_layout(void** state) {
+  const qc_policy_t want = QC_POLICY_INIT;
+  qc_policy_t p;
+  (void)state;
+  memset(&p, 0xA5, sizeof p);
+  p.struct_size = 0;
+  QCT_OK(qc_policy_init(&p));
+  /* v0 is the first released layout, so it is this header's layout */
+  assert_int_equal(p.struct_size, sizeof(qc_policy_t));
+  QCT_ASSERT_POLICY_EQUAL(&p, &want);
+}
+
+static void test_policy_init_struct_size_too_small(void** state) {
+  qc_policy_t p;
+  (void)state;
+  memset(&p, 0, sizeof p);
+  p.struct_size = 1;
+  QCT_INVALID(qc_policy_init(&p), "qc_policy_init", "struct_size");
+  p.struct_size = sizeof(qc_policy_t) - 1;
+  QCT_INVALID(qc_policy_init(&p), "qc_policy_init", "struct_size");
+}
+
+static void test_policy_init_struct_size_too_large(void** state) {
+  qct_big_policy big;
+  (void)state;
+  memset(&big, 0, sizeof big);
+  big.policy.struct_size = sizeof(qc_policy_t) + 8;
+  QCT_FAILS(qc_policy_init(&big.policy), QC_ERROR_VERSION, "qc_policy_init", "struct_size");
+}
+
+/* "Only struct_size bytes are written." */
+static void test_policy_init_writes_only_struct_size_bytes(void** state) {
+  qct_big_policy big;
+  size_t i;
+  (void)state;
+  memset(&big, 0x5A, sizeof big);
+  big.policy.struct_size = sizeof(qc_policy_t);
+  QCT_OK(qc_policy_init(&big.policy));
+  for (i = 0; i < sizeof big.extra; ++i) assert_int_equal(big.extra[i], 0x5A);
+}
+
+/* ---- qc_set_layer_policy / qc_get_layer_policy: arguments ---------------- */
+
+static void test_set_layer_policy_null_comm(void** state) {
+  const qc_policy_t p = QC_POLICY_INIT;
+  (void)state;
+  QCT_INVALID(qc_set_layer_policy(NULL, "*", &p), "qc_set_layer_policy", "comm");
+}
+
+static void test_set_layer_policy_null_or_empty_pattern(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  const qc_policy_t p = QC_POLICY_INIT;
+  QCT_INVALID(qc_set_layer_policy(comm, NULL, &p), "qc_set_layer_policy", "pattern");
+  QCT_INVALID(qc_set_layer_policy(comm, "", &p), "qc_set_layer_policy", "pattern");
+}
+
+static void test_set_layer_policy_null_policy(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  QCT_INVALID(qc_set_layer_policy(comm, "*", NULL), "qc_set_layer_policy", "policy");
+}
+
+static qc_status_t call_set_layer_policy(qc_policy_t* p, void* ctx) {
+  return qc_set_layer_policy((qc_comm_t)ctx, "fc1.weight", p);
+}
+
+static void test_set_layer_policy_struct_size(void** state) {
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_set_layer_policy", call_set_layer_policy, *state);
+}
+
+static void test_set_layer_policy_invalid_fields(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  const qc_policy_t def = QC_POLICY_INIT;
+  qc_policy_t got;
+  QCT_CHECK_BAD_POLICY_FIELDS("qc_set_layer_policy", call_set_layer_policy, comm);
+  /* nothing was stored by the failed calls */
+  got.struct_size = sizeof got;
+  QCT_OK(qc_get_layer_policy(comm, "fc1.weight", &got));
+  QCT_ASSERT_POLICY_EQUAL(&got, &def);
+}
+
+/* The boundaries of every range are valid, and every known codec is accepted
+ * by set (whether the codec is built only matters when a collective runs). */
+static void test_set_layer_policy_accepts_boundary_values(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  qc_policy_t p = QC_POLICY_INIT;
+  int codec;
+  p.bits = 1;
+  QCT_OK(qc_set_layer_policy(comm, "a", &p));
+  p.bits = 8;
+  p.bucket_size = 1;
+  p.group_size = 1;
+  p.topk_ratio = 1.0f;
+  p.error_feedback = 1;
+  p.rounding = QC_ROUND_STOCHASTIC;
+  p.algorithm = QC_ALGO_NATIVE;
+  p.scale_update_period = 1000;
+  p.seed = UINT64_MAX;
+  QCT_OK(qc_set_layer_policy(comm, "b", &p));
+  p.topk_ratio = 1e-6f;
+  QCT_OK(qc_set_layer_policy(comm, "c", &p));
+  for (codec = QC_CODEC_NONE; codec <= QC_CODEC_TOPK; ++codec) {
+    p.codec = (qc_codec_t)codec;
+    QCT_OK(qc_set_layer_policy(comm, "d", &p));
+  }
+}
+
+static void test_get_layer_policy_null_comm(void** state) {
+  qc_policy_t p = QC_POLICY_INIT;
+  (void)state;
+  QCT_INVALID(qc_get_layer_policy(NULL, "x", &p), "qc_get_layer_policy", "comm");
+}
+
+static void test_get_layer_policy_null_policy(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  QCT_INVALID(qc_get_layer_policy(comm, "x", NULL), "qc_get_layer_policy", "policy");
+}
+
+static qc_status_t call_get_layer_policy(qc_policy_t* p, void* ctx) {
+  return qc_get_layer_policy((qc_comm_t)ctx, "x", p);
+}
+
+static void test_get_layer_policy_struct_size(void** state) {
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_get_layer_policy", call_get_layer_policy, *state);
+}
+
+/* ---- pattern matching ---------------------------------------------------- */
+
+/* bits of the policy that `layer` resolves to */
+static int resolved_bits(qc_comm_t comm, const char* layer) {
+  qc_policy_t p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  QCT_OK(qc_get_layer_policy(comm, layer, &p));
+  return p.bits;
+}
+
+static void set_bits(qc_comm_t comm, const char* pattern, int bits) {
+  qc_policy_t p = QC_POLICY_INIT;
+  p.bits = bits;
+  QCT_OK(qc_set_layer_policy(comm, pattern, &p));
+}
+
+static void test_default_policy_is_policy_init(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  const qc_policy_t want = QC_POLICY_INIT;
+  qc_policy_t got;
+  memset(&got, 0x77, sizeof got);
+  got.struct_size = sizeof got;
+  QCT_OK(qc_get_layer_policy(comm, NULL, &got));
+  QCT_ASSERT_POLICY_EQUAL(&got, &want);
+  memset(&got, 0x77, sizeof got);
+  got.struct_size = sizeof got;
+  QCT_OK(qc_get_layer_policy(comm, "any.layer.name", &got));
+  QCT_ASSERT_POLICY_EQUAL(&got, &want);
+}
+
+static void test_get_layer_policy_round_trips_every_field(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  qc_policy_t want = QC_POLICY_INIT;
+  qc_policy_t got;
+  want.codec = QC_CODEC_QSGD;
+  want.bits = 3;
+  want.bucket_size = 512;
+  want.rounding = QC_ROUND_STOCHASTIC;
+  want.algorithm = QC_ALGO_RING;
+  want.error_feedback = 1;
+  want.group_size = 4;
+  want.topk_ratio = 0.25f;
+  want.scale_update_period = 7;
+  want.seed = 0x0123456789ABCDEFull;
+  QCT_OK(qc_set_layer_policy(comm, "fc2.weight", &want));
+  memset(&got, 0, sizeof got);
+  got.struct_size = sizeof got;
+  QCT_OK(qc_get_layer_policy(comm, "fc2.weight", &got));
+  QCT_ASSERT_POLICY_EQUAL(&got, &want);
+}
+
+static void test_null_layer_gives_star_policy(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  set_bits(comm, "*", 6);
+  set_bits(comm, "fc1", 2);
+  assert_int_equal(resolved_bits(comm, NULL), 6);
+  assert_int_equal(resolved_bits(comm, "fc1"), 2);
+}
+
+static void test_exact_name_beats_globs(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  set_bits(comm, "fc1.weight", 8);
+  set_bits(comm, "fc1.*", 3);
+  set_bits(comm, "*", 2);
+  set_bits(comm, "fc1.weigh?", 5); /* as many literals as can be, still a glob */
+  assert_int_equal(resolved_bits(comm, "fc1.weight"), 8);
+  assert_int_equal(resolved_bits(comm, "fc1.bias"), 3);
+  assert_int_equal(resolved_bits(comm, "conv"), 2);
+}
+
+static void test_most_literal_glob_wins(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  set_bits(comm, "emb_*", 5);
+  set_bits(comm, "*", 2);
+  set_bits(comm, "*bias*", 6);
+  assert_int_equal(resolved_bits(comm, "emb_0"), 5);
+  assert_int_equal(resolved_bits(comm, "fc1.bias"), 6);
+  assert_int_equal(resolved_bits(comm, "other"), 2);
+  /* a longer glob set earlier still beats a shorter one set later */
+  set_bits(comm, "e*", 7);
+  assert_int_equal(resolved_bits(comm, "emb_0"), 5);
+  assert_int_equal(resolved_bits(comm, "e0"), 7);
+}
+
+static void test_equally_specific_globs_last_set_wins(void** state) {
+  qc_comm_t a = NULL;
+  qc_comm_t b = NULL;
+  (void)state;
+  QCT_OK(qc_comm_create_local(1, &a));
+  QCT_OK(qc_comm_create_local(1, &b));
+  set_bits(a, "a*", 3);
+  set_bits(a, "*b", 5);
+  set_bits(b, "*b", 5);
+  set_bits(b, "a*", 3);
+  assert_int_equal(resolved_bits(a, "ab"), 5);
+  assert_int_equal(resolved_bits(b, "ab"), 3);
+  QCT_OK(qc_comm_destroy(a));
+  QCT_OK(qc_comm_destroy(b));
+}
+
+static void test_question_mark_matches_one_character(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  set_bits(comm, "*", 2);
+  set_bits(comm, "layer?", 7);
+  assert_int_equal(resolved_bits(comm, "layer1"), 7);
+  assert_int_equal(resolved_bits(comm, "layerX"), 7);
+  assert_int_equal(resolved_bits(comm, "layer"), 2);
+  assert_int_equal(resolved_bits(comm, "layer12"), 2);
+}
+
+static void test_star_matches_empty_run(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  set_bits(comm, "fc*.weight", 3);
+  assert_int_equal(resolved_bits(comm, "fc.weight"), 3);
+  assert_int_equal(resolved_bits(comm, "fc12.weight"), 3);
+  assert_int_equal(resolved_bits(comm, "fc1.bias"), 4);
+}
+
+static void test_setting_pattern_again_replaces_it(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  set_bits(comm, "*", 3);
+  set_bits(comm, "*", 5);
+  assert_int_equal(resolved_bits(comm, NULL), 5);
+  set_bits(comm, "emb", 6);
+  set_bits(comm, "emb", 1);
+  assert_int_equal(resolved_bits(comm, "emb"), 1);
+}
+
+int main(void) {
+#define WITH_COMM(t) cmocka_unit_test_setup_teardown(t, qct_setup_comm1, qct_teardown_comm)
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_policy_init_null),
+      cmocka_unit_test(test_policy_init_fills_defaults),
+      cmocka_unit_test(test_policy_init_struct_size_zero_means_first_layout),
+      cmocka_unit_test(test_policy_init_struct_size_too_small),
+      cmocka_unit_test(test_policy_init_struct_size_too_large),
+      cmocka_unit_test(test_policy_init_writes_only_struct_size_bytes),
+      cmocka_unit_test(test_set_layer_policy_null_comm),
+      WITH_COMM(test_set_layer_policy_null_or_empty_pattern),
+      WITH_COMM(test_set_layer_policy_null_policy),
+      WITH_COMM(test_set_layer_policy_struct_size),
+      WITH_COMM(test_set_layer_policy_invalid_fields),
+      WITH_COMM(test_set_layer_policy_accepts_boundary_values),
+      cmocka_unit_test(test_get_layer_policy_null_comm),
+      WITH_COMM(test_get_layer_policy_null_policy),
+      WITH_COMM(test_get_layer_policy_struct_size),
+      WITH_COMM(test_default_policy_is_policy_init),
+      WITH_COMM(test_get_layer_policy_round_trips_every_field),
+      WITH_COMM(test_null_layer_gives_star_policy),
+      WITH_COMM(test_exact_name_beats_globs),
+      WITH_COMM(test_most_literal_glob_wins),
+      cmocka_unit_test(test_equally_specific_globs_last_set_wins),
+      WITH_COMM(test_question_mark_matches_one_character),
+      WITH_COMM(test_star_matches_empty_run),
+      WITH_COMM(test_setting_pattern_again_replaces_it),
+  };
+#undef WITH_COMM
+  return cmocka_run_group_tests_name("abi_policy", tests, NULL, NULL);
+}

@@ -1,0 +1,263 @@
+// qc-perf: names, the table, the footer and --json.
+#include "perf.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+namespace qcperf {
+
+// ---- names -------------------------------------------------------------------
+
+const char* op_name(Op op) { return op == Op::Allreduce ? "allreduce" : "alltoall"; }
+
+const char* algo_short_name(qc_algorithm_t a) {
+  switch (a) {
+    case QC_ALGO_AUTO: return "auto";
+    case QC_ALGO_RING: return "ring";
+    case QC_ALGO_RECURSIVE_DOUBLING: return "rd";
+    case QC_ALGO_SRA: return "sra";
+    case QC_ALGO_TREE: return "tree";
+    case QC_ALGO_NATIVE: return "native";
+  }
+  return "?";
+}
+
+const char* codec_name(qc_codec_t c) {
+  switch (c) {
+    case QC_CODEC_NONE: return "none";
+    case QC_CODEC_FP16: return "fp16";
+    case QC_CODEC_BF16: return "bf16";
+    case QC_CODEC_MINMAX: return "minmax";
+    case QC_CODEC_QSGD: return "qsgd";
+    case QC_CODEC_GLOBAL_LINEAR: return "global_linear";
+    case QC_CODEC_GLOBAL_EXP: return "global_exp";
+    case QC_CODEC_ONEBIT: return "onebit";
+    case QC_CODEC_TOPK: return "topk";
+  }
+  return "?";
+}
+
+// Short label for the table: name, then bits and /bucket where the codec uses
+// them, "+ef" with error feedback, "~" with stochastic rounding.
+std::string codec_label(const qc_policy_t& p) {
+  char buf[64];
+  switch (p.codec) {
+    case QC_CODEC_MINMAX:
+    case QC_CODEC_QSGD:
+      std::snprintf(buf, sizeof buf, "%s%d/%d", p.codec == QC_CODEC_MINMAX ? "minmax" : "qsgd",
+                    p.bits, p.bucket_size);
+      break;
+    case QC_CODEC_GLOBAL_LINEAR: std::snprintf(buf, sizeof buf, "glin%d", p.bits); break;
+    case QC_CODEC_GLOBAL_EXP: std::snprintf(buf, sizeof buf, "gexp%d", p.bits); break;
+    case QC_CODEC_ONEBIT: std::snprintf(buf, sizeof buf, "onebit/%d", p.bucket_size); break;
+    case QC_CODEC_TOPK: std::snprintf(buf, sizeof buf, "topk%g", double(p.topk_ratio)); break;
+    default: std::snprintf(buf, sizeof buf, "%s", codec_name(p.codec)); break;
+  }
+  std::string s = buf;
+  if (p.rounding == QC_ROUND_STOCHASTIC && p.codec != QC_CODEC_NONE) s += "~";
+  if (p.error_feedback) s += "+ef";
+  return s;
+}
+
+const char* dtype_name(qc_dtype_t d) {
+  switch (d) {
+    case QC_DTYPE_FLOAT32: return "float";
+    case QC_DTYPE_FLOAT16: return "half";
+    case QC_DTYPE_BFLOAT16: return "bfloat16";
+  }
+  return "?";
+}
+
+const char* redop_name(qc_reduce_op_t op) { return op == QC_OP_AVG ? "avg" : "sum"; }
+
+size_t dtype_size(qc_dtype_t d) { return d == QC_DTYPE_FLOAT32 ? 4 : 2; }
+
+std::string human_bytes(uint64_t b) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && b >= 1024 && b % 1024 == 0) {
+    b /= 1024;
+    ++u;
+  }
+  return std::to_string(b) + " " + units[u];
+}
+
+double busbw_factor(Op op, int n) {
+  if (n <= 0) return 0;
+  return op == Op::Allreduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
+}
+
+// ---- table -------------------------------------------------------------------
+
+// Column widths; the first column's width includes the leading '#' of the
+// header lines, so headers and rows line up.
+static const char* kHead1 =
+    "#     size(B)        count      type   algo          codec    time(us)  algbw(GB/s)"
+    "  busbw(GB/s)       wire(B)    ratio       error   #wrong";
+
+void print_preamble(const Options& opt) {
+  const qc_policy_t& p = opt.policy;
+  std::printf("# qc-perf: qc %s (built against header %d.%d.%d)\n", qc_version_string(),
+              QC_VERSION_MAJOR, QC_VERSION_MINOR, QC_VERSION_PATCH);
+  std::printf("# command: %s\n", opt.command_line.c_str());
+  std::string ops;
+  for (Op op : opt.ops) ops += std::string(ops.empty() ? "" : ",") + op_name(op);
+  std::string algos;
+  for (qc_algorithm_t a : opt.algos) algos += std::string(algos.empty() ? "" : ",") + algo_short_name(a);
+  std::printf("# nranks %d, transport local, op %s, redop %s, codec %s, dtype %s\n", opt.nranks,
+              ops.c_str(), redop_name(opt.redop), codec_label(p).c_str(), dtype_name(opt.dtype));
+  std::printf("# codec %s: bits %d, bucket %d, rounding %s, error feedback %s, seed %llu\n",
+              codec_name(p.codec), p.bits, p.bucket_size,
+              p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest",
+              p.error_feedback ? "on" : "off", static_cast<unsigned long long>(p.seed));
+  std::printf("# sizes %s .. %s, factor %llu; allreduce algos %s; warmup %d, iters %d, timeout %g s\n",
+              human_bytes(opt.min_bytes).c_str(), human_bytes(opt.max_bytes).c_str(),
+              static_cast<unsigned long long>(opt.factor), algos.c_str(), opt.warmup, opt.iters,
+              opt.timeout);
+  std::printf("# time: mean over iters of the slowest rank; algbw = size/time (1e9 B/s); "
+              "wire = bytes sent per rank per call; ratio = size/wire\n");
+  std::fflush(stdout);
+}
+
+void print_section_header(const Options& opt, Op op, const ErrorModel& model) {
+  std::printf("#\n# op %s: size = %s, busbw = algbw * %s (nranks %d)\n", op_name(op),
+              op == Op::Allreduce ? "count * sizeof(type) per rank"
+                                  : "count_per_peer * nranks * sizeof(type) per rank",
+              op == Op::Allreduce ? "2(n-1)/n" : "(n-1)/n", opt.nranks);
+  std::printf("# error bound: %s (bound %.3g, %s)\n", model.text.c_str(), model.bound,
+              op == Op::Allreduce
+                  ? (model.norm == Norm::PerElement ? "normalised per element by sum_r |x_r,i|"
+                                                    : "normalised by max_i sum_r |x_r,i|")
+                  : (model.norm == Norm::PerElement ? "normalised per element by |x_i|"
+                                                    : "normalised by max_i |x_i|"));
+  std::printf("%s\n", kHead1);
+  std::fflush(stdout);
+}
+
+void print_row(const Row& r) {
+  std::printf("%13llu %12llu %9s %6s %14s", static_cast<unsigned long long>(r.size),
+              static_cast<unsigned long long>(r.count), r.type.c_str(), r.algo.c_str(),
+              r.codec.c_str());
+  if (!r.ran) {
+    std::printf("  FAILED: %s\n", r.failure.c_str());
+  } else {
+    std::printf(" %11.2f %12.3f %12.3f %13.0f %8.3f %11.3e %8llu\n", r.time_us, r.algbw, r.busbw,
+                r.wire, r.ratio, r.error, static_cast<unsigned long long>(r.wrong));
+    if (r.replica_diff)
+      std::printf("#   ^ ranks' outputs differ at %llu elements (replica consistency broken)\n",
+                  static_cast<unsigned long long>(r.replica_diff));
+  }
+  std::fflush(stdout);
+}
+
+void print_footer(const std::vector<Row>& rows) {
+  uint64_t oob = 0;
+  double bw[2] = {0, 0};
+  int nbw[2] = {0, 0};
+  for (const Row& r : rows) {
+    oob += r.wrong;
+    if (r.ran) {
+      const int k = r.op == Op::Allreduce ? 0 : 1;
+      bw[k] += r.busbw;
+      ++nbw[k];
+    }
+  }
+  std::printf("#\n# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(oob),
+              oob ? "FAILED" : "OK");
+  if (nbw[0] && nbw[1]) {
+    std::printf("# Avg bus bandwidth (allreduce) : %g\n", bw[0] / nbw[0]);
+    std::printf("# Avg bus bandwidth (alltoall)  : %g\n", bw[1] / nbw[1]);
+  }
+  const int all = nbw[0] + nbw[1];
+  std::printf("# Avg bus bandwidth    : %g\n#\n", all ? (bw[0] + bw[1]) / all : 0.0);
+  std::fflush(stdout);
+}
+
+// ---- json --------------------------------------------------------------------
+
+static std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+static std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";  // JSON has no NaN / Infinity
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.12g", v);
+  return buf;
+}
+
+static std::string iso_date_utc() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+bool write_json(const std::string& path, const Options& opt, const std::vector<Row>& rows) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "qc-perf: error: cannot write --json file '%s'\n", path.c_str());
+    return false;
+  }
+  const qc_policy_t& p = opt.policy;
+  const std::string date = iso_date_utc();
+  std::fprintf(f, "[");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::fprintf(f, "%s\n  {", i ? "," : "");
+    std::fprintf(f, "\"op\": %s, \"size\": %llu, \"count\": %llu, \"type\": %s, \"algo\": %s, ",
+                 json_string(op_name(r.op)).c_str(), static_cast<unsigned long long>(r.size),
+                 static_cast<unsigned long long>(r.count), json_string(r.type).c_str(),
+                 json_string(r.algo).c_str());
+    std::fprintf(f, "\"codec\": %s, \"time_us\": %s, \"algbw\": %s, \"busbw\": %s, ",
+                 json_string(r.codec).c_str(), json_number(r.ran ? r.time_us : NAN).c_str(),
+                 json_number(r.ran ? r.algbw : NAN).c_str(),
+                 json_number(r.ran ? r.busbw : NAN).c_str());
+    std::fprintf(f, "\"wire\": %s, \"ratio\": %s, \"error\": %s, \"bound\": %s, \"wrong\": %llu, ",
+                 json_number(r.ran ? r.wire : NAN).c_str(),
+                 json_number(r.ran ? r.ratio : NAN).c_str(),
+                 json_number(r.ran ? r.error : NAN).c_str(), json_number(r.bound).c_str(),
+                 static_cast<unsigned long long>(r.wrong));
+    std::fprintf(f, "\"replica_mismatch\": %llu, \"passed\": %s, \"failure\": %s, ",
+                 static_cast<unsigned long long>(r.replica_diff), r.passed() ? "true" : "false",
+                 r.ran ? "null" : json_string(r.failure).c_str());
+    std::fprintf(f,
+                 "\"nranks\": %d, \"transport\": \"local\", \"redop\": %s, \"dtype\": %s, "
+                 "\"codec_name\": %s, \"bits\": %d, \"bucket\": %d, \"rounding\": %s, "
+                 "\"error_feedback\": %s, \"warmup\": %d, \"iters\": %d, "
+                 "\"qc_version\": %s, \"date\": %s}",
+                 opt.nranks, json_string(redop_name(opt.redop)).c_str(),
+                 json_string(dtype_name(opt.dtype)).c_str(),
+                 json_string(codec_name(p.codec)).c_str(), p.bits, p.bucket_size,
+                 json_string(p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest").c_str(),
+                 p.error_feedback ? "true" : "false", opt.warmup, opt.iters,
+                 json_string(qc_version_string()).c_str(), json_string(date).c_str());
+  }
+  std::fprintf(f, "%s]\n", rows.empty() ? "" : "\n");
+  const bool ok = std::fclose(f) == 0;
+  if (!ok) std::fprintf(stderr, "qc-perf: error: writing --json file '%s' failed\n", path.c_str());
+  return ok;
+}
+
+}  // namespace qcperf

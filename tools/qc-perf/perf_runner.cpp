@@ -1,0 +1,253 @@
+// qc-perf: worker threads, the lockstep barrier, timing and the qc group.
+#include "perf.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+namespace qcperf {
+
+// ---- Barrier -----------------------------------------------------------------
+
+void Barrier::wait() {
+  std::unique_lock<std::mutex> lock(m_);
+  const uint64_t gen = generation_;
+  if (++waiting_ == n_) {
+    waiting_ = 0;
+    ++generation_;
+    lock.unlock();
+    cv_.notify_all();
+    return;
+  }
+  cv_.wait(lock, [&] { return generation_ != gen; });
+}
+
+// ---- WorkerPool --------------------------------------------------------------
+
+WorkerPool::WorkerPool(int n) : n_(n) {
+  threads_.reserve(n);
+  for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void WorkerPool::run(const std::function<void(int)>& job) {
+  std::unique_lock<std::mutex> lock(m_);
+  job_ = &job;
+  remaining_ = n_;
+  ++generation_;
+  start_cv_.notify_all();
+  done_cv_.wait(lock, [&] { return remaining_ == 0; });
+  job_ = nullptr;
+}
+
+void WorkerPool::loop(int rank) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* job;
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    (*job)(rank);  // jobs do not throw: they only call qc (C) and plain loops
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (--remaining_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+// ---- Buffers -----------------------------------------------------------------
+
+Buffers::~Buffers() { release(); }
+
+bool Buffers::allocate(int nranks, size_t bytes) {
+  release();
+  const size_t alloc = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  if (alloc < bytes) return false;  // overflow
+  rank.resize(nranks);
+  for (RankBuffers& b : rank) {
+    b.send = std::aligned_alloc(64, alloc);
+    b.recv = std::aligned_alloc(64, alloc);
+    b.bytes = bytes;
+    if (!b.send || !b.recv) {
+      release();
+      return false;
+    }
+  }
+  return true;
+}
+
+void Buffers::release() {
+  for (RankBuffers& b : rank) {
+    std::free(b.send);
+    std::free(b.recv);
+  }
+  rank.clear();
+}
+
+// ---- Group -------------------------------------------------------------------
+
+qc_status_t Group::create(std::string* err) {
+  destroy();
+  qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
+  qc_status_t st = qc_comm_config_init(&cfg);
+  if (st == QC_SUCCESS) {
+    cfg.transport = QC_TRANSPORT_LOCAL;
+    cfg.timeout_seconds = timeout_;
+    comms.assign(nranks_, nullptr);
+    st = qc_comm_create_local_with_config(nranks_, &cfg, comms.data());
+  }
+  if (st != QC_SUCCESS) {
+    if (err) *err = std::string(qc_status_string(st)) + ": " + qc_last_error();
+    comms.assign(nranks_, nullptr);
+  }
+  return st;
+}
+
+void Group::destroy() {
+  for (qc_comm_t& c : comms) {
+    if (c) qc_comm_destroy(c);
+    c = nullptr;
+  }
+}
+
+bool Group::intact() const {
+  if (static_cast<int>(comms.size()) != nranks_) return false;
+  for (qc_comm_t c : comms)
+    if (!c) return false;
+  return true;
+}
+
+// ---- one measured run -------------------------------------------------------
+//
+// Every rank (a worker thread) sets the policy, then runs warmup+iters calls in
+// lockstep: barrier, t0, collective, t1. A rank's time for an iteration is
+// t1 - t0; the row's time is the mean over iterations of the slowest rank.
+// wire(B) = the rank's qc_stats.wire_bytes delta over the timed iterations /
+// iters, averaged over ranks.
+//
+// When a call fails, the failing rank records qc_last_error() and destroys its
+// communicator at once, so that peers waiting for it fail fast (the local
+// transport then gives QC_ERROR_TRANSPORT) instead of waiting for the timeout.
+// Failed ranks keep passing the barriers so nobody is left waiting there.
+RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
+                         const qc_policy_t& policy, Op op, Buffers& buf, size_t count) {
+  using clock = std::chrono::steady_clock;
+  const int n = opt.nranks;
+  const int total = opt.warmup + opt.iters;
+  std::vector<double> dt(size_t(opt.iters) * n, 0.0);
+  std::vector<double> wire(n, 0.0);
+  struct Failure {
+    int order = -1;
+    qc_status_t status = QC_SUCCESS;
+    std::string message;
+    bool policy = false;
+  };
+  std::vector<Failure> fails(n);
+  std::atomic<int> fail_order{0};
+  Barrier barrier(n);
+
+  pool.run([&](int r) {
+    qc_comm_t& comm = group.comms[r];
+    qc_error_buffer_t eb = nullptr;
+    bool failed = false;
+    auto fail = [&](qc_status_t st, bool in_policy) {
+      Failure& f = fails[r];
+      f.message = qc_last_error();  // copy before the next qc call
+      f.status = st;
+      f.policy = in_policy;
+      f.order = fail_order.fetch_add(1);
+      failed = true;
+      qc_error_buffer_destroy(eb);
+      eb = nullptr;
+      qc_comm_destroy(comm);
+      comm = nullptr;
+    };
+    if (!comm) {
+      fails[r] = Failure{fail_order.fetch_add(1), QC_ERROR_INTERNAL,
+                         "qc-perf: no communicator for this rank", false};
+      failed = true;
+    }
+    if (!failed) {
+      qc_status_t st = qc_set_layer_policy(comm, "*", &policy);
+      if (st != QC_SUCCESS) fail(st, true);
+    }
+    if (!failed && op == Op::Allreduce && policy.error_feedback) {
+      qc_status_t st = qc_error_buffer_create(comm, count, &eb);
+      if (st != QC_SUCCESS) fail(st, false);
+    }
+    // Poison the output (0xff.. is NaN in float, half and bfloat16), so an
+    // element the library never writes shows up as wrong.
+    std::memset(buf.rank[r].recv, 0xff, buf.rank[r].bytes);
+
+    const void* send = buf.rank[r].send;
+    void* recv = buf.rank[r].recv;
+    qc_stats_t before{}, after{};
+    before.struct_size = after.struct_size = sizeof(qc_stats_t);
+    for (int it = 0; it < total; ++it) {
+      if (it == opt.warmup && !failed) {
+        qc_status_t st = qc_comm_get_stats(comm, &before);
+        if (st != QC_SUCCESS) fail(st, false);
+      }
+      barrier.wait();
+      if (failed) continue;
+      const clock::time_point t0 = clock::now();
+      const qc_status_t st =
+          op == Op::Allreduce
+              ? qc_allreduce(comm, send, recv, count, opt.dtype, opt.redop, nullptr, eb, nullptr)
+              : qc_alltoall(comm, send, recv, count, opt.dtype, nullptr, nullptr);
+      const clock::time_point t1 = clock::now();
+      if (st != QC_SUCCESS) {
+        fail(st, false);
+        continue;
+      }
+      if (it >= opt.warmup)
+        dt[size_t(it - opt.warmup) * n + r] = std::chrono::duration<double>(t1 - t0).count();
+    }
+    if (!failed) {
+      qc_status_t st = qc_comm_get_stats(comm, &after);
+      if (st != QC_SUCCESS) fail(st, false);
+      else wire[r] = double(after.wire_bytes - before.wire_bytes) / opt.iters;
+    }
+    qc_error_buffer_destroy(eb);
+  });
+
+  RunResult res;
+  const Failure* first = nullptr;
+  for (const Failure& f : fails)
+    if (f.order >= 0 && (!first || f.order < first->order)) first = &f;
+  if (first) {
+    res.ok = false;
+    res.status = first->status;
+    res.message = first->message;
+    res.policy_failed = first->policy;
+    res.failed_rank = static_cast<int>(first - fails.data());
+    return res;
+  }
+  double sum = 0;
+  for (int it = 0; it < opt.iters; ++it) {
+    double slowest = 0;
+    for (int r = 0; r < n; ++r) slowest = std::max(slowest, dt[size_t(it) * n + r]);
+    sum += slowest;
+  }
+  res.time_us = sum / opt.iters * 1e6;
+  double w = 0;
+  for (double x : wire) w += x;
+  res.wire_bytes = w / n;
+  return res;
+}
+
+}  // namespace qcperf

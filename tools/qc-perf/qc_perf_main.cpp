@@ -1,0 +1,482 @@
+// qc-perf: benchmark and correctness sweep of qc collectives, in the spirit of
+// nccl-tests. Command line, the sweep plan and the main loop.
+#include "perf.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cctype>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace qcperf {
+namespace {
+
+// ---- command line --------------------------------------------------------------
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+"usage: qc-perf [options]\n"
+"Sweeps message sizes of qc collectives on the local transport (ranks are\n"
+"threads), prints an nccl-tests-like table and checks every result.\n"
+"\n"
+"  -n, --nranks N          ranks (threads) of the local group (default 4)\n"
+"  -b, --minbytes SIZE     smallest size per rank (default 8); K/M/G = 1024^1..3\n"
+"  -e, --maxbytes SIZE     largest size per rank (default 16M)\n"
+"  -f, --stepfactor F      multiply the size by F each step, F >= 2 (default 2)\n"
+"  -o, --op OP             allreduce | alltoall | all (default allreduce)\n"
+"  -a, --algo LIST         allreduce algorithms, comma separated: auto, ring,\n"
+"                          rd (recursive_doubling), sra, tree, native, all\n"
+"                          (default all = ring,rd,sra,tree,auto); alltoall has none\n"
+"  -c, --codec CODEC       none, fp16, bf16, minmax, qsgd, global_linear,\n"
+"                          global_exp, onebit, topk (default none)\n"
+"      --bits N            code width 1..8 (default: the library's, 4)\n"
+"      --bucket N          elements per bucket (default: the library's, 128)\n"
+"      --topk-ratio R      fraction kept by topk, (0, 1]\n"
+"      --rounding MODE     nearest | stochastic (default nearest)\n"
+"      --seed N            stochastic rounding seed (default 0)\n"
+"      --ef                error feedback on (allreduce)\n"
+"  -d, --dtype TYPE        float | half | bfloat16 (default float)\n"
+"  -r, --redop OP          sum | avg (default sum)\n"
+"  -w, --warmup_iters N    untimed iterations per row (default 2)\n"
+"  -i, --iters N           timed iterations per row (default 5)\n"
+"  -t, --timeout SECONDS   how long a call may wait for peers (default 60)\n"
+"  -J, --json FILE         also write the rows as JSON to FILE\n"
+"  -h, --help              this text\n"
+"\n"
+"Exit status: 0 all rows passed, 1 some row failed, 2 bad usage or a codec /\n"
+"algorithm this qc library does not support.\n");
+}
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "qc-perf: %s\n(try 'qc-perf --help')\n", msg.c_str());
+  std::exit(2);
+}
+
+bool parse_u64(const std::string& s, uint64_t* out) {
+  if (s.empty() || !(s[0] >= '0' && s[0] <= '9')) return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+int parse_int(const std::string& flag, const std::string& s, int lo, int hi) {
+  uint64_t v;
+  if (!parse_u64(s, &v) || v < uint64_t(lo) || v > uint64_t(hi))
+    usage_error("bad value '" + s + "' for " + flag + " (an integer in " + std::to_string(lo) +
+                ".." + std::to_string(hi) + ")");
+  return static_cast<int>(v);
+}
+
+double parse_double(const std::string& flag, const std::string& s) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || errno || *end || !std::isfinite(v))
+    usage_error("bad value '" + s + "' for " + flag + " (a number)");
+  return v;
+}
+
+// "8", "64K", "128M", "1G" (also "64KB", "64KiB"); powers of 1024.
+uint64_t parse_size(const std::string& flag, const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  uint64_t v;
+  if (i == 0 || !parse_u64(s.substr(0, i), &v)) usage_error("bad size '" + s + "' for " + flag);
+  std::string suf = s.substr(i);
+  for (char& c : suf) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (suf.empty() || suf == "B") shift = 0;
+  else if (suf == "K" || suf == "KB" || suf == "KIB") shift = 10;
+  else if (suf == "M" || suf == "MB" || suf == "MIB") shift = 20;
+  else if (suf == "G" || suf == "GB" || suf == "GIB") shift = 30;
+  else usage_error("bad size '" + s + "' for " + flag + " (suffixes: K, M, G)");
+  if (shift && v > (UINT64_MAX >> shift)) usage_error("size '" + s + "' is too large");
+  return v << shift;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos - start));
+    if (pos == std::string::npos) return out;
+    start = pos + 1;
+  }
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+std::vector<qc_algorithm_t> parse_algos(const std::string& s) {
+  std::vector<qc_algorithm_t> out;
+  auto add = [&](qc_algorithm_t a) {
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  };
+  for (const std::string& raw : split(s, ',')) {
+    const std::string t = lower(raw);
+    if (t == "all") {
+      for (qc_algorithm_t a : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA,
+                               QC_ALGO_TREE, QC_ALGO_AUTO})
+        add(a);
+    } else if (t == "auto") add(QC_ALGO_AUTO);
+    else if (t == "ring") add(QC_ALGO_RING);
+    else if (t == "rd" || t == "recursive_doubling") add(QC_ALGO_RECURSIVE_DOUBLING);
+    else if (t == "sra") add(QC_ALGO_SRA);
+    else if (t == "tree") add(QC_ALGO_TREE);
+    else if (t == "native") add(QC_ALGO_NATIVE);
+    else usage_error("unknown algorithm '" + raw + "' for -a (auto, ring, rd, sra, tree, native, all)");
+  }
+  return out;
+}
+
+qc_codec_t parse_codec(const std::string& s) {
+  const std::string t = lower(s);
+  if (t == "none") return QC_CODEC_NONE;
+  if (t == "fp16") return QC_CODEC_FP16;
+  if (t == "bf16") return QC_CODEC_BF16;
+  if (t == "minmax") return QC_CODEC_MINMAX;
+  if (t == "qsgd") return QC_CODEC_QSGD;
+  if (t == "global_linear") return QC_CODEC_GLOBAL_LINEAR;
+  if (t == "global_exp") return QC_CODEC_GLOBAL_EXP;
+  if (t == "onebit") return QC_CODEC_ONEBIT;
+  if (t == "topk") return QC_CODEC_TOPK;
+  usage_error("unknown codec '" + s +
+              "' for -c (none, fp16, bf16, minmax, qsgd, global_linear, global_exp, onebit, topk)");
+}
+
+qc_dtype_t parse_dtype(const std::string& s) {
+  const std::string t = lower(s);
+  if (t == "float" || t == "float32" || t == "fp32") return QC_DTYPE_FLOAT32;
+  if (t == "half" || t == "float16" || t == "fp16") return QC_DTYPE_FLOAT16;
+  if (t == "bfloat16" || t == "bf16") return QC_DTYPE_BFLOAT16;
+  usage_error("unknown dtype '" + s + "' for -d (float, half, bfloat16)");
+}
+
+Options parse_args(int argc, char** argv) {
+  Options opt;
+  opt.policy = QC_POLICY_INIT;
+  if (qc_policy_init(&opt.policy) != QC_SUCCESS) {
+    std::fprintf(stderr, "qc-perf: error: qc_policy_init failed: %s\n", qc_last_error());
+    std::exit(2);
+  }
+  for (int i = 0; i < argc; ++i) opt.command_line += std::string(i ? " " : "") + argv[i];
+
+  struct Flag {
+    char short_name;
+    const char* long_name;
+    bool takes_value;
+  };
+  static const Flag flags[] = {
+      {'n', "nranks", true},     {'b', "minbytes", true}, {'e', "maxbytes", true},
+      {'f', "stepfactor", true}, {'o', "op", true},       {'a', "algo", true},
+      {'c', "codec", true},      {0, "bits", true},       {0, "bucket", true},
+      {0, "topk-ratio", true},   {0, "rounding", true},   {0, "seed", true},
+      {0, "ef", false},          {'d', "dtype", true},    {'r', "redop", true},
+      {'w', "warmup_iters", true}, {'i', "iters", true},  {'t', "timeout", true},
+      {'J', "json", true},       {'h', "help", false},
+  };
+  bool algos_given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    const Flag* flag = nullptr;
+    std::string value;
+    bool has_value = false;
+    if (arg.size() > 2 && arg[0] == '-' && arg[1] == '-') {
+      std::string name = arg.substr(2);
+      const size_t eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      std::string norm = name;
+      std::replace(norm.begin(), norm.end(), '_', '-');
+      for (const Flag& f : flags) {
+        std::string ln = f.long_name;
+        std::replace(ln.begin(), ln.end(), '_', '-');
+        if (ln == norm) flag = &f;
+      }
+    } else if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') {
+      for (const Flag& f : flags)
+        if (f.short_name == arg[1]) flag = &f;
+      if (flag && arg.size() > 2) {  // -b8 form
+        value = arg.substr(2);
+        has_value = true;
+      }
+    }
+    if (!flag) usage_error("unknown option '" + arg + "'");
+    const std::string name = flag->short_name ? std::string("-") + flag->short_name
+                                              : std::string("--") + flag->long_name;
+    if (flag->takes_value && !has_value) {
+      if (i + 1 >= argc) usage_error("option " + name + " needs a value");
+      value = argv[++i];
+    } else if (!flag->takes_value && has_value) {
+      usage_error("option " + name + " takes no value");
+    }
+    const std::string ln = flag->long_name;
+    if (ln == "help") {
+      usage(stdout);
+      std::exit(0);
+    } else if (ln == "nranks") opt.nranks = parse_int(name, value, 1, 1024);
+    else if (ln == "minbytes") opt.min_bytes = parse_size(name, value);
+    else if (ln == "maxbytes") opt.max_bytes = parse_size(name, value);
+    else if (ln == "stepfactor") {
+      uint64_t f;
+      if (!parse_u64(value, &f) || f < 2) usage_error("bad value '" + value + "' for -f (an integer >= 2)");
+      opt.factor = f;
+    } else if (ln == "op") {
+      const std::string t = lower(value);
+      if (t == "allreduce" || t == "all_reduce") opt.ops = {Op::Allreduce};
+      else if (t == "alltoall" || t == "all_to_all") opt.ops = {Op::Alltoall};
+      else if (t == "all") opt.ops = {Op::Allreduce, Op::Alltoall};
+      else usage_error("unknown op '" + value + "' for -o (allreduce, alltoall, all)");
+    } else if (ln == "algo") {
+      opt.algos = parse_algos(value);
+      algos_given = true;
+    } else if (ln == "codec") opt.policy.codec = parse_codec(value);
+    else if (ln == "bits") opt.policy.bits = parse_int(name, value, 1, 8);
+    else if (ln == "bucket") opt.policy.bucket_size = parse_int(name, value, 1, 1 << 30);
+    else if (ln == "topk-ratio") {
+      const double r = parse_double(name, value);
+      if (!(r > 0 && r <= 1)) usage_error("bad value '" + value + "' for --topk-ratio (0 < R <= 1)");
+      opt.policy.topk_ratio = static_cast<float>(r);
+    } else if (ln == "rounding") {
+      const std::string t = lower(value);
+      if (t == "nearest" || t == "nearest_even") opt.policy.rounding = QC_ROUND_NEAREST_EVEN;
+      else if (t == "stochastic") opt.policy.rounding = QC_ROUND_STOCHASTIC;
+      else usage_error("unknown rounding '" + value + "' (nearest, stochastic)");
+    } else if (ln == "seed") {
+      uint64_t s;
+      if (!parse_u64(value, &s)) usage_error("bad value '" + value + "' for --seed");
+      opt.policy.seed = s;
+    } else if (ln == "ef") opt.policy.error_feedback = 1;
+    else if (ln == "dtype") opt.dtype = parse_dtype(value);
+    else if (ln == "redop") {
+      const std::string t = lower(value);
+      if (t == "sum") opt.redop = QC_OP_SUM;
+      else if (t == "avg") opt.redop = QC_OP_AVG;
+      else usage_error("unknown reduction '" + value + "' for -r (sum, avg)");
+    } else if (ln == "warmup_iters") opt.warmup = parse_int(name, value, 0, 1000000);
+    else if (ln == "iters") opt.iters = parse_int(name, value, 1, 1000000);
+    else if (ln == "timeout") {
+      opt.timeout = parse_double(name, value);
+      if (!(opt.timeout > 0)) usage_error("bad value '" + value + "' for -t (seconds > 0)");
+    } else if (ln == "json") {
+      if (value.empty()) usage_error("--json needs a file name");
+      opt.json_path = value;
+    }
+  }
+  if (opt.min_bytes == 0) usage_error("-b must be at least 1 byte");
+  if (opt.max_bytes < opt.min_bytes) usage_error("-e must not be smaller than -b");
+  if (!algos_given || opt.algos.empty()) opt.algos = parse_algos("all");
+  return opt;
+}
+
+// ---- the sweep plan ------------------------------------------------------------
+
+struct SizeStep {
+  uint64_t bytes;  // logical bytes per rank
+  size_t count;    // elements (allreduce) or elements per peer (alltoall)
+};
+
+// Sizes min, min*f, ... <= max, rounded down to a whole number of elements
+// (alltoall: of elements per peer); sizes that round to 0 or repeat are skipped.
+std::vector<SizeStep> plan_sizes(const Options& opt, Op op) {
+  const uint64_t unit = dtype_size(opt.dtype) * (op == Op::Alltoall ? uint64_t(opt.nranks) : 1);
+  std::vector<SizeStep> out;
+  uint64_t last = 0;
+  for (uint64_t s = opt.min_bytes; s <= opt.max_bytes;) {
+    const uint64_t count = s / unit;
+    if (count > 0 && count * unit != last) {
+      out.push_back({count * unit, static_cast<size_t>(count)});
+      last = count * unit;
+    }
+    if (s > opt.max_bytes / opt.factor) break;
+    s *= opt.factor;
+  }
+  return out;
+}
+
+// ---- progress on stderr ----------------------------------------------------------
+
+// A watchdog thread: when one step (a row, or preparing a size) has run for
+// more than 2 s it prints what is running, then every 30 s, and says when it
+// finished.
+class Progress {
+ public:
+  Progress() : thread_([this] { loop(); }) {}
+  ~Progress() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void begin(const std::string& what) {
+    std::lock_guard<std::mutex> lock(m_);
+    what_ = what;
+    start_ = std::chrono::steady_clock::now();
+    active_ = true;
+    printed_ = 0;
+  }
+  void end() {
+    std::lock_guard<std::mutex> lock(m_);
+    if (printed_)
+      std::fprintf(stderr, "# qc-perf: %s: done in %.1f s\n", what_.c_str(), elapsed());
+    active_ = false;
+  }
+
+ private:
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  void loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(200));
+      if (!active_) continue;
+      const double t = elapsed();
+      if ((printed_ == 0 && t > 2.0) || (printed_ > 0 && t > 2.0 + 30.0 * printed_)) {
+        std::fprintf(stderr, "# qc-perf: %s: running (%.0f s so far)\n", what_.c_str(), t);
+        std::fflush(stderr);
+        ++printed_;
+      }
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false, active_ = false;
+  int printed_ = 0;
+  std::string what_;
+  std::chrono::steady_clock::time_point start_;
+  std::thread thread_;  // last: starts after the other members exist
+};
+
+// ---- main loop -----------------------------------------------------------------
+
+int run_sweep(const Options& opt) {
+  print_preamble(opt);
+
+  Group group(opt.nranks, opt.timeout);
+  std::string err;
+  if (group.create(&err) != QC_SUCCESS) {
+    std::fprintf(stderr, "qc-perf: error: cannot create a local group of %d ranks: %s\n",
+                 opt.nranks, err.c_str());
+    return 2;
+  }
+  WorkerPool pool(opt.nranks);
+  Progress progress;
+
+  size_t total_rows = 0;
+  for (Op op : opt.ops)
+    total_rows += plan_sizes(opt, op).size() * (op == Op::Allreduce ? opt.algos.size() : 1);
+
+  std::vector<Row> rows;
+  size_t row_no = 0;
+  for (Op op : opt.ops) {
+    const ErrorModel model = error_model(op, opt.nranks, opt.dtype, opt.redop, opt.policy);
+    print_section_header(opt, op, model);
+    const std::vector<qc_algorithm_t> algos =
+        op == Op::Allreduce ? opt.algos : std::vector<qc_algorithm_t>{QC_ALGO_AUTO};
+    for (const SizeStep& step : plan_sizes(opt, op)) {
+      const size_t elems_per_rank = op == Op::Allreduce ? step.count : step.count * opt.nranks;
+      Buffers buf;  // one size at a time: freed at the end of this iteration
+      progress.begin(std::string(op_name(op)) + " " + human_bytes(step.bytes) + ": preparing inputs");
+      const bool allocated = buf.allocate(opt.nranks, elems_per_rank * dtype_size(opt.dtype));
+      if (allocated) fill_inputs(pool, opt, op, buf, elems_per_rank);
+      progress.end();
+
+      for (qc_algorithm_t algo : algos) {
+        ++row_no;
+        Row row;
+        row.op = op;
+        row.size = step.bytes;
+        row.count = step.count;
+        row.type = dtype_name(opt.dtype);
+        row.algo = op == Op::Allreduce ? algo_short_name(algo) : "-";
+        qc_policy_t policy = opt.policy;
+        policy.algorithm = op == Op::Allreduce ? algo : QC_ALGO_AUTO;
+        row.codec = codec_label(policy);
+        row.bound = model.bound;
+        if (!allocated) {
+          row.ran = false;
+          row.failure = "out of memory (" + std::to_string(opt.nranks) + " x 2 x " +
+                        human_bytes(step.bytes) + ")";
+          print_row(row);
+          rows.push_back(row);
+          continue;
+        }
+        if (!group.intact() && group.create(&err) != QC_SUCCESS) {
+          std::fprintf(stderr, "qc-perf: error: cannot recreate the local group: %s\n", err.c_str());
+          return 2;
+        }
+        char what[160];
+        std::snprintf(what, sizeof what, "[%zu/%zu] %s %s %s", row_no, total_rows, op_name(op),
+                      row.algo.c_str(), human_bytes(step.bytes).c_str());
+        progress.begin(what);
+        const RunResult rr = run_collective(pool, group, opt, policy, op, buf, step.count);
+        if (rr.ok) {
+          const CheckResult cr = check_result(pool, opt, model, op, buf, step.count);
+          const double t = rr.time_us * 1e-6;
+          row.time_us = rr.time_us;
+          row.algbw = t > 0 ? double(step.bytes) / t / 1e9 : 0;
+          row.busbw = row.algbw * busbw_factor(op, opt.nranks);
+          row.wire = rr.wire_bytes;
+          // One rank sends nothing: the ratio is infinite ("inf"; null in JSON).
+          row.ratio = rr.wire_bytes > 0 ? double(step.bytes) / rr.wire_bytes
+                                        : std::numeric_limits<double>::infinity();
+          row.error = cr.max_err;
+          row.wrong = cr.wrong;
+          row.replica_diff = cr.replica_diff;
+        }
+        progress.end();
+        if (!rr.ok) {
+          const std::string msg = std::string(qc_status_string(rr.status)) + ": " + rr.message;
+          if (rr.policy_failed || rr.status == QC_ERROR_UNSUPPORTED) {
+            std::fflush(stdout);
+            std::fprintf(stderr, "qc-perf: error: %s (codec %s, algo %s, dtype %s, %d ranks): %s\n",
+                         rr.policy_failed ? "qc_set_layer_policy failed" : op_name(op),
+                         row.codec.c_str(), row.algo.c_str(), row.type.c_str(), opt.nranks,
+                         msg.c_str());
+            return 2;
+          }
+          row.ran = false;
+          row.failure = msg + " (rank " + std::to_string(rr.failed_rank) + ")";
+        }
+        print_row(row);
+        rows.push_back(row);
+      }
+    }
+  }
+
+  print_footer(rows);
+  bool json_ok = true;
+  if (!opt.json_path.empty()) json_ok = write_json(opt.json_path, opt, rows);
+  size_t passed = 0;
+  for (const Row& r : rows) passed += r.passed() ? 1 : 0;
+  const size_t failed = rows.size() - passed;
+  std::printf("%zu passed, %zu failed\n", passed, failed);
+  std::fflush(stdout);
+  if (!json_ok) return 2;
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace qcperf
+
+int main(int argc, char** argv) {
+  const qcperf::Options opt = qcperf::parse_args(argc, argv);
+  return qcperf::run_sweep(opt);
+}
