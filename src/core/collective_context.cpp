@@ -14,10 +14,11 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-CollectiveContext::CollectiveContext(Transport& transport, const Codec& codec, uint64_t sequence,
-                                     uint64_t signature, Deadline deadline)
+CollectiveContext::CollectiveContext(Transport& transport, const Codec& codec, Scratch& scratch,
+                                     uint64_t sequence, uint64_t signature, Deadline deadline)
     : transport_(transport),
       codec_(codec),
+      scratch_(scratch),
       sequence_(sequence),
       signature_(signature),
       deadline_(deadline),

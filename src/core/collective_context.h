@@ -35,6 +35,15 @@ class Message {
   size_t payload_size_ = 0;
 };
 
+// Buffers a communicator keeps from call to call, so a steady stream of
+// collectives of one size stops allocating (and page-faulting) after the
+// first. Capacity only grows; destroy the communicator to give it back.
+struct Scratch {
+  std::vector<Message> messages;
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<float> values;
+};
+
 struct CallCounters {
   uint64_t wire_bytes = 0;
   double codec_seconds = 0;
@@ -43,14 +52,28 @@ struct CallCounters {
 
 class CollectiveContext {
  public:
-  CollectiveContext(Transport& transport, const Codec& codec, uint64_t sequence,
-                    uint64_t signature, Deadline deadline);
+  CollectiveContext(Transport& transport, const Codec& codec, Scratch& scratch,
+                    uint64_t sequence, uint64_t signature, Deadline deadline);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   const CallCounters& counters() const { return counters_; }
 
   size_t max_encoded_size(size_t count) const { return codec_.max_encoded_size(count); }
+
+  // `count` reusable message buffers. Call once per algorithm run: a later
+  // call may move the buffers the earlier pointer points to.
+  Message* messages(size_t count) {
+    if (scratch_.messages.size() < count) scratch_.messages.resize(count);
+    return scratch_.messages.data();
+  }
+  // Storage for the encoded final blocks (see BlockBlobs).
+  std::vector<std::vector<uint8_t>>& blob_storage() { return scratch_.blobs; }
+  // `count` reusable floats, zeroed.
+  float* zeroed_values(size_t count) {
+    scratch_.values.assign(count, 0.0f);
+    return scratch_.values.data();
+  }
 
   // Encode `count` values into msg's payload (resized as needed).
   Status encode(const float* src, size_t count, uint64_t element_offset, Message* msg);
@@ -79,6 +102,7 @@ class CollectiveContext {
 
   Transport& transport_;
   const Codec& codec_;
+  Scratch& scratch_;
   uint64_t sequence_;
   uint64_t signature_;
   Deadline deadline_;

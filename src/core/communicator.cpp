@@ -60,7 +60,7 @@ Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
   const Deadline deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(comm->timeout_seconds));
-  CollectiveContext ctx(*comm->transport, codec, sequence, signature, deadline);
+  CollectiveContext ctx(*comm->transport, codec, comm->scratch, sequence, signature, deadline);
   Status status = run(ctx);
   if (!status) comm->transport->abort(status);
   std::lock_guard<std::mutex> lock(comm->stats_mutex);
@@ -99,7 +99,8 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
                        "' is not implemented in this build of qc");
   }
 
-  std::vector<float> work(count);
+  std::vector<float>& work = comm->work;
+  work.resize(count);
   cpu::to_float32(sendbuf, dtype, work.data(), count);
   if (feedback) {
     // With a lossless codec the compensated input z = t + e goes out
@@ -126,7 +127,7 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
 
   if (op == QC_OP_AVG) {
     const float scale = 1.0f / static_cast<float>(n);
-    for (float& v : work) v *= scale;
+    for (size_t i = 0; i < count; ++i) work[i] *= scale;
   }
   cpu::from_float32(work.data(), dtype, recvbuf, count);
   return Status::ok();
@@ -140,7 +141,10 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
   QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
   const int n = comm->transport->size();
   const size_t total = count_per_rank * static_cast<size_t>(n);
-  std::vector<float> send(total), recv(total);
+  std::vector<float>& send = comm->work;
+  std::vector<float>& recv = comm->work_out;
+  send.resize(total);
+  recv.resize(total);
   cpu::to_float32(sendbuf, dtype, send.data(), total);
   // The algorithm field does not apply to alltoall, so it is left out of
   // the signature: ranks may differ there without harm.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "core/collective_context.h"
 #include "core/policy_table.h"
 #include "core/transports/transport.h"
 
@@ -18,6 +19,11 @@ struct qc_comm_s {
   qc::PolicyTable policies;
   double timeout_seconds = 300.0;
   uint64_t next_sequence = 1;
+
+  // Reused by every call (the communicator serves one thread at a time).
+  qc::Scratch scratch;
+  std::vector<float> work;     // the float32 working copy of the input
+  std::vector<float> work_out; // alltoall's output before conversion
 
   mutable std::mutex stats_mutex;  // get_stats may run on another thread
   qc_stats_t stats{};

@@ -14,7 +14,9 @@ Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank) {
   const int n = ctx.size();
   const int r = ctx.rank();
-  std::vector<Message> out(n), in(n);
+  Message* msgs = ctx.messages(2 * n);
+  Message* out = msgs;
+  Message* in = msgs + n;
   std::vector<Request> reqs;
   std::vector<Message*> recv_msgs;
   reqs.reserve(2 * n);

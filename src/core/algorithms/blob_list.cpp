@@ -42,9 +42,9 @@ Status BlockBlobs::unpack(const Message& msg) {
     if (left < kBlobEntryHeader) return corrupt_data("truncated block list entry");
     const uint64_t index = load_le64(p);
     const uint64_t size = load_le64(p + 8);
-    if (index >= blobs_.size()) {
+    if (index >= present_.size()) {
       return corrupt_data("block list names block " + std::to_string(index) + " of " +
-                          std::to_string(blobs_.size()));
+                          std::to_string(present_.size()));
     }
     if (size > left - kBlobEntryHeader) return corrupt_data("block list entry overruns its message");
     set(index, p + kBlobEntryHeader, size);
@@ -55,9 +55,9 @@ Status BlockBlobs::unpack(const Message& msg) {
 }
 
 Status BlockBlobs::decode_all(CollectiveContext& ctx, float* data, size_t count) const {
-  for (size_t b = 0; b < blobs_.size(); ++b) {
+  for (size_t b = 0; b < size(); ++b) {
     if (!present_[b]) return internal_error("block " + std::to_string(b) + " never arrived");
-    const Range r = block_range(count, blobs_.size(), b);
+    const Range r = block_range(count, size(), b);
     QC_RETURN_IF_ERROR(ctx.decode(blobs_[b].data(), blobs_[b].size(), data + r.begin, r.count));
   }
   return Status::ok();

@@ -15,9 +15,13 @@ namespace qc {
 
 class BlockBlobs {
  public:
-  explicit BlockBlobs(size_t nblocks) : blobs_(nblocks), present_(nblocks, false) {}
+  // `storage` outlives calls so blob buffers keep their capacity.
+  BlockBlobs(std::vector<std::vector<uint8_t>>& storage, size_t nblocks)
+      : blobs_(storage), present_(nblocks, false) {
+    if (blobs_.size() < nblocks) blobs_.resize(nblocks);
+  }
 
-  size_t size() const { return blobs_.size(); }
+  size_t size() const { return present_.size(); }
   bool has(size_t block) const { return present_[block]; }
   void set(size_t block, const uint8_t* data, size_t size);
 
@@ -32,7 +36,7 @@ class BlockBlobs {
   Status decode_all(CollectiveContext& ctx, float* data, size_t count) const;
 
  private:
-  std::vector<std::vector<uint8_t>> blobs_;
+  std::vector<std::vector<uint8_t>>& blobs_;
   std::vector<bool> present_;
 };
 

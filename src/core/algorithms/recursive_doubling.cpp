@@ -40,8 +40,13 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
   while (G * P * 2 <= n) P *= 2;
   const int M = G * P;
   const size_t nblocks = static_cast<size_t>(M);
-  BlockBlobs blobs(nblocks);
-  Message out, in;
+  BlockBlobs blobs(ctx.blob_storage(), nblocks);
+  // out, in, then G outgoing and G incoming for the intra-group steps.
+  Message* msgs = ctx.messages(2 + 2 * static_cast<size_t>(G));
+  Message& out = msgs[0];
+  Message& in = msgs[1];
+  Message* outs = msgs + 2;
+  Message* ins = msgs + 2 + G;
 
   // 0. Extra ranks hand their data to a core rank and wait for the result.
   if (r >= M) {
@@ -68,7 +73,6 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
   const Range part = blocks_range(count, nblocks, static_cast<size_t>(l) * P,
                                   static_cast<size_t>(l + 1) * P);
   if (G > 1) {
-    std::vector<Message> outs(G), ins(G);
     std::vector<Request> reqs;
     std::vector<Message*> recv_msgs;
     reqs.reserve(2 * G);
@@ -137,7 +141,6 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
 
   // 3b. Within the group: partition l to every other member.
   if (G > 1) {
-    std::vector<Message> ins(G);
     std::vector<Request> reqs;
     std::vector<Message*> recv_msgs;
     blobs.pack(lo, hi, &out);

@@ -18,7 +18,9 @@ Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count) {
   const int r = ctx.rank();
   const int right = (r + 1) % n;
   const int left = (r + n - 1) % n;
-  Message out, in;
+  Message* msgs = ctx.messages(2);
+  Message& out = msgs[0];
+  Message& in = msgs[1];
 
   // Step s: send block r-s (own data at s=0, then the partial sum received
   // last step), receive block r-s-1 and add it to the local values.
@@ -33,7 +35,7 @@ Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count) {
   }
 
   // Rank r now holds the full sum of block r+1.
-  BlockBlobs blobs(n);
+  BlockBlobs blobs(ctx.blob_storage(), n);
   const size_t owned = mod(r + 1, n);
   const Range own = block_range(count, n, owned);
   QC_RETURN_IF_ERROR(ctx.encode(data + own.begin, own.count, own.begin, &out));

@@ -20,7 +20,10 @@ Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count) {
   const Range mine = block_range(count, n, r);
 
   // Scatter: one encoded block to every peer, one from every peer.
-  std::vector<Message> out(n), in(n);
+  Message* msgs = ctx.messages(2 * n + 1);
+  Message* out = msgs;
+  Message* in = msgs + n;
+  Message& result = msgs[2 * n];
   std::vector<Request> reqs;
   std::vector<Message*> recv_msgs;
   reqs.reserve(2 * n);
@@ -41,20 +44,19 @@ Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count) {
   QC_RETURN_IF_ERROR(ctx.wait(reqs.data(), reqs.size(), recv_msgs.data(), recv_msgs.size()));
 
   // Reduce in rank order so the sum does not depend on arrival order.
-  std::vector<float> sum(mine.count, 0.0f);
+  float* sum = ctx.zeroed_values(mine.count);
   for (int from = 0; from < n; ++from) {
     if (from == r) {
       for (size_t i = 0; i < mine.count; ++i) sum[i] += data[mine.begin + i];
     } else {
       QC_RETURN_IF_ERROR(ctx.decode_accumulate(in[from].payload(), in[from].payload_size(),
-                                               sum.data(), mine.count));
+                                               sum, mine.count));
     }
   }
 
   // Allgather: the owner's encoded sum, forwarded unchanged.
-  BlockBlobs blobs(n);
-  Message result;
-  QC_RETURN_IF_ERROR(ctx.encode(sum.data(), mine.count, mine.begin, &result));
+  BlockBlobs blobs(ctx.blob_storage(), n);
+  QC_RETURN_IF_ERROR(ctx.encode(sum, mine.count, mine.begin, &result));
   blobs.set(r, result.payload(), result.payload_size());
   blobs.pack(r, r + 1, &result);
   reqs.clear();

@@ -12,7 +12,9 @@ enum TreeStep : uint32_t { kReduce = 0x300, kBroadcast = 0x400 };
 Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count) {
   const int n = ctx.size();
   const int r = ctx.rank();
-  Message out, in;
+  Message* msgs = ctx.messages(3);
+  Message& out = msgs[0];
+  Message& in = msgs[1];
 
   // Reduce: at distance `mask`, ranks with that bit set send to rank - mask.
   int mask = 1;
@@ -31,7 +33,7 @@ Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count) {
 
   // Broadcast: a non-root rank receives from the rank it sent to, then
   // forwards to its own children at the smaller distances.
-  Message result;
+  Message& result = msgs[2];
   if (r == 0) {
     QC_RETURN_IF_ERROR(ctx.encode(data, count, 0, &result));
   } else {
