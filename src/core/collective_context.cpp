@@ -1,6 +1,7 @@
 #include "core/collective_context.h"
 
 #include "core/byte_order.h"
+#include <cstring>
 #include <string>
 
 namespace qc {
@@ -59,10 +60,14 @@ Status CollectiveContext::decode_accumulate(const uint8_t* data, size_t size, fl
 Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, Request* req) {
   const auto start = Clock::now();
   uint8_t* env = msg->bytes_.data();
-  for (int i = 0; i < 4; ++i) env[i] = kEnvelopeMagic[i];
-  store_le32(env + 4, step);
-  store_le64(env + 8, sequence_);
-  store_le64(env + 16, signature_);
+  uint8_t envelope[kEnvelopeBytes];
+  for (int i = 0; i < 4; ++i) envelope[i] = kEnvelopeMagic[i];
+  store_le32(envelope + 4, step);
+  store_le64(envelope + 8, sequence_);
+  store_le64(envelope + 16, signature_);
+  // One message may go to several peers (allgathers); once posted it is
+  // being read, so a repost must not write to it, not even the same bytes.
+  if (std::memcmp(env, envelope, kEnvelopeBytes) != 0) std::memcpy(env, envelope, kEnvelopeBytes);
   const size_t bytes = kEnvelopeBytes + msg->payload_size();
   Status s = transport_.post_send(peer, tag(step), env, bytes, req);
   counters_.wire_bytes += bytes;

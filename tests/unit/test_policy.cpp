@@ -1,0 +1,224 @@
+// Per-layer policies: pattern resolution as documented in qc.h and layers
+// with different algorithms used alternately on one group.
+#include "test_util.h"
+
+using namespace qct;
+
+namespace {
+
+qc_policy_t seeded(uint64_t seed, qc_algorithm_t algo = QC_ALGO_AUTO) {
+  qc_policy_t p = make_policy(algo);
+  p.seed = seed;
+  return p;
+}
+
+uint64_t resolved_seed(qc_comm_t c, const char* layer) {
+  qc_policy_t p = QC_POLICY_INIT;
+  p.seed = 0xDEADBEEF;
+  const qc_status_t s = qc_get_layer_policy(c, layer, &p);
+  EXPECT_EQ(s, QC_SUCCESS) << "layer " << (layer ? layer : "(null)") << ": " << qc_last_error();
+  return p.seed;
+}
+
+TEST(LayerPolicy, DefaultIsPolicyInit) {
+  Group g(1);
+  ASSERT_TRUE(g.ok());
+  const qc_policy_t init = QC_POLICY_INIT;
+  for (const char* layer : {static_cast<const char*>(nullptr), "*", "anything", ""}) {
+    qc_policy_t p;
+    std::memset(&p, 0xFF, sizeof p);
+    p.struct_size = sizeof p;
+    ASSERT_EQ(qc_get_layer_policy(g[0], layer, &p), QC_SUCCESS) << qc_last_error();
+    EXPECT_EQ(p.codec, init.codec);
+    EXPECT_EQ(p.bits, init.bits);
+    EXPECT_EQ(p.bucket_size, init.bucket_size);
+    EXPECT_EQ(p.rounding, init.rounding);
+    EXPECT_EQ(p.algorithm, init.algorithm);
+    EXPECT_EQ(p.error_feedback, init.error_feedback);
+    EXPECT_EQ(p.group_size, init.group_size);
+    EXPECT_EQ(p.topk_ratio, init.topk_ratio);
+    EXPECT_EQ(p.scale_update_period, init.scale_update_period);
+    EXPECT_EQ(p.seed, init.seed);
+  }
+}
+
+TEST(LayerPolicy, ResolutionOrder) {
+  Group g(1);
+  ASSERT_TRUE(g.ok());
+  qc_comm_t c = g[0];
+  auto set = [&](const char* pat, uint64_t seed) {
+    const qc_policy_t p = seeded(seed);
+    ASSERT_EQ(qc_set_layer_policy(c, pat, &p), QC_SUCCESS) << pat << ": " << qc_last_error();
+  };
+  set("*", 1);
+  set("emb_*", 2);       // 4 literal chars
+  set("emb_user", 3);    // exact
+  set("emb_u*", 4);      // 5 literal chars
+  set("?mb_*", 5);       // 3 literal chars
+  set("*_bias", 6);      // 5 literal chars
+  set("layer?.w", 7);    // 7 literal chars
+
+  EXPECT_EQ(resolved_seed(c, nullptr), 1u);
+  EXPECT_EQ(resolved_seed(c, "mlp.0.weight"), 1u);
+  EXPECT_EQ(resolved_seed(c, "emb_user"), 3u);      // exact beats every glob
+  EXPECT_EQ(resolved_seed(c, "emb_users"), 4u);     // emb_u* more literal than emb_*
+  EXPECT_EQ(resolved_seed(c, "emb_item"), 2u);      // emb_* beats ?mb_* and *
+  EXPECT_EQ(resolved_seed(c, "xmb_item"), 5u);      // only ?mb_* and *
+  EXPECT_EQ(resolved_seed(c, "emb_"), 2u);          // '*' matches the empty run
+  EXPECT_EQ(resolved_seed(c, "mb_x"), 1u);          // '?' needs one character
+  EXPECT_EQ(resolved_seed(c, "fc_bias"), 6u);
+  EXPECT_EQ(resolved_seed(c, "layer3.w"), 7u);
+  EXPECT_EQ(resolved_seed(c, "layer33.w"), 1u);     // '?' is exactly one character
+  EXPECT_EQ(resolved_seed(c, "layer3.wx"), 1u);     // globs match the whole name
+  // emb_u* (5 literal) vs *_bias (5 literal) for "emb_u_bias": equally specific,
+  // the one set last wins.
+  EXPECT_EQ(resolved_seed(c, "emb_u_bias"), 6u);
+
+  // Setting a pattern again replaces its policy.
+  set("emb_*", 22);
+  EXPECT_EQ(resolved_seed(c, "emb_item"), 22u);
+  set("*", 11);
+  EXPECT_EQ(resolved_seed(c, "other"), 11u);
+  EXPECT_EQ(resolved_seed(c, nullptr), 11u);
+}
+
+TEST(LayerPolicy, TiesGoToTheLastSet) {
+  // Two equally specific globs that both match "emb_user": 7 literal chars each.
+  for (int order = 0; order < 2; ++order) {
+    Group g(1);
+    ASSERT_TRUE(g.ok());
+    const qc_policy_t a = seeded(100), b = seeded(200);
+    const char* pa = "emb_?ser";
+    const char* pb = "emb_use*";
+    if (order == 0) {
+      ASSERT_EQ(qc_set_layer_policy(g[0], pa, &a), QC_SUCCESS);
+      ASSERT_EQ(qc_set_layer_policy(g[0], pb, &b), QC_SUCCESS);
+      EXPECT_EQ(resolved_seed(g[0], "emb_user"), 200u);
+    } else {
+      ASSERT_EQ(qc_set_layer_policy(g[0], pb, &b), QC_SUCCESS);
+      ASSERT_EQ(qc_set_layer_policy(g[0], pa, &a), QC_SUCCESS);
+      EXPECT_EQ(resolved_seed(g[0], "emb_user"), 100u);
+    }
+  }
+}
+
+TEST(LayerPolicy, InvalidPoliciesAreRejected) {
+  Group g(1);
+  ASSERT_TRUE(g.ok());
+  struct Bad {
+    const char* what;
+    void (*mutate)(qc_policy_t&);
+  };
+  const Bad bad[] = {
+      {"bits 0", [](qc_policy_t& p) { p.bits = 0; }},
+      {"bits 9", [](qc_policy_t& p) { p.bits = 9; }},
+      {"bucket 0", [](qc_policy_t& p) { p.bucket_size = 0; }},
+      {"group_size 0", [](qc_policy_t& p) { p.group_size = 0; }},
+      {"error_feedback 2", [](qc_policy_t& p) { p.error_feedback = 2; }},
+      {"topk_ratio 0", [](qc_policy_t& p) { p.topk_ratio = 0.0f; }},
+      {"topk_ratio 1.5", [](qc_policy_t& p) { p.topk_ratio = 1.5f; }},
+      {"topk_ratio NaN", [](qc_policy_t& p) { p.topk_ratio = NAN; }},
+      {"scale_update_period 0", [](qc_policy_t& p) { p.scale_update_period = 0; }},
+      {"codec 99", [](qc_policy_t& p) { p.codec = static_cast<qc_codec_t>(99); }},
+      {"algorithm 99", [](qc_policy_t& p) { p.algorithm = static_cast<qc_algorithm_t>(99); }},
+      {"rounding 7", [](qc_policy_t& p) { p.rounding = static_cast<qc_rounding_t>(7); }},
+  };
+  for (const auto& b : bad) {
+    qc_policy_t p = seeded(9);
+    b.mutate(p);
+    EXPECT_EQ(qc_set_layer_policy(g[0], "x*", &p), QC_ERROR_INVALID_ARGUMENT) << b.what;
+    EXPECT_STRNE(qc_last_error(), "") << b.what;
+  }
+  // Nothing was stored.
+  EXPECT_EQ(resolved_seed(g[0], "xyz"), 0u);
+  qc_policy_t p = QC_POLICY_INIT;
+  EXPECT_EQ(qc_set_layer_policy(g[0], nullptr, &p), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_set_layer_policy(g[0], "*", nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_set_layer_policy(nullptr, "*", &p), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_get_layer_policy(g[0], "*", nullptr), QC_ERROR_INVALID_ARGUMENT);
+}
+
+// "emb_*" -> ring, "*" -> tree, used alternately on one group: every result is
+// bit-identical to an emulated run with that layer's algorithm.
+TEST(LayerPolicy, TwoLayersAlternateOnOneGroup) {
+  const int n = 5;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g.set_policy("*", make_policy(QC_ALGO_TREE)), QC_SUCCESS);
+  ASSERT_EQ(g.set_policy("emb_*", make_policy(QC_ALGO_RING)), QC_SUCCESS);
+  {
+    qc_policy_t p = QC_POLICY_INIT;
+    ASSERT_EQ(qc_get_layer_policy(g[3], "emb_table", &p), QC_SUCCESS);
+    EXPECT_EQ(p.algorithm, QC_ALGO_RING);
+    ASSERT_EQ(qc_get_layer_policy(g[3], "mlp.1", &p), QC_SUCCESS);
+    EXPECT_EQ(p.algorithm, QC_ALGO_TREE);
+  }
+  const int kCalls = 8;
+  std::vector<std::vector<std::vector<float>>> in(kCalls);
+  std::vector<std::vector<Bytes>> bytes(kCalls);
+  std::vector<size_t> counts(kCalls);
+  for (int k = 0; k < kCalls; ++k) {
+    counts[k] = 1000 + 37 * k;
+    in[k] = random_inputs(n, counts[k], 900 + k);
+    bytes[k] = encode_all(in[k], QC_DTYPE_FLOAT32);
+  }
+  std::vector<std::vector<Bytes>> out(kCalls, std::vector<Bytes>(n));
+  std::vector<std::vector<qc_status_t>> status(kCalls, std::vector<qc_status_t>(n, QC_SUCCESS));
+  run_ranks(n, [&](int r) {
+    for (int k = 0; k < kCalls; ++k) {
+      const char* layer = k % 2 == 0 ? "emb_user" : "mlp.0.weight";
+      out[k][r].assign(counts[k] * 4, 0);
+      status[k][r] = qc_allreduce(g[r], bytes[k][r].data(), out[k][r].data(), counts[k],
+                                  QC_DTYPE_FLOAT32, QC_OP_SUM, layer, nullptr, nullptr);
+      if (status[k][r] != QC_SUCCESS) return;
+    }
+  });
+  for (int k = 0; k < kCalls; ++k) {
+    SCOPED_TRACE("call " + std::to_string(k));
+    for (int r = 0; r < n; ++r) ASSERT_EQ(status[k][r], QC_SUCCESS) << "rank " << r;
+    EXPECT_TRUE(replicas_identical(out[k]));
+    EXPECT_TRUE(within_sum_bound(in[k], decode(out[k][0], QC_DTYPE_FLOAT32), QC_OP_SUM,
+                                 unit_roundoff(QC_DTYPE_FLOAT32)));
+    const qc_algorithm_t algo = k % 2 == 0 ? QC_ALGO_RING : QC_ALGO_TREE;
+    const auto emu =
+        allreduce_emulate(n, bytes[k], counts[k], QC_DTYPE_FLOAT32, QC_OP_SUM, make_policy(algo));
+    ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
+    EXPECT_TRUE(bytes_equal(emu.out[0], out[k][0], "layer result vs emulated algorithm"))
+        << "expected " << algo_name(algo);
+  }
+}
+
+// A policy changed between calls applies from the next collective on.
+TEST(LayerPolicy, ChangeAppliesToNextCollective) {
+  const int n = 8;
+  const size_t count = 4097;
+  const auto in = random_inputs(n, count, 4711);
+  const auto bytes = encode_all(in, QC_DTYPE_FLOAT32);
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  std::vector<Bytes> first(n, Bytes(count * 4)), second(n, Bytes(count * 4));
+  std::vector<qc_status_t> s1(n), s2(n);
+  run_ranks(n, [&](int r) {
+    const qc_policy_t ring = make_policy(QC_ALGO_RING), sra = make_policy(QC_ALGO_SRA);
+    qc_set_layer_policy(g[r], "w", &ring);
+    s1[r] = qc_allreduce(g[r], bytes[r].data(), first[r].data(), count, QC_DTYPE_FLOAT32,
+                         QC_OP_SUM, "w", nullptr, nullptr);
+    qc_set_layer_policy(g[r], "w", &sra);
+    s2[r] = qc_allreduce(g[r], bytes[r].data(), second[r].data(), count, QC_DTYPE_FLOAT32,
+                         QC_OP_SUM, "w", nullptr, nullptr);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(s1[r], QC_SUCCESS);
+    ASSERT_EQ(s2[r], QC_SUCCESS);
+  }
+  const auto ring = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                      make_policy(QC_ALGO_RING));
+  const auto sra = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                     make_policy(QC_ALGO_SRA));
+  ASSERT_EQ(ring.status, QC_SUCCESS);
+  ASSERT_EQ(sra.status, QC_SUCCESS);
+  EXPECT_TRUE(bytes_equal(ring.out[0], first[0], "first call vs ring"));
+  EXPECT_TRUE(bytes_equal(sra.out[0], second[0], "second call vs SRA"));
+}
+
+}  // namespace
