@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Install what building and testing qc needs on Debian 12 (bookworm).
+# Idempotent: packages already installed are left alone, and `apt-get update`
+# runs only when something is missing. Works as root, or through sudo.
+#
+# usage: bash scripts/install-deps.sh [--with-mpi] [--check]
+#   --with-mpi   also the MPI transport's dependencies (OpenMPI)
+#   --check      only report what is missing (exit 1 if anything is)
+#
+# What each package is for:
+#   cmake ninja-build gcc g++   configure and build (C99, C++17); libc6-dev for C headers
+#   pkgconf                     pkg-config, for the consumer test
+#   binutils                    nm, readelf (consumer/abi_exports test)
+#   libgtest-dev libgmock-dev   tests/unit (GoogleTest; CMake config GTest::gtest/gmock)
+#   libcmocka-dev               tests/abi (cmocka)
+#   file                        build/test diagnostics
+set -euo pipefail
+
+packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libgmock-dev libcmocka-dev file)
+check_only=0
+
+for arg in "$@"; do
+  case $arg in
+    --with-mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+    --check) check_only=1 ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d'
+      exit 0
+      ;;
+    *)
+      echo "install-deps.sh: unknown argument '$arg'" >&2
+      exit 2
+      ;;
+  esac
+done
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps.sh: this script needs a Debian-like system (dpkg, apt-get)." >&2
+  echo "install-deps.sh: install by hand: ${packages[*]}" >&2
+  exit 1
+fi
+
+is_installed() {
+  [[ $(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true) == installed ]]
+}
+
+missing=()
+for p in "${packages[@]}"; do
+  is_installed "$p" || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps.sh: all dependencies present (${packages[*]})"
+  exit 0
+fi
+
+echo "install-deps.sh: missing: ${missing[*]}"
+if [[ $check_only -eq 1 ]]; then
+  exit 1
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "install-deps.sh: not root and no sudo; as root run: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+# sudo drops the environment by default; pass the variable explicitly.
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+echo "install-deps.sh: installed ${missing[*]}"
