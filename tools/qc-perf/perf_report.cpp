@@ -116,7 +116,7 @@ void print_preamble(const Options& opt) {
               static_cast<unsigned long long>(opt.factor), algos.c_str(), opt.warmup, opt.iters,
               opt.timeout);
   std::printf("# time: mean over iters of the slowest rank; algbw = size/time (1e9 B/s); "
-              "wire = bytes sent per rank per call; ratio = size/wire\n");
+              "wire = bytes sent per rank per call; ratio = size * busbw factor / wire\n");
   std::fflush(stdout);
 }
 
