@@ -385,8 +385,9 @@ QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const vo
  * before it reads the payload.
  */
 
-/** Upper bound on the bytes qc_encode writes for `count` elements (exact for
- *  every codec but topk). */
+/** Upper bound on the bytes qc_encode writes for `count` elements. Exact for
+ *  every codec but topk; for codec none, whose payload is the input dtype, the
+ *  bound is that of float32 input (16-bit input needs 2 bytes per element). */
 QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count,
                                    size_t* max_bytes);
 
