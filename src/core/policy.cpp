@@ -29,6 +29,9 @@ Status validate_policy(const qc_policy_t& p, const char* arg) {
     return bad_field(arg, "codec", std::to_string(codec), "expected a qc_codec_t value (0..8)");
   if (p.bits < 1 || p.bits > 8)
     return bad_field(arg, "bits", std::to_string(p.bits), "expected 1..8");
+  if (p.codec == QC_CODEC_QSGD && p.bits < 2)
+    return bad_field(arg, "bits", std::to_string(p.bits),
+                     "codec qsgd needs 2..8 (a sign bit plus magnitude levels)");
   if (p.bucket_size < 1)
     return bad_field(arg, "bucket_size", std::to_string(p.bucket_size), "expected >= 1");
   const int rounding = static_cast<int>(p.rounding);

@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "core/codecs/codec_cast.h"
 #include "core/codecs/codec_none.h"
+#include "core/codecs/codec_quantized.h"
 #include "core/policy.h"
 
 namespace qc {
@@ -24,15 +26,37 @@ Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<C
     case QC_CODEC_NONE:
       *codec = std::make_unique<CodecNone>(dtype);
       return Status::ok();
+    case QC_CODEC_FP16:
+    case QC_CODEC_BF16:
+      *codec = std::make_unique<CastCodec>(policy.codec);
+      return Status::ok();
+    case QC_CODEC_MINMAX:
+    case QC_CODEC_QSGD:
+    case QC_CODEC_ONEBIT:
+      *codec = std::make_unique<QuantizedCodec>(policy.codec, policy.bits, policy.bucket_size,
+                                                policy.rounding == QC_ROUND_STOCHASTIC);
+      return Status::ok();
     default:
       return unsupported(std::string("codec '") + codec_name(policy.codec) +
-                         "' is not implemented in this build of qc (only 'none' is)");
+                         "' is not implemented in this build of qc");
   }
 }
 
 Status make_codec_for_header(const WireHeader& header, std::unique_ptr<Codec>* codec) {
+  // The header is untrusted: its fields go through the same validation as a
+  // user's policy, and a failure is a corrupt message, not a bad argument.
   qc_policy_t policy = default_policy();
   policy.codec = static_cast<qc_codec_t>(header.codec);
+  if (header.codec != QC_CODEC_NONE && header.codec != QC_CODEC_FP16 &&
+      header.codec != QC_CODEC_BF16) {
+    policy.bits = header.bits;
+    policy.bucket_size = header.bucket_size > 0x7fffffffu ? 0 : static_cast<int>(header.bucket_size);
+    policy.rounding = (header.flags & kWireFlagStochastic) ? QC_ROUND_STOCHASTIC
+                                                           : QC_ROUND_NEAREST_EVEN;
+    if (header.codec == QC_CODEC_ONEBIT && header.bits == 1) policy.bits = 1;
+  }
+  Status valid = validate_policy(policy, "message");
+  if (!valid) return corrupt_data("encoded message header is invalid: " + valid.message());
   return make_codec(policy, static_cast<qc_dtype_t>(header.dtype), codec);
 }
 

@@ -1,0 +1,65 @@
+#include "core/codecs/codec_cast.h"
+
+#include <string>
+
+#include "core/policy.h"
+
+namespace qc {
+
+CastCodec::CastCodec(qc_codec_t codec) : codec_(codec) {
+  const cpu::KernelTable& k = cpu::kernels();
+  encode_fn_ = codec == QC_CODEC_FP16 ? k.fp16_encode : k.bf16_encode;
+  decode_fn_ = codec == QC_CODEC_FP16 ? k.fp16_decode : k.bf16_decode;
+}
+
+Status CastCodec::encode(const float* src, size_t count, const RandomKey&, uint8_t* dst,
+                         size_t capacity, size_t* written) const {
+  const size_t need = max_encoded_size(count);
+  if (capacity < need) {
+    return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
+                            " bytes) is too small; the message needs " + std::to_string(need));
+  }
+  WireHeader h;
+  h.codec = static_cast<uint8_t>(codec_);
+  h.bits = 16;
+  h.dtype = static_cast<uint8_t>(codec_ == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16);
+  h.count = count;
+  h.payload_bytes = 2 * count;
+  write_wire_header(h, dst);
+  encode_fn_(src, count, dst + kWireHeaderBytes);
+  *written = need;
+  return Status::ok();
+}
+
+Status CastCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                              bool accumulate) const {
+  WireHeader h;
+  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
+  if (h.codec != codec_) {
+    return mismatch(std::string("message was encoded with codec ") +
+                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected " +
+                    codec_name(codec_));
+  }
+  if (h.count != count) {
+    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
+                    std::to_string(count));
+  }
+  if (h.bits != 16 || h.payload_bytes != 2 * count) {
+    return corrupt_data(std::string("codec ") + codec_name(codec_) + " message: " +
+                        std::to_string(h.payload_bytes) + " payload bytes for " +
+                        std::to_string(count) + " 16-bit values");
+  }
+  decode_fn_(src + kWireHeaderBytes, count, dst, accumulate);
+  return Status::ok();
+}
+
+Status CastCodec::decode(const uint8_t* src, size_t size, float* dst, size_t count) const {
+  return decode_impl(src, size, dst, count, false);
+}
+
+Status CastCodec::decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                                    size_t count) const {
+  return decode_impl(src, size, dst, count, true);
+}
+
+}  // namespace qc

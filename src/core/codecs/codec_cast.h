@@ -1,0 +1,31 @@
+// fp16 and bf16: every value cast to a 16-bit float (what PyTorch's
+// fp16/bf16 compress hooks do). Payload: count little-endian uint16 values.
+#pragma once
+
+#include "core/codecs/codec.h"
+#include "cpu/codec_kernels.h"
+
+namespace qc {
+
+class CastCodec final : public Codec {
+ public:
+  explicit CastCodec(qc_codec_t codec);
+
+  qc_codec_t id() const override { return codec_; }
+  bool is_lossless() const override { return false; }
+  size_t max_encoded_size(size_t count) const override { return kWireHeaderBytes + 2 * count; }
+  Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
+                size_t capacity, size_t* written) const override;
+  Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
+  Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                           size_t count) const override;
+
+ private:
+  Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                     bool accumulate) const;
+  qc_codec_t codec_;
+  cpu::CastEncodeFn encode_fn_;
+  cpu::CastDecodeFn decode_fn_;
+};
+
+}  // namespace qc

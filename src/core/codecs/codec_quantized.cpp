@@ -1,0 +1,118 @@
+#include "core/codecs/codec_quantized.h"
+
+#include <string>
+
+#include "core/policy.h"
+
+namespace qc {
+
+QuantizedCodec::QuantizedCodec(qc_codec_t codec, int bits, int bucket_size, bool stochastic)
+    : codec_(codec),
+      bits_(codec == QC_CODEC_ONEBIT ? 1 : bits),
+      bucket_(static_cast<size_t>(bucket_size)),
+      stochastic_(stochastic && codec != QC_CODEC_ONEBIT),
+      meta_floats_(codec == QC_CODEC_MINMAX ? 2 : 1) {
+  const cpu::KernelTable& k = cpu::kernels();
+  switch (codec) {
+    case QC_CODEC_MINMAX:
+      encode_fn_ = k.minmax_encode;
+      decode_fn_ = k.minmax_decode;
+      break;
+    case QC_CODEC_QSGD:
+      encode_fn_ = k.qsgd_encode;
+      decode_fn_ = k.qsgd_decode;
+      break;
+    default:
+      encode_fn_ = k.onebit_encode;
+      decode_fn_ = k.onebit_decode;
+      break;
+  }
+}
+
+size_t QuantizedCodec::meta_bytes(size_t count) const {
+  return cpu::bucket_count(count, bucket_) * meta_floats_ * 4;
+}
+
+size_t QuantizedCodec::max_encoded_size(size_t count) const {
+  return kWireHeaderBytes + meta_bytes(count) + cpu::codes_bytes(count, bits_);
+}
+
+Status QuantizedCodec::encode_impl(const float* src, float* e, size_t count, const RandomKey& key,
+                                   uint8_t* dst, size_t capacity, size_t* written) const {
+  const size_t need = max_encoded_size(count);
+  if (capacity < need) {
+    return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
+                            " bytes) is too small; the message needs " + std::to_string(need));
+  }
+  WireHeader h;
+  h.codec = static_cast<uint8_t>(codec_);
+  h.bits = static_cast<uint8_t>(bits_);
+  h.bucket_size = static_cast<uint32_t>(bucket_);
+  h.flags = stochastic_ ? kWireFlagStochastic : 0;
+  h.count = count;
+  h.payload_bytes = need - kWireHeaderBytes;
+  write_wire_header(h, dst);
+  cpu::QuantArgs args;
+  args.bits = bits_;
+  args.bucket = bucket_;
+  args.stochastic = stochastic_;
+  args.rng = cpu::make_random_stream(key.seed, key.rank, key.call);
+  args.index_base = key.element_offset;
+  uint8_t* meta = dst + kWireHeaderBytes;
+  encode_fn_(src, e, count, args, meta, meta + meta_bytes(count));
+  *written = need;
+  return Status::ok();
+}
+
+Status QuantizedCodec::encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
+                              size_t capacity, size_t* written) const {
+  return encode_impl(src, nullptr, count, key, dst, capacity, written);
+}
+
+Status QuantizedCodec::encode_error_compensated(const float* t, float* e, size_t count,
+                                                const RandomKey& key, uint8_t* dst,
+                                                size_t capacity, size_t* written) const {
+  return encode_impl(t, e, count, key, dst, capacity, written);
+}
+
+Status QuantizedCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                                   bool accumulate) const {
+  WireHeader h;
+  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
+  if (h.codec != codec_) {
+    return mismatch(std::string("message was encoded with codec ") +
+                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected " +
+                    codec_name(codec_));
+  }
+  if (h.count != count) {
+    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
+                    std::to_string(count));
+  }
+  if (h.bits != bits_ || h.bucket_size != bucket_) {
+    return mismatch("message has bits " + std::to_string(h.bits) + ", bucket " +
+                    std::to_string(h.bucket_size) + "; expected bits " + std::to_string(bits_) +
+                    ", bucket " + std::to_string(bucket_));
+  }
+  // Sizes are re-derived from this codec's own parameters, so a lying
+  // header cannot make the kernel read past the message.
+  if (h.payload_bytes != max_encoded_size(count) - kWireHeaderBytes) {
+    return corrupt_data(std::string("codec ") + codec_name(codec_) + " message: " +
+                        std::to_string(h.payload_bytes) + " payload bytes where " +
+                        std::to_string(count) + " elements need " +
+                        std::to_string(max_encoded_size(count) - kWireHeaderBytes));
+  }
+  const uint8_t* meta = src + kWireHeaderBytes;
+  decode_fn_(meta, meta + meta_bytes(count), count, bits_, bucket_, dst, accumulate);
+  return Status::ok();
+}
+
+Status QuantizedCodec::decode(const uint8_t* src, size_t size, float* dst, size_t count) const {
+  return decode_impl(src, size, dst, count, false);
+}
+
+Status QuantizedCodec::decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                                         size_t count) const {
+  return decode_impl(src, size, dst, count, true);
+}
+
+}  // namespace qc

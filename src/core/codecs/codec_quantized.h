@@ -1,0 +1,48 @@
+// The bucketed quantizing codecs: minmax, qsgd and onebit. They share a
+// payload layout (codec_kernels.h has the arithmetic):
+//
+//   header (32 bytes) | metadata: per bucket, meta_floats float32 values |
+//   codes: ceil(count * bits / 8) bytes, a little-endian bitstream
+//
+// minmax: meta (min, scale), bits 1..8. qsgd: meta (norm), bits 2..8.
+// onebit: meta (scale), bits fixed at 1.
+#pragma once
+
+#include "core/codecs/codec.h"
+#include "cpu/codec_kernels.h"
+
+namespace qc {
+
+class QuantizedCodec final : public Codec {
+ public:
+  // `policy` must have been validated for this codec (make_codec does).
+  QuantizedCodec(qc_codec_t codec, int bits, int bucket_size, bool stochastic);
+
+  qc_codec_t id() const override { return codec_; }
+  bool is_lossless() const override { return false; }
+  size_t max_encoded_size(size_t count) const override;
+  Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
+                size_t capacity, size_t* written) const override;
+  Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
+  Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                           size_t count) const override;
+  Status encode_error_compensated(const float* t, float* e, size_t count, const RandomKey& key,
+                                  uint8_t* dst, size_t capacity, size_t* written) const override;
+
+ private:
+  Status encode_impl(const float* src, float* e, size_t count, const RandomKey& key, uint8_t* dst,
+                     size_t capacity, size_t* written) const;
+  Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                     bool accumulate) const;
+  size_t meta_bytes(size_t count) const;
+
+  qc_codec_t codec_;
+  int bits_;
+  size_t bucket_;
+  bool stochastic_;
+  size_t meta_floats_;
+  cpu::QuantEncodeFn encode_fn_;
+  cpu::QuantDecodeFn decode_fn_;
+};
+
+}  // namespace qc

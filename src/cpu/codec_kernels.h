@@ -1,0 +1,103 @@
+// The CPU codec kernels: one table of function pointers per ISA.
+//
+// The scalar kernels (kernels_scalar.cpp and friends) are the definition of
+// every codec's arithmetic; the AVX2 and AVX-512 tables must produce
+// bit-identical bytes and floats, so the arithmetic is spelled out below and
+// every path follows it exactly (no FMA contraction, fixed summation order).
+//
+// Common rules
+//  - Buckets are consecutive runs of `bucket` elements; the last may be short.
+//  - Codes form one little-endian bitstream: element i occupies bits
+//    [i*q, (i+1)*q) (4-bit: element 2k in the low nibble of byte k). The
+//    codes area is ceil(count*q/8) bytes; unused high bits of the last byte
+//    are zero.
+//  - Metadata is little-endian float32, written through unaligned stores.
+//  - A bucket holding a NaN or an infinity gets NaN metadata and zero codes,
+//    so all of its elements decode to NaN (loss scalers see the overflow);
+//    other buckets are unaffected.
+//  - Stochastic rounding of element i uses random_uniform(rng, index_base + i)
+//    (random.h): floor(t + u). Nearest rounding is rint (ties to even).
+//  - "Canonical sum" of v[0..n): 16 float partial sums acc[i % 16] += v[i]
+//    (starting at +0), then acc[j] += acc[j + w] for w = 8, 4, 2, 1, j < w;
+//    the result is acc[0]. AVX-512 keeps one 16-lane accumulator, AVX2 two
+//    8-lane ones, and both reduce in that order.
+//
+// minmax (q = bits, 1..8; meta per bucket: min, scale)
+//    L = 2^q - 1; lo = min, hi = max; scale = (hi - lo) / L;
+//    inv = scale > 0 ? 1 / scale : 0; t = (x - lo) * inv;
+//    j = clamp(round(t), 0, L); decode: lo + j * scale (multiply, then add).
+// qsgd (q = 2..8; meta per bucket: norm)
+//    M = 2^(q-1) - 1; norm = sqrt(canonical sum of x*x); inv = norm > 0 ? M / norm : 0;
+//    level = clamp(round(|x| * inv), 0, M); code = (x < 0) << (q-1) | level;
+//    decode: +-(level * (norm / M)).
+// onebit (meta per bucket: scale = canonical sum of |x| / n, the L1 mean, so
+//    the decoded bucket keeps the input's mean magnitude)
+//    code = x < 0; decode: code ? -scale : scale.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/random.h"
+
+namespace qc {
+namespace cpu {
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+struct QuantArgs {
+  int bits = 4;
+  size_t bucket = 128;
+  bool stochastic = false;
+  RandomStream rng;
+  uint64_t index_base = 0;  // global index of element 0, for the random bits
+};
+
+// Encode x[0..count) into meta and codes. With e != nullptr the encode is
+// error-compensated in the same pass (paper 000 Alg. 1, DQE): z = x + e is
+// encoded and e becomes z - decode(z).
+using QuantEncodeFn = void (*)(const float* x, float* e, size_t count, const QuantArgs& args,
+                               uint8_t* meta, uint8_t* codes);
+// Decode count values; accumulate: dst += decoded instead of dst = decoded.
+using QuantDecodeFn = void (*)(const uint8_t* meta, const uint8_t* codes, size_t count,
+                               int bits, size_t bucket, float* dst, bool accumulate);
+// Casts between float32 and a 16-bit wire type (unaligned `half` bytes).
+using CastEncodeFn = void (*)(const float* x, size_t count, uint8_t* out);
+using CastDecodeFn = void (*)(const uint8_t* in, size_t count, float* dst, bool accumulate);
+
+struct KernelTable {
+  Isa isa;
+  const char* name;  // "scalar", "avx2", "avx512"
+  QuantEncodeFn minmax_encode;
+  QuantDecodeFn minmax_decode;
+  QuantEncodeFn qsgd_encode;
+  QuantDecodeFn qsgd_decode;
+  QuantEncodeFn onebit_encode;
+  QuantDecodeFn onebit_decode;
+  CastEncodeFn fp16_encode;
+  CastDecodeFn fp16_decode;
+  CastEncodeFn bf16_encode;
+  CastDecodeFn bf16_decode;
+};
+
+// The table in use: the best ISA this CPU supports, or the one QC_CPU_ISA
+// (scalar|avx2|avx512) names; chosen once, on first use.
+const KernelTable& kernels();
+// A specific table, or nullptr when this CPU (or build) lacks that ISA.
+const KernelTable* kernels_for(Isa isa);
+const char* isa_name(Isa isa);
+
+// Per-ISA tables; a missing ISA's getter returns nullptr.
+const KernelTable* scalar_kernels();
+const KernelTable* avx2_kernels();
+const KernelTable* avx512_kernels();
+
+inline size_t codes_bytes(size_t count, int bits) {
+  return (count * static_cast<size_t>(bits) + 7) / 8;
+}
+inline size_t bucket_count(size_t count, size_t bucket) {
+  return count == 0 ? 0 : (count + bucket - 1) / bucket;
+}
+
+}  // namespace cpu
+}  // namespace qc

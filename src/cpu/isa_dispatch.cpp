@@ -1,0 +1,73 @@
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#include "cpu/codec_kernels.h"
+
+namespace qc {
+namespace cpu {
+namespace {
+
+bool cpu_has(Isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                            __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+  }
+  return false;
+#else
+  return isa == Isa::kScalar;
+#endif
+}
+
+const KernelTable* choose() {
+  // QC_CPU_ISA forces a path (tests run every path this way); an unknown or
+  // unavailable value falls back to the best available, never to a crash.
+  const char* forced = std::getenv("QC_CPU_ISA");
+  if (forced != nullptr) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (std::strcmp(forced, isa_name(isa)) == 0) {
+        if (const KernelTable* t = kernels_for(isa)) return t;
+      }
+    }
+  }
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (const KernelTable* t = kernels_for(isa)) return t;
+  }
+  return scalar_kernels();
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+const KernelTable* kernels_for(Isa isa) {
+  if (!cpu_has(isa)) return nullptr;
+  switch (isa) {
+    case Isa::kScalar: return scalar_kernels();
+    case Isa::kAvx2: return avx2_kernels();
+    case Isa::kAvx512: return avx512_kernels();
+  }
+  return nullptr;
+}
+
+const KernelTable& kernels() {
+  // A function-local static: initialised once, thread-safe, never changed.
+  static const KernelTable* const table = choose();
+  return *table;
+}
+
+}  // namespace cpu
+}  // namespace qc

@@ -1,0 +1,257 @@
+// The scalar reference kernels: the definition of every codec's arithmetic
+// (codec_kernels.h spells it out). SIMD kernels must match these bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "cpu/codec_kernels.h"
+#include "cpu/dtype_convert.h"
+
+namespace qc {
+namespace cpu {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+void store_f32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+float load_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Little-endian bitstream of q-bit codes (q = 1..8).
+class BitWriter {
+ public:
+  explicit BitWriter(uint8_t* out) : out_(out) {}
+  void put(uint32_t code, int q) {
+    acc_ |= static_cast<uint64_t>(code) << used_;
+    used_ += q;
+    while (used_ >= 8) {
+      *out_++ = static_cast<uint8_t>(acc_);
+      acc_ >>= 8;
+      used_ -= 8;
+    }
+  }
+  void flush() {
+    if (used_ > 0) *out_++ = static_cast<uint8_t>(acc_);
+    acc_ = 0;
+    used_ = 0;
+  }
+
+ private:
+  uint8_t* out_;
+  uint64_t acc_ = 0;
+  int used_ = 0;
+};
+
+uint32_t get_code(const uint8_t* codes, size_t i, int q) {
+  const size_t bit = i * static_cast<size_t>(q);
+  const size_t byte = bit / 8;
+  const int shift = static_cast<int>(bit % 8);
+  uint32_t v = codes[byte];
+  if (shift + q > 8) v |= static_cast<uint32_t>(codes[byte + 1]) << 8;
+  return (v >> shift) & ((1u << q) - 1u);
+}
+
+bool all_finite(const float* z, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(z[i])) return false;
+  return true;
+}
+
+float canonical_sum(const float* v, size_t n) {
+  float acc[16] = {};
+  for (size_t i = 0; i < n; ++i) acc[i % 16] = acc[i % 16] + v[i];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] = acc[j] + acc[j + w];
+  return acc[0];
+}
+
+float round_code(float t, const QuantArgs& a, uint64_t index) {
+  return a.stochastic ? std::floor(t + random_uniform(a.rng, index)) : std::nearbyint(t);
+}
+
+// z = x (+ e): the values actually encoded, in a bucket-sized buffer.
+void compensated(const float* x, const float* e, size_t n, float* z) {
+  for (size_t i = 0; i < n; ++i) z[i] = e != nullptr ? x[i] + e[i] : x[i];
+}
+
+// ---- minmax -----------------------------------------------------------------
+
+void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                   uint8_t* codes) {
+  const float L = static_cast<float>((1u << a.bits) - 1u);
+  BitWriter out(codes);
+  std::unique_ptr<float[]> zb(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += a.bucket, ++b) {
+    const size_t n = std::min(a.bucket, count - b0);
+    compensated(x + b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
+    if (!all_finite(zb.get(), n)) {
+      store_f32(meta + 8 * b, kNaN);
+      store_f32(meta + 8 * b + 4, kNaN);
+      for (size_t i = 0; i < n; ++i) {
+        out.put(0, a.bits);
+        if (e != nullptr) e[b0 + i] = 0.0f;  // nothing sensible to carry forward
+      }
+      continue;
+    }
+    float lo = zb[0], hi = zb[0];
+    for (size_t i = 1; i < n; ++i) {
+      lo = std::min(lo, zb[i]);
+      hi = std::max(hi, zb[i]);
+    }
+    const float scale = (hi - lo) / L;
+    store_f32(meta + 8 * b, lo);
+    store_f32(meta + 8 * b + 4, scale);
+    const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+      const float t = (zb[i] - lo) * inv;
+      const float j = std::min(std::max(round_code(t, a, a.index_base + b0 + i), 0.0f), L);
+      out.put(static_cast<uint32_t>(j), a.bits);
+      if (e != nullptr) e[b0 + i] = zb[i] - (lo + j * scale);
+    }
+  }
+  out.flush();
+}
+
+void minmax_decode(const uint8_t* meta, const uint8_t* codes, size_t count, int bits,
+                   size_t bucket, float* dst, bool accumulate) {
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
+    const size_t n = std::min(bucket, count - b0);
+    const float lo = load_f32(meta + 8 * b);
+    const float scale = load_f32(meta + 8 * b + 4);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = lo + static_cast<float>(get_code(codes, b0 + i, bits)) * scale;
+      dst[b0 + i] = accumulate ? dst[b0 + i] + v : v;
+    }
+  }
+}
+
+// ---- qsgd ---------------------------------------------------------------------
+
+void qsgd_encode(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                 uint8_t* codes) {
+  const uint32_t sign_bit = 1u << (a.bits - 1);
+  const float M = static_cast<float>(sign_bit - 1u);
+  BitWriter out(codes);
+  std::unique_ptr<float[]> zb(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
+  std::unique_ptr<float[]> sq(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += a.bucket, ++b) {
+    const size_t n = std::min(a.bucket, count - b0);
+    compensated(x + b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
+    if (!all_finite(zb.get(), n)) {
+      store_f32(meta + 4 * b, kNaN);
+      for (size_t i = 0; i < n; ++i) {
+        out.put(0, a.bits);
+        if (e != nullptr) e[b0 + i] = 0.0f;
+      }
+      continue;
+    }
+    for (size_t i = 0; i < n; ++i) sq[i] = zb[i] * zb[i];
+    const float norm = std::sqrt(canonical_sum(sq.get(), n));
+    store_f32(meta + 4 * b, norm);
+    const float inv = norm > 0 ? M / norm : 0.0f;
+    const float step = norm / M;
+    for (size_t i = 0; i < n; ++i) {
+      const float t = std::fabs(zb[i]) * inv;
+      const float level = std::min(std::max(round_code(t, a, a.index_base + b0 + i), 0.0f), M);
+      const bool negative = zb[i] < 0;
+      out.put((negative ? sign_bit : 0u) | static_cast<uint32_t>(level), a.bits);
+      if (e != nullptr) {
+        const float v = level * step;
+        e[b0 + i] = zb[i] - (negative ? -v : v);
+      }
+    }
+  }
+  out.flush();
+}
+
+void qsgd_decode(const uint8_t* meta, const uint8_t* codes, size_t count, int bits, size_t bucket,
+                 float* dst, bool accumulate) {
+  const uint32_t sign_bit = 1u << (bits - 1);
+  const float M = static_cast<float>(sign_bit - 1u);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
+    const size_t n = std::min(bucket, count - b0);
+    const float step = load_f32(meta + 4 * b) / M;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t code = get_code(codes, b0 + i, bits);
+      const float v = static_cast<float>(code & (sign_bit - 1u)) * step;
+      const float s = (code & sign_bit) ? -v : v;
+      dst[b0 + i] = accumulate ? dst[b0 + i] + s : s;
+    }
+  }
+}
+
+// ---- onebit -------------------------------------------------------------------
+
+void onebit_encode(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                   uint8_t* codes) {
+  BitWriter out(codes);
+  std::unique_ptr<float[]> zb(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
+  std::unique_ptr<float[]> mag(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += a.bucket, ++b) {
+    const size_t n = std::min(a.bucket, count - b0);
+    compensated(x + b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
+    if (!all_finite(zb.get(), n)) {
+      store_f32(meta + 4 * b, kNaN);
+      for (size_t i = 0; i < n; ++i) {
+        out.put(0, 1);
+        if (e != nullptr) e[b0 + i] = 0.0f;
+      }
+      continue;
+    }
+    for (size_t i = 0; i < n; ++i) mag[i] = std::fabs(zb[i]);
+    const float scale = canonical_sum(mag.get(), n) / static_cast<float>(n);
+    store_f32(meta + 4 * b, scale);
+    for (size_t i = 0; i < n; ++i) {
+      const bool negative = zb[i] < 0;
+      out.put(negative ? 1u : 0u, 1);
+      if (e != nullptr) e[b0 + i] = zb[i] - (negative ? -scale : scale);
+    }
+  }
+  out.flush();
+}
+
+void onebit_decode(const uint8_t* meta, const uint8_t* codes, size_t count, int, size_t bucket,
+                   float* dst, bool accumulate) {
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
+    const size_t n = std::min(bucket, count - b0);
+    const float scale = load_f32(meta + 4 * b);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = get_code(codes, b0 + i, 1) ? -scale : scale;
+      dst[b0 + i] = accumulate ? dst[b0 + i] + v : v;
+    }
+  }
+}
+
+// ---- casts --------------------------------------------------------------------
+
+void fp16_encode(const float* x, size_t count, uint8_t* out) {
+  from_float32(x, QC_DTYPE_FLOAT16, out, count);
+}
+void fp16_decode(const uint8_t* in, size_t count, float* dst, bool accumulate) {
+  if (accumulate) accumulate_to_float32(in, QC_DTYPE_FLOAT16, dst, count);
+  else to_float32(in, QC_DTYPE_FLOAT16, dst, count);
+}
+void bf16_encode(const float* x, size_t count, uint8_t* out) {
+  from_float32(x, QC_DTYPE_BFLOAT16, out, count);
+}
+void bf16_decode(const uint8_t* in, size_t count, float* dst, bool accumulate) {
+  if (accumulate) accumulate_to_float32(in, QC_DTYPE_BFLOAT16, dst, count);
+  else to_float32(in, QC_DTYPE_BFLOAT16, dst, count);
+}
+
+const KernelTable kScalarTable = {
+    Isa::kScalar, "scalar",      minmax_encode, minmax_decode, qsgd_encode, qsgd_decode,
+    onebit_encode, onebit_decode, fp16_encode,   fp16_decode,   bf16_encode, bf16_decode,
+};
+
+}  // namespace
+
+const KernelTable* scalar_kernels() { return &kScalarTable; }
+
+}  // namespace cpu
+}  // namespace qc
