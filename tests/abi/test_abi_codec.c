@@ -191,17 +191,71 @@ static void test_encode_capacity_too_small(void** state) {
   free(dst);
 }
 
-/* MINMAX is not built yet. Update when the codec lands. */
-static void test_encode_unbuilt_codec(void** state) {
+/* ---- codec minmax --------------------------------------------------------- */
+
+static size_t minmax_size(size_t count, int bits, int bucket) {
+  size_t buckets = (count + (size_t)bucket - 1) / (size_t)bucket;
+  return HEADER_BYTES + 8 * buckets + (count * (size_t)bits + 7) / 8;
+}
+
+static void test_encoded_size_minmax(void** state) {
+  qc_policy_t p = QC_POLICY_INIT;
+  static const size_t counts[] = {0, 1, 37, 128, 129, 1000, 123457};
+  static const int bits[] = {1, 2, 3, 4, 8};
+  size_t i;
+  size_t b;
+  (void)state;
+  p.codec = QC_CODEC_MINMAX;
+  for (b = 0; b < sizeof bits / sizeof bits[0]; ++b) {
+    p.bits = bits[b];
+    for (i = 0; i < sizeof counts / sizeof counts[0]; ++i) {
+      size_t n = 0;
+      QCT_OK(qc_encoded_size(&p, counts[i], &n));
+      assert_int_equal(n, minmax_size(counts[i], p.bits, p.bucket_size));
+    }
+  }
+}
+
+/* Nearest rounding: every value within half a step of its bucket's grid,
+ * min and max exact. */
+static void test_encode_minmax_round_trip(void** state) {
   qc_policy_t p = QC_POLICY_INIT;
   float x[N];
+  float y[N];
   unsigned char dst[4096];
   size_t w = 0;
+  size_t i;
+  float lo = 0.0f;
+  float hi = 0.0f;
+  float step;
   (void)state;
   fill_f32(x, N);
   p.codec = QC_CODEC_MINMAX;
-  QCT_FAILS(qc_encode(&p, x, N, F32, dst, sizeof dst, &w), QC_ERROR_UNSUPPORTED, "qc_encode",
-            NULL);
+  p.bits = 4;
+  p.bucket_size = 64; /* one bucket */
+  QCT_OK(qc_encode(&p, x, N, F32, dst, sizeof dst, &w));
+  assert_int_equal(w, minmax_size(N, 4, 64));
+  assert_memory_equal(dst, "QCWF", 4);
+  memset(y, 0, sizeof y);
+  QCT_OK(qc_decode(dst, w, y, N, F32));
+  lo = hi = x[0];
+  for (i = 1; i < N; ++i) {
+    if (x[i] < lo) lo = x[i];
+    if (x[i] > hi) hi = x[i];
+  }
+  step = (hi - lo) / 15.0f;
+  for (i = 0; i < N; ++i) {
+    float err = x[i] - y[i];
+    if (err < 0) err = -err;
+    if (err > step * 0.5f * 1.0001f + 1e-6f) {
+      print_error("element %zu: %g decoded as %g (step %g)\n", i, (double)x[i], (double)y[i],
+                  (double)step);
+      fail();
+    }
+  }
+  /* wrong count, truncated message */
+  QCT_FAILS(qc_decode(dst, w, y, N + 1, F32), QC_ERROR_MISMATCH, "qc_decode", "count");
+  QCT_FAILS(qc_decode(dst, w - 1, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
 }
 
 /* ---- round trips --------------------------------------------------------- */
@@ -460,7 +514,8 @@ int main(void) {
       cmocka_unit_test(test_encode_struct_size),
       cmocka_unit_test(test_encode_invalid_fields),
       cmocka_unit_test(test_encode_capacity_too_small),
-      cmocka_unit_test(test_encode_unbuilt_codec),
+      cmocka_unit_test(test_encoded_size_minmax),
+      cmocka_unit_test(test_encode_minmax_round_trip),
       cmocka_unit_test(test_round_trip_float32),
       cmocka_unit_test(test_round_trip_float16),
       cmocka_unit_test(test_round_trip_bfloat16),

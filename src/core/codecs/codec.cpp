@@ -4,8 +4,10 @@
 #include <vector>
 
 #include "core/codecs/codec_cast.h"
+#include "core/codecs/codec_global.h"
 #include "core/codecs/codec_none.h"
 #include "core/codecs/codec_quantized.h"
+#include "core/codecs/codec_topk.h"
 #include "core/policy.h"
 
 namespace qc {
@@ -36,6 +38,19 @@ Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<C
       *codec = std::make_unique<QuantizedCodec>(policy.codec, policy.bits, policy.bucket_size,
                                                 policy.rounding == QC_ROUND_STOCHASTIC);
       return Status::ok();
+    case QC_CODEC_GLOBAL_LINEAR:
+    case QC_CODEC_GLOBAL_EXP:
+      if (policy.bits < 2) {
+        return invalid_argument(std::string("codec ") + codec_name(policy.codec) + " needs bits " +
+                                "2..8 (a sign bit plus magnitude levels); got " +
+                                std::to_string(policy.bits));
+      }
+      *codec = std::make_unique<GlobalCodec>(policy.codec, policy.bits,
+                                             policy.rounding == QC_ROUND_STOCHASTIC);
+      return Status::ok();
+    case QC_CODEC_TOPK:
+      *codec = std::make_unique<TopkCodec>(policy.topk_ratio);
+      return Status::ok();
     default:
       return unsupported(std::string("codec '") + codec_name(policy.codec) +
                          "' is not implemented in this build of qc");
@@ -54,6 +69,15 @@ Status make_codec_for_header(const WireHeader& header, std::unique_ptr<Codec>* c
     policy.rounding = (header.flags & kWireFlagStochastic) ? QC_ROUND_STOCHASTIC
                                                            : QC_ROUND_NEAREST_EVEN;
     if (header.codec == QC_CODEC_ONEBIT && header.bits == 1) policy.bits = 1;
+    // topk messages carry bits 32 (TopkCodec::decode checks it) and k in the
+    // payload; the policy's bits and topk_ratio do not matter for decoding.
+    if (header.codec == QC_CODEC_TOPK) policy.bits = default_policy().bits;
+    if ((header.codec == QC_CODEC_GLOBAL_LINEAR || header.codec == QC_CODEC_GLOBAL_EXP) &&
+        header.bits < 2) {
+      return corrupt_data(std::string("encoded message header is invalid: codec ") +
+                          codec_name(policy.codec) + " with bits " + std::to_string(header.bits) +
+                          " (expected 2..8)");
+    }
   }
   Status valid = validate_policy(policy, "message");
   if (!valid) return corrupt_data("encoded message header is invalid: " + valid.message());

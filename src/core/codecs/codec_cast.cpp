@@ -44,7 +44,9 @@ Status CastCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_
     return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
                     std::to_string(count));
   }
-  if (h.bits != 16 || h.payload_bytes != 2 * count) {
+  const uint8_t wire_dtype =
+      static_cast<uint8_t>(codec_ == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16);
+  if (h.bits != 16 || h.dtype != wire_dtype || h.payload_bytes != 2 * count) {
     return corrupt_data(std::string("codec ") + codec_name(codec_) + " message: " +
                         std::to_string(h.payload_bytes) + " payload bytes for " +
                         std::to_string(count) + " 16-bit values");

@@ -1,0 +1,301 @@
+#include "core/codecs/codec_global.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/byte_order.h"
+#include "core/policy.h"
+#include "cpu/canonical_sum.h"
+#include "cpu/codec_kernels.h"
+#include "cpu/random.h"
+
+namespace qc {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+void store_f32(uint8_t* p, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  store_le32(p, u);
+}
+float load_f32(const uint8_t* p) {
+  const uint32_t u = load_le32(p);
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+// The little-endian bitstream of codec_kernels.h (q = 1..8).
+class BitWriter {
+ public:
+  explicit BitWriter(uint8_t* out) : out_(out) {}
+  void put(uint32_t code, int q) {
+    acc_ |= static_cast<uint64_t>(code) << used_;
+    used_ += q;
+    while (used_ >= 8) {
+      *out_++ = static_cast<uint8_t>(acc_);
+      acc_ >>= 8;
+      used_ -= 8;
+    }
+  }
+  void flush() {
+    if (used_ > 0) *out_++ = static_cast<uint8_t>(acc_);
+    acc_ = 0;
+    used_ = 0;
+  }
+
+ private:
+  uint8_t* out_;
+  uint64_t acc_ = 0;
+  int used_ = 0;
+};
+
+uint32_t get_code(const uint8_t* codes, size_t i, int q) {
+  const size_t bit = i * static_cast<size_t>(q);
+  const size_t byte = bit / 8;
+  const int shift = static_cast<int>(bit % 8);
+  uint32_t v = codes[byte];
+  if (shift + q > 8) v |= static_cast<uint32_t>(codes[byte + 1]) << 8;
+  return (v >> shift) & ((1u << q) - 1u);
+}
+
+bool all_finite(const float* t, const float* e, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float z = e != nullptr ? t[i] + e[i] : t[i];
+    if (!std::isfinite(z)) return false;
+  }
+  return true;
+}
+
+// value(m) of exponential dithering: 0, then 2^(m - M).
+inline float exp_value(int m, int M) { return m == 0 ? 0.0f : std::ldexp(1.0f, m - M); }
+
+// The exponential level of r = |z| / norm (r >= 0, not NaN).
+uint32_t exp_level(float r, int M, bool stochastic, const cpu::RandomStream& rng,
+                   uint64_t index) {
+  if (!(r > 0.0f)) return 0;
+  if (r >= 1.0f) return static_cast<uint32_t>(M);
+  int ex = 0;
+  std::frexp(r, &ex);  // r = f * 2^ex, f in [0.5, 1): floor(log2 r) = ex - 1
+  int m = ex - 1 + M;  // <= M - 1 because r < 1
+  float lo, hi;
+  if (m < 1) {
+    m = 0;
+    lo = 0.0f;
+    hi = exp_value(1, M);
+  } else {
+    lo = exp_value(m, M);
+    hi = exp_value(m + 1, M);
+  }
+  bool up;
+  if (stochastic) {
+    // r - lo and the division are exact (hi - lo is a power of two and r is
+    // within a factor two of it), so p is exact.
+    const float p = (r - lo) / (hi - lo);
+    up = cpu::random_uniform(rng, index) < p;
+  } else {
+    const float dlo = r - lo;
+    const float dhi = hi - r;
+    up = dhi < dlo || (dhi == dlo && (m & 1) != 0);
+  }
+  return static_cast<uint32_t>(up ? m + 1 : m);
+}
+
+}  // namespace
+
+GlobalCodec::GlobalCodec(qc_codec_t codec, int bits, bool stochastic)
+    : codec_(codec), bits_(bits), stochastic_(stochastic) {}
+
+Status GlobalCodec::set_global_norm(float norm) {
+  if (norm < 0.0f) {
+    return invalid_argument("the agreed global norm is " + std::to_string(norm) +
+                            "; a norm is >= 0 (or NaN/Inf for a non-finite gradient)");
+  }
+  has_global_norm_ = true;
+  global_norm_ = norm == 0.0f ? 0.0f : norm;  // -0 -> +0
+  return Status::ok();
+}
+
+float GlobalCodec::sum_of_squares(const float* t, const float* e, size_t count) {
+  return cpu::canonical_sum_of_squares(t, e, count);
+}
+
+size_t GlobalCodec::payload_bytes(size_t count) const {
+  return 4 + cpu::codes_bytes(count, bits_);
+}
+
+size_t GlobalCodec::max_encoded_size(size_t count) const {
+  return kWireHeaderBytes + payload_bytes(count);
+}
+
+Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const RandomKey& key,
+                                uint8_t* dst, size_t capacity, size_t* written) const {
+  const size_t need = max_encoded_size(count);
+  if (capacity < need) {
+    return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
+                            " bytes) is too small; the message needs " + std::to_string(need));
+  }
+  float norm;
+  bool finite;
+  if (has_global_norm_) {
+    norm = global_norm_;
+    finite = std::isfinite(norm) && all_finite(src, e, count);
+  } else {
+    // A NaN or Inf anywhere (or an overflowing sum) makes the norm non-finite.
+    norm = std::sqrt(cpu::canonical_sum_of_squares(src, e, count));
+    finite = std::isfinite(norm);
+  }
+
+  WireHeader h;
+  h.codec = static_cast<uint8_t>(codec_);
+  h.bits = static_cast<uint8_t>(bits_);
+  h.bucket_size = 1;  // no buckets; 1 keeps the header a valid policy
+  h.flags = stochastic_ ? kWireFlagStochastic : 0;
+  h.count = count;
+  h.payload_bytes = need - kWireHeaderBytes;
+  write_wire_header(h, dst);
+  uint8_t* meta = dst + kWireHeaderBytes;
+  uint8_t* codes = meta + 4;
+
+  if (!finite) {
+    store_f32(meta, kNaN);
+    std::memset(codes, 0, cpu::codes_bytes(count, bits_));
+    if (e != nullptr)
+      for (size_t i = 0; i < count; ++i) e[i] = 0.0f;  // nothing sensible to carry forward
+    *written = need;
+    return Status::ok();
+  }
+  store_f32(meta, norm);
+
+  const uint32_t sign_bit = 1u << (bits_ - 1);
+  const int Mi = static_cast<int>(sign_bit - 1u);
+  const float M = static_cast<float>(Mi);
+  const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.call);
+  BitWriter out(codes);
+  if (codec_ == QC_CODEC_GLOBAL_LINEAR) {
+    const float inv = norm > 0 ? M / norm : 0.0f;
+    const float step = norm / M;
+    for (size_t i = 0; i < count; ++i) {
+      const float z = e != nullptr ? src[i] + e[i] : src[i];
+      const float t = std::fabs(z) * inv;
+      const float r = stochastic_
+                          ? std::floor(t + cpu::random_uniform(rng, key.element_offset + i))
+                          : std::nearbyint(t);
+      const float level = std::min(std::max(r, 0.0f), M);
+      const bool negative = z < 0;
+      out.put((negative ? sign_bit : 0u) | static_cast<uint32_t>(level), bits_);
+      if (e != nullptr) {
+        const float v = level * step;
+        e[i] = z - (negative ? -v : v);
+      }
+    }
+  } else {
+    float value[128];
+    for (int m = 0; m <= Mi; ++m) value[m] = exp_value(m, Mi);
+    for (size_t i = 0; i < count; ++i) {
+      const float z = e != nullptr ? src[i] + e[i] : src[i];
+      const float r = norm > 0 ? std::fabs(z) / norm : 0.0f;
+      const uint32_t m = exp_level(r, Mi, stochastic_, rng, key.element_offset + i);
+      const bool negative = z < 0;
+      out.put((negative ? sign_bit : 0u) | m, bits_);
+      if (e != nullptr) {
+        const float v = norm * value[m];
+        e[i] = z - (negative ? -v : v);
+      }
+    }
+  }
+  out.flush();
+  *written = need;
+  return Status::ok();
+}
+
+Status GlobalCodec::encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
+                           size_t capacity, size_t* written) const {
+  return encode_impl(src, nullptr, count, key, dst, capacity, written);
+}
+
+Status GlobalCodec::encode_error_compensated(const float* t, float* e, size_t count,
+                                             const RandomKey& key, uint8_t* dst,
+                                             size_t capacity, size_t* written) const {
+  return encode_impl(t, e, count, key, dst, capacity, written);
+}
+
+Status GlobalCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                                bool accumulate) const {
+  WireHeader h;
+  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
+  if (h.codec != codec_) {
+    return mismatch(std::string("message was encoded with codec ") +
+                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected " +
+                    codec_name(codec_));
+  }
+  if (h.count != count) {
+    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
+                    std::to_string(count));
+  }
+  if (h.bits != bits_) {
+    return mismatch("message has bits " + std::to_string(h.bits) + "; expected bits " +
+                    std::to_string(bits_));
+  }
+  if (h.bucket_size != 1) {
+    return corrupt_data(std::string("codec ") + codec_name(codec_) + " message: bucket size " +
+                        std::to_string(h.bucket_size) + " where a global codec writes 1");
+  }
+  // Sizes are re-derived from this codec's own parameters, so a lying
+  // header cannot make the decoder read past the message.
+  const size_t want = payload_bytes(count);
+  if (h.payload_bytes != want) {
+    return corrupt_data(std::string("codec ") + codec_name(codec_) + " message: " +
+                        std::to_string(h.payload_bytes) + " payload bytes where " +
+                        std::to_string(count) + " elements need " + std::to_string(want));
+  }
+  const uint8_t* meta = src + kWireHeaderBytes;
+  const uint8_t* codes = meta + 4;
+  const float norm = load_f32(meta);
+  if (!std::isnan(norm) && !(norm >= 0.0f && std::isfinite(norm))) {
+    return corrupt_data(std::string("codec ") + codec_name(codec_) + " message: norm " +
+                        std::to_string(norm) + " is neither NaN nor a finite value >= 0");
+  }
+  const size_t used_bits = (count * static_cast<size_t>(bits_)) % 8;
+  if (used_bits != 0 && (codes[want - 5] >> used_bits) != 0) {
+    return corrupt_data(std::string("codec ") + codec_name(codec_) +
+                        " message: unused high bits of the last code byte are not zero");
+  }
+
+  const uint32_t sign_bit = 1u << (bits_ - 1);
+  const int Mi = static_cast<int>(sign_bit - 1u);
+  if (codec_ == QC_CODEC_GLOBAL_LINEAR) {
+    const float step = norm / static_cast<float>(Mi);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t code = get_code(codes, i, bits_);
+      const float v = static_cast<float>(code & (sign_bit - 1u)) * step;
+      const float s = (code & sign_bit) ? -v : v;
+      dst[i] = accumulate ? dst[i] + s : s;
+    }
+  } else {
+    float value[128];
+    for (int m = 0; m <= Mi; ++m) value[m] = exp_value(m, Mi);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t code = get_code(codes, i, bits_);
+      const float v = norm * value[code & (sign_bit - 1u)];
+      const float s = (code & sign_bit) ? -v : v;
+      dst[i] = accumulate ? dst[i] + s : s;
+    }
+  }
+  return Status::ok();
+}
+
+Status GlobalCodec::decode(const uint8_t* src, size_t size, float* dst, size_t count) const {
+  return decode_impl(src, size, dst, count, false);
+}
+
+Status GlobalCodec::decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                                      size_t count) const {
+  return decode_impl(src, size, dst, count, true);
+}
+
+}  // namespace qc

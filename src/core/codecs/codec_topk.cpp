@@ -1,0 +1,183 @@
+#include "core/codecs/codec_topk.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/byte_order.h"
+#include "core/policy.h"
+
+namespace qc {
+namespace {
+
+constexpr size_t kEntryBytes = 8;  // u32 index, float32 value
+
+void store_f32(uint8_t* p, float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  store_le32(p, u);
+}
+float load_f32(const uint8_t* p) {
+  const uint32_t u = load_le32(p);
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+}  // namespace
+
+size_t TopkCodec::k_for(float ratio, size_t count) {
+  if (count == 0) return 0;
+  const double k = std::ceil(static_cast<double>(ratio) * static_cast<double>(count));
+  if (!(k >= 1.0)) return 1;
+  if (k >= static_cast<double>(count)) return count;
+  return static_cast<size_t>(k);
+}
+
+size_t TopkCodec::max_encoded_size(size_t count) const {
+  return kWireHeaderBytes + 4 + kEntryBytes * k_for(ratio_, count);
+}
+
+Status TopkCodec::encode_impl(const float* src, float* e, size_t count, uint8_t* dst,
+                              size_t capacity, size_t* written) const {
+  if (count > 0xffffffffu) {
+    return unsupported("codec topk encodes at most 4294967295 elements (32-bit indices); got " +
+                       std::to_string(count));
+  }
+  const size_t need = max_encoded_size(count);
+  if (capacity < need) {
+    return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
+                            " bytes) is too small; the message needs " + std::to_string(need));
+  }
+  const size_t k = k_for(ratio_, count);
+
+  // With error feedback z = t + e lands in e itself: e keeps z at the unsent
+  // positions and is zeroed at the sent ones below.
+  const float* z = src;
+  if (e != nullptr) {
+    for (size_t i = 0; i < count; ++i) e[i] = src[i] + e[i];
+    z = e;
+  }
+
+  std::vector<uint32_t> idx(count);
+  std::iota(idx.begin(), idx.end(), 0u);
+  if (k < count) {
+    // Strict total order: NaN first, then larger |z|, then lower index.
+    auto before = [z](uint32_t a, uint32_t b) {
+      const float x = std::fabs(z[a]);
+      const float y = std::fabs(z[b]);
+      const bool nx = std::isnan(x), ny = std::isnan(y);
+      if (nx != ny) return nx;
+      if (!nx && x != y) return x > y;
+      return a < b;
+    };
+    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                     before);
+    std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+
+  WireHeader h;
+  h.codec = QC_CODEC_TOPK;
+  h.bits = 32;
+  h.bucket_size = 1;
+  h.flags = 0;
+  h.count = count;
+  h.payload_bytes = need - kWireHeaderBytes;
+  write_wire_header(h, dst);
+  uint8_t* p = dst + kWireHeaderBytes;
+  store_le32(p, static_cast<uint32_t>(k));
+  p += 4;
+  for (size_t j = 0; j < k; ++j, p += kEntryBytes) {
+    const uint32_t i = idx[j];
+    store_le32(p, i);
+    store_f32(p + 4, z[i]);
+  }
+  if (e != nullptr)
+    for (size_t j = 0; j < k; ++j) e[idx[j]] = 0.0f;
+  *written = need;
+  return Status::ok();
+}
+
+Status TopkCodec::encode(const float* src, size_t count, const RandomKey&, uint8_t* dst,
+                         size_t capacity, size_t* written) const {
+  return encode_impl(src, nullptr, count, dst, capacity, written);
+}
+
+Status TopkCodec::encode_error_compensated(const float* t, float* e, size_t count,
+                                           const RandomKey&, uint8_t* dst, size_t capacity,
+                                           size_t* written) const {
+  return encode_impl(t, e, count, dst, capacity, written);
+}
+
+Status TopkCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                              bool accumulate) const {
+  WireHeader h;
+  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
+  if (h.codec != QC_CODEC_TOPK) {
+    return mismatch(std::string("message was encoded with codec ") +
+                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected topk");
+  }
+  if (h.count != count) {
+    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
+                    std::to_string(count));
+  }
+  if (h.bits != 32 || h.bucket_size != 1) {
+    return corrupt_data("codec topk message: bits " + std::to_string(h.bits) + ", bucket " +
+                        std::to_string(h.bucket_size) + " where topk writes bits 32, bucket 1");
+  }
+  // read_wire_header checked payload_bytes == size - header; from here on
+  // only sizes re-derived from k are trusted.
+  if (h.payload_bytes < 4) {
+    return corrupt_data("codec topk message: " + std::to_string(h.payload_bytes) +
+                        " payload bytes, too short for the 4-byte k field");
+  }
+  const uint8_t* p = src + kWireHeaderBytes;
+  const uint64_t k = load_le32(p);
+  if (k > count) {
+    return corrupt_data("codec topk message: k = " + std::to_string(k) + " exceeds the " +
+                        std::to_string(count) + " elements");
+  }
+  if (h.payload_bytes != 4 + kEntryBytes * k) {
+    return corrupt_data("codec topk message: " + std::to_string(h.payload_bytes) +
+                        " payload bytes where k = " + std::to_string(k) + " entries need " +
+                        std::to_string(4 + kEntryBytes * k));
+  }
+  const uint8_t* entries = p + 4;
+  // Check every index before writing anything, so a corrupt message leaves
+  // dst (an accumulator, possibly) untouched.
+  for (uint64_t j = 0; j < k; ++j) {
+    const uint32_t i = load_le32(entries + kEntryBytes * j);
+    if (i >= count) {
+      return corrupt_data("codec topk message: entry " + std::to_string(j) + " has index " +
+                          std::to_string(i) + ", past the " + std::to_string(count) +
+                          " elements");
+    }
+    if (j > 0 && i <= load_le32(entries + kEntryBytes * (j - 1))) {
+      return corrupt_data("codec topk message: indices are not strictly increasing at entry " +
+                          std::to_string(j));
+    }
+  }
+  if (!accumulate)
+    for (size_t i = 0; i < count; ++i) dst[i] = 0.0f;
+  for (uint64_t j = 0; j < k; ++j) {
+    const uint8_t* q = entries + kEntryBytes * j;
+    const uint32_t i = load_le32(q);
+    const float v = load_f32(q + 4);
+    dst[i] = accumulate ? dst[i] + v : v;
+  }
+  return Status::ok();
+}
+
+Status TopkCodec::decode(const uint8_t* src, size_t size, float* dst, size_t count) const {
+  return decode_impl(src, size, dst, count, false);
+}
+
+Status TopkCodec::decode_accumulate(const uint8_t* src, size_t size, float* dst,
+                                    size_t count) const {
+  return decode_impl(src, size, dst, count, true);
+}
+
+}  // namespace qc

@@ -1,0 +1,632 @@
+// Generic SIMD codec kernels over a 16-lane vector abstraction, shared by the
+// AVX2 (two 8-lane halves) and AVX-512 (one 16-lane register) tables.
+//
+// Included by kernels_avx2.cpp / kernels_avx512.cpp inside their own
+// namespace, after they define QC_T (the function target attribute) and the
+// primitives used below (VF, VI, VM, loadu, load_partial, ...). Every kernel
+// follows the arithmetic of kernels_scalar.cpp operation for operation (no
+// FMA, same operand order, canonical summation order), so the bytes, the
+// metadata and the decoded floats are bit-identical to the scalar reference.
+//
+// Structure: per bucket, z = x (+ e) is reduced (min/max, sum of squares or
+// sum of magnitudes, plus a non-finite check), then quantized 16 lanes at a
+// time; the codes go to one continuous little-endian bitstream (buckets need
+// not start on a byte boundary) and the residual is written back to e. A
+// bucket of 16 * kFixedChunks elements (the default 128) is read once and
+// kept in registers; any other size reads its bucket twice (the second time
+// from L1), with masked loads/stores for a partial last vector.
+// Bit widths 1, 2, 4 and 8 have dedicated packers; 3, 5, 6 and 7 pack each
+// half-vector as one 8q-bit word.
+//
+// This file is not a standalone header: no include guard on purpose.
+
+// ---- bitstream writer --------------------------------------------------------
+
+struct BitOut {
+  uint8_t* p;
+  uint8_t* end;
+  uint64_t acc;
+  int used;  // < 8 between calls
+};
+
+// Appends the low `nbits` (<= 64) bits of v (no bits set above nbits).
+QC_TI void bo_put(BitOut& o, uint64_t v, int nbits) {
+  if (o.used == 0 && (nbits & 7) == 0) {
+    if (o.end - o.p >= 8) {
+      std::memcpy(o.p, &v, 8);  // bytes past nbits/8 are zero and rewritten later
+    } else {
+      for (int k = 0; k < nbits / 8; ++k) o.p[k] = static_cast<uint8_t>(v >> (8 * k));
+    }
+    o.p += nbits >> 3;
+    return;
+  }
+  const unsigned __int128 a =
+      static_cast<unsigned __int128>(o.acc) | (static_cast<unsigned __int128>(v) << o.used);
+  const int total = o.used + nbits;
+  const int nb = total >> 3;
+  if (o.end - o.p >= 16) {
+    std::memcpy(o.p, &a, 16);
+  } else {
+    for (int k = 0; k < nb; ++k) o.p[k] = static_cast<uint8_t>(a >> (8 * k));
+  }
+  o.p += nb;
+  o.acc = static_cast<uint64_t>(a >> (8 * nb));
+  o.used = total & 7;
+}
+
+QC_TI void bo_zeros(BitOut& o, size_t nbits) {
+  while (nbits > 0) {
+    const int k = nbits > 64 ? 64 : static_cast<int>(nbits);
+    bo_put(o, 0, k);
+    nbits -= static_cast<size_t>(k);
+  }
+}
+
+QC_TI void bo_flush(BitOut& o) {
+  if (o.used > 0) *o.p++ = static_cast<uint8_t>(o.acc);
+  o.acc = 0;
+  o.used = 0;
+}
+
+// Appends 16 codes (lanes >= nvalid ignored) of q bits each.
+template <int Q>
+QC_TI void emit_codes(BitOut& o, VI c, size_t nvalid, int q) {
+  if constexpr (Q == 8) {
+    // q = 8 keeps the stream byte-aligned (o.used == 0 always).
+    store_bytes8(o.p, c, nvalid);
+    o.p += nvalid;
+  } else if constexpr (Q == 1 || Q == 2 || Q == 4) {
+    uint64_t v = pack_codes<Q>(c);
+    const int nb = static_cast<int>(nvalid) * Q;
+    if (nb < 64) v &= (uint64_t{1} << nb) - 1u;
+    bo_put(o, v, nb);
+  } else {
+    // Codes are already < 2^q (masked by the caller).
+    uint64_t w[2];
+    pack_codes_generic(c, q, &w[0], &w[1]);
+    for (size_t h = 0; h < nvalid; h += 8) {
+      const size_t m = nvalid - h < 8 ? nvalid - h : 8;
+      const int nb = static_cast<int>(m) * q;  // <= 56
+      bo_put(o, w[h / 8] & ((uint64_t{1} << nb) - 1u), nb);
+    }
+  }
+}
+
+// ---- bitstream reader --------------------------------------------------------
+
+// 64 bits of the stream starting at bit `bitpos` (bits past the end read 0).
+QC_TI uint64_t read_bits64(const uint8_t* codes, size_t total, size_t bitpos) {
+  const size_t byte = bitpos >> 3;
+  const int sh = static_cast<int>(bitpos & 7);
+  unsigned __int128 a;
+  if (byte + 16 <= total) {
+    std::memcpy(&a, codes + byte, 16);
+  } else {
+    uint8_t buf[16] = {};
+    const size_t m = total - byte < 16 ? total - byte : 16;
+    for (size_t k = 0; k < m; ++k) buf[k] = codes[byte + k];
+    std::memcpy(&a, buf, 16);
+  }
+  return static_cast<uint64_t>(a >> sh);
+}
+
+// Codes of elements idx .. idx+15 (lanes >= nvalid hold garbage).
+template <int Q>
+QC_TI VI read_codes(const uint8_t* codes, size_t total, size_t idx, size_t nvalid, int q) {
+  if constexpr (Q == 8) {
+    if (idx + 16 <= total) return load_bytes8(codes + idx);
+    uint8_t buf[16] = {};
+    for (size_t k = 0; k < nvalid; ++k) buf[k] = codes[idx + k];
+    return load_bytes8(buf);
+  } else if constexpr (Q == 1 || Q == 2 || Q == 4) {
+    return unpack_codes<Q>(read_bits64(codes, total, idx * Q));
+  } else {
+    // 8 codes = 8q <= 56 bits: one 64-bit read per half.
+    const uint64_t lo = read_bits64(codes, total, idx * static_cast<size_t>(q));
+    const uint64_t hi = nvalid > 8 ? read_bits64(codes, total, (idx + 8) * static_cast<size_t>(q)) : 0;
+    return unpack_codes_generic(lo, hi, q);
+  }
+}
+
+// ---- helpers -------------------------------------------------------------------
+
+inline void put_f32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+inline float get_f32(const uint8_t* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+
+
+// z = x (+ e) for 16 lanes starting at i; `n` valid lanes (n < 16: tail, zeros).
+QC_TI VF load_z(const float* x, const float* e, size_t i, size_t n) {
+  if (n >= 16) {
+    VF z = loadu(x + i);
+    if (e != nullptr) z = add(z, loadu(e + i));
+    return z;
+  }
+  VF z = load_partial(x + i, n);
+  if (e != nullptr) z = add(z, load_partial(e + i, n));
+  return z;
+}
+
+QC_TI void store_f(float* p, VF v, size_t n) {
+  if (n >= 16) storeu(p, v);
+  else store_partial(p, v, n);
+}
+
+QC_TI void zero_bucket_e(float* e, size_t n) {
+  if (e == nullptr) return;
+  for (size_t i = 0; i < n; i += 16) store_f(e + i, zero_f(), n - i);
+}
+
+// The stochastic or nearest rounding of t for global indices base .. base+15.
+QC_TI VF round_code(VF t, const QuantArgs& a, uint64_t base) {
+  if (!a.stochastic) return round_near(t);
+  return round_floor(add(t, uniform16(a.rng, base)));
+}
+
+// ---- minmax ----------------------------------------------------------------------
+
+struct MinmaxConsts {
+  VF vL, vzero;
+  VI lmask;
+  int q;
+  float L;
+};
+
+// Codes of 16 lanes of z (and the residual z - decode, into *res, when
+// res != nullptr). Without a residual the float code j is never needed, so
+// clamp-then-convert replaces round-clamp-truncate: t >= 0 always (z >= lo,
+// inv >= 0, u >= 0), and on [0, L] rounding commutes with the clamp; a NaN t
+// converts to INT_MIN whose masked (or byte-truncated) code is 0, as in the
+// scalar.
+QC_TI VI minmax_quant(VF z, VF vlo, VF vinv, VF vscale, const MinmaxConsts& c,
+                            const QuantArgs& a, uint64_t base, VF* res) {
+  const VF t = mul(sub(z, vlo), vinv);
+  if (res != nullptr) {
+    const VF j = vmin_(c.vL, vmax_(c.vzero, round_code(t, a, base)));
+    *res = sub(z, add(vlo, mul(j, vscale)));
+    return and_i(cvtt(j), c.lmask);
+  }
+  if (!a.stochastic) return and_i(cvt_near(vmin_(c.vL, vmax_(c.vzero, t))), c.lmask);
+  const VF s = add(t, uniform16(a.rng, base));
+  return and_i(cvt_floor(vmin_(c.vL, vmax_(c.vzero, s))), c.lmask);
+}
+
+QC_TI void minmax_nan_bucket(uint8_t* meta_b, BitOut& o, float* eb, size_t n, int q) {
+  put_f32(meta_b, std::numeric_limits<float>::quiet_NaN());
+  put_f32(meta_b + 4, std::numeric_limits<float>::quiet_NaN());
+  bo_zeros(o, n * static_cast<size_t>(q));
+  zero_bucket_e(eb, n);
+}
+
+// lo/hi from the lane reductions; +0 and -0 compare equal, and the scalar
+// keeps the first zero it meets, so a zero extreme takes that element's sign.
+QC_TI void minmax_extremes(VF vmin, VF vmax, const float* xb, const float* eb, size_t n,
+                                 float* lo_out, float* hi_out) {
+  float lo = hmin(vmin), hi = hmax(vmax);
+  if (lo == 0.0f || hi == 0.0f) {
+    for (size_t k = 0; k < n; ++k) {
+      const float zk = eb != nullptr ? xb[k] + eb[k] : xb[k];
+      if (zk == 0.0f) {
+        if (lo == 0.0f) lo = zk;
+        if (hi == 0.0f) hi = zk;
+        break;
+      }
+    }
+  }
+  *lo_out = lo;
+  *hi_out = hi;
+}
+
+// One full bucket of NC*16 elements held in registers: one read of x and e.
+template <int Q, int NC, bool WithE>
+QC_TI void minmax_bucket_fixed(const float* xb, float* eb, const QuantArgs& a,
+                                     uint64_t base, uint8_t* meta_b, BitOut& o,
+                                     const MinmaxConsts& c) {
+  VF z[NC];
+#pragma GCC unroll 16
+  for (int k = 0; k < NC; ++k) {
+    z[k] = loadu(xb + 16 * k);
+    if (WithE) z[k] = add(z[k], loadu(eb + 16 * k));
+  }
+  VF vmin = z[0], vmax = z[0];
+  uint32_t bad = nonfinite_bits(z[0]);
+#pragma GCC unroll 16
+  for (int k = 1; k < NC; ++k) {
+    bad |= nonfinite_bits(z[k]);
+    vmin = vmin_(z[k], vmin);
+    vmax = vmax_(vmax, z[k]);
+  }
+  if (bad != 0) return minmax_nan_bucket(meta_b, o, WithE ? eb : nullptr, NC * 16, c.q);
+  float lo, hi;
+  minmax_extremes(vmin, vmax, xb, WithE ? eb : nullptr, NC * 16, &lo, &hi);
+  const float scale = (hi - lo) / c.L;
+  put_f32(meta_b, lo);
+  put_f32(meta_b + 4, scale);
+  const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+  const VF vlo = set1(lo), vinv = set1(inv), vscale = set1(scale);
+#pragma GCC unroll 16
+  for (int k = 0; k < NC; ++k) {
+    VF r = zero_f();
+    const VI code = minmax_quant(z[k], vlo, vinv, vscale, c, a, base + 16 * k, WithE ? &r : nullptr);
+    emit_codes<Q>(o, code, 16, c.q);
+    if (WithE) storeu(eb + 16 * k, r);
+  }
+}
+
+// Any bucket: pass 1 reduces, pass 2 re-reads the bucket (from L1) and codes it.
+template <int Q>
+QC_TI void minmax_bucket_any(const float* xb, float* eb, size_t n, const QuantArgs& a,
+                                   uint64_t base, uint8_t* meta_b, BitOut& o,
+                                   const MinmaxConsts& c) {
+  const float z0 = eb != nullptr ? xb[0] + eb[0] : xb[0];
+  VF vmin = set1(z0), vmax = vmin;
+  const VF vfirst = vmin;
+  uint32_t bad = 0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const VF z = load_z(xb, eb, i, 16);
+    bad |= nonfinite_bits(z);
+    vmin = vmin_(z, vmin);
+    vmax = vmax_(vmax, z);
+  }
+  if (i < n) {
+    const VF z = select(tail_mask(n - i), load_z(xb, eb, i, n - i), vfirst);
+    bad |= nonfinite_bits(z);
+    vmin = vmin_(z, vmin);
+    vmax = vmax_(vmax, z);
+  }
+  if (bad != 0) return minmax_nan_bucket(meta_b, o, eb, n, c.q);
+  float lo, hi;
+  minmax_extremes(vmin, vmax, xb, eb, n, &lo, &hi);
+  const float scale = (hi - lo) / c.L;
+  put_f32(meta_b, lo);
+  put_f32(meta_b + 4, scale);
+  const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+  const VF vlo = set1(lo), vinv = set1(inv), vscale = set1(scale);
+  for (i = 0; i < n; i += 16) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    const VF z = load_z(xb, eb, i, m);
+    VF r = zero_f();
+    const VI code = minmax_quant(z, vlo, vinv, vscale, c, a, base + i, eb != nullptr ? &r : nullptr);
+    emit_codes<Q>(o, code, m, c.q);
+    if (eb != nullptr) store_f(eb + i, r, m);
+  }
+}
+
+template <int Q>
+QC_T void minmax_encode_q(const float* x, float* e, size_t count, const QuantArgs& a,
+                          uint8_t* meta, uint8_t* codes) {
+  MinmaxConsts c;
+  c.q = Q != 0 ? Q : a.bits;
+  c.L = static_cast<float>((1u << c.q) - 1u);
+  c.vL = set1(c.L);
+  c.vzero = zero_f();
+  c.lmask = set1_i(static_cast<int32_t>((1u << c.q) - 1u));
+  BitOut o{codes, codes + codes_bytes(count, c.q), 0, 0};
+  const size_t bucket = a.bucket;
+  size_t b0 = 0, b = 0;
+  if (bucket == 16 * kFixedChunks) {
+    for (; b0 + bucket <= count; b0 += bucket, ++b) {
+      if (e != nullptr)
+        minmax_bucket_fixed<Q, kFixedChunks, true>(x + b0, e + b0, a, a.index_base + b0,
+                                                   meta + 8 * b, o, c);
+      else
+        minmax_bucket_fixed<Q, kFixedChunks, false>(x + b0, nullptr, a, a.index_base + b0,
+                                                    meta + 8 * b, o, c);
+    }
+  }
+  for (; b0 < count; b0 += bucket, ++b) {
+    const size_t n = bucket < count - b0 ? bucket : count - b0;
+    minmax_bucket_any<Q>(x + b0, e != nullptr ? e + b0 : nullptr, n, a, a.index_base + b0,
+                         meta + 8 * b, o, c);
+  }
+  bo_flush(o);
+}
+
+template <int Q>
+QC_T void minmax_decode_q(const uint8_t* meta, const uint8_t* codes, size_t count, int bits,
+                          size_t bucket, float* dst, bool accumulate) {
+  const int q = Q != 0 ? Q : bits;
+  const size_t total = codes_bytes(count, q);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
+    const size_t n = bucket < count - b0 ? bucket : count - b0;
+    const VF vlo = set1(get_f32(meta + 8 * b));
+    const VF vscale = set1(get_f32(meta + 8 * b + 4));
+    float* d = dst + b0;
+    for (size_t i = 0; i < n; i += 16) {
+      const size_t m = n - i < 16 ? n - i : 16;
+      const VI c = read_codes<Q>(codes, total, b0 + i, m, q);
+      VF v = add(vlo, mul(cvt_i2f(c), vscale));
+      if (accumulate) v = add(m >= 16 ? loadu(d + i) : load_partial(d + i, m), v);
+      store_f(d + i, v, m);
+    }
+  }
+}
+
+// ---- qsgd ---------------------------------------------------------------------------
+
+struct QsgdConsts {
+  VF vM, vzero;
+  VI mmask, vsign;
+  int q;
+  float M;
+};
+
+// Codes of 16 lanes (residual into *res when res != nullptr); t >= 0, so
+// without a residual clamp-then-convert equals round-clamp-truncate.
+QC_TI VI qsgd_quant(VF z, VF vinv, VF vstep, const QsgdConsts& c, const QuantArgs& a,
+                    uint64_t base, VF* res) {
+  const VF t = mul(abs_f(z), vinv);
+  const VM neg = lt_zero(z);
+  const VI sign = select_i(neg, c.vsign, zero_i());
+  if (res != nullptr) {
+    const VF level = vmin_(c.vM, vmax_(c.vzero, round_code(t, a, base)));
+    *res = sub(z, negate_where(neg, mul(level, vstep)));
+    return or_i(and_i(cvtt(level), c.mmask), sign);
+  }
+  VI level;
+  if (!a.stochastic) {
+    level = cvt_near(vmin_(c.vM, vmax_(c.vzero, t)));
+  } else {
+    level = cvt_floor(vmin_(c.vM, vmax_(c.vzero, add(t, uniform16(a.rng, base)))));
+  }
+  return or_i(and_i(level, c.mmask), sign);
+}
+
+QC_TI void scalar_nan_bucket(uint8_t* meta_b, BitOut& o, float* eb, size_t n, int q) {
+  put_f32(meta_b, std::numeric_limits<float>::quiet_NaN());
+  bo_zeros(o, n * static_cast<size_t>(q));
+  zero_bucket_e(eb, n);
+}
+
+template <int Q, int NC, bool WithE>
+QC_TI void qsgd_bucket_fixed(const float* xb, float* eb, const QuantArgs& a, uint64_t base,
+                             uint8_t* meta_b, BitOut& o, const QsgdConsts& c) {
+  VF z[NC];
+#pragma GCC unroll 16
+  for (int k = 0; k < NC; ++k) {
+    z[k] = loadu(xb + 16 * k);
+    if (WithE) z[k] = add(z[k], loadu(eb + 16 * k));
+  }
+  VF acc = mul(z[0], z[0]);  // +0 + v == v for v = z*z >= +0
+  uint32_t bad = nonfinite_bits(z[0]);
+#pragma GCC unroll 16
+  for (int k = 1; k < NC; ++k) {
+    bad |= nonfinite_bits(z[k]);
+    acc = add(acc, mul(z[k], z[k]));
+  }
+  if (bad != 0) return scalar_nan_bucket(meta_b, o, WithE ? eb : nullptr, NC * 16, c.q);
+  const float norm = std::sqrt(canonical_fold_v(acc));
+  put_f32(meta_b, norm);
+  const float inv = norm > 0 ? c.M / norm : 0.0f;
+  const float step = norm / c.M;
+  const VF vinv = set1(inv), vstep = set1(step);
+#pragma GCC unroll 16
+  for (int k = 0; k < NC; ++k) {
+    VF r = zero_f();
+    const VI code = qsgd_quant(z[k], vinv, vstep, c, a, base + 16 * k, WithE ? &r : nullptr);
+    emit_codes<Q>(o, code, 16, c.q);
+    if (WithE) storeu(eb + 16 * k, r);
+  }
+}
+
+template <int Q>
+QC_TI void qsgd_bucket_any(const float* xb, float* eb, size_t n, const QuantArgs& a,
+                           uint64_t base, uint8_t* meta_b, BitOut& o, const QsgdConsts& c) {
+  VF acc = zero_f();
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i += 16) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    const VF z = load_z(xb, eb, i, m);  // tail lanes are +0: z*z = +0 adds nothing
+    bad |= nonfinite_bits(z);
+    acc = add(acc, mul(z, z));
+  }
+  if (bad != 0) return scalar_nan_bucket(meta_b, o, eb, n, c.q);
+  const float norm = std::sqrt(canonical_fold_v(acc));
+  put_f32(meta_b, norm);
+  const float inv = norm > 0 ? c.M / norm : 0.0f;
+  const float step = norm / c.M;
+  const VF vinv = set1(inv), vstep = set1(step);
+  for (size_t i = 0; i < n; i += 16) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    const VF z = load_z(xb, eb, i, m);
+    VF r = zero_f();
+    const VI code = qsgd_quant(z, vinv, vstep, c, a, base + i, eb != nullptr ? &r : nullptr);
+    emit_codes<Q>(o, code, m, c.q);
+    if (eb != nullptr) store_f(eb + i, r, m);
+  }
+}
+
+template <int Q>
+QC_T void qsgd_encode_q(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                        uint8_t* codes) {
+  QsgdConsts c;
+  c.q = Q != 0 ? Q : a.bits;
+  const uint32_t sign_bit = 1u << (c.q - 1);
+  c.M = static_cast<float>(sign_bit - 1u);
+  c.vM = set1(c.M);
+  c.vzero = zero_f();
+  c.mmask = set1_i(static_cast<int32_t>(sign_bit - 1u));
+  c.vsign = set1_i(static_cast<int32_t>(sign_bit));
+  BitOut o{codes, codes + codes_bytes(count, c.q), 0, 0};
+  const size_t bucket = a.bucket;
+  size_t b0 = 0, b = 0;
+  if (bucket == 16 * kFixedChunks) {
+    for (; b0 + bucket <= count; b0 += bucket, ++b) {
+      if (e != nullptr)
+        qsgd_bucket_fixed<Q, kFixedChunks, true>(x + b0, e + b0, a, a.index_base + b0,
+                                                 meta + 4 * b, o, c);
+      else
+        qsgd_bucket_fixed<Q, kFixedChunks, false>(x + b0, nullptr, a, a.index_base + b0,
+                                                  meta + 4 * b, o, c);
+    }
+  }
+  for (; b0 < count; b0 += bucket, ++b) {
+    const size_t n = bucket < count - b0 ? bucket : count - b0;
+    qsgd_bucket_any<Q>(x + b0, e != nullptr ? e + b0 : nullptr, n, a, a.index_base + b0,
+                       meta + 4 * b, o, c);
+  }
+  bo_flush(o);
+}
+
+template <int Q>
+QC_T void qsgd_decode_q(const uint8_t* meta, const uint8_t* codes, size_t count, int bits,
+                        size_t bucket, float* dst, bool accumulate) {
+  const int q = Q != 0 ? Q : bits;
+  const uint32_t sign_bit = 1u << (q - 1);
+  const float M = static_cast<float>(sign_bit - 1u);
+  const VI mmask = set1_i(static_cast<int32_t>(sign_bit - 1u));
+  const VI vsign = set1_i(static_cast<int32_t>(sign_bit));
+  const size_t total = codes_bytes(count, q);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
+    const size_t n = bucket < count - b0 ? bucket : count - b0;
+    const VF vstep = set1(get_f32(meta + 4 * b) / M);
+    float* d = dst + b0;
+    for (size_t i = 0; i < n; i += 16) {
+      const size_t m = n - i < 16 ? n - i : 16;
+      const VI c = read_codes<Q>(codes, total, b0 + i, m, q);
+      const VF v = mul(cvt_i2f(and_i(c, mmask)), vstep);
+      VF s = negate_where(test_i(c, vsign), v);
+      if (accumulate) s = add(m >= 16 ? loadu(d + i) : load_partial(d + i, m), s);
+      store_f(d + i, s, m);
+    }
+  }
+}
+
+// ---- onebit -------------------------------------------------------------------------
+
+template <int NC, bool WithE>
+QC_TI void onebit_bucket_fixed(const float* xb, float* eb, uint8_t* meta_b, BitOut& o) {
+  VF z[NC];
+#pragma GCC unroll 16
+  for (int k = 0; k < NC; ++k) {
+    z[k] = loadu(xb + 16 * k);
+    if (WithE) z[k] = add(z[k], loadu(eb + 16 * k));
+  }
+  VF acc = abs_f(z[0]);  // +0 + v == v for v = |z| >= +0
+  uint32_t bad = nonfinite_bits(z[0]);
+#pragma GCC unroll 16
+  for (int k = 1; k < NC; ++k) {
+    bad |= nonfinite_bits(z[k]);
+    acc = add(acc, abs_f(z[k]));
+  }
+  if (bad != 0) return scalar_nan_bucket(meta_b, o, WithE ? eb : nullptr, NC * 16, 1);
+  const float scale = canonical_fold_v(acc) / static_cast<float>(NC * 16);
+  put_f32(meta_b, scale);
+  const VF vpos = set1(scale), vneg = set1(-scale);
+  const VI one = set1_i(1);
+#pragma GCC unroll 16
+  for (int k = 0; k < NC; ++k) {
+    const VM neg = lt_zero(z[k]);
+    emit_codes<1>(o, select_i(neg, one, zero_i()), 16, 1);
+    if (WithE) storeu(eb + 16 * k, sub(z[k], select(neg, vneg, vpos)));
+  }
+}
+
+QC_TI void onebit_bucket_any(const float* xb, float* eb, size_t n, uint8_t* meta_b, BitOut& o) {
+  const VI one = set1_i(1);
+  VF acc = zero_f();
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i += 16) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    const VF z = load_z(xb, eb, i, m);
+    bad |= nonfinite_bits(z);
+    acc = add(acc, abs_f(z));
+  }
+  if (bad != 0) return scalar_nan_bucket(meta_b, o, eb, n, 1);
+  const float scale = canonical_fold_v(acc) / static_cast<float>(n);
+  put_f32(meta_b, scale);
+  const VF vpos = set1(scale), vneg = set1(-scale);
+  for (size_t i = 0; i < n; i += 16) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    const VF z = load_z(xb, eb, i, m);
+    const VM neg = lt_zero(z);
+    emit_codes<1>(o, select_i(neg, one, zero_i()), m, 1);
+    if (eb != nullptr) store_f(eb + i, sub(z, select(neg, vneg, vpos)), m);
+  }
+}
+
+QC_T void onebit_encode_v(const float* x, float* e, size_t count, const QuantArgs& a,
+                          uint8_t* meta, uint8_t* codes) {
+  BitOut o{codes, codes + codes_bytes(count, 1), 0, 0};
+  const size_t bucket = a.bucket;
+  size_t b0 = 0, b = 0;
+  if (bucket == 16 * kFixedChunks) {
+    for (; b0 + bucket <= count; b0 += bucket, ++b) {
+      if (e != nullptr) onebit_bucket_fixed<kFixedChunks, true>(x + b0, e + b0, meta + 4 * b, o);
+      else onebit_bucket_fixed<kFixedChunks, false>(x + b0, nullptr, meta + 4 * b, o);
+    }
+  }
+  for (; b0 < count; b0 += bucket, ++b) {
+    const size_t n = bucket < count - b0 ? bucket : count - b0;
+    onebit_bucket_any(x + b0, e != nullptr ? e + b0 : nullptr, n, meta + 4 * b, o);
+  }
+  bo_flush(o);
+}
+
+QC_T void onebit_decode_v(const uint8_t* meta, const uint8_t* codes, size_t count, int,
+                          size_t bucket, float* dst, bool accumulate) {
+  const size_t total = codes_bytes(count, 1);
+  const VI one = set1_i(1);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
+    const size_t n = bucket < count - b0 ? bucket : count - b0;
+    const float scale = get_f32(meta + 4 * b);
+    const VF vpos = set1(scale), vneg = set1(-scale);
+    float* d = dst + b0;
+    for (size_t i = 0; i < n; i += 16) {
+      const size_t m = n - i < 16 ? n - i : 16;
+      const VI c = read_codes<1>(codes, total, b0 + i, m, 1);
+      VF v = select(test_i(c, one), vneg, vpos);
+      if (accumulate) v = add(m >= 16 ? loadu(d + i) : load_partial(d + i, m), v);
+      store_f(d + i, v, m);
+    }
+  }
+}
+
+// ---- dispatch on bits ------------------------------------------------------------------
+
+void minmax_encode_v(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                     uint8_t* codes) {
+  switch (a.bits) {
+    case 8: return minmax_encode_q<8>(x, e, count, a, meta, codes);
+    case 4: return minmax_encode_q<4>(x, e, count, a, meta, codes);
+    case 2: return minmax_encode_q<2>(x, e, count, a, meta, codes);
+    case 1: return minmax_encode_q<1>(x, e, count, a, meta, codes);
+    default: return minmax_encode_q<0>(x, e, count, a, meta, codes);
+  }
+}
+
+void minmax_decode_v(const uint8_t* meta, const uint8_t* codes, size_t count, int bits,
+                     size_t bucket, float* dst, bool accumulate) {
+  switch (bits) {
+    case 8: return minmax_decode_q<8>(meta, codes, count, bits, bucket, dst, accumulate);
+    case 4: return minmax_decode_q<4>(meta, codes, count, bits, bucket, dst, accumulate);
+    case 2: return minmax_decode_q<2>(meta, codes, count, bits, bucket, dst, accumulate);
+    case 1: return minmax_decode_q<1>(meta, codes, count, bits, bucket, dst, accumulate);
+    default: return minmax_decode_q<0>(meta, codes, count, bits, bucket, dst, accumulate);
+  }
+}
+
+void qsgd_encode_v(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                   uint8_t* codes) {
+  switch (a.bits) {
+    case 8: return qsgd_encode_q<8>(x, e, count, a, meta, codes);
+    case 4: return qsgd_encode_q<4>(x, e, count, a, meta, codes);
+    case 2: return qsgd_encode_q<2>(x, e, count, a, meta, codes);
+    default: return qsgd_encode_q<0>(x, e, count, a, meta, codes);
+  }
+}
+
+void qsgd_decode_v(const uint8_t* meta, const uint8_t* codes, size_t count, int bits,
+                   size_t bucket, float* dst, bool accumulate) {
+  switch (bits) {
+    case 8: return qsgd_decode_q<8>(meta, codes, count, bits, bucket, dst, accumulate);
+    case 4: return qsgd_decode_q<4>(meta, codes, count, bits, bucket, dst, accumulate);
+    case 2: return qsgd_decode_q<2>(meta, codes, count, bits, bucket, dst, accumulate);
+    default: return qsgd_decode_q<0>(meta, codes, count, bits, bucket, dst, accumulate);
+  }
+}

@@ -1,0 +1,419 @@
+// Every entry of the AVX2 and AVX-512 kernel tables against the scalar
+// reference (src/cpu/kernels_scalar.cpp), bit for bit: codes, metadata,
+// decoded floats, decode-accumulate and the error-compensated residual e, on
+// random data with NaN, Inf, -0 and denormals, bits 1..8, buckets
+// 1..1000, counts 0, 1, 10007, stochastic rounding on and off, and element
+// offsets near 2^32 (where the random-bit index crosses into its high word).
+//
+// An ISA this CPU (or build) lacks is skipped. Links the internal objects.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cpu/codec_kernels.h"
+#include "cpu/random.h"
+
+namespace {
+
+using qc::cpu::Isa;
+using qc::cpu::KernelTable;
+using qc::cpu::QuantArgs;
+using qc::cpu::QuantDecodeFn;
+using qc::cpu::QuantEncodeFn;
+
+constexpr size_t kGuard = 64;   // canary bytes after every output buffer
+constexpr uint8_t kCanary = 0xCD;
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return static_cast<float>(static_cast<double>(next() >> 11) * 0x1.0p-53) * 2 - 1; }
+};
+
+enum class Data {
+  kPlain,     // uniform, varying scale and offset; a few zeros and -0
+  kSpecial,   // plain plus NaN, +-Inf, -0, denormals, huge values, sprinkled
+  kTies,      // values on and half-way between grid points (rounding ties)
+  kConstant,  // runs of equal values (scale 0)
+};
+
+std::vector<float> make_data(size_t n, Data kind, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(n);
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) {
+    const float scale = std::ldexp(1.0f, static_cast<int>((i / 53) % 9) - 4);
+    const float offset = static_cast<float>(static_cast<int>((i / 89) % 5) - 2) * 0.3f;
+    float v = rng.uniform() * scale + offset;
+    switch (kind) {
+      case Data::kPlain:
+        if (rng.next() % 31 == 0) v = (rng.next() & 1) ? 0.0f : -0.0f;
+        break;
+      case Data::kSpecial: {
+        const uint64_t r = rng.next() % 97;
+        if (r == 0) v = std::numeric_limits<float>::quiet_NaN();
+        else if (r == 1) v = kInf;
+        else if (r == 2) v = -kInf;
+        else if (r == 3) v = -0.0f;
+        else if (r == 4) v = from_bits(static_cast<uint32_t>(rng.next() % 0x7fffff) + 1);  // denormal
+        else if (r == 5) v = -from_bits(static_cast<uint32_t>(rng.next() % 0x7fffff) + 1);
+        else if (r == 6) v = (rng.next() & 1 ? 1 : -1) * 3.0e38f;
+        else if (r == 7) v = from_bits(0x7fc00000u | static_cast<uint32_t>(rng.next() & 0x3fffff));  // NaN payload
+        break;
+      }
+      case Data::kTies:
+        v = static_cast<float>(static_cast<int>(rng.next() % 33) - 16) * 0.5f;
+        break;
+      case Data::kConstant:
+        v = static_cast<float>((i / 40) % 3) - 1.0f;
+        if ((i / 40) % 4 == 3) v = rng.uniform();
+        break;
+    }
+    x[i] = v;
+  }
+  return x;
+}
+
+// A byte buffer with canaries after `size` bytes.
+struct Out {
+  std::vector<uint8_t> b;
+  size_t size;
+  explicit Out(size_t n) : b(n + kGuard, kCanary), size(n) {}
+  uint8_t* data() { return b.data(); }
+  bool guard_intact() const {
+    for (size_t i = size; i < b.size(); ++i)
+      if (b[i] != kCanary) return false;
+    return true;
+  }
+  bool same_as(const Out& o) const {
+    return size == o.size && std::memcmp(b.data(), o.b.data(), size) == 0;
+  }
+};
+
+// First differing float, or -1. Bitwise, except that all NaNs are equal:
+// which payload a NaN + NaN returns depends on the operand order the compiler
+// picks for a commutative add (C++ leaves it open), so a NaN's payload is not
+// part of the contract; that a result is NaN is. Wire bytes (codes, meta,
+// 16-bit casts) are compared strictly.
+long first_float_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (bits_of(a[i]) != bits_of(b[i])) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+long first_byte_diff(const Out& a, const Out& b) {
+  for (size_t i = 0; i < a.size; ++i)
+    if (a.b[i] != b.b[i]) return static_cast<long>(i);
+  return -1;
+}
+
+std::string hexf(float f) {
+  std::ostringstream os;
+  os << f << " (0x" << std::hex << bits_of(f) << ")";
+  return os.str();
+}
+
+enum class Codec { kMinmax, kQsgd, kOnebit };
+
+const char* codec_name(Codec c) {
+  return c == Codec::kMinmax ? "minmax" : c == Codec::kQsgd ? "qsgd" : "onebit";
+}
+
+struct Fns {
+  QuantEncodeFn enc;
+  QuantDecodeFn dec;
+};
+Fns fns(const KernelTable& t, Codec c) {
+  switch (c) {
+    case Codec::kMinmax: return {t.minmax_encode, t.minmax_decode};
+    case Codec::kQsgd: return {t.qsgd_encode, t.qsgd_decode};
+    default: return {t.onebit_encode, t.onebit_decode};
+  }
+}
+size_t meta_floats(Codec c) { return c == Codec::kMinmax ? 2 : 1; }
+
+class KernelIdentity : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    ref_ = qc::cpu::scalar_kernels();
+    ASSERT_NE(ref_, nullptr);
+    simd_ = qc::cpu::kernels_for(GetParam());
+    if (simd_ == nullptr) {
+      GTEST_SKIP() << qc::cpu::isa_name(GetParam()) << " kernels not available on this CPU/build";
+    }
+  }
+
+ public:
+  const KernelTable* ref_ = nullptr;
+  const KernelTable* simd_ = nullptr;
+
+  // Encode (plain and error-compensated) and decode (plain and accumulate)
+  // with both tables; every output must match bit for bit.
+  void check_quant(Codec codec, int bits, size_t bucket, size_t count, bool stochastic,
+                   uint64_t index_base, Data data, uint64_t seed) {
+    std::ostringstream where;
+    where << codec_name(codec) << " bits " << bits << " bucket " << bucket << " count " << count
+          << (stochastic ? " stochastic" : " nearest") << " index_base " << index_base << " data "
+          << static_cast<int>(data) << " isa " << simd_->name;
+    SCOPED_TRACE(where.str());
+    const std::vector<float> x = make_data(count, data, seed);
+    QuantArgs a;
+    a.bits = bits;
+    a.bucket = bucket;
+    a.stochastic = stochastic;
+    a.rng = qc::cpu::make_random_stream(seed, static_cast<uint32_t>(seed % 7), seed % 5);
+    a.index_base = index_base;
+    const size_t nb = qc::cpu::bucket_count(count, bucket);
+    const size_t meta_bytes = nb * meta_floats(codec) * 4;
+    const size_t code_bytes = qc::cpu::codes_bytes(count, codec == Codec::kOnebit ? 1 : bits);
+    const Fns r = fns(*ref_, codec), s = fns(*simd_, codec);
+    ASSERT_NE(s.enc, nullptr);
+    ASSERT_NE(s.dec, nullptr);
+
+    // plain encode
+    Out rm(meta_bytes), rc(code_bytes), sm(meta_bytes), sc(code_bytes);
+    r.enc(x.data(), nullptr, count, a, rm.data(), rc.data());
+    s.enc(x.data(), nullptr, count, a, sm.data(), sc.data());
+    ASSERT_TRUE(sm.guard_intact() && sc.guard_intact()) << "SIMD encode wrote past its buffers";
+    ASSERT_TRUE(rm.guard_intact() && rc.guard_intact()) << "scalar encode wrote past its buffers";
+    ASSERT_TRUE(sm.same_as(rm)) << "meta differs at byte " << first_byte_diff(sm, rm);
+    ASSERT_TRUE(sc.same_as(rc)) << "codes differ at byte " << first_byte_diff(sc, rc);
+
+    // error-compensated encode: e in, e out
+    std::vector<float> e0 = make_data(count, Data::kPlain, seed + 1);
+    for (auto& v : e0) v *= 0.01f;
+    if (data == Data::kSpecial && count > 3) e0[count / 2] = std::numeric_limits<float>::infinity();
+    std::vector<float> re = e0, se = e0;
+    Out rm2(meta_bytes), rc2(code_bytes), sm2(meta_bytes), sc2(code_bytes);
+    r.enc(x.data(), re.data(), count, a, rm2.data(), rc2.data());
+    s.enc(x.data(), se.data(), count, a, sm2.data(), sc2.data());
+    ASSERT_TRUE(sm2.guard_intact() && sc2.guard_intact());
+    ASSERT_TRUE(sm2.same_as(rm2)) << "EC meta differs at byte " << first_byte_diff(sm2, rm2);
+    ASSERT_TRUE(sc2.same_as(rc2)) << "EC codes differ at byte " << first_byte_diff(sc2, rc2);
+    long d = first_float_diff(se, re);
+    ASSERT_LT(d, 0) << "EC residual differs at " << d << ": simd " << hexf(se[d]) << " scalar "
+                    << hexf(re[d]);
+
+    // decode and decode-accumulate of the reference bytes
+    std::vector<float> ry(count + 16, 1.5f), sy(count + 16, 1.5f);
+    r.dec(rm.data(), rc.data(), count, bits, bucket, ry.data(), false);
+    s.dec(rm.data(), rc.data(), count, bits, bucket, sy.data(), false);
+    d = first_float_diff(sy, ry);
+    ASSERT_LT(d, 0) << "decode differs at " << d << ": simd " << hexf(sy[d]) << " scalar "
+                    << hexf(ry[d]);
+    std::vector<float> acc = make_data(count + 16, Data::kSpecial, seed + 2);
+    std::vector<float> racc = acc, sacc = acc;
+    r.dec(rm.data(), rc.data(), count, bits, bucket, racc.data(), true);
+    s.dec(rm.data(), rc.data(), count, bits, bucket, sacc.data(), true);
+    d = first_float_diff(sacc, racc);
+    ASSERT_LT(d, 0) << "decode-accumulate differs at " << d << ": simd " << hexf(sacc[d])
+                    << " scalar " << hexf(racc[d]);
+
+    // decode of arbitrary bytes (any meta, any codes): still identical
+    Rng rng(seed + 3);
+    Out gm(meta_bytes), gc(code_bytes);
+    for (size_t i = 0; i < meta_bytes; i += 4) {
+      const float v = (rng.next() % 5 == 0) ? from_bits(static_cast<uint32_t>(rng.next()))
+                                            : rng.uniform() * 10;
+      std::memcpy(gm.data() + i, &v, 4);
+    }
+    for (size_t i = 0; i < code_bytes; ++i) gc.b[i] = static_cast<uint8_t>(rng.next());
+    std::vector<float> rg(count, 0.0f), sg(count, 0.0f);
+    r.dec(gm.data(), gc.data(), count, bits, bucket, rg.data(), false);
+    s.dec(gm.data(), gc.data(), count, bits, bucket, sg.data(), false);
+    d = first_float_diff(sg, rg);
+    ASSERT_LT(d, 0) << "decode of random bytes differs at " << d << ": simd " << hexf(sg[d])
+                    << " scalar " << hexf(rg[d]);
+  }
+};
+
+const std::vector<size_t> kBuckets = {1, 7, 100, 127, 128, 129, 1000};
+const std::vector<size_t> kCounts = {0, 1, 10007};
+
+void sweep(KernelIdentity* t, Codec codec, int bits_lo, int bits_hi, bool with_stochastic) {
+  uint64_t seed = 1;
+  for (int bits = bits_lo; bits <= bits_hi; ++bits) {
+    for (size_t bucket : kBuckets) {
+      for (size_t count : kCounts) {
+        for (bool sto : {false, true}) {
+          if (sto && !with_stochastic) continue;
+          for (uint64_t base : {uint64_t{0}, (uint64_t{1} << 32) - 5000}) {
+            // the index only matters for stochastic rounding
+            if (!sto && base != 0) continue;
+            for (Data data : {Data::kPlain, Data::kSpecial, Data::kTies, Data::kConstant}) {
+              // ties and constants only on the big count
+              if (count < 100 && (data == Data::kTies || data == Data::kConstant)) continue;
+              t->check_quant(codec, bits, bucket, count, sto, base, data, seed++);
+              if (::testing::Test::HasFatalFailure()) return;
+            }
+          }
+        }
+      }
+    }
+  }
+  // odd counts around the SIMD widths
+  for (size_t count : {2u, 3u, 7u, 8u, 9u, 15u, 16u, 17u, 31u, 33u, 63u, 65u, 257u}) {
+    for (size_t bucket : {size_t{1}, size_t{7}, size_t{16}, size_t{128}}) {
+      t->check_quant(codec, bits_hi, bucket, count, with_stochastic, 12345, Data::kSpecial,
+                     seed++);
+      t->check_quant(codec, bits_lo, bucket, count, false, 0, Data::kPlain, seed++);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_P(KernelIdentity, Minmax) { sweep(this, Codec::kMinmax, 1, 8, true); }
+TEST_P(KernelIdentity, Qsgd) { sweep(this, Codec::kQsgd, 2, 8, true); }
+TEST_P(KernelIdentity, Onebit) { sweep(this, Codec::kOnebit, 1, 1, false); }
+
+// fp16 / bf16 casts: every special class, then every 16-bit pattern back.
+TEST_P(KernelIdentity, Casts) {
+  struct CastFns {
+    const char* name;
+    qc::cpu::CastEncodeFn renc, senc;
+    qc::cpu::CastDecodeFn rdec, sdec;
+  };
+  const CastFns all[] = {
+      {"fp16", ref_->fp16_encode, simd_->fp16_encode, ref_->fp16_decode, simd_->fp16_decode},
+      {"bf16", ref_->bf16_encode, simd_->bf16_encode, ref_->bf16_decode, simd_->bf16_decode}};
+  for (const CastFns& f : all) {
+    SCOPED_TRACE(f.name);
+    ASSERT_NE(f.senc, nullptr);
+    ASSERT_NE(f.sdec, nullptr);
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{33}, size_t{10007}}) {
+      SCOPED_TRACE("count " + std::to_string(count));
+      std::vector<float> x = make_data(count, Data::kSpecial, count + 17);
+      // values around the half/bfloat16 rounding and overflow boundaries
+      Rng rng(count + 5);
+      for (size_t i = 0; i < count; i += 3) {
+        const uint32_t pick = static_cast<uint32_t>(rng.next() % 6);
+        const uint32_t base[] = {0x477fe000u, 0x477ff000u, 0x38800000u, 0x33800000u,
+                                 0x7f7f8000u, 0x3f808000u};
+        x[i] = from_bits(base[pick] + static_cast<uint32_t>(rng.next() % 3) - 1u);
+        if (rng.next() & 1) x[i] = -x[i];
+      }
+      Out ro(2 * count), so(2 * count);
+      f.renc(x.data(), count, ro.data());
+      f.senc(x.data(), count, so.data());
+      ASSERT_TRUE(so.guard_intact()) << "SIMD cast encode wrote past its buffer";
+      ASSERT_TRUE(so.same_as(ro)) << "encode differs at byte " << first_byte_diff(so, ro);
+    }
+    // decode every 16-bit pattern, plain and accumulate
+    const size_t n = 65536;
+    Out in(2 * n);
+    for (size_t i = 0; i < n; ++i) {
+      in.b[2 * i] = static_cast<uint8_t>(i);
+      in.b[2 * i + 1] = static_cast<uint8_t>(i >> 8);
+    }
+    std::vector<float> ry(n, 2.0f), sy(n, 2.0f);
+    f.rdec(in.data(), n, ry.data(), false);
+    f.sdec(in.data(), n, sy.data(), false);
+    long d = first_float_diff(sy, ry);
+    ASSERT_LT(d, 0) << "decode of pattern 0x" << std::hex << d << ": simd " << hexf(sy[d])
+                    << " scalar " << hexf(ry[d]);
+    std::vector<float> acc = make_data(n, Data::kSpecial, 99);
+    std::vector<float> racc = acc, sacc = acc;
+    f.rdec(in.data(), n, racc.data(), true);
+    f.sdec(in.data(), n, sacc.data(), true);
+    d = first_float_diff(sacc, racc);
+    ASSERT_LT(d, 0) << "decode-accumulate of pattern 0x" << std::hex << d << ": simd "
+                    << hexf(sacc[d]) << " scalar " << hexf(racc[d]);
+    // odd lengths and an unaligned input
+    for (size_t count : {size_t{1}, size_t{5}, size_t{17}, size_t{31}}) {
+      std::vector<float> r1(count, 0.0f), s1(count, 0.0f);
+      f.rdec(in.data() + 1, count, r1.data(), false);
+      f.sdec(in.data() + 1, count, s1.data(), false);
+      ASSERT_LT(first_float_diff(s1, r1), 0) << "unaligned decode of " << count;
+    }
+  }
+}
+
+// The table is complete and names itself.
+TEST_P(KernelIdentity, TableComplete) {
+  EXPECT_EQ(simd_->isa, GetParam());
+  EXPECT_STREQ(simd_->name, qc::cpu::isa_name(GetParam()));
+  const void* entries[] = {
+      reinterpret_cast<const void*>(simd_->minmax_encode),
+      reinterpret_cast<const void*>(simd_->minmax_decode),
+      reinterpret_cast<const void*>(simd_->qsgd_encode),
+      reinterpret_cast<const void*>(simd_->qsgd_decode),
+      reinterpret_cast<const void*>(simd_->onebit_encode),
+      reinterpret_cast<const void*>(simd_->onebit_decode),
+      reinterpret_cast<const void*>(simd_->fp16_encode),
+      reinterpret_cast<const void*>(simd_->fp16_decode),
+      reinterpret_cast<const void*>(simd_->bf16_encode),
+      reinterpret_cast<const void*>(simd_->bf16_decode)};
+  for (const void* e : entries) EXPECT_NE(e, nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, KernelIdentity, ::testing::Values(Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(qc::cpu::isa_name(info.param));
+                         });
+
+// The random bits of random.h: pinned values, so a change of the generator
+// (which would change every stochastic message) cannot go unnoticed.
+TEST(RandomBits, PinnedValues) {
+  const qc::cpu::RandomStream s = qc::cpu::make_random_stream(42, 0, 0);
+  const qc::cpu::RandomStream t = qc::cpu::make_random_stream(42, 1, 0);
+  EXPECT_TRUE(s.k0 != t.k0 || s.k1 != t.k1);
+  EXPECT_EQ(s.k0, 0x6466471fu);
+  EXPECT_EQ(s.k1, 0x483374f0u);
+  const qc::cpu::RandomStream w = qc::cpu::make_random_stream(1, 2, 3);
+  EXPECT_EQ(w.k0, 0x291fef64u);
+  EXPECT_EQ(w.k1, 0xd62a7f6eu);
+  EXPECT_EQ(qc::cpu::random_bits(s, 0), 0x96ec4a25u);
+  EXPECT_EQ(qc::cpu::random_bits(s, 1), 0x8c7c851eu);
+  EXPECT_EQ(qc::cpu::random_bits(s, 0xffffffffu), 0xa130ffffu);
+  EXPECT_EQ(qc::cpu::random_bits(s, uint64_t{1} << 32), 0x3654c9a1u);
+  // uniform is a multiple of 2^-24 in [0, 1)
+  for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{0xffffffffu}, uint64_t{1} << 32,
+                     ~uint64_t{0}}) {
+    const float u = qc::cpu::random_uniform(s, i);
+    EXPECT_GE(u, 0.0f);
+    EXPECT_LT(u, 1.0f);
+    EXPECT_EQ(u * 16777216.0f, std::floor(u * 16777216.0f));
+    EXPECT_EQ(static_cast<uint32_t>(u * 16777216.0f), qc::cpu::random_bits(s, i) >> 8);
+  }
+  // the formula of random.h, spelled out
+  auto lowbias = [](uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+  };
+  for (uint64_t i : {uint64_t{7}, (uint64_t{3} << 32) + 9}) {
+    const uint32_t want =
+        lowbias(lowbias(static_cast<uint32_t>(i) ^ s.k0) ^ (static_cast<uint32_t>(i >> 32) ^ s.k1));
+    EXPECT_EQ(qc::cpu::random_bits(s, i), want);
+  }
+}
+
+}  // namespace
