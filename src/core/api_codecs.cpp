@@ -1,4 +1,5 @@
 // Entry points of the stand-alone codecs.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,11 +43,24 @@ QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t 
     QC_RETURN_IF_ERROR(require(written, "written"));
     std::unique_ptr<Codec> codec;
     QC_RETURN_IF_ERROR(make_codec(p, dtype, &codec));
-    std::vector<float> values(count);
-    cpu::to_float32(src, dtype, values.data(), count);
     RandomKey key;
     key.seed = p.seed;
-    return codec->encode(values.data(), count, key, static_cast<uint8_t*>(dst), capacity, written);
+    // The input goes straight to the codec (the quantized and cast codecs
+    // widen 16-bit input as their kernels read it: no conversion pass), unless
+    // it overlaps dst or is a misaligned float32 array: then it is read into
+    // a float32 copy first, as it always was.
+    const auto s0 = reinterpret_cast<uintptr_t>(src);
+    const auto d0 = reinterpret_cast<uintptr_t>(dst);
+    const bool overlaps = bytes > 0 && capacity > 0 && s0 < d0 + capacity && d0 < s0 + bytes;
+    const bool misaligned = dtype == QC_DTYPE_FLOAT32 && s0 % alignof(float) != 0;
+    if (overlaps || misaligned) {
+      std::vector<float> values(count);
+      cpu::to_float32(src, dtype, values.data(), count);
+      return codec->encode(values.data(), count, key, static_cast<uint8_t*>(dst), capacity,
+                           written);
+    }
+    return codec->encode_typed(src, dtype, count, key, static_cast<uint8_t*>(dst), capacity,
+                               written);
   });
 }
 

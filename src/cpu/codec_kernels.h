@@ -39,6 +39,7 @@
 #include <cstdint>
 
 #include "cpu/random.h"
+#include "qc.h"
 
 namespace qc {
 namespace cpu {
@@ -51,11 +52,19 @@ struct QuantArgs {
   bool stochastic = false;
   RandomStream rng;
   uint64_t index_base = 0;  // global index of element 0, for the random bits
+  // What x points to: float32, or float16 / bfloat16 values that the kernel
+  // widens to float32 as it loads them (F16C / AVX-512 in the SIMD tables),
+  // so a 16-bit input needs no separate conversion pass. Widening is exact,
+  // so the bytes equal those of converting to float32 first and encoding.
+  // Only the plain encode (e == nullptr) takes a 16-bit input.
+  qc_dtype_t input_dtype = QC_DTYPE_FLOAT32;
 };
 
-// Encode x[0..count) into meta and codes. With e != nullptr the encode is
-// error-compensated in the same pass (paper 000 Alg. 1, DQE): z = x + e is
-// encoded and e becomes z - decode(z).
+// Encode x[0..count) into meta and codes. x holds count values of
+// args.input_dtype (a float* only when that is QC_DTYPE_FLOAT32). With
+// e != nullptr the encode is error-compensated in the same pass (paper 000
+// Alg. 1, DQE): z = x + e is encoded and e becomes z - decode(z); x must then
+// be float32.
 using QuantEncodeFn = void (*)(const float* x, float* e, size_t count, const QuantArgs& args,
                                uint8_t* meta, uint8_t* codes);
 // Decode count values; accumulate: dst += decoded instead of dst = decoded.

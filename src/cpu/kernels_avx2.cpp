@@ -288,6 +288,38 @@ QC_TI VI load_bytes8(const uint8_t* p) {
 // registers (16 ymm, some spill to L1) after one read of x and e.
 constexpr int kFixedChunks = 8;
 
+// 16-bit inputs of the encoders: 16 values (n < 16: the first n, the rest
+// +0) at p (unaligned), widened to float32. F16C quiets a signalling NaN
+// where half_to_float keeps its bits; either is a NaN, which makes its bucket
+// a NaN bucket, so the encoded bytes are the same.
+QC_TI VF load_f16(const uint8_t* p, size_t n) {
+  __m128i a, b;
+  if (n >= 16) {
+    a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  } else {
+    alignas(16) uint16_t t[16] = {};
+    std::memcpy(t, p, 2 * n);
+    a = _mm_load_si128(reinterpret_cast<const __m128i*>(t));
+    b = _mm_load_si128(reinterpret_cast<const __m128i*>(t + 8));
+  }
+  return {_mm256_cvtph_ps(a), _mm256_cvtph_ps(b)};
+}
+QC_TI VF load_bf16(const uint8_t* p, size_t n) {
+  __m128i a, b;
+  if (n >= 16) {
+    a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  } else {
+    alignas(16) uint16_t t[16] = {};
+    std::memcpy(t, p, 2 * n);
+    a = _mm_load_si128(reinterpret_cast<const __m128i*>(t));
+    b = _mm_load_si128(reinterpret_cast<const __m128i*>(t + 8));
+  }
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(a), 16)),
+          _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16))};
+}
+
 #include "cpu/simd_codec_impl.h"
 
 // ---- casts ------------------------------------------------------------------------------

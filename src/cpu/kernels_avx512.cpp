@@ -208,6 +208,21 @@ QC_TI VI load_bytes8(const uint8_t* p) {
 // Buckets of 16 * kFixedChunks elements (the default 128) stay in registers.
 constexpr int kFixedChunks = 8;
 
+// 16-bit inputs of the encoders: 16 values (n < 16: the first n, the rest
+// +0) at p (unaligned), widened to float32. The hardware quiets a signalling
+// NaN where half_to_float keeps its bits; either is a NaN, which makes its
+// bucket a NaN bucket, so the encoded bytes are the same.
+QC_TI VF load_f16(const uint8_t* p, size_t n) {
+  const __m256i h = n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                            : _mm256_maskz_loadu_epi16(tail_mask(n), p);
+  return _mm512_cvtph_ps(h);
+}
+QC_TI VF load_bf16(const uint8_t* p, size_t n) {
+  const __m256i h = n >= 16 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                            : _mm256_maskz_loadu_epi16(tail_mask(n), p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 #include "cpu/simd_codec_impl.h"
 
 // ---- casts ------------------------------------------------------------------------------

@@ -74,8 +74,21 @@ float round_code(float t, const QuantArgs& a, uint64_t index) {
   return a.stochastic ? std::floor(t + random_uniform(a.rng, index)) : std::nearbyint(t);
 }
 
-// z = x (+ e): the values actually encoded, in a bucket-sized buffer.
-void compensated(const float* x, const float* e, size_t n, float* z) {
+// z = x (+ e): the values actually encoded, in a bucket-sized buffer. x holds
+// `dtype` values starting at element b0 (16-bit ones are widened exactly;
+// e != nullptr only with float32 input).
+void compensated(const float* x, qc_dtype_t dtype, size_t b0, const float* e, size_t n,
+                 float* z) {
+  if (dtype == QC_DTYPE_FLOAT16 || dtype == QC_DTYPE_BFLOAT16) {
+    const uint8_t* h = reinterpret_cast<const uint8_t*>(x) + 2 * b0;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, h + 2 * i, 2);  // the caller's buffer may be unaligned
+      z[i] = dtype == QC_DTYPE_FLOAT16 ? half_to_float(v) : bfloat16_to_float(v);
+    }
+    return;
+  }
+  x += b0;
   for (size_t i = 0; i < n; ++i) z[i] = e != nullptr ? x[i] + e[i] : x[i];
 }
 
@@ -83,12 +96,13 @@ void compensated(const float* x, const float* e, size_t n, float* z) {
 
 void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
                    uint8_t* codes) {
+  if (a.input_dtype != QC_DTYPE_FLOAT32) e = nullptr;  // 16-bit input: plain encode only
   const float L = static_cast<float>((1u << a.bits) - 1u);
   BitWriter out(codes);
   std::unique_ptr<float[]> zb(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
   for (size_t b0 = 0, b = 0; b0 < count; b0 += a.bucket, ++b) {
     const size_t n = std::min(a.bucket, count - b0);
-    compensated(x + b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
+    compensated(x, a.input_dtype, b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
     if (!all_finite(zb.get(), n)) {
       store_f32(meta + 8 * b, kNaN);
       store_f32(meta + 8 * b + 4, kNaN);
@@ -134,6 +148,7 @@ void minmax_decode(const uint8_t* meta, const uint8_t* codes, size_t count, int 
 
 void qsgd_encode(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
                  uint8_t* codes) {
+  if (a.input_dtype != QC_DTYPE_FLOAT32) e = nullptr;  // 16-bit input: plain encode only
   const uint32_t sign_bit = 1u << (a.bits - 1);
   const float M = static_cast<float>(sign_bit - 1u);
   BitWriter out(codes);
@@ -141,7 +156,7 @@ void qsgd_encode(const float* x, float* e, size_t count, const QuantArgs& a, uin
   std::unique_ptr<float[]> sq(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
   for (size_t b0 = 0, b = 0; b0 < count; b0 += a.bucket, ++b) {
     const size_t n = std::min(a.bucket, count - b0);
-    compensated(x + b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
+    compensated(x, a.input_dtype, b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
     if (!all_finite(zb.get(), n)) {
       store_f32(meta + 4 * b, kNaN);
       for (size_t i = 0; i < n; ++i) {
@@ -189,12 +204,13 @@ void qsgd_decode(const uint8_t* meta, const uint8_t* codes, size_t count, int bi
 
 void onebit_encode(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
                    uint8_t* codes) {
+  if (a.input_dtype != QC_DTYPE_FLOAT32) e = nullptr;  // 16-bit input: plain encode only
   BitWriter out(codes);
   std::unique_ptr<float[]> zb(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
   std::unique_ptr<float[]> mag(new float[std::min(a.bucket, std::max<size_t>(count, 1))]);
   for (size_t b0 = 0, b = 0; b0 < count; b0 += a.bucket, ++b) {
     const size_t n = std::min(a.bucket, count - b0);
-    compensated(x + b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
+    compensated(x, a.input_dtype, b0, e != nullptr ? e + b0 : nullptr, n, zb.get());
     if (!all_finite(zb.get(), n)) {
       store_f32(meta + 4 * b, kNaN);
       for (size_t i = 0; i < n; ++i) {

@@ -15,6 +15,9 @@
 // bucket of 16 * kFixedChunks elements (the default 128) is read once and
 // kept in registers; any other size reads its bucket twice (the second time
 // from L1), with masked loads/stores for a partial last vector.
+// The encoders are templates over the input element type (float, or a 16-bit
+// type widened to float32 as it is loaded, see load_x), chosen at run time by
+// QuantArgs::input_dtype; a 16-bit input never comes with a residual e.
 // Bit widths 1, 2, 4 and 8 have dedicated packers; 3, 5, 6 and 7 pack each
 // half-vector as one 8q-bit word.
 //
@@ -139,14 +142,46 @@ inline float get_f32(const uint8_t* p) {
 
 
 
+// ---- input element types ---------------------------------------------------------
+// The encoders read x as XT: float, or one of the 16-bit types below, which
+// are widened to float32 as they are loaded (exactly; the ISA file supplies
+// load_f16 / load_bf16). alignof 1: the caller's buffer may be unaligned.
+
+struct InF16 {
+  uint8_t b[2];
+};
+struct InBF16 {
+  uint8_t b[2];
+};
+
+QC_TI VF load_x(const float* p) { return loadu(p); }
+QC_TI VF load_x(const InF16* p) { return load_f16(p->b, 16); }
+QC_TI VF load_x(const InBF16* p) { return load_bf16(p->b, 16); }
+// n < 16 valid lanes; the others are +0.
+QC_TI VF load_x_partial(const float* p, size_t n) { return load_partial(p, n); }
+QC_TI VF load_x_partial(const InF16* p, size_t n) { return load_f16(p->b, n); }
+QC_TI VF load_x_partial(const InBF16* p, size_t n) { return load_bf16(p->b, n); }
+inline float get_x(const float* p) { return *p; }
+inline float get_x(const InF16* p) {
+  uint16_t v;
+  std::memcpy(&v, p->b, 2);
+  return half_to_float(v);
+}
+inline float get_x(const InBF16* p) {
+  uint16_t v;
+  std::memcpy(&v, p->b, 2);
+  return bfloat16_to_float(v);
+}
+
 // z = x (+ e) for 16 lanes starting at i; `n` valid lanes (n < 16: tail, zeros).
-QC_TI VF load_z(const float* x, const float* e, size_t i, size_t n) {
+template <class XT>
+QC_TI VF load_z(const XT* x, const float* e, size_t i, size_t n) {
   if (n >= 16) {
-    VF z = loadu(x + i);
+    VF z = load_x(x + i);
     if (e != nullptr) z = add(z, loadu(e + i));
     return z;
   }
-  VF z = load_partial(x + i, n);
+  VF z = load_x_partial(x + i, n);
   if (e != nullptr) z = add(z, load_partial(e + i, n));
   return z;
 }
@@ -204,12 +239,13 @@ QC_TI void minmax_nan_bucket(uint8_t* meta_b, BitOut& o, float* eb, size_t n, in
 
 // lo/hi from the lane reductions; +0 and -0 compare equal, and the scalar
 // keeps the first zero it meets, so a zero extreme takes that element's sign.
-QC_TI void minmax_extremes(VF vmin, VF vmax, const float* xb, const float* eb, size_t n,
+template <class XT>
+QC_TI void minmax_extremes(VF vmin, VF vmax, const XT* xb, const float* eb, size_t n,
                                  float* lo_out, float* hi_out) {
   float lo = hmin(vmin), hi = hmax(vmax);
   if (lo == 0.0f || hi == 0.0f) {
     for (size_t k = 0; k < n; ++k) {
-      const float zk = eb != nullptr ? xb[k] + eb[k] : xb[k];
+      const float zk = eb != nullptr ? get_x(xb + k) + eb[k] : get_x(xb + k);
       if (zk == 0.0f) {
         if (lo == 0.0f) lo = zk;
         if (hi == 0.0f) hi = zk;
@@ -222,14 +258,14 @@ QC_TI void minmax_extremes(VF vmin, VF vmax, const float* xb, const float* eb, s
 }
 
 // One full bucket of NC*16 elements held in registers: one read of x and e.
-template <int Q, int NC, bool WithE>
-QC_TI void minmax_bucket_fixed(const float* xb, float* eb, const QuantArgs& a,
+template <int Q, int NC, bool WithE, class XT>
+QC_TI void minmax_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a,
                                      uint64_t base, uint8_t* meta_b, BitOut& o,
                                      const MinmaxConsts& c) {
   VF z[NC];
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
-    z[k] = loadu(xb + 16 * k);
+    z[k] = load_x(xb + 16 * k);
     if (WithE) z[k] = add(z[k], loadu(eb + 16 * k));
   }
   VF vmin = z[0], vmax = z[0];
@@ -258,11 +294,11 @@ QC_TI void minmax_bucket_fixed(const float* xb, float* eb, const QuantArgs& a,
 }
 
 // Any bucket: pass 1 reduces, pass 2 re-reads the bucket (from L1) and codes it.
-template <int Q>
-QC_TI void minmax_bucket_any(const float* xb, float* eb, size_t n, const QuantArgs& a,
+template <int Q, class XT>
+QC_TI void minmax_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs& a,
                                    uint64_t base, uint8_t* meta_b, BitOut& o,
                                    const MinmaxConsts& c) {
-  const float z0 = eb != nullptr ? xb[0] + eb[0] : xb[0];
+  const float z0 = eb != nullptr ? get_x(xb) + eb[0] : get_x(xb);
   VF vmin = set1(z0), vmax = vmin;
   const VF vfirst = vmin;
   uint32_t bad = 0;
@@ -297,8 +333,8 @@ QC_TI void minmax_bucket_any(const float* xb, float* eb, size_t n, const QuantAr
   }
 }
 
-template <int Q>
-QC_T void minmax_encode_q(const float* x, float* e, size_t count, const QuantArgs& a,
+template <int Q, class XT>
+QC_T void minmax_encode_q(const XT* x, float* e, size_t count, const QuantArgs& a,
                           uint8_t* meta, uint8_t* codes) {
   MinmaxConsts c;
   c.q = Q != 0 ? Q : a.bits;
@@ -383,13 +419,13 @@ QC_TI void scalar_nan_bucket(uint8_t* meta_b, BitOut& o, float* eb, size_t n, in
   zero_bucket_e(eb, n);
 }
 
-template <int Q, int NC, bool WithE>
-QC_TI void qsgd_bucket_fixed(const float* xb, float* eb, const QuantArgs& a, uint64_t base,
+template <int Q, int NC, bool WithE, class XT>
+QC_TI void qsgd_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a, uint64_t base,
                              uint8_t* meta_b, BitOut& o, const QsgdConsts& c) {
   VF z[NC];
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
-    z[k] = loadu(xb + 16 * k);
+    z[k] = load_x(xb + 16 * k);
     if (WithE) z[k] = add(z[k], loadu(eb + 16 * k));
   }
   VF acc = mul(z[0], z[0]);  // +0 + v == v for v = z*z >= +0
@@ -414,8 +450,8 @@ QC_TI void qsgd_bucket_fixed(const float* xb, float* eb, const QuantArgs& a, uin
   }
 }
 
-template <int Q>
-QC_TI void qsgd_bucket_any(const float* xb, float* eb, size_t n, const QuantArgs& a,
+template <int Q, class XT>
+QC_TI void qsgd_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs& a,
                            uint64_t base, uint8_t* meta_b, BitOut& o, const QsgdConsts& c) {
   VF acc = zero_f();
   uint32_t bad = 0;
@@ -441,8 +477,8 @@ QC_TI void qsgd_bucket_any(const float* xb, float* eb, size_t n, const QuantArgs
   }
 }
 
-template <int Q>
-QC_T void qsgd_encode_q(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+template <int Q, class XT>
+QC_T void qsgd_encode_q(const XT* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
                         uint8_t* codes) {
   QsgdConsts c;
   c.q = Q != 0 ? Q : a.bits;
@@ -499,12 +535,12 @@ QC_T void qsgd_decode_q(const uint8_t* meta, const uint8_t* codes, size_t count,
 
 // ---- onebit -------------------------------------------------------------------------
 
-template <int NC, bool WithE>
-QC_TI void onebit_bucket_fixed(const float* xb, float* eb, uint8_t* meta_b, BitOut& o) {
+template <int NC, bool WithE, class XT>
+QC_TI void onebit_bucket_fixed(const XT* xb, float* eb, uint8_t* meta_b, BitOut& o) {
   VF z[NC];
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
-    z[k] = loadu(xb + 16 * k);
+    z[k] = load_x(xb + 16 * k);
     if (WithE) z[k] = add(z[k], loadu(eb + 16 * k));
   }
   VF acc = abs_f(z[0]);  // +0 + v == v for v = |z| >= +0
@@ -527,7 +563,8 @@ QC_TI void onebit_bucket_fixed(const float* xb, float* eb, uint8_t* meta_b, BitO
   }
 }
 
-QC_TI void onebit_bucket_any(const float* xb, float* eb, size_t n, uint8_t* meta_b, BitOut& o) {
+template <class XT>
+QC_TI void onebit_bucket_any(const XT* xb, float* eb, size_t n, uint8_t* meta_b, BitOut& o) {
   const VI one = set1_i(1);
   VF acc = zero_f();
   uint32_t bad = 0;
@@ -550,7 +587,8 @@ QC_TI void onebit_bucket_any(const float* xb, float* eb, size_t n, uint8_t* meta
   }
 }
 
-QC_T void onebit_encode_v(const float* x, float* e, size_t count, const QuantArgs& a,
+template <class XT>
+QC_T void onebit_encode_t(const XT* x, float* e, size_t count, const QuantArgs& a,
                           uint8_t* meta, uint8_t* codes) {
   BitOut o{codes, codes + codes_bytes(count, 1), 0, 0};
   const size_t bucket = a.bucket;
@@ -566,6 +604,17 @@ QC_T void onebit_encode_v(const float* x, float* e, size_t count, const QuantArg
     onebit_bucket_any(x + b0, e != nullptr ? e + b0 : nullptr, n, meta + 4 * b, o);
   }
   bo_flush(o);
+}
+
+void onebit_encode_v(const float* x, float* e, size_t count, const QuantArgs& a,
+                     uint8_t* meta, uint8_t* codes) {
+  switch (a.input_dtype) {
+    case QC_DTYPE_FLOAT16:
+      return onebit_encode_t(reinterpret_cast<const InF16*>(x), nullptr, count, a, meta, codes);
+    case QC_DTYPE_BFLOAT16:
+      return onebit_encode_t(reinterpret_cast<const InBF16*>(x), nullptr, count, a, meta, codes);
+    default: return onebit_encode_t(x, e, count, a, meta, codes);
+  }
 }
 
 QC_T void onebit_decode_v(const uint8_t* meta, const uint8_t* codes, size_t count, int,
@@ -589,7 +638,8 @@ QC_T void onebit_decode_v(const uint8_t* meta, const uint8_t* codes, size_t coun
 
 // ---- dispatch on bits ------------------------------------------------------------------
 
-void minmax_encode_v(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+template <class XT>
+void minmax_encode_t(const XT* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
                      uint8_t* codes) {
   switch (a.bits) {
     case 8: return minmax_encode_q<8>(x, e, count, a, meta, codes);
@@ -597,6 +647,18 @@ void minmax_encode_v(const float* x, float* e, size_t count, const QuantArgs& a,
     case 2: return minmax_encode_q<2>(x, e, count, a, meta, codes);
     case 1: return minmax_encode_q<1>(x, e, count, a, meta, codes);
     default: return minmax_encode_q<0>(x, e, count, a, meta, codes);
+  }
+}
+
+// x holds a.input_dtype values; a 16-bit input comes without e (codec_kernels.h).
+void minmax_encode_v(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                     uint8_t* codes) {
+  switch (a.input_dtype) {
+    case QC_DTYPE_FLOAT16:
+      return minmax_encode_t(reinterpret_cast<const InF16*>(x), nullptr, count, a, meta, codes);
+    case QC_DTYPE_BFLOAT16:
+      return minmax_encode_t(reinterpret_cast<const InBF16*>(x), nullptr, count, a, meta, codes);
+    default: return minmax_encode_t(x, e, count, a, meta, codes);
   }
 }
 
@@ -611,13 +673,25 @@ void minmax_decode_v(const uint8_t* meta, const uint8_t* codes, size_t count, in
   }
 }
 
-void qsgd_encode_v(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+template <class XT>
+void qsgd_encode_t(const XT* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
                    uint8_t* codes) {
   switch (a.bits) {
     case 8: return qsgd_encode_q<8>(x, e, count, a, meta, codes);
     case 4: return qsgd_encode_q<4>(x, e, count, a, meta, codes);
     case 2: return qsgd_encode_q<2>(x, e, count, a, meta, codes);
     default: return qsgd_encode_q<0>(x, e, count, a, meta, codes);
+  }
+}
+
+void qsgd_encode_v(const float* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                   uint8_t* codes) {
+  switch (a.input_dtype) {
+    case QC_DTYPE_FLOAT16:
+      return qsgd_encode_t(reinterpret_cast<const InF16*>(x), nullptr, count, a, meta, codes);
+    case QC_DTYPE_BFLOAT16:
+      return qsgd_encode_t(reinterpret_cast<const InBF16*>(x), nullptr, count, a, meta, codes);
+    default: return qsgd_encode_t(x, e, count, a, meta, codes);
   }
 }
 

@@ -4,6 +4,8 @@
 // random data with NaN, Inf, -0 and denormals, bits 1..8, buckets
 // 1..1000, counts 0, 1, 10007, stochastic rounding on and off, and element
 // offsets near 2^32 (where the random-bit index crosses into its high word).
+// Also: every table (scalar included) encoding float16 / bfloat16 input
+// directly (QuantArgs::input_dtype) against widening to float32 first.
 //
 // An ISA this CPU (or build) lacks is skipped. Links the internal objects.
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "cpu/codec_kernels.h"
+#include "cpu/dtype_convert.h"
 #include "cpu/random.h"
 
 namespace {
@@ -375,6 +378,94 @@ INSTANTIATE_TEST_SUITE_P(Isa, KernelIdentity, ::testing::Values(Isa::kAvx2, Isa:
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(qc::cpu::isa_name(info.param));
                          });
+
+// 16-bit input read by the kernels (QuantArgs::input_dtype): for every table,
+// the bytes equal those of widening to float32 and encoding with the scalar
+// kernel. Halves cover NaN (quiet and signalling), +-Inf, -0, subnormals and
+// the whole exponent range; the input sits at an odd address.
+std::vector<uint16_t> make_halves(size_t n, qc_dtype_t dtype, bool special, uint64_t seed) {
+  Rng rng(seed);
+  const std::vector<float> base = make_data(n, Data::kPlain, seed);
+  const bool f16 = dtype == QC_DTYPE_FLOAT16;
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) {
+    h[i] = f16 ? qc::cpu::float_to_half(base[i]) : qc::cpu::float_to_bfloat16(base[i]);
+    if (!special) continue;
+    const uint64_t r = rng.next() % 61;
+    const uint16_t sign = (rng.next() & 1) ? 0x8000u : 0u;
+    const uint16_t exp_all = f16 ? 0x7c00u : 0x7f80u;
+    const uint16_t man = f16 ? 0x03ffu : 0x007fu;
+    const uint16_t quiet = f16 ? 0x0200u : 0x0040u;
+    const uint16_t payload = static_cast<uint16_t>(rng.next() & man);
+    if (r == 0) h[i] = static_cast<uint16_t>(sign | exp_all | quiet | payload);  // quiet NaN
+    else if (r == 1) h[i] = static_cast<uint16_t>(sign | exp_all | ((payload & ~quiet) | 1u));  // sNaN
+    else if (r == 2) h[i] = static_cast<uint16_t>(sign | exp_all);                 // +-Inf
+    else if (r == 3) h[i] = static_cast<uint16_t>(sign | (payload | 1u));          // subnormal
+    else if (r == 4) h[i] = 0x8000u;                                                // -0
+    else if (r < 12) h[i] = static_cast<uint16_t>(rng.next() & ~exp_all & 0xffffu);  // small/finite
+    else if (r < 16) h[i] = static_cast<uint16_t>(sign | (exp_all - (f16 ? 0x0400u : 0x0080u)) |
+                                                  payload);  // largest binade
+  }
+  return h;
+}
+
+TEST(KernelTypedInput, SixteenBitMatchesWidenedScalar) {
+  const KernelTable* tables[] = {qc::cpu::scalar_kernels(), qc::cpu::kernels_for(Isa::kAvx2),
+                                 qc::cpu::kernels_for(Isa::kAvx512)};
+  const KernelTable& ref = *qc::cpu::scalar_kernels();
+  uint64_t seed = 1000;
+  for (const KernelTable* t : tables) {
+    if (t == nullptr) continue;
+    for (qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16}) {
+      for (Codec codec : {Codec::kMinmax, Codec::kQsgd, Codec::kOnebit}) {
+        const int lo = codec == Codec::kMinmax ? 1 : codec == Codec::kQsgd ? 2 : 1;
+        const int hi = codec == Codec::kOnebit ? 1 : 8;
+        for (int bits = lo; bits <= hi; ++bits) {
+          for (size_t count : {size_t{0}, size_t{1}, size_t{17}, size_t{10007}}) {
+            for (size_t bucket : {size_t{7}, size_t{128}, size_t{129}}) {
+              for (bool sto : {false, true}) {
+                if (sto && codec == Codec::kOnebit) continue;
+                for (bool special : {false, true}) {
+                  ++seed;
+                  std::ostringstream where;
+                  where << t->name << " " << (dtype == QC_DTYPE_FLOAT16 ? "fp16" : "bf16") << " "
+                        << codec_name(codec) << " bits " << bits << " count " << count
+                        << " bucket " << bucket << (sto ? " stochastic" : "")
+                        << (special ? " special" : "");
+                  SCOPED_TRACE(where.str());
+                  const std::vector<uint16_t> h = make_halves(count, dtype, special, seed);
+                  std::vector<uint8_t> raw(2 * count + 1);  // at an odd address
+                  if (count > 0) std::memcpy(raw.data() + 1, h.data(), 2 * count);
+                  std::vector<float> wide(count);
+                  qc::cpu::to_float32(h.data(), dtype, wide.data(), count);
+                  QuantArgs a;
+                  a.bits = codec == Codec::kOnebit ? 1 : bits;
+                  a.bucket = bucket;
+                  a.stochastic = sto;
+                  a.rng = qc::cpu::make_random_stream(seed, 3, 1);
+                  a.index_base = seed * 977;
+                  const size_t meta_bytes =
+                      qc::cpu::bucket_count(count, bucket) * meta_floats(codec) * 4;
+                  const size_t code_bytes = qc::cpu::codes_bytes(count, a.bits);
+                  Out rm(meta_bytes), rc(code_bytes), sm(meta_bytes), sc(code_bytes);
+                  fns(ref, codec).enc(wide.data(), nullptr, count, a, rm.data(), rc.data());
+                  QuantArgs at = a;
+                  at.input_dtype = dtype;
+                  fns(*t, codec).enc(reinterpret_cast<const float*>(raw.data() + 1), nullptr,
+                                     count, at, sm.data(), sc.data());
+                  ASSERT_TRUE(sm.guard_intact() && sc.guard_intact())
+                      << "typed encode wrote past its buffers";
+                  ASSERT_TRUE(sm.same_as(rm)) << "meta differs at byte " << first_byte_diff(sm, rm);
+                  ASSERT_TRUE(sc.same_as(rc)) << "codes differ at byte " << first_byte_diff(sc, rc);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
 
 // The random bits of random.h: pinned values, so a change of the generator
 // (which would change every stochastic message) cannot go unnoticed.

@@ -9,6 +9,7 @@
 #include "core/codecs/codec_quantized.h"
 #include "core/codecs/codec_topk.h"
 #include "core/policy.h"
+#include "cpu/dtype_convert.h"
 
 namespace qc {
 
@@ -21,6 +22,16 @@ Status Codec::encode_error_compensated(const float* t, float* e, size_t count,
   QC_RETURN_IF_ERROR(decode(dst, *written, e, count));
   for (size_t i = 0; i < count; ++i) e[i] = z[i] - e[i];
   return Status::ok();
+}
+
+Status Codec::encode_typed(const void* src, qc_dtype_t dtype, size_t count, const RandomKey& key,
+                           uint8_t* dst, size_t capacity, size_t* written) const {
+  if (dtype == QC_DTYPE_FLOAT32) {
+    return encode(static_cast<const float*>(src), count, key, dst, capacity, written);
+  }
+  std::vector<float> values(count);
+  cpu::to_float32(src, dtype, values.data(), count);
+  return encode(values.data(), count, key, dst, capacity, written);
 }
 
 Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<Codec>* codec) {

@@ -35,6 +35,13 @@ class Codec {
 
   virtual Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                         size_t capacity, size_t* written) const = 0;
+  // encode() of count values of `dtype` (float32, float16 or bfloat16; src
+  // may be unaligned). The result equals widening src to float32 (exact) and
+  // calling encode(); this default does just that through a scratch vector,
+  // and codecs whose kernels read 16-bit input directly override it.
+  virtual Status encode_typed(const void* src, qc_dtype_t dtype, size_t count,
+                              const RandomKey& key, uint8_t* dst, size_t capacity,
+                              size_t* written) const;
   virtual Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const = 0;
   // dst += decode(src), in one pass.
   virtual Status decode_accumulate(const uint8_t* src, size_t size, float* dst,

@@ -10,10 +10,12 @@ CastCodec::CastCodec(qc_codec_t codec) : codec_(codec) {
   const cpu::KernelTable& k = cpu::kernels();
   encode_fn_ = codec == QC_CODEC_FP16 ? k.fp16_encode : k.bf16_encode;
   decode_fn_ = codec == QC_CODEC_FP16 ? k.fp16_decode : k.bf16_decode;
+  fp16_widen_fn_ = k.fp16_decode;
+  bf16_widen_fn_ = k.bf16_decode;
 }
 
-Status CastCodec::encode(const float* src, size_t count, const RandomKey&, uint8_t* dst,
-                         size_t capacity, size_t* written) const {
+Status CastCodec::write_header(size_t count, uint8_t* dst, size_t capacity,
+                               size_t* written) const {
   const size_t need = max_encoded_size(count);
   if (capacity < need) {
     return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
@@ -26,8 +28,38 @@ Status CastCodec::encode(const float* src, size_t count, const RandomKey&, uint8
   h.count = count;
   h.payload_bytes = 2 * count;
   write_wire_header(h, dst);
-  encode_fn_(src, count, dst + kWireHeaderBytes);
   *written = need;
+  return Status::ok();
+}
+
+Status CastCodec::encode(const float* src, size_t count, const RandomKey&, uint8_t* dst,
+                         size_t capacity, size_t* written) const {
+  QC_RETURN_IF_ERROR(write_header(count, dst, capacity, written));
+  encode_fn_(src, count, dst + kWireHeaderBytes);
+  return Status::ok();
+}
+
+Status CastCodec::encode_typed(const void* src, qc_dtype_t dtype, size_t count,
+                               const RandomKey& key, uint8_t* dst, size_t capacity,
+                               size_t* written) const {
+  if (dtype != QC_DTYPE_FLOAT16 && dtype != QC_DTYPE_BFLOAT16) {
+    return Codec::encode_typed(src, dtype, count, key, dst, capacity, written);
+  }
+  QC_RETURN_IF_ERROR(write_header(count, dst, capacity, written));
+  const auto* in = static_cast<const uint8_t*>(src);
+  uint8_t* out = dst + kWireHeaderBytes;
+  // Widen a block into L1 with the exact SIMD decode of the input type, then
+  // cast it: one pass over memory, and the bytes of widening everything
+  // first. (Input of the codec's own type comes back unchanged, a signalling
+  // NaN quieted.)
+  const cpu::CastDecodeFn widen = dtype == QC_DTYPE_FLOAT16 ? fp16_widen_fn_ : bf16_widen_fn_;
+  constexpr size_t kBlock = 2048;
+  float block[kBlock];
+  for (size_t i = 0; i < count; i += kBlock) {
+    const size_t n = count - i < kBlock ? count - i : kBlock;
+    widen(in + 2 * i, n, block, false);
+    encode_fn_(block, n, out + 2 * i);
+  }
   return Status::ok();
 }
 

@@ -16,16 +16,22 @@ class CastCodec final : public Codec {
   size_t max_encoded_size(size_t count) const override { return kWireHeaderBytes + 2 * count; }
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;
+  // 16-bit input in one pass: widened to float32 in L1-sized blocks and cast.
+  Status encode_typed(const void* src, qc_dtype_t dtype, size_t count, const RandomKey& key,
+                      uint8_t* dst, size_t capacity, size_t* written) const override;
   Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
   Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
                            size_t count) const override;
 
  private:
+  Status write_header(size_t count, uint8_t* dst, size_t capacity, size_t* written) const;
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   qc_codec_t codec_;
   cpu::CastEncodeFn encode_fn_;
   cpu::CastDecodeFn decode_fn_;
+  cpu::CastDecodeFn fp16_widen_fn_;  // exact widening of 16-bit input
+  cpu::CastDecodeFn bf16_widen_fn_;
 };
 
 }  // namespace qc

@@ -37,8 +37,9 @@ size_t QuantizedCodec::max_encoded_size(size_t count) const {
   return kWireHeaderBytes + meta_bytes(count) + cpu::codes_bytes(count, bits_);
 }
 
-Status QuantizedCodec::encode_impl(const float* src, float* e, size_t count, const RandomKey& key,
-                                   uint8_t* dst, size_t capacity, size_t* written) const {
+Status QuantizedCodec::encode_impl(const void* src, qc_dtype_t dtype, float* e, size_t count,
+                                   const RandomKey& key, uint8_t* dst, size_t capacity,
+                                   size_t* written) const {
   const size_t need = max_encoded_size(count);
   if (capacity < need) {
     return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
@@ -58,21 +59,31 @@ Status QuantizedCodec::encode_impl(const float* src, float* e, size_t count, con
   args.stochastic = stochastic_;
   args.rng = cpu::make_random_stream(key.seed, key.rank, key.call);
   args.index_base = key.element_offset;
+  args.input_dtype = dtype;  // the kernel widens 16-bit input as it reads it
   uint8_t* meta = dst + kWireHeaderBytes;
-  encode_fn_(src, e, count, args, meta, meta + meta_bytes(count));
+  encode_fn_(static_cast<const float*>(src), e, count, args, meta, meta + meta_bytes(count));
   *written = need;
   return Status::ok();
 }
 
 Status QuantizedCodec::encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                               size_t capacity, size_t* written) const {
-  return encode_impl(src, nullptr, count, key, dst, capacity, written);
+  return encode_impl(src, QC_DTYPE_FLOAT32, nullptr, count, key, dst, capacity, written);
+}
+
+Status QuantizedCodec::encode_typed(const void* src, qc_dtype_t dtype, size_t count,
+                                    const RandomKey& key, uint8_t* dst, size_t capacity,
+                                    size_t* written) const {
+  if (dtype != QC_DTYPE_FLOAT32 && dtype != QC_DTYPE_FLOAT16 && dtype != QC_DTYPE_BFLOAT16) {
+    return Codec::encode_typed(src, dtype, count, key, dst, capacity, written);
+  }
+  return encode_impl(src, dtype, nullptr, count, key, dst, capacity, written);
 }
 
 Status QuantizedCodec::encode_error_compensated(const float* t, float* e, size_t count,
                                                 const RandomKey& key, uint8_t* dst,
                                                 size_t capacity, size_t* written) const {
-  return encode_impl(t, e, count, key, dst, capacity, written);
+  return encode_impl(t, QC_DTYPE_FLOAT32, e, count, key, dst, capacity, written);
 }
 
 Status QuantizedCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,

@@ -29,9 +29,14 @@ class QuantizedCodec final : public Codec {
   Status encode_error_compensated(const float* t, float* e, size_t count, const RandomKey& key,
                                   uint8_t* dst, size_t capacity, size_t* written) const override;
 
+  Status encode_typed(const void* src, qc_dtype_t dtype, size_t count, const RandomKey& key,
+                      uint8_t* dst, size_t capacity, size_t* written) const override;
+
  private:
-  Status encode_impl(const float* src, float* e, size_t count, const RandomKey& key, uint8_t* dst,
-                     size_t capacity, size_t* written) const;
+  // src holds count values of dtype; e != nullptr only with float32.
+  Status encode_impl(const void* src, qc_dtype_t dtype, float* e, size_t count,
+                     const RandomKey& key, uint8_t* dst, size_t capacity,
+                     size_t* written) const;
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   size_t meta_bytes(size_t count) const;
