@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 
+#include "cpu/bitstream.h"
 #include "cpu/codec_kernels.h"
 #include "cpu/dtype_convert.h"
 
@@ -14,47 +15,6 @@ namespace cpu {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-void store_f32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
-float load_f32(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// Little-endian bitstream of q-bit codes (q = 1..8).
-class BitWriter {
- public:
-  explicit BitWriter(uint8_t* out) : out_(out) {}
-  void put(uint32_t code, int q) {
-    acc_ |= static_cast<uint64_t>(code) << used_;
-    used_ += q;
-    while (used_ >= 8) {
-      *out_++ = static_cast<uint8_t>(acc_);
-      acc_ >>= 8;
-      used_ -= 8;
-    }
-  }
-  void flush() {
-    if (used_ > 0) *out_++ = static_cast<uint8_t>(acc_);
-    acc_ = 0;
-    used_ = 0;
-  }
-
- private:
-  uint8_t* out_;
-  uint64_t acc_ = 0;
-  int used_ = 0;
-};
-
-uint32_t get_code(const uint8_t* codes, size_t i, int q) {
-  const size_t bit = i * static_cast<size_t>(q);
-  const size_t byte = bit / 8;
-  const int shift = static_cast<int>(bit % 8);
-  uint32_t v = codes[byte];
-  if (shift + q > 8) v |= static_cast<uint32_t>(codes[byte + 1]) << 8;
-  return (v >> shift) & ((1u << q) - 1u);
-}
 
 bool all_finite(const float* z, size_t n) {
   for (size_t i = 0; i < n; ++i)

@@ -9,23 +9,15 @@
 
 #include "core/byte_order.h"
 #include "core/policy.h"
+#include "cpu/bitstream.h"
 
 namespace qc {
 namespace {
 
-constexpr size_t kEntryBytes = 8;  // u32 index, float32 value
+using cpu::load_f32;
+using cpu::store_f32;
 
-void store_f32(uint8_t* p, float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  store_le32(p, u);
-}
-float load_f32(const uint8_t* p) {
-  const uint32_t u = load_le32(p);
-  float v;
-  std::memcpy(&v, &u, 4);
-  return v;
-}
+constexpr size_t kEntryBytes = 8;  // u32 index, float32 value
 
 }  // namespace
 
