@@ -34,6 +34,21 @@ Status Codec::encode_typed(const void* src, qc_dtype_t dtype, size_t count, cons
   return encode(values.data(), count, key, dst, capacity, written);
 }
 
+Status read_header_for(const uint8_t* src, size_t size, qc_codec_t codec, size_t count,
+                       WireHeader* h) {
+  QC_RETURN_IF_ERROR(read_wire_header(src, size, h));
+  if (h->codec != codec) {
+    return mismatch(std::string("message was encoded with codec ") +
+                    codec_name(static_cast<qc_codec_t>(h->codec)) + ", expected " +
+                    codec_name(codec));
+  }
+  if (h->count != count) {
+    return mismatch("message holds " + std::to_string(h->count) + " elements, expected " +
+                    std::to_string(count));
+  }
+  return Status::ok();
+}
+
 Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<Codec>* codec) {
   switch (policy.codec) {
     case QC_CODEC_NONE:

@@ -54,6 +54,12 @@ class Codec {
                                           size_t* written) const;
 };
 
+// Reads and checks a message's header for a decoder of `codec` expecting
+// `count` elements: a damaged header is QC_ERROR_CORRUPT_DATA, another codec
+// or count QC_ERROR_MISMATCH. Codec-specific fields are the caller's to check.
+Status read_header_for(const uint8_t* src, size_t size, qc_codec_t codec, size_t count,
+                       WireHeader* header);
+
 // The codec for `policy` on data whose ABI dtype is `dtype`, or
 // QC_ERROR_UNSUPPORTED for a codec this build does not have.
 Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<Codec>* codec);

@@ -66,16 +66,7 @@ Status CastCodec::encode_typed(const void* src, qc_dtype_t dtype, size_t count,
 Status CastCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                               bool accumulate) const {
   WireHeader h;
-  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
-  if (h.codec != codec_) {
-    return mismatch(std::string("message was encoded with codec ") +
-                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected " +
-                    codec_name(codec_));
-  }
-  if (h.count != count) {
-    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
-                    std::to_string(count));
-  }
+  QC_RETURN_IF_ERROR(read_header_for(src, size, codec_, count, &h));
   const uint8_t wire_dtype =
       static_cast<uint8_t>(codec_ == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16);
   if (h.bits != 16 || h.dtype != wire_dtype || h.payload_bytes != 2 * count) {

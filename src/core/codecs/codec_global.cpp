@@ -187,16 +187,7 @@ Status GlobalCodec::encode_error_compensated(const float* t, float* e, size_t co
 Status GlobalCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                                 bool accumulate) const {
   WireHeader h;
-  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
-  if (h.codec != codec_) {
-    return mismatch(std::string("message was encoded with codec ") +
-                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected " +
-                    codec_name(codec_));
-  }
-  if (h.count != count) {
-    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
-                    std::to_string(count));
-  }
+  QC_RETURN_IF_ERROR(read_header_for(src, size, codec_, count, &h));
   if (h.bits != bits_) {
     return mismatch("message has bits " + std::to_string(h.bits) + "; expected bits " +
                     std::to_string(bits_));

@@ -33,19 +33,10 @@ Status CodecNone::encode(const float* src, size_t count, const RandomKey&, uint8
 
 Status CodecNone::check(const uint8_t* src, size_t size, size_t count) const {
   WireHeader h;
-  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
-  if (h.codec != QC_CODEC_NONE) {
-    return mismatch(std::string("message was encoded with codec ") +
-                    codec_name(static_cast<qc_codec_t>(h.codec)) +
-                    ", expected none");
-  }
+  QC_RETURN_IF_ERROR(read_header_for(src, size, QC_CODEC_NONE, count, &h));
   if (h.dtype != wire_dtype_) {
     return mismatch(std::string("message carries ") + dtype_name(static_cast<qc_dtype_t>(h.dtype)) +
                     " values, expected " + dtype_name(wire_dtype_));
-  }
-  if (h.count != count) {
-    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
-                    std::to_string(count));
   }
   if (h.bits != 8 * dtype_size(wire_dtype_) || h.payload_bytes != count * dtype_size(wire_dtype_)) {
     return corrupt_data("codec none message: " + std::to_string(h.payload_bytes) +

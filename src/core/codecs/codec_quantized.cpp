@@ -89,16 +89,7 @@ Status QuantizedCodec::encode_error_compensated(const float* t, float* e, size_t
 Status QuantizedCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                                    bool accumulate) const {
   WireHeader h;
-  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
-  if (h.codec != codec_) {
-    return mismatch(std::string("message was encoded with codec ") +
-                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected " +
-                    codec_name(codec_));
-  }
-  if (h.count != count) {
-    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
-                    std::to_string(count));
-  }
+  QC_RETURN_IF_ERROR(read_header_for(src, size, codec_, count, &h));
   if (h.bits != bits_ || h.bucket_size != bucket_) {
     return mismatch("message has bits " + std::to_string(h.bits) + ", bucket " +
                     std::to_string(h.bucket_size) + "; expected bits " + std::to_string(bits_) +

@@ -107,15 +107,7 @@ Status TopkCodec::encode_error_compensated(const float* t, float* e, size_t coun
 Status TopkCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                               bool accumulate) const {
   WireHeader h;
-  QC_RETURN_IF_ERROR(read_wire_header(src, size, &h));
-  if (h.codec != QC_CODEC_TOPK) {
-    return mismatch(std::string("message was encoded with codec ") +
-                    codec_name(static_cast<qc_codec_t>(h.codec)) + ", expected topk");
-  }
-  if (h.count != count) {
-    return mismatch("message holds " + std::to_string(h.count) + " elements, expected " +
-                    std::to_string(count));
-  }
+  QC_RETURN_IF_ERROR(read_header_for(src, size, QC_CODEC_TOPK, count, &h));
   if (h.bits != 32 || h.bucket_size != 1) {
     return corrupt_data("codec topk message: bits " + std::to_string(h.bits) + ", bucket " +
                         std::to_string(h.bucket_size) + " where topk writes bits 32, bucket 1");
