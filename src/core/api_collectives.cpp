@@ -25,17 +25,18 @@ Status check_stream(const void* stream) {
                      "pass NULL for host memory");
 }
 
-Status check_error_buffer(const qc_error_buffer_s* eb, qc_comm_t comm, size_t count,
-                          const char* arg) {
+// Emulation checks every rank's error buffer before any rank starts.
+Status check_emulation_error_buffer(const qc_error_buffer_s* eb, int rank, int nranks,
+                                    size_t count, const std::string& arg) {
   if (eb == nullptr) return Status::ok();
-  if (eb->comm != nullptr && eb->comm != comm) {
-    return invalid_argument(std::string("argument '") + arg +
-                            "' was created for another communicator");
-  }
   if (eb->residual.size() != count) {
-    return invalid_argument(std::string("argument '") + arg + "' holds " +
-                            std::to_string(eb->residual.size()) + " residuals but 'count' is " +
-                            std::to_string(count));
+    return mismatch("argument '" + arg + "' holds " + std::to_string(eb->residual.size()) +
+                    " residuals but 'count' is " + std::to_string(count));
+  }
+  if (eb->rank >= 0 && (eb->rank != rank || eb->size != nranks)) {
+    return mismatch("argument '" + arg + "' belongs to rank " + std::to_string(eb->rank) +
+                    " of a group of " + std::to_string(eb->size) + ", not rank " +
+                    std::to_string(rank) + " of " + std::to_string(nranks));
   }
   return Status::ok();
 }
@@ -63,7 +64,9 @@ Status validate_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, si
   QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
   QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
   QC_RETURN_IF_ERROR(check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf"));
-  return check_error_buffer(error_buffer, comm, count, "error_buffer");
+  // The error buffer's count, rank and size are checked by comm_allreduce,
+  // which breaks the group on a mismatch so that no peer waits for this rank.
+  return Status::ok();
 }
 
 Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t count_per_rank,
@@ -122,7 +125,7 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
       Status s = validate_allreduce(nullptr, sendbufs[r], recvbufs[r], count, dtype, op, nullptr);
       if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
       const std::string name = "error_buffers[" + std::to_string(r) + "]";
-      QC_RETURN_IF_ERROR(check_error_buffer(eb, nullptr, count, name.c_str()));
+      QC_RETURN_IF_ERROR(check_emulation_error_buffer(eb, r, nranks, count, name));
     }
     return emulate_allreduce(args, count, dtype, op, error_buffers);
   });

@@ -5,6 +5,7 @@
 
 #include "core/api_checks.h"
 #include "core/api_guard.h"
+#include "core/communicator.h"
 #include "core/error_buffer.h"
 
 using namespace qc;
@@ -18,7 +19,10 @@ QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count, sizeof(float), 1, "count", &bytes));
     auto buffer = std::make_unique<qc_error_buffer_s>();
-    buffer->comm = comm;
+    if (comm != nullptr) {
+      buffer->rank = comm->transport->rank();
+      buffer->size = comm->transport->size();
+    }
     buffer->residual.assign(count, 0.0f);
     *error_buffer = buffer.release();
     return Status::ok();

@@ -32,11 +32,24 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
   const size_t capacity = codec_.max_encoded_size(count);
   if (msg->payload_capacity() < capacity) msg->reserve_payload(capacity);
   RandomKey key;
+  key.seed = seed_;
   key.rank = static_cast<uint32_t>(rank_);
   key.call = sequence_;
   key.element_offset = element_offset;
   size_t written = 0;
-  Status s = codec_.encode(src, count, key, msg->payload(), msg->payload_capacity(), &written);
+  Status s;
+  if (residual_ != nullptr) {
+    if (element_offset > residual_count_ || count > residual_count_ - element_offset) {
+      return internal_error("error-compensated encode of elements [" +
+                            std::to_string(element_offset) + ", " +
+                            std::to_string(element_offset + count) + ") outside the " +
+                            std::to_string(residual_count_) + "-element error buffer");
+    }
+    s = codec_.encode_error_compensated(src, residual_ + element_offset, count, key,
+                                        msg->payload(), msg->payload_capacity(), &written);
+  } else {
+    s = codec_.encode(src, count, key, msg->payload(), msg->payload_capacity(), &written);
+  }
   msg->set_payload_size(written);
   counters_.codec_seconds += seconds_since(start);
   return s;

@@ -75,7 +75,21 @@ class CollectiveContext {
     return scratch_.values.data();
   }
 
+  // Error feedback for this call: `residual` holds one slot per element of
+  // the `count`-element tensor (error_buffer.h explains why one is enough).
+  // From now on encode() is error-compensated (paper 000 Alg. 1, DQE): it
+  // sends z = src + residual[offset..] and leaves z - decode(z) there.
+  // The policy's seed for stochastic rounding (part of every RandomKey).
+  void set_seed(uint64_t seed) { seed_ = seed; }
+
+  void set_residual(float* residual, size_t count) {
+    residual_ = residual;
+    residual_count_ = count;
+  }
+
   // Encode `count` values into msg's payload (resized as needed).
+  // element_offset is the values' position in the tensor: it keys the
+  // random bits of stochastic rounding and, with error feedback, the slots.
   Status encode(const float* src, size_t count, uint64_t element_offset, Message* msg);
   Status decode(const uint8_t* data, size_t size, float* dst, size_t count);
   Status decode_accumulate(const uint8_t* data, size_t size, float* dst, size_t count);
@@ -109,6 +123,9 @@ class CollectiveContext {
   int rank_;
   int size_;
   CallCounters counters_;
+  uint64_t seed_ = 0;
+  float* residual_ = nullptr;
+  size_t residual_count_ = 0;
 };
 
 }  // namespace qc

@@ -8,6 +8,7 @@
 #include "core/collective_context.h"
 #include "core/dtype.h"
 #include "core/error_buffer.h"
+#include "core/log.h"
 #include "core/policy.h"
 #include "core/transports/local_transport.h"
 #include "cpu/dtype_convert.h"
@@ -72,6 +73,27 @@ Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
   return status;
 }
 
+std::string describe_grid(const ErrorBufferGrid& g) {
+  return std::string("algorithm ") + algorithm_name(g.algorithm) + ", codec " +
+         codec_name(g.codec) + " (bits " + std::to_string(g.bits) + ", bucket " +
+         std::to_string(g.bucket_size) + ", group size " + std::to_string(g.group_size) + ")";
+}
+
+// An error buffer fits a call when it has the call's count and belongs to
+// this rank of a group of this size (or has not met a group yet).
+Status check_error_buffer_binding(const qc_error_buffer_s& eb, int rank, int size, size_t count) {
+  if (eb.residual.size() != count) {
+    return mismatch("argument 'error_buffer' holds " + std::to_string(eb.residual.size()) +
+                    " residuals but the call reduces " + std::to_string(count) + " elements");
+  }
+  if (eb.rank >= 0 && (eb.rank != rank || eb.size != size)) {
+    return mismatch("argument 'error_buffer' belongs to rank " + std::to_string(eb.rank) +
+                    " of a group of " + std::to_string(eb.size) + " but is used by rank " +
+                    std::to_string(rank) + " of a group of " + std::to_string(size));
+  }
+  return Status::ok();
+}
+
 Status check_healthy(const qc_comm_s* comm) {
   Status failure = comm->transport->failure();
   return failure ? Status::ok() : broken_status(failure);
@@ -88,44 +110,68 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
   const int n = comm->transport->size();
   const qc_algorithm_t algorithm =
-      select_allreduce_algorithm(policy.algorithm, n, count * dtype_size(dtype));
+      select_allreduce_algorithm(policy.algorithm, policy, n, count * dtype_size(dtype));
+  GlobalCodec* global = nullptr;
   if (algorithm == QC_ALGO_NATIVE) {
-    return unsupported("algorithm 'native' sums integer codes and needs a global codec "
-                       "(global_linear or global_exp), which this build does not have");
+    global = dynamic_cast<GlobalCodec*>(codec.get());
+    if (global == nullptr) {
+      return unsupported(std::string("algorithm 'native' sums integer codes on one grid shared "
+                                     "by all ranks; it needs codec global_linear or "
+                                     "global_exp, not '") + codec_name(policy.codec) + "'");
+    }
   }
   const bool feedback = policy.error_feedback != 0 && error_buffer != nullptr;
-  if (feedback && !codec->is_lossless()) {
-    return unsupported(std::string("error feedback with codec '") + codec_name(policy.codec) +
-                       "' is not implemented in this build of qc");
+  std::vector<float>& residual = comm->residual_work;
+  ErrorBufferGrid grid;
+  if (feedback) {
+    grid = {algorithm, policy.codec, policy.bits, policy.bucket_size, policy.group_size};
+    QC_RETURN_IF_ERROR(
+        check_error_buffer_binding(*error_buffer, comm->transport->rank(), n, count));
+    if (error_buffer->bound && error_buffer->grid != grid) {
+      log_warning("layer '" + std::string(layer != nullptr ? layer : "*") +
+                  "': the error buffer's residuals were computed with " +
+                  describe_grid(error_buffer->grid) + " and this call uses " +
+                  describe_grid(grid) + "; they are reset to zero");
+      residual.assign(count, 0.0f);
+    } else {
+      residual = error_buffer->residual;
+    }
   }
 
   std::vector<float>& work = comm->work;
   work.resize(count);
   cpu::to_float32(sendbuf, dtype, work.data(), count);
-  if (feedback) {
-    // With a lossless codec the compensated input z = t + e goes out
-    // exactly, so the whole residual is sent now and e becomes 0 (below,
-    // once the call has succeeded: a failed call keeps the residual).
-    for (size_t i = 0; i < count; ++i) work[i] += error_buffer->residual[i];
-  }
 
   const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
                                             policy, algorithm);
   Status status = run_collective(comm, *codec, signature, count * dtype_size(dtype),
                                  [&](CollectiveContext& ctx) -> Status {
+    ctx.set_seed(policy.seed);
+    if (feedback) ctx.set_residual(residual.data(), count);
     switch (algorithm) {
       case QC_ALGO_RING: return allreduce_ring(ctx, work.data(), count);
       case QC_ALGO_RECURSIVE_DOUBLING:
         return allreduce_recursive_doubling(ctx, work.data(), count, policy.group_size);
       case QC_ALGO_SRA: return allreduce_sra(ctx, work.data(), count);
       case QC_ALGO_TREE: return allreduce_tree(ctx, work.data(), count);
+      case QC_ALGO_NATIVE:
+        return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
+                                count, policy.bits);
       default: return internal_error("no algorithm selected");
     }
   });
   QC_RETURN_IF_ERROR(status);
-  if (feedback) std::fill(error_buffer->residual.begin(), error_buffer->residual.end(), 0.0f);
+  if (feedback) {
+    error_buffer->residual.swap(residual);
+    error_buffer->rank = comm->transport->rank();
+    error_buffer->size = n;
+    error_buffer->bound = true;
+    error_buffer->grid = grid;
+  }
 
   if (op == QC_OP_AVG) {
+    // One division, at the end, in float32: residuals and partial sums stay
+    // in units of the sum.
     const float scale = 1.0f / static_cast<float>(n);
     for (size_t i = 0; i < count; ++i) work[i] *= scale;
   }

@@ -24,6 +24,9 @@ struct qc_comm_s {
   qc::Scratch scratch;
   std::vector<float> work;     // the float32 working copy of the input
   std::vector<float> work_out; // alltoall's output before conversion
+  // The residuals a call works on; swapped with the error buffer's only when
+  // the call succeeds, so a failed call leaves the buffer as it was.
+  std::vector<float> residual_work;
 
   mutable std::mutex stats_mutex;  // get_stats may run on another thread
   qc_stats_t stats{};

@@ -1,24 +1,69 @@
-// Error-feedback residuals for one tensor (paper 000 Alg. 1's E).
+// Error-feedback residuals for one tensor (paper 000 Alg. 1's E), and what
+// they belong to.
+//
+// Every algorithm encodes each element at most once per rank and call (ring:
+// the partial sum of its chunk at the hop that rank forwards it, or the
+// owner's final encode; recursive doubling and tree likewise; SRA: the
+// worker's contribution to another rank's chunk, or the server's sum of its
+// own chunk; native: the rank's codes on the shared grid). So one residual
+// per element is enough: slot i holds the error of this rank's one encode of
+// element i. For SRA that makes slot i the worker residual of paper 004 §5
+// outside the rank's chunk and the server residual inside it (the worker
+// residual of the rank's own chunk is always zero: a rank never encodes data
+// it keeps).
+//
+// Which encode a slot belongs to depends on the rank, the group size, the
+// algorithm and the codec grid, so the buffer records them (the binding).
+// Rank and size are fixed once known; a changed algorithm or codec makes the
+// residuals meaningless, so they are reset (communicator.cpp).
 #pragma once
 
 #include <vector>
 
 #include "core/status.h"
 
+namespace qc {
+
+// The encode grid the residuals were computed on.
+struct ErrorBufferGrid {
+  qc_algorithm_t algorithm = QC_ALGO_AUTO;  // resolved (never AUTO once bound)
+  qc_codec_t codec = QC_CODEC_NONE;
+  int bits = 0;
+  int bucket_size = 0;
+  int group_size = 0;  // recursive doubling's partition depends on it
+  bool operator==(const ErrorBufferGrid& o) const {
+    return algorithm == o.algorithm && codec == o.codec && bits == o.bits &&
+           bucket_size == o.bucket_size && group_size == o.group_size;
+  }
+  bool operator!=(const ErrorBufferGrid& o) const { return !(*this == o); }
+};
+
+}  // namespace qc
+
 struct qc_error_buffer_s {
-  qc_comm_t comm = nullptr;  // the communicator it belongs to; nullptr: any (emulation)
+  // Rank and group size, -1 until known (at creation from the communicator,
+  // or at first use for emulation buffers).
+  int rank = -1;
+  int size = -1;
+  bool bound = false;  // grid is valid: the buffer has been used (or loaded)
+  qc::ErrorBufferGrid grid;
   std::vector<float> residual;
 };
 
 namespace qc {
 
-// Checkpoint image: a 32-byte little-endian header (magic "QCEB", format
-// version, reserved, element count, FNV-1a 64 checksum of the payload) and
-// the residuals as little-endian float32.
-constexpr size_t kErrorBufferHeaderBytes = 32;
+// Checkpoint image, little-endian:
+//    0 magic "QCEB"          4 u32 format version (2)
+//    8 u64 element count    16 i32 rank (-1: unknown)   20 i32 group size
+//   24 i32 algorithm        28 i32 codec   32 i32 bits   36 i32 bucket size
+//   40 i32 group_size       44 u32 flags (bit 0: bound; others zero)
+//   48 u64 FNV-1a 64 of bytes [0, 48) and of the payload
+//   56 payload: the residuals as float32
+constexpr size_t kErrorBufferHeaderBytes = 56;
 
 size_t error_buffer_image_size(const qc_error_buffer_s& buffer);
 void save_error_buffer(const qc_error_buffer_s& buffer, uint8_t* dst);
+// Checks everything before changing anything: on failure the buffer is as it was.
 Status load_error_buffer(qc_error_buffer_s* buffer, const uint8_t* src, size_t size);
 double error_buffer_norm(const qc_error_buffer_s& buffer);
 

@@ -183,24 +183,34 @@ static void test_allreduce_error_buffer_wrong_count(void** state) {
   QCT_OK(qc_error_buffer_create(comm, 16, &eb));
   o = qct_capture(qc_allreduce(comm, x, y, 8, F32, QC_OP_SUM, "ef", eb, NULL));
   QCT_OK(qc_error_buffer_destroy(eb));
-  QCT_CHECK_OUTCOME(o, QC_ERROR_INVALID_ARGUMENT, "qc_allreduce", "error_buffer");
+  QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_allreduce", "error_buffer");
 }
 
-/* "comm is the communicator it will be used with" */
-static void test_allreduce_error_buffer_of_another_comm(void** state) {
+/* An error buffer belongs to a rank of a group of some size: rank 1 of a
+ * pair cannot lend its residuals to the rank of a one-rank group. Another
+ * communicator with the same rank and size is fine (a rebuilt group). */
+static void test_allreduce_error_buffer_of_another_rank(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
-  qc_comm_t other = NULL;
+  qc_comm_t pair[2] = {NULL, NULL};
+  qc_comm_t single = NULL;
   qc_error_buffer_t eb = NULL;
+  qc_error_buffer_t eb_single = NULL;
   float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   float y[8];
-  set_feedback_policy(comm, "ef");
-  QCT_OK(qc_comm_create_local(1, &other));
   qct_outcome o;
-  QCT_OK(qc_error_buffer_create(other, 8, &eb));
+  set_feedback_policy(comm, "ef");
+  QCT_OK(qc_comm_create_local(2, pair));
+  QCT_OK(qc_error_buffer_create(pair[1], 8, &eb));
   o = qct_capture(qc_allreduce(comm, x, y, 8, F32, QC_OP_SUM, "ef", eb, NULL));
   QCT_OK(qc_error_buffer_destroy(eb));
-  QCT_OK(qc_comm_destroy(other));
-  QCT_CHECK_OUTCOME(o, QC_ERROR_INVALID_ARGUMENT, "qc_allreduce", "error_buffer");
+  QCT_OK(qc_comm_destroy(pair[0]));
+  QCT_OK(qc_comm_destroy(pair[1]));
+  QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_allreduce", "rank 1 of a group of 2");
+  QCT_OK(qc_comm_create_local(1, &single));
+  QCT_OK(qc_error_buffer_create(single, 8, &eb_single));
+  QCT_OK(qc_comm_destroy(single));
+  QCT_OK(qc_allreduce(comm, x, y, 8, F32, QC_OP_SUM, "ef", eb_single, NULL));
+  QCT_OK(qc_error_buffer_destroy(eb_single));
 }
 
 static void test_allreduce_error_buffer_with_lossless_codec(void** state) {
@@ -219,33 +229,42 @@ static void test_allreduce_error_buffer_with_lossless_codec(void** state) {
   QCT_OK(qc_error_buffer_destroy(eb));
 }
 
-/* MINMAX is not built yet: UNSUPPORTED, with a message, found before any
- * communication, and the communicator stays usable. Update this test when
- * the minmax codec lands. */
-/* What this build cannot do yet: error feedback with a lossy codec, and the
- * native integer allreduce. Both are refused with QC_ERROR_UNSUPPORTED before
- * any message is sent, so the communicator stays usable. Update when they
- * land. */
-static void test_allreduce_unsupported_keeps_comm_usable(void** state) {
+/* Error feedback with a lossy codec: the residual is what the 2-bit grid
+ * could not carry, and output + residual is exactly the input (one rank). */
+static void test_allreduce_error_feedback_lossy_codec(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
   qc_policy_t p = QC_POLICY_INIT;
   qc_error_buffer_t eb = NULL;
-  float x[4] = {1, 2, 3, 4};
+  float x[4] = {1, 2, 3, 5};
   float y[4];
-  qct_outcome o;
-  /* error feedback + minmax + an error buffer */
+  float e[4];
+  unsigned char image[256];
+  size_t size = 0;
+  double norm = 0.0;
+  int i;
   p.codec = QC_CODEC_MINMAX;
+  p.bits = 2;
   p.error_feedback = 1;
   QCT_OK(qc_set_layer_policy(comm, "emb", &p));
   QCT_OK(qc_error_buffer_create(comm, 4, &eb));
-  o = qct_capture(qc_allreduce(comm, x, y, 4, F32, QC_OP_SUM, "emb", eb, NULL));
+  QCT_OK(qc_allreduce(comm, x, y, 4, F32, QC_OP_SUM, "emb", eb, NULL));
+  QCT_OK(qc_error_buffer_norm(eb, &norm));
+  assert_true(norm > 0.0);
+  QCT_OK(qc_error_buffer_save(eb, image, sizeof image, &size));
+  assert_int_equal(size, 56 + 4 * 4);
+  memcpy(e, image + 56, sizeof e); /* little-endian float32 on this host */
+  for (i = 0; i < 4; ++i) assert_true(y[i] + e[i] == x[i]);
   QCT_OK(qc_error_buffer_destroy(eb));
-  QCT_CHECK_OUTCOME(o, QC_ERROR_UNSUPPORTED, "qc_allreduce", NULL);
-  /* the same lossy layer without an error buffer works */
-  memset(y, 0, sizeof y);
-  QCT_OK(qc_allreduce(comm, x, y, 4, F32, QC_OP_SUM, "emb", NULL, NULL));
-  /* algorithm native */
-  p = (qc_policy_t)QC_POLICY_INIT;
+}
+
+/* What cannot work is refused with QC_ERROR_UNSUPPORTED before any message
+ * is sent, so the communicator stays usable. */
+static void test_allreduce_unsupported_keeps_comm_usable(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  qc_policy_t p = QC_POLICY_INIT;
+  float x[4] = {1, 2, 3, 4};
+  float y[4];
+  /* algorithm native needs a global codec */
   p.algorithm = QC_ALGO_NATIVE;
   QCT_OK(qc_set_layer_policy(comm, "native", &p));
   QCT_FAILS(qc_allreduce(comm, x, y, 4, F32, QC_OP_SUM, "native", NULL, NULL),
@@ -724,7 +743,8 @@ int main(void) {
       WITH_COMM(test_allreduce_one_rank_half_types_copy),
       WITH_COMM(test_allreduce_zero_count_with_buffers),
       WITH_COMM(test_allreduce_error_buffer_wrong_count),
-      WITH_COMM(test_allreduce_error_buffer_of_another_comm),
+      WITH_COMM(test_allreduce_error_buffer_of_another_rank),
+      WITH_COMM(test_allreduce_error_feedback_lossy_codec),
       WITH_COMM(test_allreduce_error_buffer_with_lossless_codec),
       WITH_COMM(test_allreduce_unsupported_keeps_comm_usable),
       WITH_COMM(test_allreduce_updates_stats),

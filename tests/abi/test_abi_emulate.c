@@ -157,28 +157,39 @@ static void test_emulate_allreduce_wrong_error_buffer_count(void** state) {
   qct_outcome o;
   o = qct_capture(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_destroy(ebs[i]));
-  QCT_CHECK_OUTCOME(o, QC_ERROR_INVALID_ARGUMENT, "qc_emulate_allreduce", "error_buffers");
+  QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "error_buffers");
 }
 
-/* MINMAX is not built yet. Update when the codec lands. */
-/* Error feedback with a lossy codec and algorithm native are not in this
- * build yet. Update when they land. */
-static void test_emulate_allreduce_unsupported(void** state) {
+/* An emulation buffer binds to its virtual rank on first use: handing the
+ * buffers to other ranks (or another rank count) later is a mismatch. */
+static void test_emulate_allreduce_error_buffers_bind_to_rank(void** state) {
   ranks r;
   qc_policy_t p = QC_POLICY_INIT;
   qc_error_buffer_t ebs[R] = {NULL, NULL, NULL, NULL};
+  qc_error_buffer_t swapped[R];
   qct_outcome o;
   int i;
   (void)state;
   ranks_init(&r);
   p.codec = QC_CODEC_MINMAX;
+  p.bits = 2;
   p.error_feedback = 1;
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_create(NULL, COUNT, &ebs[i]));
-  o = qct_capture(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  for (i = 0; i < R; ++i) swapped[i] = ebs[(i + 1) % R];
+  o = qct_capture(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, swapped));
+  QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "belongs to rank 1");
+  o = qct_capture(qc_emulate_allreduce(R - 1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "error_buffers");
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_destroy(ebs[i]));
-  QCT_CHECK_OUTCOME(o, QC_ERROR_UNSUPPORTED, "qc_emulate_allreduce", NULL);
-  /* minmax without error buffers runs */
-  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL));
+}
+
+/* Algorithm native needs a global codec. */
+static void test_emulate_allreduce_unsupported(void** state) {
+  ranks r;
+  qc_policy_t p;
+  (void)state;
+  ranks_init(&r);
   p = (qc_policy_t)QC_POLICY_INIT;
   p.algorithm = QC_ALGO_NATIVE;
   QCT_FAILS(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL),
@@ -365,6 +376,7 @@ int main(void) {
       cmocka_unit_test(test_emulate_allreduce_policy_struct_size),
       cmocka_unit_test(test_emulate_allreduce_invalid_policy_fields),
       cmocka_unit_test(test_emulate_allreduce_wrong_error_buffer_count),
+      cmocka_unit_test(test_emulate_allreduce_error_buffers_bind_to_rank),
       cmocka_unit_test(test_emulate_allreduce_unsupported),
       cmocka_unit_test(test_emulate_allreduce_sum_is_exact),
       cmocka_unit_test(test_emulate_allreduce_avg),

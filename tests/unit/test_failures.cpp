@@ -395,8 +395,8 @@ TEST(InvalidArguments, AlltoallOverlappingBuffers) {
 }
 
 TEST(InvalidArguments, ErrorBufferForAnotherCount) {
-  // An error buffer created for another count is an invalid argument, found
-  // before anything is sent.
+  // An error buffer created for another count is a mismatch, found before
+  // anything is sent.
   Group g(1, 5.0);
   ASSERT_TRUE(g.ok());
   qc_policy_t p = make_policy();
@@ -407,7 +407,8 @@ TEST(InvalidArguments, ErrorBufferForAnotherCount) {
   std::vector<float> a(8, 1.0f), b(8);
   EXPECT_EQ(qc_allreduce(g[0], a.data(), b.data(), 8, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, eb,
                          nullptr),
-            QC_ERROR_INVALID_ARGUMENT);
+            QC_ERROR_MISMATCH);
+  EXPECT_NE(std::string(qc_last_error()).find("error_buffer"), std::string::npos);
   qc_error_buffer_destroy(eb);
 }
 

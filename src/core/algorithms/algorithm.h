@@ -10,6 +10,7 @@
 
 #include <cstddef>
 
+#include "core/codecs/codec_global.h"
 #include "core/collective_context.h"
 
 namespace qc {
@@ -19,6 +20,10 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
                                     int group_size);
 Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count);
 Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
+// `codec` is the call's codec (global_linear or global_exp, `bits` wide);
+// `residual` is the call's error buffer (or null), as given to ctx.
+Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
+                        const float* residual, size_t count, int bits);
 
 // send: size() blocks of count_per_rank values, block j for rank j.
 // recv: block i from rank i. Every block, a rank's own included, is encoded
@@ -26,10 +31,17 @@ Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
 Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank);
 
-// QC_ALGO_AUTO's rule (documented in qc.h): 1 rank -> ring (no steps);
-// per-rank message < 64 KiB -> recursive doubling; otherwise SRA.
+// QC_ALGO_AUTO's rule (docs/algorithms.md, qc.h):
+//  1 rank                              -> ring (no steps, one encode/decode)
+//  global_linear, or global_exp with bits <= 5 (one fixed-point limb)
+//                                      -> native (exact integer sum, no
+//                                         requantization)
+//  message < 64 KiB per rank           -> recursive doubling (fewest steps)
+//  otherwise                           -> SRA (fewest bytes, each value
+//                                         requantized at most twice)
 constexpr size_t kAutoSmallMessageBytes = 64 * 1024;
-qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, int nranks,
-                                          size_t message_bytes);
+constexpr int kAutoNativeExpMaxBits = 5;
+qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, const qc_policy_t& policy,
+                                          int nranks, size_t message_bytes);
 
 }  // namespace qc

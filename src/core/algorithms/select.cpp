@@ -2,10 +2,16 @@
 
 namespace qc {
 
-qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, int nranks,
-                                          size_t message_bytes) {
+qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, const qc_policy_t& policy,
+                                          int nranks, size_t message_bytes) {
   if (requested != QC_ALGO_AUTO) return requested;
   if (nranks == 1) return QC_ALGO_RING;
+  // The global codecs put every rank on one grid: their codes add up exactly
+  // as integers, which beats any scheme that decodes and re-encodes.
+  if (policy.codec == QC_CODEC_GLOBAL_LINEAR) return QC_ALGO_NATIVE;
+  if (policy.codec == QC_CODEC_GLOBAL_EXP && policy.bits <= kAutoNativeExpMaxBits) {
+    return QC_ALGO_NATIVE;
+  }
   // Small messages are latency-bound: fewest steps wins. Large ones are
   // bandwidth-bound: SRA moves the minimum bytes and requantizes each value
   // at most twice, where ring requantizes O(n) times.
