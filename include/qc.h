@@ -146,7 +146,8 @@ typedef enum qc_algorithm QC_ENUM_BASE {
   QC_ALGO_RECURSIVE_DOUBLING = 2, /* paper 000 Alg. 3-5 */
   QC_ALGO_SRA = 3,                /* scatter-reduce-allgather (papers 003, 004) */
   QC_ALGO_TREE = 4,               /* binomial reduce + broadcast */
-  QC_ALGO_NATIVE = 5              /* transport's integer allreduce (global codecs) */
+  QC_ALGO_NATIVE = 5              /* agree on one norm, sum integer codes exactly
+                                     (global_linear / global_exp only) */
 } qc_algorithm_t;
 
 typedef enum qc_rounding QC_ENUM_BASE {
@@ -311,17 +312,26 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  * dtype: inputs and outputs; sums are accumulated in float32.
  * layer: name whose policy applies (see qc_set_layer_policy); NULL means "*".
  * error_buffer: residuals kept between calls for error feedback, or NULL. It
- *   is used only when the policy has error_feedback set, and must have been
- *   created for `count` elements.
+ *   is used only when the policy has error_feedback set. Then every encode
+ *   this rank performs sends z = value + residual and keeps z - decode(z) as
+ *   the new residual (paper 000 Alg. 1), the final encode of a reduced chunk
+ *   included, so that over any number of calls the sum of the outputs plus
+ *   every rank's final residuals equals the sum of the inputs, to float
+ *   rounding. The residuals are updated only when the call succeeds.
  * stream: NULL for host memory (a CUDA stream once the CUDA build lands).
  *
- * QC_ALGO_AUTO chooses per call: one rank needs no algorithm; a per-rank
- * message below 64 KiB uses recursive doubling (fewest steps); anything larger
- * uses SRA (bandwidth-optimal, each value requantized at most twice).
+ * QC_ALGO_AUTO chooses per call (docs/algorithms.md): one rank needs no
+ * algorithm; global_linear, and global_exp with bits <= 5, use native (one
+ * agreed norm, integer codes summed exactly, no requantization); otherwise a
+ * per-rank message below 64 KiB uses recursive doubling (fewest steps) and
+ * anything larger SRA (bandwidth-optimal, each value requantized at most
+ * twice). QC_OP_AVG sums, then multiplies by 1/n once, in float32.
  *
  * @return QC_ERROR_MISMATCH when ranks disagree on count, dtype, op, layer or
- *   policy; QC_ERROR_TIMEOUT when a peer does not arrive in time;
- *   QC_ERROR_UNSUPPORTED for a codec or algorithm not in this build. After a
+ *   policy, or when error_buffer was made for another count or belongs to
+ *   another rank or group size; QC_ERROR_TIMEOUT when a peer does not arrive
+ *   in time; QC_ERROR_UNSUPPORTED for a codec or algorithm not in this build
+ *   (algorithm native with a codec other than the global ones). After a
  *   MISMATCH, TIMEOUT, TRANSPORT or CORRUPT_DATA failure the communicator is
  *   broken: every later collective on it returns the same status.
  */
@@ -348,8 +358,19 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
 
 /**
  * A residual store for error feedback on one tensor of `count` elements,
- * all zero at creation. comm is the communicator it will be used with, or
- * NULL for use with qc_emulate_allreduce. count may be 0.
+ * all zero at creation. count may be 0.
+ *
+ * A buffer holds one rank's residuals: one per element, the error of that
+ * rank's one encode of the element in the chosen algorithm (for SRA: the
+ * worker residual outside the rank's own chunk, the server residual inside).
+ * It belongs to the rank and group size of `comm` (NULL: to the rank and
+ * size of its first qc_emulate_allreduce) and may be used with any
+ * communicator of that rank and size, e.g. one rebuilt after a failure;
+ * anything else is QC_ERROR_MISMATCH. On first use it also binds to the
+ * call's algorithm and codec grid (codec, bits, bucket size, group size).
+ * If a later call's policy differs there, the residuals belong to another
+ * grid: they are reset to zero and a warning goes to stderr (QC_LOG_LEVEL=
+ * none|warn|info selects what qc prints).
  */
 QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
                                           qc_error_buffer_t* error_buffer);
@@ -361,15 +382,19 @@ QC_API qc_status_t qc_error_buffer_reset(qc_error_buffer_t error_buffer);
 QC_API qc_status_t qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* l2_norm);
 /**
  * Serialise the residuals (for a checkpoint) into dst. With dst NULL only
- * *size is set to the number of bytes needed. The format is versioned and
- * checksummed; QC_ERROR_INVALID_ARGUMENT if capacity is too small.
+ * *size is set to the number of bytes needed (56 + 4 * count). The image is
+ * versioned and checksummed and records the rank, group size, algorithm and
+ * codec grid the residuals belong to; QC_ERROR_INVALID_ARGUMENT if capacity
+ * is too small.
  */
 QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* dst,
                                         size_t capacity, size_t* size);
 /**
- * Restore residuals saved by qc_error_buffer_save. QC_ERROR_CORRUPT_DATA for a
- * damaged or truncated image, QC_ERROR_MISMATCH when it holds a different
- * element count; the buffer is unchanged on failure.
+ * Restore residuals (and their binding) saved by qc_error_buffer_save.
+ * QC_ERROR_CORRUPT_DATA for a damaged, truncated or foreign image;
+ * QC_ERROR_MISMATCH when it holds a different element count or was saved by
+ * another rank or group size than the buffer belongs to. The buffer is
+ * unchanged on failure.
  */
 QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const void* src,
                                         size_t size);
