@@ -435,8 +435,11 @@ QC_API qc_status_t qc_decode(const void* src, size_t size, void* dst, size_t cou
  * Run an allreduce over `nranks` virtual ranks of a local group, one thread
  * each, with `policy` for every rank. sendbufs[i] / recvbufs[i] are rank i's
  * buffers. error_buffers is NULL or an array of nranks error buffers (each
- * created with comm NULL; entries may be NULL). The result is bit-identical to
- * a real run of the same inputs and policy on any transport.
+ * created with comm NULL, or for rank i of a group of nranks; entries may be
+ * NULL). The result is bit-identical to a real run of the same inputs and
+ * policy on any transport, as that run's first call: every emulation is a
+ * fresh group, so stochastic rounding draws the same random bits on each
+ * emulated call. Change policy->seed between calls for new ones.
  */
 QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
                                         void* const* recvbufs, size_t count,

@@ -124,7 +124,9 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   std::vector<float>& residual = comm->residual_work;
   ErrorBufferGrid grid;
   if (feedback) {
-    grid = {algorithm, policy.codec, policy.bits, policy.bucket_size, policy.group_size};
+    // Only recursive doubling's slots depend on the group size.
+    grid = {algorithm, policy.codec, policy.bits, policy.bucket_size,
+            algorithm == QC_ALGO_RECURSIVE_DOUBLING ? policy.group_size : 0};
     QC_RETURN_IF_ERROR(
         check_error_buffer_binding(*error_buffer, comm->transport->rank(), n, count));
     if (error_buffer->bound && error_buffer->grid != grid) {

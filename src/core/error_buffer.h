@@ -30,7 +30,7 @@ struct ErrorBufferGrid {
   qc_codec_t codec = QC_CODEC_NONE;
   int bits = 0;
   int bucket_size = 0;
-  int group_size = 0;  // recursive doubling's partition depends on it
+  int group_size = 0;  // recursive doubling's partition depends on it (0 otherwise)
   bool operator==(const ErrorBufferGrid& o) const {
     return algorithm == o.algorithm && codec == o.codec && bits == o.bits &&
            bucket_size == o.bucket_size && group_size == o.group_size;

@@ -30,11 +30,13 @@ const char* op_name(Op op);
 struct Options {
   int nranks = 4;
   uint64_t min_bytes = 8;
-  uint64_t max_bytes = 16ull << 20;  // default sweep: 8 B .. 16 MiB (< 1 min, 2 cores)
+  uint64_t max_bytes = 16ull << 20;  // single codec: 8 B .. 16 MiB (< 1 min, 2 cores)
+  bool max_bytes_given = false;      // -e given (else the multi-codec default applies)
   uint64_t factor = 2;
   std::vector<Op> ops{Op::Allreduce};
   std::vector<qc_algorithm_t> algos;  // allreduce algorithms, in sweep order
-  qc_policy_t policy;                  // codec, bits, bucket, rounding, ef, seed
+  qc_policy_t policy;                  // bits, bucket, rounding, ef, seed (codec: see codecs)
+  std::vector<qc_codec_t> codecs;      // codecs, in sweep order (policy.codec is the first)
   qc_dtype_t dtype = QC_DTYPE_FLOAT32;
   qc_reduce_op_t redop = QC_OP_SUM;
   int warmup = 2;
@@ -151,6 +153,7 @@ struct RunResult {
   std::string message;         // qc_last_error() of the first failure
   double time_us = 0;          // mean over iterations of the slowest rank
   double wire_bytes = 0;       // per rank per call, averaged over ranks
+  std::vector<double> wire_per_rank;  // per call
 };
 
 RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
@@ -161,6 +164,22 @@ void fill_inputs(WorkerPool& pool, const Options& opt, Op op, Buffers& buf,
                  size_t elems_per_rank);
 
 // ---- checking (perf_check.cpp) -------------------------------------------
+
+// What the bounds need to know about one size's inputs (computed once per
+// size by input_stats, in float64 from the stored inputs).
+struct InputStats {
+  size_t count = 0;      // allreduce: elements per rank; alltoall: per peer
+  double smax = 0;       // allreduce: max_i sum_r |x_ri|; alltoall: max |x|
+  double amax = 0;       // max_{r,i} |x_ri|
+  double l2max = 0;      // max_r ||x_r||_2 over the rank's whole send buffer
+  double l2all = 0;      // sqrt(sum_r ||x_r||_2^2): the all-rank norm (native)
+  double l2bucket = 0;   // max_r, over every window of `bucket` consecutive
+                         // elements, of the window's L2 norm
+  int bucket = 0;        // the window length used for l2bucket
+};
+
+InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffers& buf,
+                       size_t count);
 
 enum class Norm {
   PerElement,  // err_i = |out_i - exact_i| / max(sum_r |x_{r,i}|, floor)
@@ -175,8 +194,24 @@ struct ErrorModel {
 };
 
 // THE error-bound function: every bound qc-perf applies comes from here.
+// policy.algorithm is the row's algorithm (QC_ALGO_AUTO is resolved with the
+// library's documented rule); stats describe the row's inputs.
 ErrorModel error_model(Op op, int nranks, qc_dtype_t dtype, qc_reduce_op_t redop,
-                       const qc_policy_t& policy);
+                       const qc_policy_t& policy, const InputStats& stats);
+// One line per codec for the section header: how its bound is derived.
+std::string bound_formula(Op op, qc_dtype_t dtype, const qc_policy_t& policy);
+// The algorithm QC_ALGO_AUTO resolves to (algorithm.h's rule, mirrored).
+qc_algorithm_t resolve_auto(const qc_policy_t& policy, int nranks, size_t message_bytes);
+
+// Wire check (perf_check.cpp). encoded_bytes: the exact size of one encoded
+// message of k elements (32-byte wire header included) for this codec.
+uint64_t encoded_bytes(const qc_policy_t& policy, qc_dtype_t dtype, size_t k);
+// SRA's ideal bytes for rank r (2(n-1) messages of one encoded chunk each,
+// without envelopes) and the allowance on top: 24-byte envelope per message
+// plus a 16-byte blob-list entry per allgather message.
+uint64_t sra_ideal_bytes(const qc_policy_t& policy, qc_dtype_t dtype, int nranks, int rank,
+                         size_t count);
+uint64_t sra_allowance_bytes(int nranks);
 
 struct CheckResult {
   double max_err = 0;         // NaN if any element's error was NaN
@@ -185,7 +220,7 @@ struct CheckResult {
 };
 
 CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel& model,
-                         Op op, const Buffers& buf, size_t count);
+                         Op op, const Buffers& buf, size_t count, const InputStats& stats);
 
 // ---- report (perf_report.cpp) ---------------------------------------------
 
@@ -193,22 +228,28 @@ struct Row {
   Op op = Op::Allreduce;
   uint64_t size = 0;   // logical bytes per rank
   uint64_t count = 0;  // elements (per peer for alltoall)
-  std::string type, algo, codec;
+  std::string type, algo, codec;  // codec: the label, e.g. "minmax4/128"
+  std::string codec_name;          // "minmax"
   double time_us = std::numeric_limits<double>::quiet_NaN();
   double algbw = 0, busbw = 0;
   double wire = 0, ratio = 0;
   double error = 0, bound = 0;
+  double wire_ideal = std::numeric_limits<double>::quiet_NaN();  // wire / SRA ideal
   uint64_t wrong = 0;
   uint64_t replica_diff = 0;
   bool ran = true;         // false: the collective failed
+  bool na = false;         // (codec, algo) pair the library rejects as invalid: n/a
+  bool wire_ok = true;     // SRA: ideal <= wire <= ideal + allowance on every rank
+  std::string wire_note;   // why !wire_ok
   std::string failure;     // status name and message when !ran
-  bool passed() const { return ran && wrong == 0; }
+  bool passed() const { return ran && !na && wrong == 0 && wire_ok; }
+  bool failed() const { return !na && !passed(); }
 };
 
 double busbw_factor(Op op, int nranks);
 
 void print_preamble(const Options& opt);
-void print_section_header(const Options& opt, Op op, const ErrorModel& model);
+void print_section_header(const Options& opt, Op op);
 void print_row(const Row& row);
 void print_footer(const std::vector<Row>& rows);
 // Returns false (with a message on stderr) when the file cannot be written.

@@ -117,105 +117,444 @@ void fill_inputs(WorkerPool& pool, const Options& opt, Op op, Buffers& buf,
   });
 }
 
+// ---- input statistics ------------------------------------------------------
+
+InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffers& buf,
+                       size_t count) {
+  const int n = opt.nranks;
+  const qc_dtype_t d = opt.dtype;
+  const size_t per_rank = op == Op::Allreduce ? count : count * n;
+  const size_t win = std::max<size_t>(1, std::min<size_t>(opt.policy.bucket_size, per_rank));
+  struct Part {
+    double amax = 0, sq = 0, win = 0, smax = 0;
+  };
+  std::vector<Part> part(n);
+  pool.run([&](int w) {
+    Part& p = part[w];
+    const void* x = buf.rank[w].send;
+    double run = 0;  // sum of squares over the last `win` elements
+    for (size_t i = 0; i < per_rank; ++i) {
+      const double v = load_elem(x, d, i);
+      p.amax = std::max(p.amax, std::fabs(v));
+      p.sq += v * v;
+      run += v * v;
+      if (i >= win) {
+        const double old = load_elem(x, d, i - win);
+        run -= old * old;
+      }
+      p.win = std::max(p.win, run);
+    }
+    // Rounding in the running sum: a window's sum of squares is at most
+    // win * amax^2, so take the smaller of that and the measured value plus
+    // a margin for the subtractions.
+    p.win = std::min(p.win * (1 + 1e-9) + 1e-12 * p.sq, double(win) * p.amax * p.amax);
+    if (op == Op::Allreduce) {
+      const size_t lo = count * w / n, hi = count * (w + 1) / n;
+      for (size_t i = lo; i < hi; ++i) {
+        double s = 0;
+        for (int r = 0; r < n; ++r) s += std::fabs(load_elem(buf.rank[r].send, d, i));
+        p.smax = std::max(p.smax, s);
+      }
+    }
+  });
+  InputStats st;
+  st.count = count;
+  st.bucket = static_cast<int>(win);
+  double all = 0;
+  for (const Part& p : part) {
+    st.amax = std::max(st.amax, p.amax);
+    st.l2max = std::max(st.l2max, std::sqrt(p.sq));
+    st.l2bucket = std::max(st.l2bucket, std::sqrt(p.win));
+    st.smax = std::max(st.smax, p.smax);
+    all += p.sq;
+  }
+  st.l2all = std::sqrt(all);
+  if (op == Op::Alltoall) st.smax = st.amax;
+  return st;
+}
+
 // ============================================================================
 // THE ERROR BOUNDS. Every bound qc-perf checks against is decided here.
+// README.md ("How error and #wrong are defined") has the same derivation.
 //
 // The exact result is computed in fp64 from the inputs as they are stored
 // (after rounding to half/bfloat16). Two normalisations:
-//   PerElement: err_i = |out_i - exact_i| / max(S_i, floor), S_i = sum_r |x_{r,i}|
-//               (alltoall: S_i = |x_i|). Used for casts (none, fp16, bf16),
-//               whose error is relative to each value; dividing by the sum of
-//               magnitudes instead of |exact_i| keeps cancellation from
-//               inflating it.
-//   Global:     err_i = |out_i - exact_i| / max(max_j S_j, floor). Used for
-//               bucketed quantisers, whose error is relative to the range of
-//               a bucket, not to the value itself.
-//   For op avg both exact_i and S are divided by nranks.
-//   floor: 2^-14 (half's smallest normal) when half is the dtype or the wire
-//   type, else 2^-126: below it rounding errors are absolute, not relative.
+//   PerElement: err_i = |out_i - exact_i| / max(S_i, floor), S_i = sum_r |x_ri|
+//               (alltoall: |x_i|). Casts (none, fp16, bf16) and topk.
+//   Global:     err_i = |out_i - exact_i| / max(Smax, floor), Smax = max_i S_i.
+//               The bucketed and global quantisers, whose error follows a
+//               bucket's range or a message's norm, not the value itself.
+//   (avg divides exact and S by n; floor: 2^-14 if half is involved, else 2^-126.)
 //
-// "hops" = how often a value may be rounded on its way: allreduce at most
-// nranks (ring: n-1 re-encodes of partial sums, plus the final rounding to
-// the output dtype / the avg multiply); alltoall once.
-//   none, fp16, bf16: bound = 2 * hops * u, u = unit roundoff of the coarsest
-//       type involved (float 2^-24, half 2^-11, bfloat16 2^-8); the factor 2
-//       is slack. alltoall with codec none must be an exact copy (bound 0).
-//   minmax, q bits: one encode errs by at most s/2 (s after stochastic
-//       rounding), s = range/(2^q-1) and range <= 2 max_j S_j, so
-//       bound = hops * (1 or 2)/(2^q-1) + 2*hops*u(dtype); doubled with error
-//       feedback (the previous call's residual is added back).
-//   qsgd, global_linear, global_exp, onebit, topk: no bound yet (it comes
-//       with the codecs issue); the error is reported and only NaN counts as
-//       wrong.
+// The bound is a worst case, not a statistic: it holds for every rounding
+// outcome, stochastic ones included. It is built by following one element
+// through the algorithm's encodes (the "chain"):
+//
+//   A partial sum P of k inputs carries   E = bound on |P - exact partial|,
+//                                         D = bound on max |P| (sup norm),
+//   with D <= min(k*A, Smax) + E (A = max |x|). An input is {k=1, E=0, D=A}.
+//   encode(P) adds the codec's per-encode error e(P) to E; adding two partials
+//   adds their E and D plus one float32 rounding u32*(D1+D2).
+//
+// Per-encode error e (L = 2^q-1 levels for minmax, M = 2^(q-1)-1 for the
+// sign-magnitude codecs; c = 1 nearest, 2 stochastic):
+//   none       0 for float (exact), u(dtype)*D for half/bfloat16 (sent in the dtype)
+//   fp16, bf16 u(wire)*D
+//   minmax     c*D/L        (range <= 2D; nearest errs <= range/(2L), stochastic < range/L)
+//   qsgd       nearest min(N_b/(2M), D), stochastic N_b/M; N_b = the bucket's L2 norm
+//   onebit     D            (|x - sign(x)*scale| <= max(|x|, scale), scale = mean|x| <= D)
+//   topk       D if dropped (sent values are exact)
+//   global_linear nearest min(N/(2M), D), stochastic N/M; N = the message's L2 norm
+//   global_exp nearest min(D, max(D/2, N*2^-M)), stochastic max(D, N*2^(1-M))
+//              (levels 2^(m-M): the gap above a value r is <= r; below 2^(1-M) it is 2^(1-M))
+//   Each also gets a float32 term 32*u32*max(D, N) (scales, inv, the decode
+//   multiply-add) and norms a relative margin (len/16 + n + 8)*u32 for the
+//   canonical float32 sum of squares. L2 norms of a partial of k inputs over a
+//   window of len elements are bounded by min(sqrt(len)*D, k*W + sqrt(len)*E),
+//   W = the largest L2 norm of one rank's inputs over such a window
+//   (qsgd: bucket windows; global codecs: the whole buffer).
+//   Decoding does not grow D for minmax, onebit, topk (decoded values lie
+//   within the encoded ones); for the others D grows by e.
+//
+// Chains (n ranks):
+//   ring   P1 = x; P(k+1) = enc(Pk) + x (k = 1..n-1); out = enc(Pn)   (n encodes)
+//   sra    P = x + (n-1) * enc(x); out = enc(P)                        (2 encodes per input)
+//   tree   T1 = x; T(2m) = T(m) + enc(T(m)) up to the power of two >= n; out = enc(T)
+//   rd     G = min(group_size, n), P = largest power of two with G*P <= n:
+//          B = x (+ enc(x) when extra ranks fold in); X = B + (G-1)*enc(B);
+//          log2(P) times X = X + enc(X); out = enc(X)
+//   native each input encoded once on the shared grid (norm N_all = all-rank
+//          norm), codes summed exactly as integers, decoded once:
+//          global_linear: nearest min(n*N_all/(2M), Smax), stochastic n*N_all/M
+//          global_exp:    nearest min(Smax, Smax/2 + n*N_all*2^-M),
+//                         stochastic Smax + n*N_all*2^(1-M)
+//   auto   the algorithm the library picks (algorithm.h: 1 rank ring; global_linear,
+//          and global_exp with bits <= 5, native; < 64 KiB rd; else sra)
+//   topk (ratio < 1) is bounded directly: every partial is a float32 sum of a
+//   subset of the inputs (a dropped partial contributes 0), so
+//   |out - exact| <= S_i (1 + (n+1) u32): per-element bound 1 + slack.
+//   alltoall: one encode of the input (k = 1).
+// Then the output: avg's multiply (2*u32*D) and rounding to the dtype (u(dtype)*D).
+//
+// Error feedback: run_collective resets every error buffer before the last
+// (checked) call, so the checked call starts from zero residuals; its encodes
+// send z = v + 0 = v and the same bounds apply.
+//
 // Replica consistency: allreduce outputs must be bit-identical on every rank;
 // an element where any rank differs is wrong whatever its error.
 // ============================================================================
-ErrorModel error_model(Op op, int nranks, qc_dtype_t dtype, qc_reduce_op_t redop,
-                       const qc_policy_t& p) {
-  (void)redop;  // avg divides exact and normaliser alike; see check_result
-  auto unit_roundoff = [](qc_dtype_t d) {
-    switch (d) {
-      case QC_DTYPE_FLOAT16: return std::ldexp(1.0, -11);
-      case QC_DTYPE_BFLOAT16: return std::ldexp(1.0, -8);
-      default: return std::ldexp(1.0, -24);
+
+namespace {
+
+double unit_roundoff(qc_dtype_t d) {
+  switch (d) {
+    case QC_DTYPE_FLOAT16: return std::ldexp(1.0, -11);
+    case QC_DTYPE_BFLOAT16: return std::ldexp(1.0, -8);
+    default: return std::ldexp(1.0, -24);
+  }
+}
+
+const double kU32 = std::ldexp(1.0, -24);
+
+// One partial sum as the chain sees it.
+struct Partial {
+  double k = 1;  // inputs in it
+  double E = 0;  // bound on |P - exact partial|
+  double D = 0;  // bound on max |P|
+};
+
+struct Chain {
+  qc_codec_t codec;
+  bool stochastic;
+  int bits;
+  double ratio;       // topk
+  qc_dtype_t dtype;
+  int n;
+  double A, Smax;     // in the chain's units
+  double Wb, Wm;      // per-rank L2 norm over a bucket window / the whole buffer
+  double len_b, len_m;
+  double norm_margin_b, norm_margin_m;
+
+  Partial input() const { return Partial{1, 0, A}; }
+
+  double cap(const Partial& p) const { return std::min(p.k * A, Smax) + p.E; }
+
+  Partial add(const Partial& a, const Partial& b) const {
+    Partial p;
+    p.k = a.k + b.k;
+    p.E = a.E + b.E + kU32 * (a.D + b.D);
+    p.D = a.D + b.D;
+    p.D = std::min(p.D, cap(p));
+    return p;
+  }
+
+  // L2 norm of P over a window of len elements (inputs' part, then errors).
+  double l2(const Partial& p, double len, double W) const {
+    const double s = std::sqrt(len);
+    return std::min(s * p.D, p.k * W + s * p.E);
+  }
+
+  Partial encode(const Partial& p) const {
+    const double D = p.D;
+    const double c = stochastic ? 2.0 : 1.0;
+    const double L = std::ldexp(1.0, bits) - 1;
+    const double M = std::ldexp(1.0, bits - 1) - 1;
+    double e = 0, grow = 1;  // grow: D grows by e (1) or not (0)
+    double scale = D;        // what the float32 term is relative to
+    switch (codec) {
+      case QC_CODEC_NONE:
+        e = dtype == QC_DTYPE_FLOAT32 ? 0 : unit_roundoff(dtype) * D;
+        scale = 0;
+        break;
+      case QC_CODEC_FP16: e = std::ldexp(1.0, -11) * D; scale = 0; break;
+      case QC_CODEC_BF16: e = std::ldexp(1.0, -8) * D; scale = 0; break;
+      case QC_CODEC_MINMAX: e = c * D / L; grow = 0; break;
+      case QC_CODEC_QSGD: {
+        const double N = l2(p, len_b, Wb) * (1 + norm_margin_b);
+        e = stochastic ? N / M : std::min(N / (2 * M), D);
+        scale = std::max(D, N);
+        break;
+      }
+      case QC_CODEC_ONEBIT: e = D * (1 + norm_margin_b); grow = 0; break;
+      case QC_CODEC_TOPK: e = ratio >= 1 ? 0 : D; grow = 0; scale = 0; break;
+      case QC_CODEC_GLOBAL_LINEAR: {
+        const double N = l2(p, len_m, Wm) * (1 + norm_margin_m);
+        e = stochastic ? N / M : std::min(N / (2 * M), D);
+        scale = std::max(D, N);
+        break;
+      }
+      case QC_CODEC_GLOBAL_EXP: {
+        const double N = l2(p, len_m, Wm) * (1 + norm_margin_m);
+        const double floor_level = N * std::ldexp(1.0, -static_cast<int>(M));
+        e = stochastic ? std::max(D, 2 * floor_level) : std::min(D, std::max(D / 2, floor_level));
+        scale = std::max(D, N);
+        break;
+      }
     }
-  };
+    e += 32 * kU32 * scale;
+    Partial q = p;
+    q.E = p.E + e;
+    q.D = grow > 0 ? D + e : D * (1 + 64 * kU32);
+    q.D = std::min(q.D + 64 * kU32 * D, cap(q) + 64 * kU32 * D);
+    return q;
+  }
+};
+
+// The chain of one allreduce algorithm: the partial that the final encode's
+// decode produces (the float32 result before avg / dtype rounding).
+Partial run_chain(const Chain& ch, qc_algorithm_t algo, int group_size) {
+  const int n = ch.n;
+  switch (algo) {
+    case QC_ALGO_RING: {
+      Partial p = ch.input();
+      for (int k = 1; k < n; ++k) p = ch.add(ch.encode(p), ch.input());
+      return ch.encode(p);
+    }
+    case QC_ALGO_SRA: {
+      Partial p = ch.input();
+      const Partial q = ch.encode(ch.input());
+      for (int k = 1; k < n; ++k) p = ch.add(p, q);
+      return ch.encode(p);
+    }
+    case QC_ALGO_TREE: {
+      Partial t = ch.input();
+      for (int m = 1; m < n; m *= 2) t = ch.add(t, ch.encode(t));
+      return ch.encode(t);
+    }
+    case QC_ALGO_RECURSIVE_DOUBLING:
+    default: {
+      const int G = std::max(1, std::min(group_size, n));
+      int P = 1;
+      while (G * P * 2 <= n) P *= 2;
+      Partial b = ch.input();
+      if (G * P < n) b = ch.add(b, ch.encode(ch.input()));
+      Partial x = b;
+      const Partial eb = ch.encode(b);
+      for (int k = 1; k < G; ++k) x = ch.add(x, eb);
+      for (int d = P / 2; d >= 1; d /= 2) x = ch.add(x, ch.encode(x));
+      return ch.encode(x);
+    }
+  }
+}
+
+bool per_element(qc_codec_t c, const qc_policy_t& p) {
+  return c == QC_CODEC_NONE || c == QC_CODEC_FP16 || c == QC_CODEC_BF16 ||
+         (c == QC_CODEC_TOPK && p.topk_ratio < 1.0f);
+}
+
+}  // namespace
+
+qc_algorithm_t resolve_auto(const qc_policy_t& p, int nranks, size_t message_bytes) {
+  if (nranks == 1) return QC_ALGO_RING;
+  if (p.codec == QC_CODEC_GLOBAL_LINEAR) return QC_ALGO_NATIVE;
+  if (p.codec == QC_CODEC_GLOBAL_EXP && p.bits <= 5) return QC_ALGO_NATIVE;
+  if (message_bytes < 64 * 1024) return QC_ALGO_RECURSIVE_DOUBLING;
+  return QC_ALGO_SRA;
+}
+
+std::string bound_formula(Op op, qc_dtype_t dtype, const qc_policy_t& p) {
+  const bool st = p.rounding == QC_ROUND_STOCHASTIC;
+  std::string s = std::string(codec_name(p.codec)) + ": ";
+  switch (p.codec) {
+    case QC_CODEC_NONE:
+      s += op == Op::Alltoall ? "exact copy (0)"
+           : dtype == QC_DTYPE_FLOAT32 ? "per element, float32 additions only"
+                                       : "per element, u(dtype) per encode + float32 additions";
+      break;
+    case QC_CODEC_FP16: s += "per element, 2^-11 per encode + float32 additions"; break;
+    case QC_CODEC_BF16: s += "per element, 2^-8 per encode + float32 additions"; break;
+    case QC_CODEC_MINMAX: s += st ? "2D/(2^q-1) per encode" : "D/(2^q-1) per encode"; break;
+    case QC_CODEC_QSGD: s += st ? "N_bucket/M per encode" : "min(N_bucket/2M, D) per encode"; break;
+    case QC_CODEC_ONEBIT: s += "D per encode"; break;
+    case QC_CODEC_TOPK:
+      s += p.topk_ratio < 1.0f ? "per element, 1 + float32 slack (output = sum of a subset)"
+                               : "ratio 1: exact encodes, float32 additions";
+      break;
+    case QC_CODEC_GLOBAL_LINEAR:
+      s += st ? "N/M per encode; native n*N_all/M" : "min(N/2M, D) per encode; native min(n*N_all/2M, Smax)";
+      break;
+    case QC_CODEC_GLOBAL_EXP:
+      s += st ? "max(D, N*2^(1-M)) per encode; native Smax + n*N_all*2^(1-M)"
+              : "min(D, max(D/2, N*2^-M)) per encode; native min(Smax, Smax/2 + n*N_all*2^-M)";
+      break;
+  }
+  if (p.codec != QC_CODEC_NONE && p.codec != QC_CODEC_TOPK && p.codec != QC_CODEC_FP16 &&
+      p.codec != QC_CODEC_BF16)
+    s += ", normalised by Smax";
+  return s;
+}
+
+ErrorModel error_model(Op op, int nranks, qc_dtype_t dtype, qc_reduce_op_t redop,
+                       const qc_policy_t& p, const InputStats& st) {
   ErrorModel m;
-  const double hops = op == Op::Allreduce ? std::max(nranks, 1) : 1;
+  const int n = std::max(nranks, 1);
   const double u_dtype = unit_roundoff(dtype);
   const bool half_involved = dtype == QC_DTYPE_FLOAT16 || p.codec == QC_CODEC_FP16;
   m.floor = half_involved ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
-  char buf[256];
-  switch (p.codec) {
-    case QC_CODEC_NONE:
-      m.norm = Norm::PerElement;
-      if (op == Op::Alltoall) {
-        m.bound = 0;
-        m.text = "codec none: alltoall must copy exactly";
-      } else {
-        m.bound = 2 * hops * u_dtype;
-        std::snprintf(buf, sizeof buf, "codec none: 2*%g*u(%s), u=2^%d", hops,
-                      dtype_name(dtype), static_cast<int>(std::log2(u_dtype)));
-        m.text = buf;
-      }
-      break;
-    case QC_CODEC_FP16:
-    case QC_CODEC_BF16: {
-      const double u_wire = std::ldexp(1.0, p.codec == QC_CODEC_FP16 ? -11 : -8);
-      const double u = std::max(u_dtype, u_wire);
-      m.norm = Norm::PerElement;
-      m.bound = 2 * hops * u;
-      std::snprintf(buf, sizeof buf, "cast: 2*%g*u, u=2^%d", hops,
-                    static_cast<int>(std::log2(u)));
-      m.text = buf;
-      break;
-    }
-    case QC_CODEC_MINMAX: {
-      const double levels = std::ldexp(1.0, p.bits) - 1;
-      const double per = (p.rounding == QC_ROUND_STOCHASTIC ? 2.0 : 1.0) / levels;
-      m.norm = Norm::Global;
-      m.bound = hops * per + 2 * hops * u_dtype;
-      if (p.error_feedback) m.bound *= 2;
-      std::snprintf(buf, sizeof buf, "minmax: %g*%s/(2^%d-1)%s + dtype rounding",
-                    hops, p.rounding == QC_ROUND_STOCHASTIC ? "2" : "1", p.bits,
-                    p.error_feedback ? " x2 (error feedback)" : "");
-      m.text = buf;
-      break;
-    }
-    default:
-      m.norm = Norm::Global;
-      m.bound = std::numeric_limits<double>::infinity();
-      m.text = std::string("codec ") + codec_name(p.codec) +
-               ": no bound yet (comes with the codecs issue), only NaN counts as wrong";
-      break;
+  m.text = bound_formula(op, dtype, p);
+  const double div = (op == Op::Allreduce && redop == QC_OP_AVG) ? n : 1.0;
+  const size_t per_rank = op == Op::Allreduce ? st.count : st.count * n;
+
+  qc_algorithm_t algo = p.algorithm;
+  if (op == Op::Allreduce && algo == QC_ALGO_AUTO)
+    algo = resolve_auto(p, n, st.count * dtype_size(dtype));
+
+  if (op == Op::Alltoall && p.codec == QC_CODEC_NONE) {
+    m.norm = Norm::PerElement;
+    m.bound = 0;
+    return m;
   }
+  if (per_element(p.codec, p)) {
+    m.norm = Norm::PerElement;
+    if (p.codec == QC_CODEC_TOPK) {
+      // Output = float32 sum of a subset of the inputs, then the output rounding.
+      m.bound = 1 + (n + 1) * kU32 + 2 * kU32 + u_dtype;
+      m.bound *= 1 + 1e-9;
+      return m;
+    }
+  } else {
+    m.norm = Norm::Global;
+  }
+
+  // Chain units: per element, everything is relative to max(S_i, floor), so
+  // A = Smax = 1; globally, absolute values.
+  Chain ch;
+  ch.codec = p.codec;
+  ch.stochastic = p.rounding == QC_ROUND_STOCHASTIC;
+  ch.bits = p.bits;
+  ch.ratio = p.topk_ratio;
+  ch.dtype = dtype;
+  ch.n = n;
+  const bool pe = m.norm == Norm::PerElement;
+  ch.A = pe ? 1.0 : st.amax;
+  ch.Smax = pe ? 1.0 : st.smax;
+  ch.Wb = st.l2bucket;
+  ch.Wm = st.l2max;
+  ch.len_b = std::max(1, st.bucket);
+  ch.len_m = std::max<double>(1, double(per_rank));
+  ch.norm_margin_b = (ch.len_b / 16 + n + 8) * kU32;
+  ch.norm_margin_m = (ch.len_m / 16 + n + 8) * kU32;
+
+  Partial out;
+  if (op == Op::Alltoall) {
+    out = ch.encode(ch.input());
+  } else if (algo == QC_ALGO_NATIVE &&
+             (p.codec == QC_CODEC_GLOBAL_LINEAR || p.codec == QC_CODEC_GLOBAL_EXP)) {
+    const double Nall = st.l2all * (1 + (ch.len_m / 16 + n + 8) * kU32);
+    const double M = std::ldexp(1.0, p.bits - 1) - 1;
+    double E;
+    if (p.codec == QC_CODEC_GLOBAL_LINEAR) {
+      E = ch.stochastic ? n * Nall / M : std::min(n * Nall / (2 * M), st.smax);
+    } else {
+      const double lvl = Nall * std::ldexp(1.0, -static_cast<int>(M));
+      E = ch.stochastic ? st.smax + 2 * n * lvl : std::min(st.smax, st.smax / 2 + n * lvl);
+    }
+    // Float32: shared-grid encode (32 u32 per input) and the one decode multiply.
+    E += n * 32 * kU32 * std::max(st.amax, Nall) + 4 * kU32 * (st.smax + E);
+    out = Partial{double(n), E, st.smax + E};
+  } else {
+    out = run_chain(ch, algo, p.group_size);
+  }
+  // Output: avg's multiply by 1/n, then rounding to the dtype (subnormal
+  // halves: absolute 2^-25 = u_half * floor).
+  double E = out.E + 2 * kU32 * out.D + u_dtype * out.D;
+  double den_units;
+  if (pe) {
+    den_units = 1.0;  // E already relative to max(S_i, floor)
+    E += u_dtype;     // output rounding below the floor
+  } else {
+    E += u_dtype * m.floor * div;
+    den_units = std::max(ch.Smax / div, m.floor) * div;
+  }
+  m.bound = E / den_units * (1 + 1e-9);
   return m;
 }
+
+// ---- wire check ----------------------------------------------------------------
+
+uint64_t encoded_bytes(const qc_policy_t& p, qc_dtype_t dtype, size_t k) {
+  const uint64_t header = 32;
+  const uint64_t nb = k == 0 ? 0 : (k + p.bucket_size - 1) / p.bucket_size;
+  auto codes = [&](int bits) { return (uint64_t(k) * bits + 7) / 8; };
+  switch (p.codec) {
+    case QC_CODEC_NONE: return header + k * dtype_size(dtype);
+    case QC_CODEC_FP16:
+    case QC_CODEC_BF16: return header + 2 * uint64_t(k);
+    case QC_CODEC_MINMAX: return header + 8 * nb + codes(p.bits);
+    case QC_CODEC_QSGD: return header + 4 * nb + codes(p.bits);
+    case QC_CODEC_ONEBIT: return header + 4 * nb + codes(1);
+    case QC_CODEC_GLOBAL_LINEAR:
+    case QC_CODEC_GLOBAL_EXP: return header + 4 + codes(p.bits);
+    case QC_CODEC_TOPK: {
+      uint64_t kk = 0;
+      if (k > 0) {
+        const double c = std::ceil(double(p.topk_ratio) * double(k));
+        kk = !(c >= 1.0) ? 1 : (c >= double(k) ? k : static_cast<uint64_t>(c));
+      }
+      return header + 4 + 8 * kk;
+    }
+  }
+  return header;
+}
+
+uint64_t sra_ideal_bytes(const qc_policy_t& p, qc_dtype_t dtype, int n, int r, size_t count) {
+  auto block = [&](int j) {
+    const size_t base = count / n, extra = count % n;
+    return base + (size_t(j) < extra ? 1 : 0);
+  };
+  uint64_t total = 0;
+  for (int j = 0; j < n; ++j)
+    if (j != r) total += encoded_bytes(p, dtype, block(j));          // scatter
+  total += uint64_t(n - 1) * encoded_bytes(p, dtype, block(r));     // allgather
+  return total;
+}
+
+uint64_t sra_allowance_bytes(int n) { return uint64_t(n - 1) * (24 + 24 + 16); }
 
 // ---- the check ---------------------------------------------------------------
 
 namespace {
-struct Partial {
+struct CheckPart {
   double max_norm = 0;
   double max_err = 0;
   bool nan = false;
@@ -230,42 +569,22 @@ inline bool same_bits(const void* a, const void* b, size_t i, size_t dsize) {
 }  // namespace
 
 CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel& model,
-                         Op op, const Buffers& buf, size_t count) {
+                         Op op, const Buffers& buf, size_t count, const InputStats& stats) {
   const int n = opt.nranks;
   const qc_dtype_t d = opt.dtype;
   const size_t ds = dtype_size(d);
   const double div = (op == Op::Allreduce && opt.redop == QC_OP_AVG) ? n : 1.0;
-  std::vector<Partial> part(n);
+  std::vector<CheckPart> part(n);
 
-  // Pass 1 (Global only): the largest normaliser over the whole result.
-  double global_norm = 0;
-  if (model.norm == Norm::Global) {
-    pool.run([&](int w) {
-      double mx = 0;
-      if (op == Op::Allreduce) {
-        const size_t lo = count * w / n, hi = count * (w + 1) / n;
-        for (size_t i = lo; i < hi; ++i) {
-          double s = 0;
-          for (int r = 0; r < n; ++r) s += std::fabs(load_elem(buf.rank[r].send, d, i));
-          mx = std::max(mx, s);
-        }
-      } else {
-        const size_t total = count * n;
-        for (size_t i = 0; i < total; ++i)
-          mx = std::max(mx, std::fabs(load_elem(buf.rank[w].send, d, i)));
-      }
-      part[w].max_norm = mx;
-    });
-    for (const Partial& p : part) global_norm = std::max(global_norm, p.max_norm);
-    global_norm /= div;
-  }
+  // Global normalisation: Smax (allreduce) or max |x| (alltoall), from input_stats.
+  const double global_norm = stats.smax / div;
 
   const double bound = model.bound;
   const double floor = model.floor;
   const bool global = model.norm == Norm::Global;
 
   pool.run([&](int w) {
-    Partial& p = part[w];
+    CheckPart& p = part[w];
     // Error of one output value; max_err covers every value looked at.
     auto error_of = [&](double out, double exact, double norm) {
       const double den = std::max(global ? global_norm : norm, floor);
@@ -324,7 +643,7 @@ CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel&
 
   CheckResult res;
   bool nan = false;
-  for (const Partial& p : part) {
+  for (const CheckPart& p : part) {
     nan = nan || p.nan;
     res.max_err = std::max(res.max_err, p.max_err);
     res.wrong += p.wrong;

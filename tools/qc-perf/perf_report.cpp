@@ -94,7 +94,7 @@ double busbw_factor(Op op, int n) {
 // header lines, so headers and rows line up.
 static const char* kHead1 =
     "#     size(B)        count      type   algo          codec    time(us)  algbw(GB/s)"
-    "  busbw(GB/s)       wire(B)    ratio       error   #wrong";
+    "  busbw(GB/s)       wire(B)    ratio w/ideal       error       bound   #wrong";
 
 void print_preamble(const Options& opt) {
   const qc_policy_t& p = opt.policy;
@@ -105,10 +105,16 @@ void print_preamble(const Options& opt) {
   for (Op op : opt.ops) ops += std::string(ops.empty() ? "" : ",") + op_name(op);
   std::string algos;
   for (qc_algorithm_t a : opt.algos) algos += std::string(algos.empty() ? "" : ",") + algo_short_name(a);
-  std::printf("# nranks %d, transport local, op %s, redop %s, codec %s, dtype %s\n", opt.nranks,
-              ops.c_str(), redop_name(opt.redop), codec_label(p).c_str(), dtype_name(opt.dtype));
-  std::printf("# codec %s: bits %d, bucket %d, rounding %s, error feedback %s, seed %llu\n",
-              codec_name(p.codec), p.bits, p.bucket_size,
+  std::string codecs;
+  for (qc_codec_t c : opt.codecs) {
+    qc_policy_t q = p;
+    q.codec = c;
+    codecs += std::string(codecs.empty() ? "" : ",") + codec_label(q);
+  }
+  std::printf("# nranks %d, transport local, op %s, redop %s, codecs %s, dtype %s\n", opt.nranks,
+              ops.c_str(), redop_name(opt.redop), codecs.c_str(), dtype_name(opt.dtype));
+  std::printf("# codec policy: bits %d, bucket %d, topk ratio %g, rounding %s, error feedback %s, seed %llu\n",
+              p.bits, p.bucket_size, double(p.topk_ratio),
               p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest",
               p.error_feedback ? "on" : "off", static_cast<unsigned long long>(p.seed));
   std::printf("# sizes %s .. %s, factor %llu; allreduce algos %s; warmup %d, iters %d, timeout %g s\n",
@@ -117,20 +123,25 @@ void print_preamble(const Options& opt) {
               opt.timeout);
   std::printf("# time: mean over iters of the slowest rank; algbw = size/time (1e9 B/s); "
               "wire = bytes sent per rank per call; ratio = size * busbw factor / wire\n");
+  std::printf("# w/ideal = wire / SRA's ideal (2(n-1) encoded chunks of count/n, no envelopes); "
+              "sra rows fail above ideal + (n-1)*64 B\n");
   std::fflush(stdout);
 }
 
-void print_section_header(const Options& opt, Op op, const ErrorModel& model) {
+void print_section_header(const Options& opt, Op op) {
   std::printf("#\n# op %s: size = %s, busbw = algbw * %s (nranks %d)\n", op_name(op),
               op == Op::Allreduce ? "count * sizeof(type) per rank"
                                   : "count_per_peer * nranks * sizeof(type) per rank",
               op == Op::Allreduce ? "2(n-1)/n" : "(n-1)/n", opt.nranks);
-  std::printf("# error bound: %s (bound %.3g, %s)\n", model.text.c_str(), model.bound,
-              op == Op::Allreduce
-                  ? (model.norm == Norm::PerElement ? "normalised per element by sum_r |x_r,i|"
-                                                    : "normalised by max_i sum_r |x_r,i|")
-                  : (model.norm == Norm::PerElement ? "normalised per element by |x_i|"
-                                                    : "normalised by max_i |x_i|"));
+  std::printf("# error = max |out - exact| / normaliser: per element max(S_i, floor), or "
+              "global max(Smax, floor) with S_i = sum_r |x_r,i| (%s); bound per row "
+              "(README: worst case per algorithm)\n",
+              op == Op::Allreduce ? "allreduce" : "alltoall: |x_i|");
+  for (qc_codec_t c : opt.codecs) {
+    qc_policy_t q = opt.policy;
+    q.codec = c;
+    std::printf("#   bound %s\n", bound_formula(op, opt.dtype, q).c_str());
+  }
   std::printf("%s\n", kHead1);
   std::fflush(stdout);
 }
@@ -139,11 +150,19 @@ void print_row(const Row& r) {
   std::printf("%13llu %12llu %9s %6s %14s", static_cast<unsigned long long>(r.size),
               static_cast<unsigned long long>(r.count), r.type.c_str(), r.algo.c_str(),
               r.codec.c_str());
-  if (!r.ran) {
+  if (r.na) {
+    std::printf("  %s\n", r.failure.c_str());
+  } else if (!r.ran) {
     std::printf("  FAILED: %s\n", r.failure.c_str());
   } else {
-    std::printf(" %11.2f %12.3f %12.3f %13.0f %8.3f %11.3e %8llu\n", r.time_us, r.algbw, r.busbw,
-                r.wire, r.ratio, r.error, static_cast<unsigned long long>(r.wrong));
+    char wi[16];
+    if (std::isfinite(r.wire_ideal)) std::snprintf(wi, sizeof wi, "%7.3f", r.wire_ideal);
+    else std::snprintf(wi, sizeof wi, "%7s", "-");
+    std::printf(" %11.2f %12.3f %12.3f %13.0f %8.3f %s %11.3e %11.3e %8llu\n", r.time_us, r.algbw,
+                r.busbw, r.wire, r.ratio, wi, r.error, r.bound,
+                static_cast<unsigned long long>(r.wrong));
+    if (!r.wire_ok)
+      std::printf("#   ^ WIRE CHECK FAILED: %s\n", r.wire_note.c_str());
     if (r.replica_diff)
       std::printf("#   ^ ranks' outputs differ at %llu elements (replica consistency broken)\n",
                   static_cast<unsigned long long>(r.replica_diff));
@@ -157,7 +176,7 @@ void print_footer(const std::vector<Row>& rows) {
   int nbw[2] = {0, 0};
   for (const Row& r : rows) {
     oob += r.wrong;
-    if (r.ran) {
+    if (r.ran && !r.na) {
       const int k = r.op == Op::Allreduce ? 0 : 1;
       bw[k] += r.busbw;
       ++nbw[k];
@@ -225,23 +244,27 @@ bool write_json(const std::string& path, const Options& opt, const std::vector<R
   std::fprintf(f, "[");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
+    const bool ran = r.ran && !r.na;
     std::fprintf(f, "%s\n  {", i ? "," : "");
     std::fprintf(f, "\"op\": %s, \"size\": %llu, \"count\": %llu, \"type\": %s, \"algo\": %s, ",
                  json_string(op_name(r.op)).c_str(), static_cast<unsigned long long>(r.size),
                  static_cast<unsigned long long>(r.count), json_string(r.type).c_str(),
                  json_string(r.algo).c_str());
     std::fprintf(f, "\"codec\": %s, \"time_us\": %s, \"algbw\": %s, \"busbw\": %s, ",
-                 json_string(r.codec).c_str(), json_number(r.ran ? r.time_us : NAN).c_str(),
-                 json_number(r.ran ? r.algbw : NAN).c_str(),
-                 json_number(r.ran ? r.busbw : NAN).c_str());
-    std::fprintf(f, "\"wire\": %s, \"ratio\": %s, \"error\": %s, \"bound\": %s, \"wrong\": %llu, ",
-                 json_number(r.ran ? r.wire : NAN).c_str(),
-                 json_number(r.ran ? r.ratio : NAN).c_str(),
-                 json_number(r.ran ? r.error : NAN).c_str(), json_number(r.bound).c_str(),
+                 json_string(r.codec).c_str(), json_number(ran ? r.time_us : NAN).c_str(),
+                 json_number(ran ? r.algbw : NAN).c_str(),
+                 json_number(ran ? r.busbw : NAN).c_str());
+    std::fprintf(f, "\"wire\": %s, \"ratio\": %s, \"wire_ideal\": %s, \"wire_ok\": %s, ",
+                 json_number(ran ? r.wire : NAN).c_str(), json_number(ran ? r.ratio : NAN).c_str(),
+                 json_number(ran ? r.wire_ideal : NAN).c_str(), r.wire_ok ? "true" : "false");
+    std::fprintf(f, "\"na\": %s, \"error\": %s, \"bound\": %s, \"wrong\": %llu, ",
+                 r.na ? "true" : "false",
+                 json_number(ran ? r.error : NAN).c_str(), json_number(r.bound).c_str(),
                  static_cast<unsigned long long>(r.wrong));
     std::fprintf(f, "\"replica_mismatch\": %llu, \"passed\": %s, \"failure\": %s, ",
                  static_cast<unsigned long long>(r.replica_diff), r.passed() ? "true" : "false",
-                 r.ran ? "null" : json_string(r.failure).c_str());
+                 r.ran && r.wire_ok ? "null"
+                                    : json_string(r.ran ? r.wire_note : r.failure).c_str());
     std::fprintf(f,
                  "\"nranks\": %d, \"transport\": \"local\", \"redop\": %s, \"dtype\": %s, "
                  "\"codec_name\": %s, \"bits\": %d, \"bucket\": %d, \"rounding\": %s, "
@@ -249,7 +272,7 @@ bool write_json(const std::string& path, const Options& opt, const std::vector<R
                  "\"qc_version\": %s, \"date\": %s}",
                  opt.nranks, json_string(redop_name(opt.redop)).c_str(),
                  json_string(dtype_name(opt.dtype)).c_str(),
-                 json_string(codec_name(p.codec)).c_str(), p.bits, p.bucket_size,
+                 json_string(r.codec_name).c_str(), p.bits, p.bucket_size,
                  json_string(p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest").c_str(),
                  p.error_feedback ? "true" : "false", opt.warmup, opt.iters,
                  json_string(qc_version_string()).c_str(), json_string(date).c_str());

@@ -137,7 +137,9 @@ bool Group::intact() const {
 // lockstep: barrier, t0, collective, t1. A rank's time for an iteration is
 // t1 - t0; the row's time is the mean over iterations of the slowest rank.
 // wire(B) = the rank's qc_stats.wire_bytes delta over the timed iterations /
-// iters, averaged over ranks.
+// iters, averaged over ranks (and kept per rank for the SRA wire check).
+// With error feedback the error buffers are reset before the last call
+// (outside the timed region), the one whose output is checked.
 //
 // When a call fails, the failing rank records qc_last_error() and destroys its
 // communicator at once, so that peers waiting for it fail fast (the local
@@ -202,6 +204,12 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
         qc_status_t st = qc_comm_get_stats(comm, &before);
         if (st != QC_SUCCESS) fail(st, false);
       }
+      // Error feedback: the last (checked) call starts from zero residuals,
+      // so the bounds of error_model() apply to it (see perf_check.cpp).
+      if (eb && it == total - 1 && !failed) {
+        qc_status_t st = qc_error_buffer_reset(eb);
+        if (st != QC_SUCCESS) fail(st, false);
+      }
       barrier.wait();
       if (failed) continue;
       const clock::time_point t0 = clock::now();
@@ -247,6 +255,7 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
   double w = 0;
   for (double x : wire) w += x;
   res.wire_bytes = w / n;
+  res.wire_per_rank = wire;
   return res;
 }
 

@@ -15,6 +15,9 @@
 namespace qcperf {
 namespace {
 
+// Default -e when more than one codec is swept (README: "Default sweep").
+constexpr uint64_t kMultiCodecMaxBytes = 4ull << 20;
+
 // ---- command line --------------------------------------------------------------
 
 void usage(std::FILE* out) {
@@ -25,14 +28,18 @@ void usage(std::FILE* out) {
 "\n"
 "  -n, --nranks N          ranks (threads) of the local group (default 4)\n"
 "  -b, --minbytes SIZE     smallest size per rank (default 8); K/M/G = 1024^1..3\n"
-"  -e, --maxbytes SIZE     largest size per rank (default 16M)\n"
+"  -e, --maxbytes SIZE     largest size per rank (default 16M for one codec,\n"
+"                          4M when several codecs are swept)\n"
 "  -f, --stepfactor F      multiply the size by F each step, F >= 2 (default 2)\n"
 "  -o, --op OP             allreduce | alltoall | all (default allreduce)\n"
 "  -a, --algo LIST         allreduce algorithms, comma separated: auto, ring,\n"
 "                          rd (recursive_doubling), sra, tree, native, all\n"
-"                          (default all = ring,rd,sra,tree,auto); alltoall has none\n"
-"  -c, --codec CODEC       none, fp16, bf16, minmax, qsgd, global_linear,\n"
-"                          global_exp, onebit, topk (default none)\n"
+"                          (default all = ring,rd,sra,tree,native,auto; without\n"
+"                          -a, native only if a global codec is swept);\n"
+"                          alltoall has none. native with a non-global codec is n/a\n"
+"  -c, --codec LIST        codecs, comma separated: none, fp16, bf16, minmax, qsgd,\n"
+"                          global_linear, global_exp, onebit, topk, all\n"
+"                          (default all)\n"
 "      --bits N            code width 1..8 (default: the library's, 4)\n"
 "      --bucket N          elements per bucket (default: the library's, 128)\n"
 "      --topk-ratio R      fraction kept by topk, (0, 1]\n"
@@ -47,8 +54,8 @@ void usage(std::FILE* out) {
 "  -J, --json FILE         also write the rows as JSON to FILE\n"
 "  -h, --help              this text\n"
 "\n"
-"Exit status: 0 all rows passed, 1 some row failed, 2 bad usage or a codec /\n"
-"algorithm this qc library does not support.\n");
+"Exit status: 0 all rows passed (n/a rows do not count), 1 some row failed,\n"
+"2 bad usage or a codec / algorithm this qc library does not support.\n");
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -127,7 +134,7 @@ std::vector<qc_algorithm_t> parse_algos(const std::string& s) {
     const std::string t = lower(raw);
     if (t == "all") {
       for (qc_algorithm_t a : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA,
-                               QC_ALGO_TREE, QC_ALGO_AUTO})
+                               QC_ALGO_TREE, QC_ALGO_NATIVE, QC_ALGO_AUTO})
         add(a);
     } else if (t == "auto") add(QC_ALGO_AUTO);
     else if (t == "ring") add(QC_ALGO_RING);
@@ -153,6 +160,24 @@ qc_codec_t parse_codec(const std::string& s) {
   if (t == "topk") return QC_CODEC_TOPK;
   usage_error("unknown codec '" + s +
               "' for -c (none, fp16, bf16, minmax, qsgd, global_linear, global_exp, onebit, topk)");
+}
+
+std::vector<qc_codec_t> parse_codecs(const std::string& s) {
+  std::vector<qc_codec_t> out;
+  auto add = [&](qc_codec_t c) {
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+  for (const std::string& raw : split(s, ',')) {
+    if (lower(raw) == "all") {
+      for (qc_codec_t c : {QC_CODEC_NONE, QC_CODEC_FP16, QC_CODEC_BF16, QC_CODEC_MINMAX,
+                           QC_CODEC_QSGD, QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP,
+                           QC_CODEC_ONEBIT, QC_CODEC_TOPK})
+        add(c);
+    } else {
+      add(parse_codec(raw));
+    }
+  }
+  return out;
 }
 
 qc_dtype_t parse_dtype(const std::string& s) {
@@ -230,7 +255,10 @@ Options parse_args(int argc, char** argv) {
       std::exit(0);
     } else if (ln == "nranks") opt.nranks = parse_int(name, value, 1, 1024);
     else if (ln == "minbytes") opt.min_bytes = parse_size(name, value);
-    else if (ln == "maxbytes") opt.max_bytes = parse_size(name, value);
+    else if (ln == "maxbytes") {
+      opt.max_bytes = parse_size(name, value);
+      opt.max_bytes_given = true;
+    }
     else if (ln == "stepfactor") {
       uint64_t f;
       if (!parse_u64(value, &f) || f < 2) usage_error("bad value '" + value + "' for -f (an integer >= 2)");
@@ -244,7 +272,7 @@ Options parse_args(int argc, char** argv) {
     } else if (ln == "algo") {
       opt.algos = parse_algos(value);
       algos_given = true;
-    } else if (ln == "codec") opt.policy.codec = parse_codec(value);
+    } else if (ln == "codec") opt.codecs = parse_codecs(value);
     else if (ln == "bits") opt.policy.bits = parse_int(name, value, 1, 8);
     else if (ln == "bucket") opt.policy.bucket_size = parse_int(name, value, 1, 1 << 30);
     else if (ln == "topk-ratio") {
@@ -277,9 +305,21 @@ Options parse_args(int argc, char** argv) {
       opt.json_path = value;
     }
   }
+  if (opt.codecs.empty()) opt.codecs = parse_codecs("all");
+  opt.policy.codec = opt.codecs.front();
+  // Several codecs multiply the rows: the default sweep stops earlier.
+  if (opt.codecs.size() > 1 && !opt.max_bytes_given) opt.max_bytes = kMultiCodecMaxBytes;
   if (opt.min_bytes == 0) usage_error("-b must be at least 1 byte");
   if (opt.max_bytes < opt.min_bytes) usage_error("-e must not be smaller than -b");
-  if (!algos_given || opt.algos.empty()) opt.algos = parse_algos("all");
+  if (!algos_given || opt.algos.empty()) {
+    opt.algos = parse_algos("all");
+    // Without -a, native only where it exists: some swept codec is global.
+    bool any_global = false;
+    for (qc_codec_t c : opt.codecs)
+      any_global = any_global || c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP;
+    if (!any_global)
+      opt.algos.erase(std::find(opt.algos.begin(), opt.algos.end(), QC_ALGO_NATIVE));
+  }
   return opt;
 }
 
@@ -366,6 +406,10 @@ class Progress {
 
 // ---- main loop -----------------------------------------------------------------
 
+bool is_global_codec(qc_codec_t c) {
+  return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP;
+}
+
 int run_sweep(const Options& opt) {
   print_preamble(opt);
 
@@ -381,13 +425,13 @@ int run_sweep(const Options& opt) {
 
   size_t total_rows = 0;
   for (Op op : opt.ops)
-    total_rows += plan_sizes(opt, op).size() * (op == Op::Allreduce ? opt.algos.size() : 1);
+    total_rows += plan_sizes(opt, op).size() * opt.codecs.size() *
+                  (op == Op::Allreduce ? opt.algos.size() : 1);
 
   std::vector<Row> rows;
   size_t row_no = 0;
   for (Op op : opt.ops) {
-    const ErrorModel model = error_model(op, opt.nranks, opt.dtype, opt.redop, opt.policy);
-    print_section_header(opt, op, model);
+    print_section_header(opt, op);
     const std::vector<qc_algorithm_t> algos =
         op == Op::Allreduce ? opt.algos : std::vector<qc_algorithm_t>{QC_ALGO_AUTO};
     for (const SizeStep& step : plan_sizes(opt, op)) {
@@ -395,72 +439,120 @@ int run_sweep(const Options& opt) {
       Buffers buf;  // one size at a time: freed at the end of this iteration
       progress.begin(std::string(op_name(op)) + " " + human_bytes(step.bytes) + ": preparing inputs");
       const bool allocated = buf.allocate(opt.nranks, elems_per_rank * dtype_size(opt.dtype));
-      if (allocated) fill_inputs(pool, opt, op, buf, elems_per_rank);
+      InputStats stats;
+      if (allocated) {
+        fill_inputs(pool, opt, op, buf, elems_per_rank);
+        stats = input_stats(pool, opt, op, buf, step.count);
+      }
       progress.end();
 
-      for (qc_algorithm_t algo : algos) {
-        ++row_no;
-        Row row;
-        row.op = op;
-        row.size = step.bytes;
-        row.count = step.count;
-        row.type = dtype_name(opt.dtype);
-        row.algo = op == Op::Allreduce ? algo_short_name(algo) : "-";
-        qc_policy_t policy = opt.policy;
-        policy.algorithm = op == Op::Allreduce ? algo : QC_ALGO_AUTO;
-        row.codec = codec_label(policy);
-        row.bound = model.bound;
-        if (!allocated) {
-          row.ran = false;
-          row.failure = "out of memory (" + std::to_string(opt.nranks) + " x 2 x " +
-                        human_bytes(step.bytes) + ")";
-          print_row(row);
-          rows.push_back(row);
-          continue;
-        }
-        if (!group.intact() && group.create(&err) != QC_SUCCESS) {
-          std::fprintf(stderr, "qc-perf: error: cannot recreate the local group: %s\n", err.c_str());
-          return 2;
-        }
-        char what[160];
-        std::snprintf(what, sizeof what, "[%zu/%zu] %s %s %s", row_no, total_rows, op_name(op),
-                      row.algo.c_str(), human_bytes(step.bytes).c_str());
-        progress.begin(what);
-        const RunResult rr = run_collective(pool, group, opt, policy, op, buf, step.count);
-        if (rr.ok) {
-          const CheckResult cr = check_result(pool, opt, model, op, buf, step.count);
-          const double t = rr.time_us * 1e-6;
-          row.time_us = rr.time_us;
-          row.algbw = t > 0 ? double(step.bytes) / t / 1e9 : 0;
-          row.busbw = row.algbw * busbw_factor(op, opt.nranks);
-          row.wire = rr.wire_bytes;
-          // Compression ratio: the bytes an uncompressed, bandwidth-optimal
-          // run sends per rank (size x the busbw factor) over what was sent,
-          // so codec none gives about 1 whatever the algorithm. One rank
-          // sends nothing: the ratio is infinite ("inf"; null in JSON).
-          row.ratio = rr.wire_bytes > 0
-                          ? double(step.bytes) * busbw_factor(op, opt.nranks) / rr.wire_bytes
-                          : std::numeric_limits<double>::infinity();
-          row.error = cr.max_err;
-          row.wrong = cr.wrong;
-          row.replica_diff = cr.replica_diff;
-        }
-        progress.end();
-        if (!rr.ok) {
-          const std::string msg = std::string(qc_status_string(rr.status)) + ": " + rr.message;
-          if (rr.policy_failed || rr.status == QC_ERROR_UNSUPPORTED) {
-            std::fflush(stdout);
-            std::fprintf(stderr, "qc-perf: error: %s (codec %s, algo %s, dtype %s, %d ranks): %s\n",
-                         rr.policy_failed ? "qc_set_layer_policy failed" : op_name(op),
-                         row.codec.c_str(), row.algo.c_str(), row.type.c_str(), opt.nranks,
-                         msg.c_str());
+      for (qc_codec_t codec : opt.codecs) {
+        for (qc_algorithm_t algo : algos) {
+          ++row_no;
+          Row row;
+          row.op = op;
+          row.size = step.bytes;
+          row.count = step.count;
+          row.type = dtype_name(opt.dtype);
+          row.algo = op == Op::Allreduce ? algo_short_name(algo) : "-";
+          qc_policy_t policy = opt.policy;
+          policy.codec = codec;
+          policy.algorithm = op == Op::Allreduce ? algo : QC_ALGO_AUTO;
+          row.codec = codec_label(policy);
+          row.codec_name = codec_name(codec);
+          if (!allocated) {
+            row.ran = false;
+            row.failure = "out of memory (" + std::to_string(opt.nranks) + " x 2 x " +
+                          human_bytes(step.bytes) + ")";
+            print_row(row);
+            rows.push_back(row);
+            continue;
+          }
+          const ErrorModel model =
+              error_model(op, opt.nranks, opt.dtype, opt.redop, policy, stats);
+          row.bound = model.bound;
+          if (!group.intact() && group.create(&err) != QC_SUCCESS) {
+            std::fprintf(stderr, "qc-perf: error: cannot recreate the local group: %s\n",
+                         err.c_str());
             return 2;
           }
-          row.ran = false;
-          row.failure = msg + " (rank " + std::to_string(rr.failed_rank) + ")";
+          char what[200];
+          std::snprintf(what, sizeof what, "[%zu/%zu] %s %s %s %s", row_no, total_rows,
+                        op_name(op), row.algo.c_str(), row.codec.c_str(),
+                        human_bytes(step.bytes).c_str());
+          progress.begin(what);
+          const RunResult rr = run_collective(pool, group, opt, policy, op, buf, step.count);
+          if (rr.ok) {
+            const CheckResult cr = check_result(pool, opt, model, op, buf, step.count, stats);
+            const double t = rr.time_us * 1e-6;
+            row.time_us = rr.time_us;
+            row.algbw = t > 0 ? double(step.bytes) / t / 1e9 : 0;
+            row.busbw = row.algbw * busbw_factor(op, opt.nranks);
+            row.wire = rr.wire_bytes;
+            // Compression ratio: the bytes an uncompressed, bandwidth-optimal
+            // run sends per rank (size x the busbw factor) over what was sent,
+            // so codec none gives about 1 whatever the algorithm. One rank
+            // sends nothing: the ratio is infinite ("inf"; null in JSON).
+            row.ratio = rr.wire_bytes > 0
+                            ? double(step.bytes) * busbw_factor(op, opt.nranks) / rr.wire_bytes
+                            : std::numeric_limits<double>::infinity();
+            row.error = cr.max_err;
+            row.wrong = cr.wrong;
+            row.replica_diff = cr.replica_diff;
+            if (op == Op::Allreduce) {
+              // Wire over SRA's ideal (2(n-1) encoded chunks per rank, no
+              // envelopes); SRA itself must be within ideal .. ideal + allowance.
+              double ideal = 0;
+              for (int r = 0; r < opt.nranks; ++r)
+                ideal += double(sra_ideal_bytes(policy, opt.dtype, opt.nranks, r, step.count));
+              ideal /= opt.nranks;
+              row.wire_ideal = ideal > 0 ? rr.wire_bytes / ideal
+                                         : std::numeric_limits<double>::quiet_NaN();
+              if (algo == QC_ALGO_SRA) {
+                const double allow = double(sra_allowance_bytes(opt.nranks));
+                for (int r = 0; r < opt.nranks && row.wire_ok; ++r) {
+                  const double id =
+                      double(sra_ideal_bytes(policy, opt.dtype, opt.nranks, r, step.count));
+                  const double w = rr.wire_per_rank[r];
+                  if (w < id || w > id + allow) {
+                    row.wire_ok = false;
+                    char note[200];
+                    std::snprintf(note, sizeof note,
+                                  "rank %d sent %.0f B per call; SRA ideal %.0f B, allowance %.0f B",
+                                  r, w, id, allow);
+                    row.wire_note = note;
+                  }
+                }
+              }
+            }
+          }
+          progress.end();
+          if (!rr.ok) {
+            const std::string msg = std::string(qc_status_string(rr.status)) + ": " + rr.message;
+            if (op == Op::Allreduce && algo == QC_ALGO_NATIVE && !is_global_codec(codec) &&
+                rr.status == QC_ERROR_UNSUPPORTED && !rr.policy_failed) {
+              // native needs a global codec: not a failure, the pair does not exist.
+              row.na = true;
+              row.failure = "n/a (native needs global_linear or global_exp)";
+            } else if (rr.policy_failed || rr.status == QC_ERROR_UNSUPPORTED) {
+              std::fflush(stdout);
+              std::fprintf(stderr,
+                           "qc-perf: error: %s (codec %s, algo %s, dtype %s, %d ranks): %s\n",
+                           rr.policy_failed ? "qc_set_layer_policy failed" : op_name(op),
+                           row.codec.c_str(), row.algo.c_str(), row.type.c_str(), opt.nranks,
+                           msg.c_str());
+              return 2;
+            } else {
+              row.ran = false;
+              row.failure = msg + " (rank " + std::to_string(rr.failed_rank) + ")";
+            }
+          } else if (op == Op::Allreduce && algo == QC_ALGO_NATIVE && !is_global_codec(codec)) {
+            row.wire_ok = false;
+            row.wire_note = "native with a non-global codec succeeded; QC_ERROR_UNSUPPORTED expected";
+          }
+          print_row(row);
+          rows.push_back(row);
         }
-        print_row(row);
-        rows.push_back(row);
       }
     }
   }
@@ -468,10 +560,14 @@ int run_sweep(const Options& opt) {
   print_footer(rows);
   bool json_ok = true;
   if (!opt.json_path.empty()) json_ok = write_json(opt.json_path, opt, rows);
-  size_t passed = 0;
-  for (const Row& r : rows) passed += r.passed() ? 1 : 0;
-  const size_t failed = rows.size() - passed;
-  std::printf("%zu passed, %zu failed\n", passed, failed);
+  size_t passed = 0, failed = 0, na = 0;
+  for (const Row& r : rows) {
+    passed += r.passed() ? 1 : 0;
+    failed += r.failed() ? 1 : 0;
+    na += r.na ? 1 : 0;
+  }
+  if (na) std::printf("%zu passed, %zu failed, %zu n/a\n", passed, failed, na);
+  else std::printf("%zu passed, %zu failed\n", passed, failed);
   std::fflush(stdout);
   if (!json_ok) return 2;
   return failed == 0 ? 0 : 1;

@@ -15,7 +15,9 @@
 // global_exp: level m > 0 has value norm * 2^(m - M), i.e. 2^(m - 1) units of
 // norm * 2^(1 - M): fixed point with a single bit set. It is split into limbs
 // of 16 bits (one limb for bits <= 5), each summed as an integer of
-// 17 + ceil(log2 n) bits; the limbs are recombined in double, high to low.
+// min(16, M) + 1 + ceil(log2 n) bits; the limbs are recombined in double,
+// high to low.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -78,7 +80,9 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
   const int M = static_cast<int>(sign_bit - 1u);
   const bool linear = codec.id() == QC_CODEC_GLOBAL_LINEAR;
   const int limbs = linear ? 1 : exp_limbs(M);
-  const int width = linear ? sum_width(bits, n) : sum_width(kExpLimbBits + 1, n);
+  // A linear code is sign + (bits-1) magnitude bits; an exp limb holds at
+  // most 2^(min(16, M) - 1), i.e. min(16, M) magnitude bits plus the sign.
+  const int width = sum_width(linear ? bits : std::min(kExpLimbBits, M) + 1, n);
   std::vector<int64_t> sums(count * static_cast<size_t>(limbs), 0);
   for (size_t i = 0; i < count; ++i) {
     const uint32_t code = cpu::get_code(codes, i, bits);
