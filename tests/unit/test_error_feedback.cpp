@@ -84,11 +84,18 @@ struct Buffers {
   qc_error_buffer_t operator[](int r) const { return eb[static_cast<size_t>(r)]; }
 };
 
-// Each rank calls qc_allreduce `calls` times on its own thread with inputs
-// in(call, rank); returns every output of every rank.
-std::vector<Matrix> allreduce_calls(Group& g, const std::vector<Matrix>& in, size_t count,
-                                    qc_error_buffer_t const* ebs, std::string* failure) {
-  const int n = g.size();
+// A fresh group of n ranks with `pol` for every layer; each rank calls
+// qc_allreduce once per entry of `in` (in[call][rank]) on its own thread,
+// with error buffer ebs[rank] (ebs may be null). Returns out[call][rank];
+// a failure is described in *failure.
+std::vector<Matrix> allreduce_calls(int n, const qc_policy_t& pol, const std::vector<Matrix>& in,
+                                    size_t count, qc_error_buffer_t const* ebs,
+                                    std::string* failure) {
+  Group g(n);
+  if (!g.ok() || g.set_policy("*", pol) != QC_SUCCESS) {
+    *failure = std::string("group setup: ") + qc_last_error();
+    return {};
+  }
   const size_t calls = in.size();
   std::vector<Matrix> out(calls, Matrix(static_cast<size_t>(n), std::vector<float>(count)));
   std::vector<std::string> errors(static_cast<size_t>(n));
@@ -168,11 +175,8 @@ TEST_P(CodecAlgorithm, EmulationEqualsThreadsWithResiduals) {
   Buffers thr_eb(n, count);
   std::vector<Matrix> out;
   for (const Matrix& step : in) {
-    Group g(n);
-    ASSERT_TRUE(g.ok());
-    ASSERT_EQ(g.set_policy("*", pol), QC_SUCCESS) << qc_last_error();
     std::string failure;
-    out = allreduce_calls(g, {step}, count, thr_eb.data(), &failure);
+    out = allreduce_calls(n, pol, {step}, count, thr_eb.data(), &failure);
     ASSERT_TRUE(failure.empty()) << failure;
   }
   for (int r = 0; r < n; ++r) {
@@ -237,14 +241,9 @@ TEST_P(Bookkeeping, OutputsPlusResidualsEqualInputs) {
 
   for (bool ef : {true, false}) {
     SCOPED_TRACE(ef ? "with error feedback" : "without error feedback");
-    Group g(n);
-    ASSERT_TRUE(g.ok());
-    ASSERT_EQ(g.set_policy("*", policy_for(cc, algo, ef)), QC_SUCCESS);
-    std::vector<qc_comm_t> comms;
-    for (int r = 0; r < n; ++r) comms.push_back(g[r]);
-    Buffers ebs(n, count, comms.data());
+    Buffers ebs(n, count);
     std::string failure;
-    const auto out = allreduce_calls(g, in, count, ebs.data(), &failure);
+    const auto out = allreduce_calls(n, policy_for(cc, algo, ef), in, count, ebs.data(), &failure);
     ASSERT_TRUE(failure.empty()) << failure;
 
     std::vector<double> lhs(count, 0.0), rhs(count, 0.0);
@@ -325,14 +324,9 @@ TEST_P(Decay, MeanErrorFallsLikeOneOverTWithFeedbackOnly) {
   const auto exact = exact_sum(x);
   double err[2][2];  // [ef][T = 8, T = 64]
   for (int ef = 0; ef < 2; ++ef) {
-    Group g(n);
-    ASSERT_TRUE(g.ok());
-    ASSERT_EQ(g.set_policy("*", policy_for(cc, algo, ef != 0)), QC_SUCCESS);
-    std::vector<qc_comm_t> comms;
-    for (int r = 0; r < n; ++r) comms.push_back(g[r]);
-    Buffers ebs(n, count, comms.data());
+    Buffers ebs(n, count);
     std::string failure;
-    const auto out = allreduce_calls(g, in, count, ebs.data(), &failure);
+    const auto out = allreduce_calls(n, policy_for(cc, algo, ef != 0), in, count, ebs.data(), &failure);
     ASSERT_TRUE(failure.empty()) << failure;
     err[ef][0] = mean_error(out, exact, 8);
     err[ef][1] = mean_error(out, exact, T);
@@ -377,11 +371,9 @@ TEST_P(Unbiased, MeanOfManyCallsIsTheExactSum) {
   const Matrix x = random_inputs(n, count, 77);
   const std::vector<Matrix> in(K, x);
   const auto exact = exact_sum(x);
-  Group g(n);
-  ASSERT_TRUE(g.ok());
-  ASSERT_EQ(g.set_policy("*", policy_for(cc, algo, false)), QC_SUCCESS);
   std::string failure;
-  const auto out = allreduce_calls(g, in, count, nullptr, &failure);
+  const auto out =
+      allreduce_calls(n, policy_for(cc, algo, false), in, count, nullptr, &failure);
   ASSERT_TRUE(failure.empty()) << failure;
   // z_i = (mean - exact) / (sd / sqrt K): for an unbiased result about N(0, 1).
   double sum_z2 = 0.0, sum_z = 0.0;
