@@ -3,9 +3,9 @@
 # Idempotent: packages already installed are left alone, and `apt-get update`
 # runs only when something is missing. Works as root, or through sudo.
 #
-# usage: bash scripts/install-deps.sh [--with-mpi] [--check]
-#   --with-mpi   also the MPI transport's dependencies (OpenMPI)
+# usage: bash scripts/install-deps.sh [--check]
 #   --check      only report what is missing (exit 1 if anything is)
+#   (--with-mpi is accepted and does nothing: MPI is in the default set)
 #
 # What each package is for:
 #   cmake ninja-build gcc g++   configure and build (C99, C++17); libc6-dev for C headers
@@ -14,14 +14,17 @@
 #   libgtest-dev libgmock-dev   tests/unit (GoogleTest; CMake config GTest::gtest/gmock)
 #   libcmocka-dev               tests/abi (cmocka)
 #   file                        build/test diagnostics
+#   libopenmpi-dev openmpi-bin  the MPI transport and tests/mpi (mpirun)
+#   gfortran                    the Fortran module and example
 set -euo pipefail
 
-packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libgmock-dev libcmocka-dev file)
+packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libgmock-dev libcmocka-dev file
+          libopenmpi-dev openmpi-bin gfortran)
 check_only=0
 
 for arg in "$@"; do
   case $arg in
-    --with-mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+    --with-mpi) ;;  # MPI is part of the default set now; kept for old scripts
     --check) check_only=1 ;;
     -h | --help)
       sed -n '2,/^set -euo/p' "$0" | sed '$d'

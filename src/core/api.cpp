@@ -83,8 +83,7 @@ QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* com
             "argument 'config': transport QC_TRANSPORT_LOCAL needs all ranks created at once; "
             "use qc_comm_create_local or qc_comm_create_local_with_config");
       case QC_TRANSPORT_MPI:
-        return unsupported("argument 'config': this build of qc has no MPI transport "
-                           "(configure with -DQC_WITH_MPI=ON once it lands)");
+        return create_mpi_comm(c.mpi_comm, c.timeout_seconds, comm);
       case QC_TRANSPORT_NCCL:
         return unsupported("argument 'config': this build of qc has no NCCL transport");
     }

@@ -104,6 +104,10 @@ class CollectiveContext {
   // messages, whose Message* are given in the same order as their requests.
   Status wait(Request* reqs, size_t count, Message* const* recv_msgs, size_t recv_count);
 
+  // The transport's own integer allreduce, when it has one (see transport.h).
+  bool has_native_integer_allreduce() const { return transport_.has_native_integer_allreduce(); }
+  Status native_allreduce_int64(int64_t* values, size_t count, int width);
+
   // Shorthands for the common patterns.
   Status send(int peer, uint32_t step, Message* msg);
   Status recv(int peer, uint32_t step, Message* msg);

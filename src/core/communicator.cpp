@@ -12,6 +12,9 @@
 #include "core/policy.h"
 #include "core/transports/local_transport.h"
 #include "cpu/dtype_convert.h"
+#if QC_HAVE_MPI
+#include "core/transports/mpi_transport.h"
+#endif
 
 namespace qc {
 namespace {
@@ -219,6 +222,28 @@ Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) 
   }
   for (int r = 0; r < nranks; ++r) comms[r] = made[r].release();
   return Status::ok();
+}
+
+Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t* comm) {
+#if QC_HAVE_MPI
+  if (fortran_handle < INT32_MIN || fortran_handle > INT32_MAX) {
+    return invalid_argument("argument 'config': field 'mpi_comm' is " +
+                            std::to_string(fortran_handle) +
+                            ", not a Fortran MPI handle (MPI_Comm_c2f gives an int)");
+  }
+  auto made = std::make_unique<qc_comm_s>();
+  QC_RETURN_IF_ERROR(MpiTransport::create(static_cast<MPI_Fint>(fortran_handle), &made->transport));
+  made->timeout_seconds = timeout_seconds;
+  made->stats.struct_size = sizeof(qc_stats_t);
+  *comm = made.release();
+  return Status::ok();
+#else
+  (void)fortran_handle;
+  (void)timeout_seconds;
+  (void)comm;
+  return unsupported("argument 'config': this build of qc has no MPI transport (configure with "
+                     "an MPI library installed, or -DQC_WITH_MPI=ON to require one)");
+#endif
 }
 
 }  // namespace qc

@@ -44,4 +44,9 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
 // Creates the n communicators of a local group (all or none).
 Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms);
 
+// Creates this rank's communicator over the MPI communicator whose Fortran
+// handle is `fortran_handle` (collective over its ranks). QC_ERROR_UNSUPPORTED
+// in a build without MPI.
+Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t* comm);
+
 }  // namespace qc

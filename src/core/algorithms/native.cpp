@@ -96,8 +96,13 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
     }
   }
 
-  // 3. Exact integer sums.
-  QC_RETURN_IF_ERROR(allreduce_integers(ctx, sums.data(), sums.size(), width, kCodeSums));
+  // 3. Exact integer sums: the transport's own allreduce when it has one
+  // (the ranks' agreement on the call was checked by the messages of step 1).
+  if (ctx.has_native_integer_allreduce()) {
+    QC_RETURN_IF_ERROR(ctx.native_allreduce_int64(sums.data(), sums.size(), width));
+  } else {
+    QC_RETURN_IF_ERROR(allreduce_integers(ctx, sums.data(), sums.size(), width, kCodeSums));
+  }
 
   // 4. Decode once.
   if (linear) {

@@ -51,9 +51,12 @@ class Transport {
   virtual Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) = 0;
   virtual Status wait_all(Request* reqs, size_t count, Deadline deadline) = 0;
 
-  // Sum of `count` int32 values over all ranks, in place (the native path of
-  // the global codecs). Transports without one say QC_ERROR_UNSUPPORTED.
-  virtual Status allreduce_int32(int32_t* values, size_t count, Deadline deadline) {
+  // A native integer allreduce (MPI_Allreduce, ncclAllReduce), used by the
+  // global codecs' native algorithm when the transport has one; others sum
+  // over point-to-point messages (algorithms/integer_allreduce.cpp).
+  // `values`: count integers whose sums over all ranks fit in `width` bits.
+  virtual bool has_native_integer_allreduce() const { return false; }
+  virtual Status allreduce_int64(int64_t* values, size_t count, int width, Deadline deadline) {
     return unsupported(std::string("the ") + name() + " transport has no native integer allreduce");
   }
 

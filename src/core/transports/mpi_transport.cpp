@@ -1,0 +1,315 @@
+#include "core/transports/mpi_transport.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+namespace qc {
+namespace {
+
+constexpr int kAbortTag = 1;
+constexpr size_t kMaxNoticeText = 480;
+
+struct MpiRequestState {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int expected_tag = 0;  // receives: the tag the next message must carry
+};
+
+// MPI promises tags up to 32767 only: fold qc's 64-bit tag into 15 bits.
+int mpi_tag(uint64_t tag) {
+  const uint64_t h = tag ^ (tag >> 15) ^ (tag >> 30) ^ (tag >> 45) ^ (tag >> 60);
+  return static_cast<int>(h & 0x7fffu);
+}
+
+bool mpi_usable() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+MpiRequestState* state_of(Request& req) {
+  return static_cast<MpiRequestState*>(req.transport_state.get());
+}
+
+// Pauses between polling rounds: a few yields first (a message is usually
+// close), then sleeps growing to 1 ms so an idle wait costs little CPU.
+class Backoff {
+ public:
+  void pause() {
+    if (round_ < 64) {
+      std::this_thread::yield();
+    } else {
+      const int us = std::min(1000, 1 << std::min(10, (round_ - 64) / 8));
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+    }
+    ++round_;
+  }
+
+ private:
+  int round_ = 0;
+};
+
+}  // namespace
+
+Status MpiTransport::create(MPI_Fint fortran_handle, std::unique_ptr<Transport>* out) {
+  if (!mpi_usable()) {
+    return transport_error(
+        "MPI is not initialized (or already finalized): call MPI_Init or MPI_Init_thread before "
+        "qc_comm_create with QC_TRANSPORT_MPI; qc does not initialize MPI itself");
+  }
+  const MPI_Comm user = MPI_Comm_f2c(fortran_handle);
+  if (user == MPI_COMM_NULL) {
+    return invalid_argument("argument 'config': field 'mpi_comm' is not a valid MPI communicator "
+                            "handle (MPI_Comm_f2c gives MPI_COMM_NULL)");
+  }
+  MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+  int rc = MPI_Comm_dup(user, &data);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(user, &control);
+  if (rc != MPI_SUCCESS) {
+    if (data != MPI_COMM_NULL) MPI_Comm_free(&data);
+    return transport_error("MPI_Comm_dup failed with MPI error " + std::to_string(rc));
+  }
+  // Errors come back as return codes: qc turns them into statuses.
+  MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(data, &rank);
+  MPI_Comm_size(data, &size);
+  out->reset(new MpiTransport(data, control, rank, size));
+  return Status::ok();
+}
+
+MpiTransport::MpiTransport(MPI_Comm data, MPI_Comm control, int rank, int size)
+    : data_(data), control_(control), rank_(rank), size_(size) {}
+
+MpiTransport::~MpiTransport() {
+  if (!mpi_usable()) return;  // after MPI_Finalize nothing may be called
+  for (MPI_Request& r : notices_) {
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+  // Abort notices that arrived late are dropped with the communicator.
+  MPI_Comm_free(&control_);
+  MPI_Comm_free(&data_);
+}
+
+Status MpiTransport::mpi_error(int code, const char* what) const {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  return transport_error(std::string(what) + " failed on rank " + std::to_string(rank_) + ": " +
+                         std::string(text, static_cast<size_t>(len)));
+}
+
+Status MpiTransport::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return failure_;
+}
+
+void MpiTransport::set_failure(const Status& s) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (failure_) failure_ = s;
+}
+
+void MpiTransport::abort(const Status& reason) {
+  set_failure(reason);
+  if (notified_ || !mpi_usable()) return;
+  notified_ = true;
+  // One small notice to every peer: status code, then the reason's text.
+  const Status cause = failure();
+  std::string text = cause.message().substr(0, kMaxNoticeText);
+  std::string packet(4, '\0');
+  const int32_t code = static_cast<int32_t>(cause.code());
+  std::memcpy(&packet[0], &code, 4);
+  packet += text;
+  notice_text_.assign(static_cast<size_t>(size_), packet);
+  notices_.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    std::string& buf = notice_text_[static_cast<size_t>(peer)];
+    MPI_Isend(&buf[0], static_cast<int>(buf.size()), MPI_BYTE, peer, kAbortTag, control_,
+              &notices_[static_cast<size_t>(peer)]);
+  }
+}
+
+bool MpiTransport::poll_abort() {
+  if (!failure()) return true;
+  int flag = 0;
+  MPI_Status st;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, control_, &flag, &st) != MPI_SUCCESS || !flag) {
+    return false;
+  }
+  int bytes = 0;
+  MPI_Get_count(&st, MPI_BYTE, &bytes);
+  std::string packet(static_cast<size_t>(std::max(bytes, 4)), '\0');
+  MPI_Recv(&packet[0], bytes, MPI_BYTE, st.MPI_SOURCE, kAbortTag, control_, MPI_STATUS_IGNORE);
+  int32_t code = QC_ERROR_TRANSPORT;
+  if (bytes >= 4) std::memcpy(&code, packet.data(), 4);
+  if (code == QC_SUCCESS) code = QC_ERROR_TRANSPORT;
+  set_failure(Status(static_cast<qc_status_t>(code),
+                     "rank " + std::to_string(st.MPI_SOURCE) + " failed: " +
+                         packet.substr(4, static_cast<size_t>(std::max(bytes - 4, 0)))));
+  return true;
+}
+
+Status MpiTransport::post_send(int peer, uint64_t tag, const void* data, size_t bytes,
+                               Request* req) {
+  if (bytes > static_cast<size_t>(INT_MAX)) {
+    return unsupported("the MPI transport sends at most 2 GiB per message; this one has " +
+                       std::to_string(bytes) + " bytes");
+  }
+  auto state = std::make_shared<MpiRequestState>();
+  req->kind = Request::Kind::kSend;
+  req->peer = peer;
+  req->tag = tag;
+  req->bytes = bytes;
+  req->done = false;
+  const int rc = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag(tag), data_,
+                           &state->request);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Isend");
+  req->transport_state = state;
+  return Status::ok();
+}
+
+Status MpiTransport::post_recv(int peer, uint64_t tag, void* buffer, size_t capacity,
+                               Request* req) {
+  auto state = std::make_shared<MpiRequestState>();
+  state->expected_tag = mpi_tag(tag);
+  req->kind = Request::Kind::kRecv;
+  req->peer = peer;
+  req->tag = tag;
+  req->buffer = buffer;
+  req->capacity = capacity;
+  req->bytes = 0;
+  req->done = false;
+  const int count = static_cast<int>(std::min(capacity, static_cast<size_t>(INT_MAX)));
+  const int rc = MPI_Irecv(buffer, count, MPI_BYTE, peer, MPI_ANY_TAG, data_, &state->request);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Irecv");
+  req->transport_state = state;
+  return Status::ok();
+}
+
+void MpiTransport::release_pending(Request* reqs, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    MpiRequestState* s = state_of(reqs[i]);
+    if (s == nullptr || s->request == MPI_REQUEST_NULL) continue;
+    if (reqs[i].kind == Request::Kind::kRecv) {
+      // A cancelled receive completes at once; it must not write later.
+      MPI_Cancel(&s->request);
+      MPI_Wait(&s->request, MPI_STATUS_IGNORE);
+    } else {
+      // A send cannot be taken back; MPI finishes or drops it on its own.
+      MPI_Request_free(&s->request);
+    }
+  }
+}
+
+Status MpiTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
+  Backoff backoff;
+  for (;;) {
+    bool all_done = true;
+    for (size_t i = 0; i < count; ++i) {
+      Request& req = reqs[i];
+      MpiRequestState* s = state_of(req);
+      if (req.done || s == nullptr) continue;
+      int flag = 0;
+      MPI_Status st;
+      const int rc = MPI_Test(&s->request, &flag, &st);
+      if (rc != MPI_SUCCESS) {
+        int cls = 0;
+        MPI_Error_class(rc, &cls);
+        Status bad = cls == MPI_ERR_TRUNCATE
+                         ? mismatch("a message from rank " + std::to_string(req.peer) +
+                                    " is longer than the receiver expects (" +
+                                    std::to_string(req.capacity) + " bytes)")
+                         : mpi_error(rc, "MPI_Test");
+        abort(bad);
+        release_pending(reqs, count);
+        return bad;
+      }
+      if (!flag) {
+        all_done = false;
+        continue;
+      }
+      req.done = true;
+      if (req.kind == Request::Kind::kRecv) {
+        int got = 0;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        req.bytes = static_cast<size_t>(got);
+        if (st.MPI_TAG != s->expected_tag) {
+          Status bad = mismatch("the next message from rank " + std::to_string(req.peer) +
+                                " belongs to another step or call than rank " +
+                                std::to_string(rank_) + " expects");
+          abort(bad);
+          release_pending(reqs, count);
+          return bad;
+        }
+      }
+    }
+    if (all_done) return Status::ok();
+    if (poll_abort()) {
+      release_pending(reqs, count);
+      return failure();
+    }
+    if (Clock::now() >= deadline) {
+      std::string peers;
+      for (size_t i = 0; i < count; ++i) {
+        if (!reqs[i].done) peers += (peers.empty() ? "" : ", ") + std::to_string(reqs[i].peer);
+      }
+      Status timeout = timeout_error("rank " + std::to_string(rank_) +
+                                     " timed out waiting for rank(s) " + peers +
+                                     " (a peer is gone, stuck or much slower)");
+      abort(timeout);
+      release_pending(reqs, count);
+      return timeout;
+    }
+    backoff.pause();
+  }
+}
+
+Status MpiTransport::allreduce_int64(int64_t* values, size_t count, int width,
+                                     Deadline deadline) {
+  // int32 when the sums fit (half the bytes), else int64.
+  const bool narrow = width <= 31;
+  std::vector<int32_t> narrow_values;
+  if (narrow) narrow_values.assign(values, values + count);
+  size_t done = 0;
+  while (done < count) {
+    const size_t chunk = std::min(count - done, static_cast<size_t>(INT_MAX));
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = narrow ? MPI_Iallreduce(MPI_IN_PLACE, narrow_values.data() + done,
+                                           static_cast<int>(chunk), MPI_INT32_T, MPI_SUM, data_,
+                                           &request)
+                          : MPI_Iallreduce(MPI_IN_PLACE, values + done, static_cast<int>(chunk),
+                                           MPI_INT64_T, MPI_SUM, data_, &request);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Iallreduce");
+    Backoff backoff;
+    for (;;) {
+      int flag = 0;
+      const int trc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+      if (trc != MPI_SUCCESS) {
+        Status bad = mpi_error(trc, "MPI_Iallreduce");
+        abort(bad);
+        return bad;
+      }
+      if (flag) break;
+      if (poll_abort() || Clock::now() >= deadline) {
+        Status bad = failure() ? timeout_error("rank " + std::to_string(rank_) +
+                                               " timed out in the integer allreduce")
+                               : failure();
+        abort(bad);
+        // A collective can be neither cancelled nor freed: it stays with
+        // the (now broken) communicator.
+        orphans_.push_back(request);
+        return bad;
+      }
+      backoff.pause();
+    }
+    done += chunk;
+  }
+  if (narrow) std::copy(narrow_values.begin(), narrow_values.end(), values);
+  return Status::ok();
+}
+
+}  // namespace qc

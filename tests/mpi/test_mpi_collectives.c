@@ -1,0 +1,270 @@
+/* The MPI transport, run under mpirun with 2-4 processes (tests/mpi/
+ * CMakeLists.txt). Every rank computes every rank's inputs (they are
+ * deterministic), runs qc_emulate_allreduce on them itself and checks that
+ * its MPI result is the emulated one bit for bit: "emulation = distribution".
+ *
+ * Usage: test_mpi_collectives [--peer-death]
+ *   --peer-death: the last rank skips a collective; the others must return
+ *                 QC_ERROR_TIMEOUT within the timeout + 1 s.
+ * Prints one line per check; exits 1 on the first failure (after telling
+ * MPI, so that no rank hangs). */
+#include <mpi.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qc.h"
+
+static int g_rank = 0;
+static int g_size = 1;
+static int g_failed = 0;
+
+#define CHECK(cond, ...)                                                   \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "rank %d: FAILED %s:%d: ", g_rank, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                        \
+      fprintf(stderr, " (qc_last_error: %s)\n", qc_last_error());         \
+      g_failed = 1;                                                        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                        \
+    }                                                                      \
+  } while (0)
+
+/* Rank r's input for call t: uniform in [-1, 1), 24 random bits each. */
+static void fill_input(float* x, size_t count, int r, int t) {
+  uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(r + 1) + 0x632be59bd9b4e019ull * (uint64_t)(t + 7);
+  size_t i;
+  for (i = 0; i < count; ++i) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    x[i] = (float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
+  }
+}
+
+static qc_comm_t make_comm(double timeout) {
+  qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
+  qc_comm_t comm = NULL;
+  cfg.transport = QC_TRANSPORT_MPI;
+  cfg.mpi_comm = (int64_t)MPI_Comm_c2f(MPI_COMM_WORLD);
+  cfg.timeout_seconds = timeout;
+  CHECK(qc_comm_create(&cfg, &comm) == QC_SUCCESS, "qc_comm_create over MPI_COMM_WORLD");
+  return comm;
+}
+
+typedef struct {
+  const char* name;
+  qc_codec_t codec;
+  int bits;
+  qc_rounding_t rounding;
+  int error_feedback;
+} codec_case;
+
+static const codec_case kCodecs[] = {
+    {"none", QC_CODEC_NONE, 4, QC_ROUND_NEAREST_EVEN, 0},
+    {"fp16", QC_CODEC_FP16, 4, QC_ROUND_NEAREST_EVEN, 0},
+    {"minmax4+ef", QC_CODEC_MINMAX, 4, QC_ROUND_NEAREST_EVEN, 1},
+    {"minmax2~", QC_CODEC_MINMAX, 2, QC_ROUND_STOCHASTIC, 0},
+    {"qsgd4~+ef", QC_CODEC_QSGD, 4, QC_ROUND_STOCHASTIC, 1},
+    {"onebit+ef", QC_CODEC_ONEBIT, 1, QC_ROUND_NEAREST_EVEN, 1},
+    {"topk+ef", QC_CODEC_TOPK, 4, QC_ROUND_NEAREST_EVEN, 1},
+    {"global_linear4~", QC_CODEC_GLOBAL_LINEAR, 4, QC_ROUND_STOCHASTIC, 0},
+    {"global_exp4+ef", QC_CODEC_GLOBAL_EXP, 4, QC_ROUND_NEAREST_EVEN, 1},
+};
+
+static const qc_algorithm_t kAlgorithms[] = {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING,
+                                             QC_ALGO_SRA, QC_ALGO_TREE, QC_ALGO_NATIVE,
+                                             QC_ALGO_AUTO};
+
+/* Two calls in a row (the second sees the first's residuals), each on a
+ * fresh communicator as each emulation is a fresh group. */
+static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_t algo,
+                                             size_t count) {
+  const int n = g_size;
+  qc_policy_t p = QC_POLICY_INIT;
+  float* in = malloc(sizeof(float) * count * (size_t)n);
+  float* emu = malloc(sizeof(float) * count * (size_t)n);
+  float* out = malloc(sizeof(float) * count);
+  const void** sp = malloc(sizeof(void*) * (size_t)n);
+  void** rp = malloc(sizeof(void*) * (size_t)n);
+  qc_error_buffer_t* emu_eb = calloc((size_t)n, sizeof(qc_error_buffer_t));
+  qc_error_buffer_t eb = NULL;
+  int r, t;
+  size_t i;
+  p.codec = cc->codec;
+  p.bits = cc->bits;
+  p.rounding = cc->rounding;
+  p.error_feedback = cc->error_feedback;
+  p.algorithm = algo;
+  p.topk_ratio = 0.25f;
+  p.seed = 99;
+  for (r = 0; r < n; ++r) CHECK(qc_error_buffer_create(NULL, count, &emu_eb[r]) == QC_SUCCESS, "eb");
+  CHECK(qc_error_buffer_create(NULL, count, &eb) == QC_SUCCESS, "eb");
+  for (t = 0; t < 2; ++t) {
+    qc_comm_t comm = make_comm(60.0);
+    qc_status_t s;
+    for (r = 0; r < n; ++r) {
+      fill_input(in + (size_t)r * count, count, r, t);
+      sp[r] = in + (size_t)r * count;
+      rp[r] = emu + (size_t)r * count;
+    }
+    s = qc_emulate_allreduce(n, sp, rp, count, QC_DTYPE_FLOAT32, QC_OP_AVG, &p, emu_eb);
+    CHECK(qc_set_layer_policy(comm, "grad", &p) == QC_SUCCESS, "policy");
+    if (algo == QC_ALGO_NATIVE && cc->codec != QC_CODEC_GLOBAL_LINEAR &&
+        cc->codec != QC_CODEC_GLOBAL_EXP) {
+      CHECK(s == QC_ERROR_UNSUPPORTED, "emulated native with %s", cc->name);
+      CHECK(qc_allreduce(comm, in + (size_t)g_rank * count, out, count, QC_DTYPE_FLOAT32,
+                         QC_OP_AVG, "grad", eb, NULL) == QC_ERROR_UNSUPPORTED,
+            "MPI native with %s", cc->name);
+      qc_comm_destroy(comm);
+      break;
+    }
+    CHECK(s == QC_SUCCESS, "emulation %s", cc->name);
+    s = qc_allreduce(comm, in + (size_t)g_rank * count, out, count, QC_DTYPE_FLOAT32, QC_OP_AVG,
+                     "grad", eb, NULL);
+    CHECK(s == QC_SUCCESS, "allreduce %s: %s", cc->name, qc_status_string(s));
+    for (i = 0; i < count; ++i) {
+      CHECK(memcmp(&out[i], &emu[(size_t)g_rank * count + i], 4) == 0,
+            "codec %s algorithm %d count %zu call %d: element %zu is %.9g over MPI, %.9g emulated",
+            cc->name, (int)algo, count, t, i, out[i], emu[(size_t)g_rank * count + i]);
+    }
+    CHECK(qc_comm_destroy(comm) == QC_SUCCESS, "destroy");
+  }
+  if (cc->error_feedback) {
+    double a = 0, b = 0;
+    qc_error_buffer_norm(eb, &a);
+    qc_error_buffer_norm(emu_eb[g_rank], &b);
+    CHECK(a == b, "%s: residual norm %.17g over MPI, %.17g emulated", cc->name, a, b);
+  }
+  for (r = 0; r < n; ++r) qc_error_buffer_destroy(emu_eb[r]);
+  qc_error_buffer_destroy(eb);
+  free(in);
+  free(emu);
+  free(out);
+  free(sp);
+  free(rp);
+  free(emu_eb);
+}
+
+/* Forward at 4 bits, backward at 2: each layer's policy, emulated = MPI. */
+static void check_alltoall_layers(void) {
+  const int n = g_size;
+  const size_t cpr = 300;
+  const size_t total = cpr * (size_t)n;
+  qc_comm_t comm = make_comm(60.0);
+  qc_policy_t fwd = QC_POLICY_INIT, bwd = QC_POLICY_INIT;
+  float* in = malloc(sizeof(float) * total * (size_t)n);
+  float* emu = malloc(sizeof(float) * total * (size_t)n);
+  float* out = malloc(sizeof(float) * total);
+  const void** sp = malloc(sizeof(void*) * (size_t)n);
+  void** rp = malloc(sizeof(void*) * (size_t)n);
+  int r, pass;
+  fwd.codec = QC_CODEC_MINMAX;
+  fwd.bits = 4;
+  bwd = fwd;
+  bwd.bits = 2;
+  CHECK(qc_set_layer_policy(comm, "emb_fwd", &fwd) == QC_SUCCESS, "policy");
+  CHECK(qc_set_layer_policy(comm, "emb_bwd", &bwd) == QC_SUCCESS, "policy");
+  for (pass = 0; pass < 2; ++pass) {
+    for (r = 0; r < n; ++r) {
+      fill_input(in + (size_t)r * total, total, r, 10 + pass);
+      sp[r] = in + (size_t)r * total;
+      rp[r] = emu + (size_t)r * total;
+    }
+    CHECK(qc_emulate_alltoall(n, sp, rp, cpr, QC_DTYPE_FLOAT32, pass ? &bwd : &fwd) == QC_SUCCESS,
+          "emulated alltoall");
+    CHECK(qc_alltoall(comm, in + (size_t)g_rank * total, out, cpr, QC_DTYPE_FLOAT32,
+                      pass ? "emb_bwd" : "emb_fwd", NULL) == QC_SUCCESS,
+          "alltoall");
+    CHECK(memcmp(out, emu + (size_t)g_rank * total, sizeof(float) * total) == 0,
+          "alltoall pass %d differs from emulation", pass);
+  }
+  qc_comm_destroy(comm);
+  free(in);
+  free(emu);
+  free(out);
+  free(sp);
+  free(rp);
+}
+
+/* One rank passes another count: QC_ERROR_MISMATCH on every rank, and the
+ * communicator stays broken. */
+static void check_mismatch(void) {
+  qc_comm_t comm = make_comm(30.0);
+  float x[64], y[64];
+  qc_status_t s;
+  double t0 = MPI_Wtime();
+  size_t count = g_rank == g_size - 1 ? 40 : 64;
+  fill_input(x, 64, g_rank, 3);
+  s = qc_allreduce(comm, x, y, count, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL);
+  CHECK(s == QC_ERROR_MISMATCH, "a count mismatch gave %s", qc_status_string(s));
+  CHECK(MPI_Wtime() - t0 < 10.0, "mismatch took %.1f s", MPI_Wtime() - t0);
+  s = qc_allreduce(comm, x, y, 64, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL);
+  CHECK(s == QC_ERROR_MISMATCH, "the broken communicator answered %s", qc_status_string(s));
+  qc_comm_destroy(comm);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* The last rank never arrives: the others time out within timeout + 1 s. */
+static void check_peer_death(void) {
+  const double timeout = 2.0;
+  qc_comm_t comm = make_comm(timeout);
+  float x[1000], y[1000];
+  fill_input(x, 1000, g_rank, 4);
+  if (g_rank != g_size - 1) {
+    double t0 = MPI_Wtime();
+    qc_status_t s = qc_allreduce(comm, x, y, 1000, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL);
+    double waited = MPI_Wtime() - t0;
+    CHECK(s == QC_ERROR_TIMEOUT, "a missing peer gave %s", qc_status_string(s));
+    CHECK(waited < timeout + 1.0, "the timeout took %.2f s", waited);
+    printf("rank %d: missing peer -> %s after %.2f s (%s)\n", g_rank, qc_status_string(s), waited,
+           qc_last_error());
+  }
+  qc_comm_destroy(comm);
+}
+
+int main(int argc, char** argv) {
+  const size_t counts[] = {1, 1000, 20011};
+  size_t c, a, k;
+  int peer_death = argc > 1 && strcmp(argv[1], "--peer-death") == 0;
+
+  /* Before MPI_Init: a clear error, and qc does not initialize MPI. */
+  {
+    qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
+    qc_comm_t comm = NULL;
+    int initialized = 1;
+    cfg.transport = QC_TRANSPORT_MPI;
+    if (qc_comm_create(&cfg, &comm) != QC_ERROR_TRANSPORT ||
+        strstr(qc_last_error(), "MPI_Init") == NULL) {
+      fprintf(stderr, "FAILED: qc_comm_create before MPI_Init: %s\n", qc_last_error());
+      return 1;
+    }
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      fprintf(stderr, "FAILED: qc initialized MPI\n");
+      return 1;
+    }
+  }
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+
+  if (peer_death) {
+    check_peer_death();
+  } else {
+    for (k = 0; k < sizeof kCodecs / sizeof kCodecs[0]; ++k)
+      for (a = 0; a < sizeof kAlgorithms / sizeof kAlgorithms[0]; ++a)
+        for (c = 0; c < sizeof counts / sizeof counts[0]; ++c)
+          check_allreduce_equals_emulation(&kCodecs[k], kAlgorithms[a], counts[c]);
+    if (g_rank == 0) printf("allreduce over MPI = emulation: every codec x algorithm x count\n");
+    check_alltoall_layers();
+    if (g_rank == 0) printf("alltoall with per-layer widths = emulation\n");
+    check_mismatch();
+    if (g_rank == 0) printf("count mismatch -> QC_ERROR_MISMATCH on every rank\n");
+  }
+  MPI_Finalize();
+  return g_failed;
+}
