@@ -186,12 +186,19 @@ typedef struct qc_policy {
   float topk_ratio;          /* fraction kept by topk, (0, 1]; default 0.01 */
   int scale_update_period;   /* recompute scales every K calls, >= 1; default 1 */
   uint64_t seed;             /* stochastic rounding seed; default 0 */
+  /* --- appended after the first layout: a struct_size that ends before a
+     field gives that field its default --- */
+  size_t min_compress_bytes; /* a message (allreduce: count x dtype size;
+                                alltoall: one block) smaller than this goes
+                                with codec none: below it compression costs
+                                more time than it saves; default 0 (always
+                                compress) */
 } qc_policy_t;
 
 #define QC_POLICY_INIT                                                      \
   {                                                                         \
     sizeof(qc_policy_t), QC_CODEC_NONE, 4, 128, QC_ROUND_NEAREST_EVEN,      \
-        QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0                                     \
+        QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0, 0                                  \
   }
 
 /**

@@ -108,7 +108,8 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
                       qc_error_buffer_s* error_buffer) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
-  const qc_policy_t policy = comm->policies.resolve(layer);
+  const qc_policy_t policy =
+      effective_policy(comm->policies.resolve(layer), count * dtype_size(dtype));
   std::unique_ptr<Codec> codec;
   QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
   const int n = comm->transport->size();
@@ -187,7 +188,8 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
 Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
-  const qc_policy_t policy = comm->policies.resolve(layer);
+  const qc_policy_t policy =
+      effective_policy(comm->policies.resolve(layer), count_per_rank * dtype_size(dtype));
   std::unique_ptr<Codec> codec;
   QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
   const int n = comm->transport->size();

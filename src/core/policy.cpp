@@ -58,6 +58,12 @@ Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out) {
   return validate_policy(*out, arg);
 }
 
+qc_policy_t effective_policy(const qc_policy_t& policy, size_t message_bytes) {
+  qc_policy_t p = policy;
+  if (message_bytes < p.min_compress_bytes) p.codec = QC_CODEC_NONE;
+  return p;
+}
+
 const char* codec_name(qc_codec_t codec) {
   switch (codec) {
     case QC_CODEC_NONE: return "none";

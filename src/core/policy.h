@@ -2,6 +2,7 @@
 // (qc_policy_t); PolicyTable maps layer names to policies.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "core/status.h"
@@ -9,7 +10,7 @@
 namespace qc {
 
 // The first released layouts; a struct_size below these is rejected.
-constexpr size_t kPolicyV0Size = sizeof(qc_policy_t);
+constexpr size_t kPolicyV0Size = offsetof(qc_policy_t, min_compress_bytes);
 constexpr size_t kCommConfigV0Size = sizeof(qc_comm_config_t);
 constexpr size_t kStatsV0Size = sizeof(qc_stats_t);
 
@@ -21,6 +22,10 @@ Status validate_policy(const qc_policy_t& policy, const char* arg);
 
 // struct_size check + copy over defaults + validation.
 Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out);
+
+// The policy a message of `message_bytes` is sent with: codec none when it is
+// below the policy's min_compress_bytes, the policy itself otherwise.
+qc_policy_t effective_policy(const qc_policy_t& policy, size_t message_bytes);
 
 const char* codec_name(qc_codec_t codec);
 const char* algorithm_name(qc_algorithm_t algorithm);

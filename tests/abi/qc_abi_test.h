@@ -220,11 +220,14 @@ static inline void qct_check_bad_policy_fields(const char* func, qct_policy_call
 #define QCT_CHECK_BAD_POLICY_FIELDS(func, call, ctx) \
   qct_check_bad_policy_fields((func), (call), (ctx), __FILE__, __LINE__)
 
-/* struct_size 0, 1 and sizeof-1 give QC_ERROR_INVALID_ARGUMENT, sizeof+8
+/* The first released qc_policy_t layout ended before min_compress_bytes. */
+#define QCT_POLICY_V0_SIZE offsetof(qc_policy_t, min_compress_bytes)
+
+/* struct_size 0, 1 and v0-1 give QC_ERROR_INVALID_ARGUMENT, sizeof+8
  * gives QC_ERROR_VERSION; each names `func` and struct_size. */
 static inline void qct_check_policy_struct_sizes(const char* func, qct_policy_call_fn call,
                                                  void* ctx, const char* file, int line) {
-  static const size_t too_small[] = {0, 1, sizeof(qc_policy_t) - 1};
+  static const size_t too_small[] = {0, 1, QCT_POLICY_V0_SIZE - 1};
   size_t k;
   int failures = 0;
   for (k = 0; k < sizeof too_small / sizeof too_small[0] + 1; ++k) {

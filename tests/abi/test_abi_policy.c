@@ -31,6 +31,7 @@ static void test_policy_init_fills_defaults(void** state) {
   assert_true(p.topk_ratio == 0.01f);
   assert_int_equal(p.scale_update_period, 1);
   assert_int_equal(p.seed, 0);
+  assert_int_equal(p.min_compress_bytes, 0);
 }
 
 static void test_policy_init_struct_size_zero_means_first_layout(void** state) {
@@ -40,9 +41,15 @@ static void test_policy_init_struct_size_zero_means_first_layout(void** state) {
   memset(&p, 0xA5, sizeof p);
   p.struct_size = 0;
   QCT_OK(qc_policy_init(&p));
-  /* v0 is the first released layout, so it is this header's layout */
-  assert_int_equal(p.struct_size, sizeof(qc_policy_t));
+  /* v0 is the first released layout: it ends before min_compress_bytes,
+   * which the library must not touch */
+  assert_int_equal(p.struct_size, QCT_POLICY_V0_SIZE);
   QCT_ASSERT_POLICY_EQUAL(&p, &want);
+  {
+    size_t untouched;
+    memset(&untouched, 0xA5, sizeof untouched);
+    assert_memory_equal(&p.min_compress_bytes, &untouched, sizeof untouched);
+  }
 }
 
 static void test_policy_init_struct_size_too_small(void** state) {
@@ -51,7 +58,7 @@ static void test_policy_init_struct_size_too_small(void** state) {
   memset(&p, 0, sizeof p);
   p.struct_size = 1;
   QCT_INVALID(qc_policy_init(&p), "qc_policy_init", "struct_size");
-  p.struct_size = sizeof(qc_policy_t) - 1;
+  p.struct_size = QCT_POLICY_V0_SIZE - 1;
   QCT_INVALID(qc_policy_init(&p), "qc_policy_init", "struct_size");
 }
 

@@ -1,5 +1,8 @@
 // Per-layer policies: pattern resolution as documented in qc.h and layers
 // with different algorithms used alternately on one group.
+#include <cstddef>
+#include <cstring>
+
 #include "test_util.h"
 
 using namespace qct;
@@ -219,6 +222,60 @@ TEST(LayerPolicy, ChangeAppliesToNextCollective) {
   ASSERT_EQ(sra.status, QC_SUCCESS);
   EXPECT_TRUE(bytes_equal(ring.out[0], first[0], "first call vs ring"));
   EXPECT_TRUE(bytes_equal(sra.out[0], second[0], "second call vs SRA"));
+}
+
+// ===========================================================================
+// min_compress_bytes: a message below it goes with codec none (exact), one
+// at or above it with the layer's codec; for alltoall a block counts.
+// ===========================================================================
+TEST(MinCompressBytes, SmallMessagesGoUncompressed) {
+  const int n = 3;
+  qc_policy_t lossy = make_policy(QC_ALGO_RING);
+  lossy.codec = QC_CODEC_MINMAX;
+  lossy.bits = 2;
+  lossy.min_compress_bytes = 4096;
+  qc_policy_t exact = make_policy(QC_ALGO_RING);
+  for (size_t count : {size_t{1023}, size_t{1024}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    const auto bytes = encode_all(random_inputs(n, count, 5), QC_DTYPE_FLOAT32);
+    const auto a = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, lossy);
+    const auto b = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, exact);
+    ASSERT_EQ(a.status, QC_SUCCESS) << a.error;
+    ASSERT_EQ(b.status, QC_SUCCESS) << b.error;
+    if (count * 4 < lossy.min_compress_bytes) {
+      EXPECT_EQ(a.out[0], b.out[0]) << "below the threshold the sum is exact";
+    } else {
+      EXPECT_NE(a.out[0], b.out[0]) << "at the threshold the 2-bit codec applies";
+    }
+  }
+  // Alltoall: 1023-float blocks go uncompressed.
+  std::vector<Bytes> in = encode_all(random_inputs(n, n * 1023, 6), QC_DTYPE_FLOAT32);
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g.set_policy("emb", lossy), QC_SUCCESS);
+  const auto res = alltoall_on(g, in, 1023, QC_DTYPE_FLOAT32, "emb");
+  ASSERT_TRUE(res.all_ok()) << res.describe();
+  for (int dst = 0; dst < n; ++dst)
+    for (int src = 0; src < n; ++src)
+      EXPECT_EQ(0, std::memcmp(res.out[dst].data() + src * 1023 * 4,
+                               in[src].data() + dst * 1023 * 4, 1023 * 4));
+}
+
+TEST(MinCompressBytes, OlderStructSizeGetsTheDefault) {
+  // A program built before the field existed passes the first layout's size.
+  qc_policy_t p = QC_POLICY_INIT;
+  p.struct_size = offsetof(qc_policy_t, min_compress_bytes);
+  p.codec = QC_CODEC_MINMAX;
+  p.min_compress_bytes = 12345;  // beyond its struct_size: must be ignored
+  Group g(1);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(qc_set_layer_policy(g[0], "x", &p), QC_SUCCESS) << qc_last_error();
+  qc_policy_t back = QC_POLICY_INIT;
+  ASSERT_EQ(qc_get_layer_policy(g[0], "x", &back), QC_SUCCESS);
+  EXPECT_EQ(back.codec, QC_CODEC_MINMAX);
+  EXPECT_EQ(back.min_compress_bytes, 0u);
+  p.struct_size = offsetof(qc_policy_t, min_compress_bytes) - 1;
+  EXPECT_EQ(qc_set_layer_policy(g[0], "x", &p), QC_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace
