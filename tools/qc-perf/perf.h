@@ -37,6 +37,8 @@ struct Options {
   std::vector<qc_algorithm_t> algos;  // allreduce algorithms, in sweep order
   qc_policy_t policy;                  // bits, bucket, rounding, ef, seed (codec: see codecs)
   std::vector<qc_codec_t> codecs;      // codecs, in sweep order (policy.codec is the first)
+  std::vector<int> codec_bits;         // per codec: bits from "-c minmax:8", 0 = policy.bits
+  std::vector<int> codec_ef;           // per codec: 1 from "-c onebit+ef", -1 = policy's
   qc_dtype_t dtype = QC_DTYPE_FLOAT32;
   qc_reduce_op_t redop = QC_OP_SUM;
   int warmup = 2;
@@ -44,7 +46,17 @@ struct Options {
   double timeout = 60.0;
   std::string json_path;
   std::string command_line;
+  bool nranks_given = false;
+  bool profile = false;  // --profile: codec / transport seconds per call as columns
+  // --transport mpi: one process per rank (perf_mpi.cpp). Each process still
+  // generates every rank's inputs (deterministic) for the exact reference, but
+  // runs and checks only its own rank; results are reduced over MPI.
+  bool mpi = false;
+  int mpi_rank = 0;  // this process's rank (0 with the local transport)
 };
+
+// The policy of codec number i of opt.codecs (codec, per-codec bits / ef).
+qc_policy_t codec_policy(const Options& opt, size_t i);
 
 // ---- names ---------------------------------------------------------------
 
@@ -124,14 +136,24 @@ class Buffers {
   Buffers& operator=(const Buffers&) = delete;
   // Allocate nranks pairs of `bytes`; false on out of memory.
   bool allocate(int nranks, size_t bytes);
+  // MPI: every rank's send buffer, but one receive buffer (own_rank's), which
+  // every rank[r].recv points to (so allreduce replica checks are local no-ops;
+  // perf_mpi.cpp compares ranks' outputs over MPI instead).
+  bool allocate_shared_recv(int nranks, size_t bytes, int own_rank);
   void release();
   std::vector<RankBuffers> rank;
+
+ private:
+  bool shared_recv_ = false;
 };
 
 // The qc group: one communicator per rank of a local group.
 class Group {
  public:
-  Group(int nranks, double timeout) : nranks_(nranks), timeout_(timeout) {}
+  // mpi_rank >= 0: an MPI group; comms[mpi_rank] is this process's
+  // communicator over MPI_COMM_WORLD, the other entries stay NULL.
+  Group(int nranks, double timeout, int mpi_rank = -1)
+      : nranks_(nranks), timeout_(timeout), mpi_rank_(mpi_rank) {}
   ~Group() { destroy(); }
   // Create the communicators; on failure returns the status (message in *err).
   qc_status_t create(std::string* err);
@@ -142,6 +164,7 @@ class Group {
  private:
   int nranks_;
   double timeout_;
+  int mpi_rank_;
 };
 
 // What one (op, algo, size) run measured.
@@ -154,6 +177,8 @@ struct RunResult {
   double time_us = 0;          // mean over iterations of the slowest rank
   double wire_bytes = 0;       // per rank per call, averaged over ranks
   std::vector<double> wire_per_rank;  // per call
+  double codec_us = 0;         // qc_stats codec_seconds per call, mean over ranks
+  double transport_us = 0;     // qc_stats transport_seconds per call, mean over ranks
 };
 
 RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
@@ -222,6 +247,27 @@ struct CheckResult {
 CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel& model,
                          Op op, const Buffers& buf, size_t count, const InputStats& stats);
 
+// ---- MPI transport (perf_mpi.cpp; stubs without QC_HAVE_MPI) ---------------
+
+bool mpi_available();                       // built with QC_HAVE_MPI
+void mpi_init(int* argc, char*** argv, int* rank, int* size);
+void mpi_finalize();
+[[noreturn]] void mpi_abort(int code);
+bool mpi_all(bool v);                       // logical and over ranks
+uint64_t mpi_sum_u64(uint64_t v);
+double mpi_max(double v);
+qc_status_t mpi_comm_create(double timeout, qc_comm_t* comm, std::string* err);
+// One rank's warmup + iters calls of a qc collective, timed and reduced over ranks.
+RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t& policy,
+                             Op op, Buffers& buf, size_t count);
+// Plain MPI_Allreduce (fp32 sum of count floats, this rank's send buffer),
+// warmup + iters calls; mean over iterations of the slowest rank, in us.
+double mpi_allreduce_time_us(const Options& opt, Buffers& buf, size_t count);
+// After the local check of this rank's output: max error and wrong counts
+// reduced over ranks, and the allreduce outputs compared across ranks.
+void mpi_reduce_check(const Options& opt, Op op, const Buffers& buf, size_t count,
+                      CheckResult* res);
+
 // ---- report (perf_report.cpp) ---------------------------------------------
 
 struct Row {
@@ -237,6 +283,12 @@ struct Row {
   double wire_ideal = std::numeric_limits<double>::quiet_NaN();  // wire / SRA ideal
   uint64_t wrong = 0;
   uint64_t replica_diff = 0;
+  double mpi_time_us = std::numeric_limits<double>::quiet_NaN();  // MPI_Allreduce, same size
+  double speedup = std::numeric_limits<double>::quiet_NaN();      // mpi_time_us / time_us
+  double codec_us = 0, transport_us = 0;  // --profile
+  bool baseline = false;   // the MPI_Allreduce companion row (algo "mpi")
+  int bits = 0;            // the row's policy bits (0: opt.policy's)
+  bool error_feedback = false;
   bool ran = true;         // false: the collective failed
   bool na = false;         // (codec, algo) pair the library rejects as invalid: n/a
   bool wire_ok = true;     // SRA: ideal <= wire <= ideal + allowance on every rank

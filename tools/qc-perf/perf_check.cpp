@@ -629,7 +629,8 @@ CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel&
       }
     } else {
       // Rank w received block j from rank j: recv[w][j*count + k] = send[j][w*count + k].
-      for (int j = 0; j < n; ++j) {
+      // MPI: this process holds only its own rank's output.
+      for (int j = 0; j < n && (!opt.mpi || w == opt.mpi_rank); ++j) {
         const void* src = buf.rank[j].send;
         const void* dst = buf.rank[w].recv;
         for (size_t k = 0; k < count; ++k) {
@@ -650,6 +651,7 @@ CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel&
     res.replica_diff += p.replica;
   }
   if (nan) res.max_err = std::numeric_limits<double>::quiet_NaN();
+  if (opt.mpi) mpi_reduce_check(opt, op, buf, count, &res);
   return res;
 }
 

@@ -92,6 +92,8 @@ double busbw_factor(Op op, int n) {
 
 // Column widths; the first column's width includes the leading '#' of the
 // header lines, so headers and rows line up.
+static bool g_mpi = false, g_profile = false;  // set by print_preamble
+
 static const char* kHead1 =
     "#     size(B)        count      type   algo          codec    time(us)  algbw(GB/s)"
     "  busbw(GB/s)       wire(B)    ratio w/ideal       error       bound   #wrong";
@@ -106,13 +108,14 @@ void print_preamble(const Options& opt) {
   std::string algos;
   for (qc_algorithm_t a : opt.algos) algos += std::string(algos.empty() ? "" : ",") + algo_short_name(a);
   std::string codecs;
-  for (qc_codec_t c : opt.codecs) {
-    qc_policy_t q = p;
-    q.codec = c;
+  for (size_t ci = 0; ci < opt.codecs.size(); ++ci) {
+    const qc_policy_t q = codec_policy(opt, ci);
     codecs += std::string(codecs.empty() ? "" : ",") + codec_label(q);
   }
-  std::printf("# nranks %d, transport local, op %s, redop %s, codecs %s, dtype %s\n", opt.nranks,
-              ops.c_str(), redop_name(opt.redop), codecs.c_str(), dtype_name(opt.dtype));
+  g_mpi = opt.mpi;
+  g_profile = opt.profile;
+  std::printf("# nranks %d, transport %s, op %s, redop %s, codecs %s, dtype %s\n", opt.nranks,
+              opt.mpi ? "mpi" : "local", ops.c_str(), redop_name(opt.redop), codecs.c_str(), dtype_name(opt.dtype));
   std::printf("# codec policy: bits %d, bucket %d, topk ratio %g, rounding %s, error feedback %s, seed %llu\n",
               p.bits, p.bucket_size, double(p.topk_ratio),
               p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest",
@@ -121,6 +124,12 @@ void print_preamble(const Options& opt) {
               human_bytes(opt.min_bytes).c_str(), human_bytes(opt.max_bytes).c_str(),
               static_cast<unsigned long long>(opt.factor), algos.c_str(), opt.warmup, opt.iters,
               opt.timeout);
+  if (opt.mpi)
+    std::printf("# mpi: one process per rank; row 'mpi MPI_Allreduce' = plain MPI_Allreduce "
+                "(fp32 sum, same count, same iterations); speedup = its time / the row's time\n");
+  if (opt.profile)
+    std::printf("# profile: codec(us) / xport(us) = qc_stats codec_seconds / transport_seconds "
+                "per call, mean over ranks (xport = sending and waiting for peers)\n");
   std::printf("# time: mean over iters of the slowest rank; algbw = size/time (1e9 B/s); "
               "wire = bytes sent per rank per call; ratio = size * busbw factor / wire\n");
   std::printf("# w/ideal = wire / SRA's ideal (2(n-1) encoded chunks of count/n, no envelopes); "
@@ -137,12 +146,12 @@ void print_section_header(const Options& opt, Op op) {
               "global max(Smax, floor) with S_i = sum_r |x_r,i| (%s); bound per row "
               "(README: worst case per algorithm)\n",
               op == Op::Allreduce ? "allreduce" : "alltoall: |x_i|");
-  for (qc_codec_t c : opt.codecs) {
-    qc_policy_t q = opt.policy;
-    q.codec = c;
+  for (size_t ci = 0; ci < opt.codecs.size(); ++ci) {
+    const qc_policy_t q = codec_policy(opt, ci);
     std::printf("#   bound %s\n", bound_formula(op, opt.dtype, q).c_str());
   }
-  std::printf("%s\n", kHead1);
+  std::printf("%s%s%s\n", kHead1, g_mpi ? "  speedup" : "",
+              g_profile ? "   codec(us)   xport(us)" : "");
   std::fflush(stdout);
 }
 
@@ -158,9 +167,20 @@ void print_row(const Row& r) {
     char wi[16];
     if (std::isfinite(r.wire_ideal)) std::snprintf(wi, sizeof wi, "%7.3f", r.wire_ideal);
     else std::snprintf(wi, sizeof wi, "%7s", "-");
-    std::printf(" %11.2f %12.3f %12.3f %13.0f %8.3f %s %11.3e %11.3e %8llu\n", r.time_us, r.algbw,
-                r.busbw, r.wire, r.ratio, wi, r.error, r.bound,
-                static_cast<unsigned long long>(r.wrong));
+    if (r.baseline)
+      std::printf(" %11.2f %12.3f %12.3f %13s %8s %7s %11.3e %11.3e %8llu", r.time_us, r.algbw,
+                  r.busbw, "-", "-", "-", r.error, r.bound,
+                  static_cast<unsigned long long>(r.wrong));
+    else
+      std::printf(" %11.2f %12.3f %12.3f %13.0f %8.3f %s %11.3e %11.3e %8llu", r.time_us,
+                  r.algbw, r.busbw, r.wire, r.ratio, wi, r.error, r.bound,
+                  static_cast<unsigned long long>(r.wrong));
+    if (g_mpi) std::printf(" %8.3f", r.speedup);
+    if (g_profile) {
+      if (r.baseline) std::printf(" %11s %11s", "-", "-");
+      else std::printf(" %11.1f %11.1f", r.codec_us, r.transport_us);
+    }
+    std::printf("\n");
     if (!r.wire_ok)
       std::printf("#   ^ WIRE CHECK FAILED: %s\n", r.wire_note.c_str());
     if (r.replica_diff)
@@ -176,7 +196,7 @@ void print_footer(const std::vector<Row>& rows) {
   int nbw[2] = {0, 0};
   for (const Row& r : rows) {
     oob += r.wrong;
-    if (r.ran && !r.na) {
+    if (r.ran && !r.na && !r.baseline) {
       const int k = r.op == Op::Allreduce ? 0 : 1;
       bw[k] += r.busbw;
       ++nbw[k];
@@ -266,15 +286,23 @@ bool write_json(const std::string& path, const Options& opt, const std::vector<R
                  r.ran && r.wire_ok ? "null"
                                     : json_string(r.ran ? r.wire_note : r.failure).c_str());
     std::fprintf(f,
-                 "\"nranks\": %d, \"transport\": \"local\", \"redop\": %s, \"dtype\": %s, "
+                 "\"mpi_time_us\": %s, \"speedup\": %s, \"codec_us\": %s, \"transport_us\": %s, "
+                 "\"baseline\": %s, ",
+                 json_number(r.mpi_time_us).c_str(), json_number(ran ? r.speedup : NAN).c_str(),
+                 json_number(ran && !r.baseline ? r.codec_us : NAN).c_str(),
+                 json_number(ran && !r.baseline ? r.transport_us : NAN).c_str(),
+                 r.baseline ? "true" : "false");
+    std::fprintf(f,
+                 "\"nranks\": %d, \"transport\": %s, \"redop\": %s, \"dtype\": %s, "
                  "\"codec_name\": %s, \"bits\": %d, \"bucket\": %d, \"rounding\": %s, "
                  "\"error_feedback\": %s, \"warmup\": %d, \"iters\": %d, "
                  "\"qc_version\": %s, \"date\": %s}",
-                 opt.nranks, json_string(redop_name(opt.redop)).c_str(),
+                 opt.nranks, json_string(opt.mpi ? "mpi" : "local").c_str(),
+                 json_string(redop_name(r.baseline ? QC_OP_SUM : opt.redop)).c_str(),
                  json_string(dtype_name(opt.dtype)).c_str(),
-                 json_string(r.codec_name).c_str(), p.bits, p.bucket_size,
+                 json_string(r.codec_name).c_str(), r.bits ? r.bits : p.bits, p.bucket_size,
                  json_string(p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest").c_str(),
-                 p.error_feedback ? "true" : "false", opt.warmup, opt.iters,
+                 r.error_feedback ? "true" : "false", opt.warmup, opt.iters,
                  json_string(qc_version_string()).c_str(), json_string(date).c_str());
   }
   std::fprintf(f, "%s]\n", rows.empty() ? "" : "\n");

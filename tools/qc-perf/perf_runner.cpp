@@ -90,11 +90,32 @@ bool Buffers::allocate(int nranks, size_t bytes) {
   return true;
 }
 
-void Buffers::release() {
+bool Buffers::allocate_shared_recv(int nranks, size_t bytes, int own_rank) {
+  release();
+  const size_t alloc = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  if (alloc < bytes || own_rank < 0 || own_rank >= nranks) return false;
+  rank.resize(nranks);
+  shared_recv_ = true;
+  void* recv = std::aligned_alloc(64, alloc);
+  bool ok = recv != nullptr;
   for (RankBuffers& b : rank) {
-    std::free(b.send);
-    std::free(b.recv);
+    b.send = std::aligned_alloc(64, alloc);
+    b.recv = recv;
+    b.bytes = bytes;
+    ok = ok && b.send;
   }
+  if (!ok) release();
+  return ok;
+}
+
+void Buffers::release() {
+  for (RankBuffers& b : rank) std::free(b.send);
+  if (shared_recv_) {
+    if (!rank.empty()) std::free(rank[0].recv);
+  } else {
+    for (RankBuffers& b : rank) std::free(b.recv);
+  }
+  shared_recv_ = false;
   rank.clear();
 }
 
@@ -102,6 +123,10 @@ void Buffers::release() {
 
 qc_status_t Group::create(std::string* err) {
   destroy();
+  if (mpi_rank_ >= 0) {
+    comms.assign(nranks_, nullptr);
+    return mpi_comm_create(timeout_, &comms[mpi_rank_], err);
+  }
   qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
   qc_status_t st = qc_comm_config_init(&cfg);
   if (st == QC_SUCCESS) {
@@ -126,6 +151,7 @@ void Group::destroy() {
 
 bool Group::intact() const {
   if (static_cast<int>(comms.size()) != nranks_) return false;
+  if (mpi_rank_ >= 0) return comms[mpi_rank_] != nullptr;
   for (qc_comm_t c : comms)
     if (!c) return false;
   return true;
@@ -147,11 +173,12 @@ bool Group::intact() const {
 // Failed ranks keep passing the barriers so nobody is left waiting there.
 RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
                          const qc_policy_t& policy, Op op, Buffers& buf, size_t count) {
+  if (opt.mpi) return run_collective_mpi(group, opt, policy, op, buf, count);
   using clock = std::chrono::steady_clock;
   const int n = opt.nranks;
   const int total = opt.warmup + opt.iters;
   std::vector<double> dt(size_t(opt.iters) * n, 0.0);
-  std::vector<double> wire(n, 0.0);
+  std::vector<double> wire(n, 0.0), codec_s(n, 0.0), xport_s(n, 0.0);
   struct Failure {
     int order = -1;
     qc_status_t status = QC_SUCCESS;
@@ -228,7 +255,11 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
     if (!failed) {
       qc_status_t st = qc_comm_get_stats(comm, &after);
       if (st != QC_SUCCESS) fail(st, false);
-      else wire[r] = double(after.wire_bytes - before.wire_bytes) / opt.iters;
+      else {
+        wire[r] = double(after.wire_bytes - before.wire_bytes) / opt.iters;
+        codec_s[r] = (after.codec_seconds - before.codec_seconds) / opt.iters;
+        xport_s[r] = (after.transport_seconds - before.transport_seconds) / opt.iters;
+      }
     }
     qc_error_buffer_destroy(eb);
   });
@@ -256,6 +287,10 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
   for (double x : wire) w += x;
   res.wire_bytes = w / n;
   res.wire_per_rank = wire;
+  for (int r = 0; r < n; ++r) {
+    res.codec_us += codec_s[r] * 1e6 / n;
+    res.transport_us += xport_s[r] * 1e6 / n;
+  }
   return res;
 }
 

@@ -39,7 +39,8 @@ void usage(std::FILE* out) {
 "                          alltoall has none. native with a non-global codec is n/a\n"
 "  -c, --codec LIST        codecs, comma separated: none, fp16, bf16, minmax, qsgd,\n"
 "                          global_linear, global_exp, onebit, topk, all\n"
-"                          (default all)\n"
+"                          (default all). NAME:BITS sets that entry's bits\n"
+"                          (minmax:8), NAME+ef its error feedback (onebit+ef)\n"
 "      --bits N            code width 1..8 (default: the library's, 4)\n"
 "      --bucket N          elements per bucket (default: the library's, 128)\n"
 "      --topk-ratio R      fraction kept by topk, (0, 1]\n"
@@ -52,6 +53,12 @@ void usage(std::FILE* out) {
 "  -i, --iters N           timed iterations per row (default 5)\n"
 "  -t, --timeout SECONDS   how long a call may wait for peers (default 60)\n"
 "  -J, --json FILE         also write the rows as JSON to FILE\n"
+"      --transport T       local (threads, default) | mpi (one process per rank\n"
+"                          under mpirun; -n must be omitted or equal the MPI\n"
+"                          size; adds an MPI_Allreduce row per size and a\n"
+"                          speedup column)\n"
+"      --profile           add columns codec(us) / xport(us): qc_stats\n"
+"                          codec_seconds / transport_seconds per call\n"
 "  -h, --help              this text\n"
 "\n"
 "Exit status: 0 all rows passed (n/a rows do not count), 1 some row failed,\n"
@@ -162,22 +169,40 @@ qc_codec_t parse_codec(const std::string& s) {
               "' for -c (none, fp16, bf16, minmax, qsgd, global_linear, global_exp, onebit, topk)");
 }
 
-std::vector<qc_codec_t> parse_codecs(const std::string& s) {
-  std::vector<qc_codec_t> out;
-  auto add = [&](qc_codec_t c) {
-    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+// Codec list entries: NAME, NAME:BITS (bits for that entry only), and a
+// "+ef" suffix (error feedback for that entry only), e.g. minmax:8,onebit+ef.
+void parse_codecs(const std::string& s, Options* opt) {
+  opt->codecs.clear();
+  opt->codec_bits.clear();
+  opt->codec_ef.clear();
+  auto add = [&](qc_codec_t c, int bits, int ef) {
+    for (size_t i = 0; i < opt->codecs.size(); ++i)
+      if (opt->codecs[i] == c && opt->codec_bits[i] == bits && opt->codec_ef[i] == ef) return;
+    opt->codecs.push_back(c);
+    opt->codec_bits.push_back(bits);
+    opt->codec_ef.push_back(ef);
   };
   for (const std::string& raw : split(s, ',')) {
     if (lower(raw) == "all") {
       for (qc_codec_t c : {QC_CODEC_NONE, QC_CODEC_FP16, QC_CODEC_BF16, QC_CODEC_MINMAX,
                            QC_CODEC_QSGD, QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP,
                            QC_CODEC_ONEBIT, QC_CODEC_TOPK})
-        add(c);
-    } else {
-      add(parse_codec(raw));
+        add(c, 0, -1);
+      continue;
     }
+    std::string name = raw;
+    int ef = -1, bits = 0;
+    if (name.size() > 3 && lower(name.substr(name.size() - 3)) == "+ef") {
+      ef = 1;
+      name = name.substr(0, name.size() - 3);
+    }
+    const size_t colon = name.find(':');
+    if (colon != std::string::npos) {
+      bits = parse_int("-c " + raw, name.substr(colon + 1), 1, 8);
+      name = name.substr(0, colon);
+    }
+    add(parse_codec(name), bits, ef);
   }
-  return out;
 }
 
 qc_dtype_t parse_dtype(const std::string& s) {
@@ -210,6 +235,7 @@ Options parse_args(int argc, char** argv) {
       {0, "ef", false},          {'d', "dtype", true},    {'r', "redop", true},
       {'w', "warmup_iters", true}, {'i', "iters", true},  {'t', "timeout", true},
       {'J', "json", true},       {'h', "help", false},
+      {0, "transport", true},    {0, "profile", false},
   };
   bool algos_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -253,7 +279,19 @@ Options parse_args(int argc, char** argv) {
     if (ln == "help") {
       usage(stdout);
       std::exit(0);
-    } else if (ln == "nranks") opt.nranks = parse_int(name, value, 1, 1024);
+    } else if (ln == "nranks") {
+      opt.nranks = parse_int(name, value, 1, 1024);
+      opt.nranks_given = true;
+    } else if (ln == "transport") {
+      const std::string t = lower(value);
+      if (t == "local") opt.mpi = false;
+      else if (t == "mpi") {
+        if (!mpi_available())
+          usage_error("--transport mpi: this qc-perf was built without MPI (QC_HAVE_MPI is "
+                      "off: configure with an MPI library installed, or -DQC_WITH_MPI=ON)");
+        opt.mpi = true;
+      } else usage_error("unknown transport '" + value + "' for --transport (local, mpi)");
+    } else if (ln == "profile") opt.profile = true;
     else if (ln == "minbytes") opt.min_bytes = parse_size(name, value);
     else if (ln == "maxbytes") {
       opt.max_bytes = parse_size(name, value);
@@ -272,7 +310,7 @@ Options parse_args(int argc, char** argv) {
     } else if (ln == "algo") {
       opt.algos = parse_algos(value);
       algos_given = true;
-    } else if (ln == "codec") opt.codecs = parse_codecs(value);
+    } else if (ln == "codec") parse_codecs(value, &opt);
     else if (ln == "bits") opt.policy.bits = parse_int(name, value, 1, 8);
     else if (ln == "bucket") opt.policy.bucket_size = parse_int(name, value, 1, 1 << 30);
     else if (ln == "topk-ratio") {
@@ -305,7 +343,7 @@ Options parse_args(int argc, char** argv) {
       opt.json_path = value;
     }
   }
-  if (opt.codecs.empty()) opt.codecs = parse_codecs("all");
+  if (opt.codecs.empty()) parse_codecs("all", &opt);
   opt.policy.codec = opt.codecs.front();
   // Several codecs multiply the rows: the default sweep stops earlier.
   if (opt.codecs.size() > 1 && !opt.max_bytes_given) opt.max_bytes = kMultiCodecMaxBytes;
@@ -355,7 +393,7 @@ std::vector<SizeStep> plan_sizes(const Options& opt, Op op) {
 // finished.
 class Progress {
  public:
-  Progress() : thread_([this] { loop(); }) {}
+  explicit Progress(bool enabled = true) : enabled_(enabled), thread_([this] { loop(); }) {}
   ~Progress() {
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -373,7 +411,7 @@ class Progress {
   }
   void end() {
     std::lock_guard<std::mutex> lock(m_);
-    if (printed_)
+    if (printed_ && enabled_)
       std::fprintf(stderr, "# qc-perf: %s: done in %.1f s\n", what_.c_str(), elapsed());
     active_ = false;
   }
@@ -386,7 +424,7 @@ class Progress {
     std::unique_lock<std::mutex> lock(m_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(200));
-      if (!active_) continue;
+      if (!active_ || !enabled_) continue;
       const double t = elapsed();
       if ((printed_ == 0 && t > 2.0) || (printed_ > 0 && t > 2.0 + 30.0 * printed_)) {
         std::fprintf(stderr, "# qc-perf: %s: running (%.0f s so far)\n", what_.c_str(), t);
@@ -397,6 +435,7 @@ class Progress {
   }
   std::mutex m_;
   std::condition_variable cv_;
+  bool enabled_;
   bool stop_ = false, active_ = false;
   int printed_ = 0;
   std::string what_;
@@ -406,6 +445,18 @@ class Progress {
 
 // ---- main loop -----------------------------------------------------------------
 
+}  // namespace
+
+qc_policy_t codec_policy(const Options& opt, size_t i) {
+  qc_policy_t p = opt.policy;
+  p.codec = opt.codecs[i];
+  if (i < opt.codec_bits.size() && opt.codec_bits[i] > 0) p.bits = opt.codec_bits[i];
+  if (i < opt.codec_ef.size() && opt.codec_ef[i] >= 0) p.error_feedback = opt.codec_ef[i];
+  return p;
+}
+
+namespace {
+
 bool is_global_codec(qc_codec_t c) {
   return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP;
 }
@@ -413,15 +464,16 @@ bool is_global_codec(qc_codec_t c) {
 int run_sweep(const Options& opt) {
   print_preamble(opt);
 
-  Group group(opt.nranks, opt.timeout);
+  Group group(opt.nranks, opt.timeout, opt.mpi ? opt.mpi_rank : -1);
   std::string err;
-  if (group.create(&err) != QC_SUCCESS) {
-    std::fprintf(stderr, "qc-perf: error: cannot create a local group of %d ranks: %s\n",
-                 opt.nranks, err.c_str());
+  if (!mpi_all(group.create(&err) == QC_SUCCESS)) {
+    std::fprintf(stderr, "qc-perf: error: cannot create %s group of %d ranks: %s\n",
+                 opt.mpi ? "an MPI" : "a local", opt.nranks, err.c_str());
+    if (opt.mpi) mpi_abort(2);
     return 2;
   }
   WorkerPool pool(opt.nranks);
-  Progress progress;
+  Progress progress(!opt.mpi || opt.mpi_rank == 0);
 
   size_t total_rows = 0;
   for (Op op : opt.ops)
@@ -438,7 +490,10 @@ int run_sweep(const Options& opt) {
       const size_t elems_per_rank = op == Op::Allreduce ? step.count : step.count * opt.nranks;
       Buffers buf;  // one size at a time: freed at the end of this iteration
       progress.begin(std::string(op_name(op)) + " " + human_bytes(step.bytes) + ": preparing inputs");
-      const bool allocated = buf.allocate(opt.nranks, elems_per_rank * dtype_size(opt.dtype));
+      const size_t buf_bytes = elems_per_rank * dtype_size(opt.dtype);
+      const bool allocated =
+          mpi_all(opt.mpi ? buf.allocate_shared_recv(opt.nranks, buf_bytes, opt.mpi_rank)
+                          : buf.allocate(opt.nranks, buf_bytes));
       InputStats stats;
       if (allocated) {
         fill_inputs(pool, opt, op, buf, elems_per_rank);
@@ -446,7 +501,54 @@ int run_sweep(const Options& opt) {
       }
       progress.end();
 
-      for (qc_codec_t codec : opt.codecs) {
+      // MPI: the plain MPI_Allreduce of the same buffer (fp32 sum), as a
+      // companion row (algo "mpi"); every qc row of this size gets
+      // speedup = its time / this time.
+      double mpi_us = std::numeric_limits<double>::quiet_NaN();
+      if (opt.mpi && op == Op::Allreduce && allocated) {
+        progress.begin("allreduce " + human_bytes(step.bytes) + ": MPI_Allreduce");
+        mpi_us = mpi_allreduce_time_us(opt, buf, step.count);
+        Row row;
+        row.op = op;
+        row.baseline = true;
+        row.size = step.bytes;
+        row.count = step.count;
+        row.type = "float";
+        row.algo = "mpi";
+        row.codec = "MPI_Allreduce";
+        row.codec_name = "mpi";
+        row.time_us = mpi_us;
+        row.algbw = mpi_us > 0 ? double(step.count) * 4 / (mpi_us * 1e-6) / 1e9 : 0;
+        row.busbw = row.algbw * busbw_factor(op, opt.nranks);
+        row.mpi_time_us = mpi_us;
+        row.speedup = 1.0;
+        row.wire = std::numeric_limits<double>::quiet_NaN();
+        row.ratio = std::numeric_limits<double>::quiet_NaN();
+        if (opt.dtype == QC_DTYPE_FLOAT32) {
+          // Its result, checked as codec none on a ring (any summation order).
+          qc_policy_t none = opt.policy;
+          none.codec = QC_CODEC_NONE;
+          none.algorithm = QC_ALGO_RING;
+          none.error_feedback = 0;
+          const ErrorModel model =
+              error_model(op, opt.nranks, opt.dtype, QC_OP_SUM, none, stats);
+          Options sum_opt = opt;
+          sum_opt.redop = QC_OP_SUM;
+          CheckResult cr = check_result(pool, sum_opt, model, op, buf, step.count, stats);
+          row.bound = model.bound;
+          row.error = cr.max_err;
+          // Bit-identical replicas are qc's promise, not MPI's: not counted.
+          row.wrong = cr.wrong - cr.replica_diff;
+        } else {
+          row.error = row.bound = std::numeric_limits<double>::quiet_NaN();
+        }
+        progress.end();
+        print_row(row);
+        rows.push_back(row);
+      }
+
+      for (size_t ci = 0; ci < opt.codecs.size(); ++ci) {
+        const qc_codec_t codec = opt.codecs[ci];
         for (qc_algorithm_t algo : algos) {
           ++row_no;
           Row row;
@@ -455,10 +557,11 @@ int run_sweep(const Options& opt) {
           row.count = step.count;
           row.type = dtype_name(opt.dtype);
           row.algo = op == Op::Allreduce ? algo_short_name(algo) : "-";
-          qc_policy_t policy = opt.policy;
-          policy.codec = codec;
+          qc_policy_t policy = codec_policy(opt, ci);
           policy.algorithm = op == Op::Allreduce ? algo : QC_ALGO_AUTO;
           row.codec = codec_label(policy);
+          row.bits = policy.bits;
+          row.error_feedback = policy.error_feedback != 0;
           row.codec_name = codec_name(codec);
           if (!allocated) {
             row.ran = false;
@@ -471,7 +574,7 @@ int run_sweep(const Options& opt) {
           const ErrorModel model =
               error_model(op, opt.nranks, opt.dtype, opt.redop, policy, stats);
           row.bound = model.bound;
-          if (!group.intact() && group.create(&err) != QC_SUCCESS) {
+          if (!mpi_all(group.intact()) && !mpi_all(group.create(&err) == QC_SUCCESS)) {
             std::fprintf(stderr, "qc-perf: error: cannot recreate the local group: %s\n",
                          err.c_str());
             return 2;
@@ -489,6 +592,11 @@ int run_sweep(const Options& opt) {
             row.algbw = t > 0 ? double(step.bytes) / t / 1e9 : 0;
             row.busbw = row.algbw * busbw_factor(op, opt.nranks);
             row.wire = rr.wire_bytes;
+            row.codec_us = rr.codec_us;
+            row.transport_us = rr.transport_us;
+            row.mpi_time_us = mpi_us;
+            row.speedup = rr.time_us > 0 ? mpi_us / rr.time_us
+                                         : std::numeric_limits<double>::quiet_NaN();
             // Compression ratio: the bytes an uncompressed, bandwidth-optimal
             // run sends per rank (size x the busbw factor) over what was sent,
             // so codec none gives about 1 whatever the algorithm. One rank
@@ -541,6 +649,7 @@ int run_sweep(const Options& opt) {
                            rr.policy_failed ? "qc_set_layer_policy failed" : op_name(op),
                            row.codec.c_str(), row.algo.c_str(), row.type.c_str(), opt.nranks,
                            msg.c_str());
+              if (opt.mpi) mpi_abort(2);
               return 2;
             } else {
               row.ran = false;
@@ -559,7 +668,8 @@ int run_sweep(const Options& opt) {
 
   print_footer(rows);
   bool json_ok = true;
-  if (!opt.json_path.empty()) json_ok = write_json(opt.json_path, opt, rows);
+  if (!opt.json_path.empty() && opt.mpi_rank == 0) json_ok = write_json(opt.json_path, opt, rows);
+  json_ok = mpi_all(json_ok);
   size_t passed = 0, failed = 0, na = 0;
   for (const Row& r : rows) {
     passed += r.passed() ? 1 : 0;
@@ -577,6 +687,22 @@ int run_sweep(const Options& opt) {
 }  // namespace qcperf
 
 int main(int argc, char** argv) {
-  const qcperf::Options opt = qcperf::parse_args(argc, argv);
-  return qcperf::run_sweep(opt);
+  qcperf::Options opt = qcperf::parse_args(argc, argv);
+  if (!opt.mpi) return qcperf::run_sweep(opt);
+  int rank = 0, size = 1;
+  qcperf::mpi_init(&argc, &argv, &rank, &size);
+  if (opt.nranks_given && opt.nranks != size) {
+    if (rank == 0)
+      std::fprintf(stderr, "qc-perf: -n %d does not match the MPI size %d (with --transport mpi "
+                   "the ranks are mpirun's processes; leave -n out)\n", opt.nranks, size);
+    qcperf::mpi_finalize();
+    return 2;
+  }
+  opt.nranks = size;
+  opt.mpi_rank = rank;
+  // Only rank 0 prints the table (stderr stays open on every rank).
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 2;
+  const int rc = qcperf::run_sweep(opt);
+  qcperf::mpi_finalize();
+  return rc;
 }

@@ -33,22 +33,25 @@ MpiRequestState* state_of(Request& req) {
   return static_cast<MpiRequestState*>(req.transport_state.get());
 }
 
-// Pauses between polling rounds: a few yields first (a message is usually
-// close), then sleeps growing to 1 ms so an idle wait costs little CPU.
+// Pauses between polling rounds. MPI progresses only inside MPI calls, so a
+// rank that sleeps also stalls its peers' transfers: poll with yields for the
+// first few milliseconds of a wait (messages usually arrive by then), and
+// only then sleep, growing to 1 ms, so that a long wait costs little CPU.
 class Backoff {
  public:
   void pause() {
-    if (round_ < 64) {
+    const auto waited = Clock::now() - start_;
+    if (waited < std::chrono::milliseconds(5)) {
       std::this_thread::yield();
-    } else {
-      const int us = std::min(1000, 1 << std::min(10, (round_ - 64) / 8));
-      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      return;
     }
-    ++round_;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+    sleep_us_ = std::min(1000, sleep_us_ * 2);
   }
 
  private:
-  int round_ = 0;
+  Clock::time_point start_ = Clock::now();
+  int sleep_us_ = 20;
 };
 
 }  // namespace
