@@ -1,0 +1,1044 @@
+! qc.f90 - Fortran 2003 bindings of qc (quantized collectives), module `qc`.
+!
+! The module mirrors include/qc.h, the library's stable C ABI, through
+! iso_c_binding; nothing here is compiled into libqc itself. Read it like a
+! header: section numbers follow qc.h, and every C function has two faces.
+!
+!   1. The raw interface, named like the C function plus `_c`
+!      (qc_allreduce_c binds to qc_allreduce). It takes exactly the C
+!      arguments: type(c_ptr) for pointers, integer(c_size_t) for counts,
+!      NUL-terminated strings. Use it for anything the friendly layer does
+!      not cover (16-bit dtypes, device streams, memory you got from C).
+!   2. The friendly routine, named exactly like the C function
+!      (qc_allreduce). It takes handles as derived types (type(qc_comm),
+!      type(qc_error_buffer)), Fortran strings, assumed-shape arrays whose
+!      size is the count, and reports through an optional `ierr`:
+!        - ierr present: it receives the status (QC_SUCCESS = 0, else the
+!          failure); the call never stops the program. Read the detail
+!          with qc_last_error_message().
+!        - ierr absent: a failure prints the routine, the status name and
+!          qc_last_error() to stderr and ends the program with `error stop`
+!          (under mpirun a non-zero exit of one rank ends the job).
+!
+! Usage (MPI):
+!   use mpi
+!   use qc
+!   type(qc_comm) :: comm
+!   call MPI_Init(ierr)
+!   call qc_comm_create_mpi(MPI_COMM_WORLD, comm)        ! mpi_f08: world%MPI_VAL
+!   call qc_allreduce(comm, grad, avg, QC_OP_AVG, layer="fc1.weight")
+!   call qc_comm_destroy(comm)                           ! before MPI_Finalize
+!
+! Kinds: buffers are real(c_float) (QC_DTYPE_FLOAT32); ranks, sizes, ierr and
+! MPI handles are default integers, as in MPI's Fortran bindings. Counts of
+! qc_error_buffer_create and qc_encoded_size accept 32- or 64-bit integers.
+! Strings (layer names, patterns) lose trailing blanks before they go to C,
+! as MPI does with its string arguments.
+!
+! The .mod file this produces is specific to the compiler (and its version)
+! that built it; build qc_fortran with the compiler of the program using it.
+module qc
+  use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: error_unit, int32, int64
+  implicit none
+  private
+
+  ! ======================================================================
+  ! 1. Versions, statuses and errors
+  ! ======================================================================
+
+  ! The version of qc.h these bindings were written against; compare with
+  ! qc_version_number(), the version of the library that is running.
+  ! (C's QC_VERSION_NUMBER is QC_HEADER_VERSION_NUMBER here: Fortran names
+  ! ignore case, so it would clash with the function qc_version_number.)
+  integer(c_int), parameter, public :: QC_VERSION_MAJOR = 0
+  integer(c_int), parameter, public :: QC_VERSION_MINOR = 1
+  integer(c_int), parameter, public :: QC_VERSION_PATCH = 0
+  integer(c_int), parameter, public :: QC_HEADER_VERSION_NUMBER = &
+      QC_VERSION_MAJOR * 10000 + QC_VERSION_MINOR * 100 + QC_VERSION_PATCH
+
+  ! qc_status_t. Values are pinned by qc.h: new ones are appended, never
+  ! renumbered, so these parameters stay valid for every v0 library.
+  integer(c_int), parameter, public :: QC_SUCCESS = 0
+  integer(c_int), parameter, public :: QC_ERROR_INVALID_ARGUMENT = 1
+  integer(c_int), parameter, public :: QC_ERROR_OUT_OF_MEMORY = 2
+  integer(c_int), parameter, public :: QC_ERROR_UNSUPPORTED = 3
+  integer(c_int), parameter, public :: QC_ERROR_TRANSPORT = 4
+  integer(c_int), parameter, public :: QC_ERROR_MISMATCH = 5
+  integer(c_int), parameter, public :: QC_ERROR_TIMEOUT = 6
+  integer(c_int), parameter, public :: QC_ERROR_CORRUPT_DATA = 7
+  integer(c_int), parameter, public :: QC_ERROR_VERSION = 8
+  integer(c_int), parameter, public :: QC_ERROR_INTERNAL = 9
+
+  ! ======================================================================
+  ! 2. Enumerations (C enums are ints: integer(c_int) with the same values)
+  ! ======================================================================
+
+  ! qc_dtype_t
+  integer(c_int), parameter, public :: QC_DTYPE_FLOAT32 = 0
+  integer(c_int), parameter, public :: QC_DTYPE_FLOAT16 = 1   ! IEEE binary16
+  integer(c_int), parameter, public :: QC_DTYPE_BFLOAT16 = 2  ! upper half of a float32
+
+  ! qc_reduce_op_t
+  integer(c_int), parameter, public :: QC_OP_SUM = 0
+  integer(c_int), parameter, public :: QC_OP_AVG = 1          ! sum, then * 1/nranks
+
+  ! qc_codec_t
+  integer(c_int), parameter, public :: QC_CODEC_NONE = 0
+  integer(c_int), parameter, public :: QC_CODEC_FP16 = 1
+  integer(c_int), parameter, public :: QC_CODEC_BF16 = 2
+  integer(c_int), parameter, public :: QC_CODEC_MINMAX = 3
+  integer(c_int), parameter, public :: QC_CODEC_QSGD = 4
+  integer(c_int), parameter, public :: QC_CODEC_GLOBAL_LINEAR = 5
+  integer(c_int), parameter, public :: QC_CODEC_GLOBAL_EXP = 6
+  integer(c_int), parameter, public :: QC_CODEC_ONEBIT = 7
+  integer(c_int), parameter, public :: QC_CODEC_TOPK = 8
+
+  ! qc_algorithm_t
+  integer(c_int), parameter, public :: QC_ALGO_AUTO = 0
+  integer(c_int), parameter, public :: QC_ALGO_RING = 1
+  integer(c_int), parameter, public :: QC_ALGO_RECURSIVE_DOUBLING = 2
+  integer(c_int), parameter, public :: QC_ALGO_SRA = 3
+  integer(c_int), parameter, public :: QC_ALGO_TREE = 4
+  integer(c_int), parameter, public :: QC_ALGO_NATIVE = 5
+
+  ! qc_rounding_t
+  integer(c_int), parameter, public :: QC_ROUND_NEAREST_EVEN = 0
+  integer(c_int), parameter, public :: QC_ROUND_STOCHASTIC = 1
+
+  ! qc_transport_t
+  integer(c_int), parameter, public :: QC_TRANSPORT_LOCAL = 0
+  integer(c_int), parameter, public :: QC_TRANSPORT_MPI = 1
+  integer(c_int), parameter, public :: QC_TRANSPORT_NCCL = 2
+
+  ! ======================================================================
+  ! 3.-4. Structs: bind(c), so the layout is that of the C struct.
+  ! ======================================================================
+  !
+  ! Component defaults are those of the C initializer macros (QC_POLICY_INIT,
+  ! QC_COMM_CONFIG_INIT), so a plain declaration is ready to use. struct_size
+  ! starts at 0 because Fortran cannot take c_sizeof of a type inside its own
+  ! definition: the friendly routines set it to c_sizeof(x) whenever it is 0,
+  ! and the *_init routines set it before they call C. Only code that hands
+  ! one of these to a raw *_c interface must set struct_size itself
+  ! (e.g. `p%struct_size = c_sizeof(p)`), or call the init routine first.
+  ! uint64_t fields are integer(c_int64_t): Fortran has no unsigned kinds.
+
+  ! qc_policy_t: what a collective sends for one layer (see qc.h section 3).
+  type, bind(c), public :: qc_policy_t
+    integer(c_size_t) :: struct_size = 0
+    integer(c_int) :: codec = QC_CODEC_NONE
+    integer(c_int) :: bits = 4                   ! 1..8
+    integer(c_int) :: bucket_size = 128          ! elements per bucket
+    integer(c_int) :: rounding = QC_ROUND_NEAREST_EVEN
+    integer(c_int) :: algorithm = QC_ALGO_AUTO
+    integer(c_int) :: error_feedback = 0         ! 0 or 1
+    integer(c_int) :: group_size = 8             ! recursive doubling group
+    real(c_float) :: topk_ratio = 0.01_c_float   ! (0, 1]
+    integer(c_int) :: scale_update_period = 1    ! recompute scales every K calls
+    integer(c_int64_t) :: seed = 0_c_int64_t     ! stochastic rounding seed
+  end type qc_policy_t
+
+  ! qc_comm_config_t: how qc_comm_create reaches its peers.
+  type, bind(c), public :: qc_comm_config_t
+    integer(c_size_t) :: struct_size = 0
+    integer(c_int) :: transport = QC_TRANSPORT_LOCAL
+    integer(c_int64_t) :: mpi_comm = 0_c_int64_t  ! Fortran handle of an MPI communicator
+    type(c_ptr) :: nccl_comm = c_null_ptr           ! an existing ncclComm_t
+    real(c_double) :: timeout_seconds = 300.0_c_double
+  end type qc_comm_config_t
+
+  ! qc_stats_t: counters of one communicator for this rank.
+  type, bind(c), public :: qc_stats_t
+    integer(c_size_t) :: struct_size = 0
+    integer(c_int64_t) :: calls = 0_c_int64_t
+    integer(c_int64_t) :: logical_bytes = 0_c_int64_t
+    integer(c_int64_t) :: wire_bytes = 0_c_int64_t
+    real(c_double) :: codec_seconds = 0.0_c_double
+    real(c_double) :: transport_seconds = 0.0_c_double
+  end type qc_stats_t
+
+  ! Opaque handles (qc_comm_t, qc_error_buffer_t). A derived type rather
+  ! than a bare c_ptr so that the compiler keeps a communicator from being
+  ! passed where an error buffer is expected. A default-initialized value
+  ! (e.g. `qc_comm()`) is the C NULL handle: qc_error_buffer_create takes it
+  ! for an emulation buffer, and destroying it does nothing.
+  type, public :: qc_comm
+    type(c_ptr) :: ptr = c_null_ptr
+  end type qc_comm
+
+  type, public :: qc_error_buffer
+    type(c_ptr) :: ptr = c_null_ptr
+  end type qc_error_buffer
+
+  ! ======================================================================
+  ! Raw interfaces: one per C function, argument for argument.
+  ! ======================================================================
+  ! `const char*` arguments are type(c_ptr), value so that NULL can be
+  ! passed (pass c_loc of a NUL-terminated character(kind=c_char) array).
+  ! Struct arguments are passed by reference (the C pointer). Outputs are
+  ! passed by reference too: a type(c_ptr) variable for a qc_comm_t*.
+  interface
+    ! --- 1. versions, statuses, errors ---------------------------------
+    function qc_version_number_c() bind(c, name="qc_version_number") result(v)
+      import :: c_int
+      integer(c_int) :: v
+    end function
+    function qc_version_string_c() bind(c, name="qc_version_string") result(s)
+      import :: c_ptr
+      type(c_ptr) :: s  ! static "M.m.p"
+    end function
+    function qc_status_string_c(status) bind(c, name="qc_status_string") result(s)
+      import :: c_int, c_ptr
+      integer(c_int), value :: status
+      type(c_ptr) :: s  ! static name, never NULL
+    end function
+    function qc_last_error_c() bind(c, name="qc_last_error") result(s)
+      import :: c_ptr
+      type(c_ptr) :: s  ! valid until this thread's next qc call
+    end function
+
+    ! --- 3. policies ----------------------------------------------------
+    function qc_policy_init_c(policy) bind(c, name="qc_policy_init") result(st)
+      import :: c_int, qc_policy_t
+      type(qc_policy_t), intent(inout) :: policy
+      integer(c_int) :: st
+    end function
+
+    ! --- 4. communicators -----------------------------------------------
+    function qc_comm_config_init_c(config) bind(c, name="qc_comm_config_init") result(st)
+      import :: c_int, qc_comm_config_t
+      type(qc_comm_config_t), intent(inout) :: config
+      integer(c_int) :: st
+    end function
+    function qc_comm_create_c(config, comm) bind(c, name="qc_comm_create") result(st)
+      import :: c_int, c_ptr, qc_comm_config_t
+      type(qc_comm_config_t), intent(in) :: config
+      type(c_ptr), intent(out) :: comm
+      integer(c_int) :: st
+    end function
+    function qc_comm_create_local_c(nranks, comms) bind(c, name="qc_comm_create_local") result(st)
+      import :: c_int, c_ptr
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(out) :: comms(*)
+      integer(c_int) :: st
+    end function
+    function qc_comm_create_local_with_config_c(nranks, config, comms) &
+        bind(c, name="qc_comm_create_local_with_config") result(st)
+      import :: c_int, c_ptr
+      integer(c_int), value :: nranks
+      type(c_ptr), value :: config  ! const qc_comm_config_t*, may be NULL
+      type(c_ptr), intent(out) :: comms(*)
+      integer(c_int) :: st
+    end function
+    function qc_comm_destroy_c(comm) bind(c, name="qc_comm_destroy") result(st)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int) :: st
+    end function
+    function qc_comm_rank_c(comm, rank) bind(c, name="qc_comm_rank") result(st)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int), intent(out) :: rank
+      integer(c_int) :: st
+    end function
+    function qc_comm_size_c(comm, size) bind(c, name="qc_comm_size") result(st)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int), intent(out) :: size
+      integer(c_int) :: st
+    end function
+    function qc_comm_get_stats_c(comm, stats) bind(c, name="qc_comm_get_stats") result(st)
+      import :: c_int, c_ptr, qc_stats_t
+      type(c_ptr), value :: comm
+      type(qc_stats_t), intent(inout) :: stats  ! struct_size must be set
+      integer(c_int) :: st
+    end function
+    function qc_set_layer_policy_c(comm, pattern, policy) bind(c, name="qc_set_layer_policy") result(st)
+      import :: c_int, c_ptr, qc_policy_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: pattern  ! const char*
+      type(qc_policy_t), intent(in) :: policy
+      integer(c_int) :: st
+    end function
+    function qc_get_layer_policy_c(comm, layer, policy) bind(c, name="qc_get_layer_policy") result(st)
+      import :: c_int, c_ptr, qc_policy_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: layer    ! const char*, NULL means "*"
+      type(qc_policy_t), intent(inout) :: policy
+      integer(c_int) :: st
+    end function
+
+    ! --- 5. collectives -------------------------------------------------
+    function qc_allreduce_c(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, stream) &
+        bind(c, name="qc_allreduce") result(st)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer         ! const char*, NULL means "*"
+      type(c_ptr), value :: error_buffer  ! qc_error_buffer_t or NULL
+      type(c_ptr), value :: stream        ! NULL for host memory
+      integer(c_int) :: st
+    end function
+    function qc_alltoall_c(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, stream) &
+        bind(c, name="qc_alltoall") result(st)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: count_per_rank
+      integer(c_int), value :: dtype
+      type(c_ptr), value :: layer
+      type(c_ptr), value :: stream
+      integer(c_int) :: st
+    end function
+
+    ! --- 6. error buffers -----------------------------------------------
+    function qc_error_buffer_create_c(comm, count, error_buffer) bind(c, name="qc_error_buffer_create") result(st)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm  ! NULL: for emulation
+      integer(c_size_t), value :: count
+      type(c_ptr), intent(out) :: error_buffer
+      integer(c_int) :: st
+    end function
+    function qc_error_buffer_destroy_c(error_buffer) bind(c, name="qc_error_buffer_destroy") result(st)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: error_buffer
+      integer(c_int) :: st
+    end function
+    function qc_error_buffer_reset_c(error_buffer) bind(c, name="qc_error_buffer_reset") result(st)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: error_buffer
+      integer(c_int) :: st
+    end function
+    function qc_error_buffer_norm_c(error_buffer, l2_norm) bind(c, name="qc_error_buffer_norm") result(st)
+      import :: c_int, c_ptr, c_double
+      type(c_ptr), value :: error_buffer
+      real(c_double), intent(out) :: l2_norm
+      integer(c_int) :: st
+    end function
+    function qc_error_buffer_save_c(error_buffer, dst, capacity, size) bind(c, name="qc_error_buffer_save") result(st)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), value :: dst         ! NULL: only *size is set
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: size
+      integer(c_int) :: st
+    end function
+    function qc_error_buffer_load_c(error_buffer, src, size) bind(c, name="qc_error_buffer_load") result(st)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: size
+      integer(c_int) :: st
+    end function
+
+    ! --- 7. codecs on their own -----------------------------------------
+    function qc_encoded_size_c(policy, count, max_bytes) bind(c, name="qc_encoded_size") result(st)
+      import :: c_int, c_size_t, qc_policy_t
+      type(qc_policy_t), intent(in) :: policy
+      integer(c_size_t), value :: count
+      integer(c_size_t), intent(out) :: max_bytes
+      integer(c_int) :: st
+    end function
+    function qc_encode_c(policy, src, count, dtype, dst, capacity, written) bind(c, name="qc_encode") result(st)
+      import :: c_int, c_ptr, c_size_t, qc_policy_t
+      type(qc_policy_t), intent(in) :: policy
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      type(c_ptr), value :: dst
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: written
+      integer(c_int) :: st
+    end function
+    function qc_decode_c(src, size, dst, count, dtype) bind(c, name="qc_decode") result(st)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: size
+      type(c_ptr), value :: dst
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      integer(c_int) :: st
+    end function
+
+    ! --- 8. emulation ---------------------------------------------------
+    function qc_emulate_allreduce_c(nranks, sendbufs, recvbufs, count, dtype, op, policy, error_buffers) &
+        bind(c, name="qc_emulate_allreduce") result(st)
+      import :: c_int, c_ptr, c_size_t, qc_policy_t
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(in) :: sendbufs(*)  ! rank i's input
+      type(c_ptr), intent(in) :: recvbufs(*)  ! rank i's output
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(qc_policy_t), intent(in) :: policy
+      type(c_ptr), value :: error_buffers     ! qc_error_buffer_t[nranks] or NULL
+      integer(c_int) :: st
+    end function
+    function qc_emulate_alltoall_c(nranks, sendbufs, recvbufs, count_per_rank, dtype, policy) &
+        bind(c, name="qc_emulate_alltoall") result(st)
+      import :: c_int, c_ptr, c_size_t, qc_policy_t
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(in) :: sendbufs(*)
+      type(c_ptr), intent(in) :: recvbufs(*)
+      integer(c_size_t), value :: count_per_rank
+      integer(c_int), value :: dtype
+      type(qc_policy_t), intent(in) :: policy
+      integer(c_int) :: st
+    end function
+  end interface
+
+  public :: qc_version_number_c, qc_version_string_c, qc_status_string_c, qc_last_error_c
+  public :: qc_policy_init_c, qc_comm_config_init_c, qc_comm_create_c
+  public :: qc_comm_create_local_c, qc_comm_create_local_with_config_c, qc_comm_destroy_c
+  public :: qc_comm_rank_c, qc_comm_size_c, qc_comm_get_stats_c
+  public :: qc_set_layer_policy_c, qc_get_layer_policy_c
+  public :: qc_allreduce_c, qc_alltoall_c
+  public :: qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
+  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c
+  public :: qc_encoded_size_c, qc_encode_c, qc_decode_c
+  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c
+
+  ! strlen from the C library, to turn a returned `const char*` into a
+  ! Fortran string.
+  interface
+    function c_strlen(s) bind(c, name="strlen") result(n)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: s
+      integer(c_size_t) :: n
+    end function
+  end interface
+
+  ! ======================================================================
+  ! Friendly routines
+  ! ======================================================================
+  public :: qc_version_number, qc_version_string, qc_status_string, qc_last_error_message
+  public :: qc_policy_init, qc_comm_config_init
+  public :: qc_comm_create, qc_comm_create_mpi, qc_comm_create_local, qc_comm_create_local_with_config
+  public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_stats
+  public :: qc_set_layer_policy, qc_get_layer_policy
+  public :: qc_allreduce, qc_allreduce_inplace, qc_alltoall
+  public :: qc_error_buffer_create, qc_error_buffer_destroy, qc_error_buffer_reset
+  public :: qc_error_buffer_norm, qc_error_buffer_save, qc_error_buffer_load
+  public :: qc_encoded_size, qc_encode, qc_decode
+  public :: qc_emulate_allreduce, qc_emulate_alltoall
+
+  ! Counts come as 32- or 64-bit integers (size(x) is a default integer;
+  ! tensors of 2**31 elements or more need size(x, kind=int64)). Explicit
+  ! kinds rather than "default integer" keep the two specifics distinct
+  ! under -fdefault-integer-8 as well.
+  interface qc_error_buffer_create
+    module procedure qc_error_buffer_create_i32, qc_error_buffer_create_i64
+  end interface
+  interface qc_encoded_size
+    module procedure qc_encoded_size_i32, qc_encoded_size_i64
+  end interface
+
+  ! A failure that the Fortran layer detects before calling C (e.g. send
+  ! and receive arrays of different sizes) has no qc_last_error(); its
+  ! message is kept here. Per thread when compiled with OpenMP, like
+  ! qc_last_error(). Empty once a later call fails inside C.
+  character(len=512), save :: fortran_error = ''
+  !$omp threadprivate(fortran_error)
+
+contains
+
+  ! ----------------------------------------------------------------------
+  ! Private helpers
+  ! ----------------------------------------------------------------------
+
+  ! A C string (NULL allowed) as a Fortran string.
+  function from_c_string(p) result(s)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: s
+    character(kind=c_char), pointer :: chars(:)
+    integer(c_size_t) :: n, i
+    if (.not. c_associated(p)) then
+      s = ''
+      return
+    end if
+    n = c_strlen(p)
+    call c_f_pointer(p, chars, [n])
+    allocate(character(len=n) :: s)
+    do i = 1, n
+      s(i:i) = chars(i)
+    end do
+  end function from_c_string
+
+  ! A Fortran string, trailing blanks removed, as a NUL-terminated array
+  ! for C. The caller declares `buf` as `allocatable, target` and passes
+  ! c_loc(buf); it lives until the caller returns, longer than the C call.
+  subroutine to_c_string(s, buf)
+    character(len=*), intent(in) :: s
+    character(kind=c_char), allocatable, intent(out) :: buf(:)
+    integer :: i, n
+    n = len_trim(s)
+    allocate(buf(n + 1))
+    do i = 1, n
+      buf(i) = s(i:i)
+    end do
+    buf(n + 1) = c_null_char
+  end subroutine to_c_string
+
+  ! Report a status the way the module promises: into ierr when present,
+  ! otherwise print and stop on failure. A status that came from C clears
+  ! the Fortran-side message, so qc_last_error_message() names the latest.
+  subroutine finish(status, where, ierr, from_fortran)
+    integer(c_int), intent(in) :: status
+    character(len=*), intent(in) :: where
+    integer, intent(out), optional :: ierr
+    logical, intent(in), optional :: from_fortran
+    character(len=:), allocatable :: detail
+    if (status /= QC_SUCCESS) then
+      if (.not. present(from_fortran)) fortran_error = ''
+    end if
+    if (present(ierr)) then
+      ierr = int(status)
+      return
+    end if
+    if (status == QC_SUCCESS) return
+    ! Read the message before any other qc call replaces it.
+    detail = qc_last_error_message()
+    write(error_unit, '(a)') where // ' failed: ' // qc_status_string(status) // ': ' // detail
+    flush(error_unit)
+    error stop 1
+  end subroutine finish
+
+  ! A failure found by the Fortran layer itself: no C call was made.
+  subroutine fail_here(where, message, ierr)
+    character(len=*), intent(in) :: where, message
+    integer, intent(out), optional :: ierr
+    fortran_error = where // ': ' // message
+    call finish(QC_ERROR_INVALID_ARGUMENT, where, ierr, from_fortran=.true.)
+  end subroutine fail_here
+
+  ! struct_size 0 means "not set yet": fill in this module's layout.
+  function sized_policy(policy) result(p)
+    type(qc_policy_t), intent(in) :: policy
+    type(qc_policy_t) :: p
+    p = policy
+    if (p%struct_size == 0) p%struct_size = c_sizeof(p)
+  end function sized_policy
+
+  function sized_config(config) result(c)
+    type(qc_comm_config_t), intent(in) :: config
+    type(qc_comm_config_t) :: c
+    c = config
+    if (c%struct_size == 0) c%struct_size = c_sizeof(c)
+  end function sized_config
+
+  ! c_loc of an empty array is not defined; C accepts NULL when count is 0.
+  function buf_ptr(x) result(p)
+    real(c_float), contiguous, intent(in), target :: x(:)
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(x) > 0) p = c_loc(x)
+  end function buf_ptr
+
+  function bytes_ptr(x) result(p)
+    integer(c_int8_t), contiguous, intent(in), target :: x(:)
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (size(x) > 0) p = c_loc(x)
+  end function bytes_ptr
+
+  ! ----------------------------------------------------------------------
+  ! 1. Versions, statuses and errors
+  ! ----------------------------------------------------------------------
+
+  !> Version of the running library, M*10000 + m*100 + p.
+  function qc_version_number() result(v)
+    integer :: v
+    v = int(qc_version_number_c())
+  end function qc_version_number
+
+  !> "M.m.p" of the running library.
+  function qc_version_string() result(s)
+    character(len=:), allocatable :: s
+    s = from_c_string(qc_version_string_c())
+  end function qc_version_string
+
+  !> Name of a status, e.g. "QC_ERROR_TIMEOUT".
+  function qc_status_string(status) result(s)
+    integer, intent(in) :: status
+    character(len=:), allocatable :: s
+    s = from_c_string(qc_status_string_c(int(status, c_int)))
+  end function qc_status_string
+
+  !> The calling thread's message for its most recent failed qc call ("" if
+  !> none): the Fortran layer's own message when it rejected the arguments
+  !> itself, otherwise qc_last_error().
+  function qc_last_error_message() result(s)
+    character(len=:), allocatable :: s
+    if (len_trim(fortran_error) > 0) then
+      s = trim(fortran_error)
+    else
+      s = from_c_string(qc_last_error_c())
+    end if
+  end function qc_last_error_message
+
+  ! ----------------------------------------------------------------------
+  ! 3.-4. Struct initialization
+  ! ----------------------------------------------------------------------
+
+  !> Fill policy with the library's defaults (sets struct_size first).
+  subroutine qc_policy_init(policy, ierr)
+    type(qc_policy_t), intent(out) :: policy
+    integer, intent(out), optional :: ierr
+    policy%struct_size = c_sizeof(policy)
+    call finish(qc_policy_init_c(policy), 'qc_policy_init', ierr)
+  end subroutine qc_policy_init
+
+  !> Fill config with the library's defaults (sets struct_size first).
+  subroutine qc_comm_config_init(config, ierr)
+    type(qc_comm_config_t), intent(out) :: config
+    integer, intent(out), optional :: ierr
+    config%struct_size = c_sizeof(config)
+    call finish(qc_comm_config_init_c(config), 'qc_comm_config_init', ierr)
+  end subroutine qc_comm_config_init
+
+  ! ----------------------------------------------------------------------
+  ! 4. Communicators
+  ! ----------------------------------------------------------------------
+
+  !> Create a communicator from a config (MPI or NCCL transport).
+  subroutine qc_comm_create(config, comm, ierr)
+    type(qc_comm_config_t), intent(in) :: config
+    type(qc_comm), intent(out) :: comm
+    integer, intent(out), optional :: ierr
+    call finish(qc_comm_create_c(sized_config(config), comm%ptr), 'qc_comm_create', ierr)
+  end subroutine qc_comm_create
+
+  !> Create a communicator over an MPI communicator: collective over fcomm,
+  !> which qc duplicates (fcomm stays the caller's). fcomm is the Fortran
+  !> handle: MPI_COMM_WORLD of `use mpi`, or comm%MPI_VAL with mpi_f08.
+  !> MPI must be initialized. timeout (seconds a blocked collective waits
+  !> for its peers) defaults to 300.
+  subroutine qc_comm_create_mpi(fcomm, comm, timeout, ierr)
+    integer, intent(in) :: fcomm
+    type(qc_comm), intent(out) :: comm
+    real(c_double), intent(in), optional :: timeout
+    integer, intent(out), optional :: ierr
+    type(qc_comm_config_t) :: config
+    config%struct_size = c_sizeof(config)
+    config%transport = QC_TRANSPORT_MPI
+    config%mpi_comm = int(fcomm, c_int64_t)
+    if (present(timeout)) config%timeout_seconds = timeout
+    call finish(qc_comm_create_c(config, comm%ptr), 'qc_comm_create_mpi', ierr)
+  end subroutine qc_comm_create_mpi
+
+  !> An in-process group of size(comms) ranks (threads of this process).
+  subroutine qc_comm_create_local(comms, ierr)
+    type(qc_comm), intent(out) :: comms(:)
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: ptrs(size(comms))
+    integer(c_int) :: st
+    st = qc_comm_create_local_c(int(size(comms), c_int), ptrs)
+    if (st == QC_SUCCESS) comms(:)%ptr = ptrs
+    call finish(st, 'qc_comm_create_local', ierr)
+  end subroutine qc_comm_create_local
+
+  !> As qc_comm_create_local, with config%timeout_seconds for the group.
+  subroutine qc_comm_create_local_with_config(comms, config, ierr)
+    type(qc_comm), intent(out) :: comms(:)
+    type(qc_comm_config_t), intent(in) :: config
+    integer, intent(out), optional :: ierr
+    type(qc_comm_config_t), target :: c
+    type(c_ptr) :: ptrs(size(comms))
+    integer(c_int) :: st
+    c = sized_config(config)
+    st = qc_comm_create_local_with_config_c(int(size(comms), c_int), c_loc(c), ptrs)
+    if (st == QC_SUCCESS) comms(:)%ptr = ptrs
+    call finish(st, 'qc_comm_create_local_with_config', ierr)
+  end subroutine qc_comm_create_local_with_config
+
+  !> Release a communicator (local: never waits) and reset the handle to
+  !> NULL. An MPI communicator must be destroyed before MPI_Finalize.
+  subroutine qc_comm_destroy(comm, ierr)
+    type(qc_comm), intent(inout) :: comm
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    st = qc_comm_destroy_c(comm%ptr)
+    comm%ptr = c_null_ptr
+    call finish(st, 'qc_comm_destroy', ierr)
+  end subroutine qc_comm_destroy
+
+  !> This rank's number, 0-based as in MPI.
+  subroutine qc_comm_rank(comm, rank, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer, intent(out) :: rank
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: r
+    r = -1
+    call finish(qc_comm_rank_c(comm%ptr, r), 'qc_comm_rank', ierr)
+    rank = int(r)
+  end subroutine qc_comm_rank
+
+  subroutine qc_comm_size(comm, size, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer, intent(out) :: size
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n
+    n = 0
+    call finish(qc_comm_size_c(comm%ptr, n), 'qc_comm_size', ierr)
+    size = int(n)
+  end subroutine qc_comm_size
+
+  !> Counters since the communicator was created (sets struct_size).
+  subroutine qc_comm_get_stats(comm, stats, ierr)
+    type(qc_comm), intent(in) :: comm
+    type(qc_stats_t), intent(out) :: stats
+    integer, intent(out), optional :: ierr
+    stats%struct_size = c_sizeof(stats)
+    call finish(qc_comm_get_stats_c(comm%ptr, stats), 'qc_comm_get_stats', ierr)
+  end subroutine qc_comm_get_stats
+
+  !> Policy for layers whose name matches pattern (exact, or a glob with
+  !> * and ?; "*" is the default). Every rank must set the same policies.
+  subroutine qc_set_layer_policy(comm, pattern, policy, ierr)
+    type(qc_comm), intent(in) :: comm
+    character(len=*), intent(in) :: pattern
+    type(qc_policy_t), intent(in) :: policy
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: cpattern(:)
+    call to_c_string(pattern, cpattern)
+    call finish(qc_set_layer_policy_c(comm%ptr, c_loc(cpattern), sized_policy(policy)), &
+                'qc_set_layer_policy', ierr)
+  end subroutine qc_set_layer_policy
+
+  !> The policy that layer resolves to (layer absent: the "*" policy).
+  subroutine qc_get_layer_policy(comm, layer, policy, ierr)
+    type(qc_comm), intent(in) :: comm
+    character(len=*), intent(in), optional :: layer
+    type(qc_policy_t), intent(out) :: policy
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: clayer(:)
+    type(c_ptr) :: player
+    player = c_null_ptr
+    if (present(layer)) then
+      call to_c_string(layer, clayer)
+      player = c_loc(clayer)
+    end if
+    policy%struct_size = c_sizeof(policy)
+    call finish(qc_get_layer_policy_c(comm%ptr, player, policy), 'qc_get_layer_policy', ierr)
+  end subroutine qc_get_layer_policy
+
+  ! ----------------------------------------------------------------------
+  ! 5. Collectives
+  ! ----------------------------------------------------------------------
+
+  !> Reduce sendbuf over all ranks into recvbuf (same size; count is
+  !> size(sendbuf)); every rank gets the same bits. op: QC_OP_SUM or
+  !> QC_OP_AVG. layer: the name whose policy applies (absent: "*").
+  !> error_buffer: residuals for error feedback, used when the policy has
+  !> error_feedback set. For in-place use qc_allreduce_inplace: Fortran
+  !> forbids passing one array as both arguments.
+  subroutine qc_allreduce(comm, sendbuf, recvbuf, op, layer, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    real(c_float), contiguous, intent(in), target :: sendbuf(:)
+    real(c_float), contiguous, intent(inout), target :: recvbuf(:)
+    integer, intent(in) :: op
+    character(len=*), intent(in), optional :: layer
+    type(qc_error_buffer), intent(in), optional :: error_buffer
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: clayer(:)
+    type(c_ptr) :: player, peb
+    if (size(recvbuf) /= size(sendbuf)) then
+      call fail_here('qc_allreduce', 'recvbuf has a different size than sendbuf', ierr)
+      return
+    end if
+    player = c_null_ptr
+    if (present(layer)) then
+      call to_c_string(layer, clayer)
+      player = c_loc(clayer)
+    end if
+    peb = c_null_ptr
+    if (present(error_buffer)) peb = error_buffer%ptr
+    call finish(qc_allreduce_c(comm%ptr, buf_ptr(sendbuf), buf_ptr(recvbuf), &
+                               size(sendbuf, kind=c_size_t), QC_DTYPE_FLOAT32, &
+                               int(op, c_int), player, peb, c_null_ptr), &
+                'qc_allreduce', ierr)
+  end subroutine qc_allreduce
+
+  !> qc_allreduce with the result written over buf.
+  subroutine qc_allreduce_inplace(comm, buf, op, layer, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    real(c_float), contiguous, intent(inout), target :: buf(:)
+    integer, intent(in) :: op
+    character(len=*), intent(in), optional :: layer
+    type(qc_error_buffer), intent(in), optional :: error_buffer
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: clayer(:)
+    type(c_ptr) :: player, peb
+    player = c_null_ptr
+    if (present(layer)) then
+      call to_c_string(layer, clayer)
+      player = c_loc(clayer)
+    end if
+    peb = c_null_ptr
+    if (present(error_buffer)) peb = error_buffer%ptr
+    call finish(qc_allreduce_c(comm%ptr, buf_ptr(buf), buf_ptr(buf), size(buf, kind=c_size_t), &
+                               QC_DTYPE_FLOAT32, int(op, c_int), player, peb, c_null_ptr), &
+                'qc_allreduce_inplace', ierr)
+  end subroutine qc_allreduce_inplace
+
+  !> Every rank sends block j of sendbuf to rank j and receives rank i's
+  !> block into block i of recvbuf. size(sendbuf) must be a multiple of
+  !> the communicator size; the block size is size(sendbuf) / nranks.
+  subroutine qc_alltoall(comm, sendbuf, recvbuf, layer, ierr)
+    type(qc_comm), intent(in) :: comm
+    real(c_float), contiguous, intent(in), target :: sendbuf(:)
+    real(c_float), contiguous, intent(inout), target :: recvbuf(:)
+    character(len=*), intent(in), optional :: layer
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: clayer(:)
+    type(c_ptr) :: player
+    integer(c_int) :: n, st
+    if (size(recvbuf) /= size(sendbuf)) then
+      call fail_here('qc_alltoall', 'recvbuf has a different size than sendbuf', ierr)
+      return
+    end if
+    n = 0
+    st = qc_comm_size_c(comm%ptr, n)
+    if (st /= QC_SUCCESS) then
+      call finish(st, 'qc_alltoall', ierr)
+      return
+    end if
+    if (mod(size(sendbuf), int(n)) /= 0) then
+      call fail_here('qc_alltoall', 'size(sendbuf) is not a multiple of the communicator size', ierr)
+      return
+    end if
+    player = c_null_ptr
+    if (present(layer)) then
+      call to_c_string(layer, clayer)
+      player = c_loc(clayer)
+    end if
+    call finish(qc_alltoall_c(comm%ptr, buf_ptr(sendbuf), buf_ptr(recvbuf), &
+                              size(sendbuf, kind=c_size_t) / int(n, c_size_t), &
+                              QC_DTYPE_FLOAT32, player, c_null_ptr), &
+                'qc_alltoall', ierr)
+  end subroutine qc_alltoall
+
+  ! ----------------------------------------------------------------------
+  ! 6. Error buffers
+  ! ----------------------------------------------------------------------
+
+  !> Residuals for error feedback on one tensor of count elements, all zero.
+  !> comm: the communicator whose rank and size it belongs to, or qc_comm()
+  !> (NULL) for a buffer used with qc_emulate_allreduce.
+  subroutine qc_error_buffer_create_i32(comm, count, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer(int32), intent(in) :: count
+    type(qc_error_buffer), intent(out) :: error_buffer
+    integer, intent(out), optional :: ierr
+    call qc_error_buffer_create_i64(comm, int(count, int64), error_buffer, ierr)
+  end subroutine qc_error_buffer_create_i32
+
+  subroutine qc_error_buffer_create_i64(comm, count, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer(int64), intent(in) :: count
+    type(qc_error_buffer), intent(out) :: error_buffer
+    integer, intent(out), optional :: ierr
+    if (count < 0) then
+      call fail_here('qc_error_buffer_create', 'count is negative', ierr)
+      return
+    end if
+    call finish(qc_error_buffer_create_c(comm%ptr, int(count, c_size_t), error_buffer%ptr), &
+                'qc_error_buffer_create', ierr)
+  end subroutine qc_error_buffer_create_i64
+
+  !> Release an error buffer and reset the handle to NULL.
+  subroutine qc_error_buffer_destroy(error_buffer, ierr)
+    type(qc_error_buffer), intent(inout) :: error_buffer
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+    st = qc_error_buffer_destroy_c(error_buffer%ptr)
+    error_buffer%ptr = c_null_ptr
+    call finish(st, 'qc_error_buffer_destroy', ierr)
+  end subroutine qc_error_buffer_destroy
+
+  subroutine qc_error_buffer_reset(error_buffer, ierr)
+    type(qc_error_buffer), intent(in) :: error_buffer
+    integer, intent(out), optional :: ierr
+    call finish(qc_error_buffer_reset_c(error_buffer%ptr), 'qc_error_buffer_reset', ierr)
+  end subroutine qc_error_buffer_reset
+
+  !> L2 norm of the residuals (computed in double).
+  subroutine qc_error_buffer_norm(error_buffer, l2_norm, ierr)
+    type(qc_error_buffer), intent(in) :: error_buffer
+    real(c_double), intent(out) :: l2_norm
+    integer, intent(out), optional :: ierr
+    l2_norm = 0
+    call finish(qc_error_buffer_norm_c(error_buffer%ptr, l2_norm), 'qc_error_buffer_norm', ierr)
+  end subroutine qc_error_buffer_norm
+
+  !> The residuals as a checkpoint image (allocated here to the exact size).
+  subroutine qc_error_buffer_save(error_buffer, image, ierr)
+    type(qc_error_buffer), intent(in) :: error_buffer
+    integer(c_int8_t), allocatable, target, intent(out) :: image(:)
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: needed, written
+    integer(c_int) :: st
+    needed = 0
+    st = qc_error_buffer_save_c(error_buffer%ptr, c_null_ptr, 0_c_size_t, needed)
+    if (st == QC_SUCCESS) then
+      allocate(image(needed))
+      st = qc_error_buffer_save_c(error_buffer%ptr, bytes_ptr(image), needed, written)
+    end if
+    call finish(st, 'qc_error_buffer_save', ierr)
+  end subroutine qc_error_buffer_save
+
+  !> Restore residuals from an image of qc_error_buffer_save.
+  subroutine qc_error_buffer_load(error_buffer, image, ierr)
+    type(qc_error_buffer), intent(in) :: error_buffer
+    integer(c_int8_t), contiguous, intent(in), target :: image(:)
+    integer, intent(out), optional :: ierr
+    call finish(qc_error_buffer_load_c(error_buffer%ptr, bytes_ptr(image), size(image, kind=c_size_t)), &
+                'qc_error_buffer_load', ierr)
+  end subroutine qc_error_buffer_load
+
+  ! ----------------------------------------------------------------------
+  ! 7. Codecs on their own
+  ! ----------------------------------------------------------------------
+
+  !> Upper bound on the bytes qc_encode writes for count elements.
+  subroutine qc_encoded_size_i32(policy, count, max_bytes, ierr)
+    type(qc_policy_t), intent(in) :: policy
+    integer(int32), intent(in) :: count
+    integer(int64), intent(out) :: max_bytes
+    integer, intent(out), optional :: ierr
+    call qc_encoded_size_i64(policy, int(count, int64), max_bytes, ierr)
+  end subroutine qc_encoded_size_i32
+
+  subroutine qc_encoded_size_i64(policy, count, max_bytes, ierr)
+    type(qc_policy_t), intent(in) :: policy
+    integer(int64), intent(in) :: count
+    integer(int64), intent(out) :: max_bytes
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: n
+    max_bytes = 0
+    if (count < 0) then
+      call fail_here('qc_encoded_size', 'count is negative', ierr)
+      return
+    end if
+    n = 0
+    call finish(qc_encoded_size_c(sized_policy(policy), int(count, c_size_t), n), 'qc_encoded_size', ierr)
+    max_bytes = int(n, int64)
+  end subroutine qc_encoded_size_i64
+
+  !> Encode src with the policy's codec into message, a self-describing
+  !> byte image allocated here to the bytes written.
+  subroutine qc_encode(policy, src, message, ierr)
+    type(qc_policy_t), intent(in) :: policy
+    real(c_float), contiguous, intent(in), target :: src(:)
+    integer(c_int8_t), allocatable, intent(out) :: message(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int8_t), allocatable, target :: work(:)
+    type(qc_policy_t) :: p
+    integer(c_size_t) :: capacity, written
+    integer(c_int) :: st
+    p = sized_policy(policy)
+    capacity = 0
+    written = 0
+    st = qc_encoded_size_c(p, size(src, kind=c_size_t), capacity)
+    if (st == QC_SUCCESS) then
+      allocate(work(capacity))
+      st = qc_encode_c(p, buf_ptr(src), size(src, kind=c_size_t), QC_DTYPE_FLOAT32, &
+                       bytes_ptr(work), capacity, written)
+    end if
+    if (st == QC_SUCCESS) then
+      message = work(1:written)
+    else
+      allocate(message(0))
+    end if
+    call finish(st, 'qc_encode', ierr)
+  end subroutine qc_encode
+
+  !> Decode a message of qc_encode into dst; size(dst) must be the
+  !> message's element count (else QC_ERROR_MISMATCH).
+  subroutine qc_decode(message, dst, ierr)
+    integer(c_int8_t), contiguous, intent(in), target :: message(:)
+    real(c_float), contiguous, intent(inout), target :: dst(:)
+    integer, intent(out), optional :: ierr
+    call finish(qc_decode_c(bytes_ptr(message), size(message, kind=c_size_t), buf_ptr(dst), &
+                            size(dst, kind=c_size_t), QC_DTYPE_FLOAT32), 'qc_decode', ierr)
+  end subroutine qc_decode
+
+  ! ----------------------------------------------------------------------
+  ! 8. Emulation
+  ! ----------------------------------------------------------------------
+
+  !> Allreduce over size(sendbufs, 2) virtual ranks in one call: column i
+  !> of sendbufs / recvbufs is rank i-1's buffer. error_buffers, if present,
+  !> holds one buffer per rank (each created with qc_comm() or for that
+  !> rank; a NULL entry is allowed). Bit-identical to a real run's first call.
+  subroutine qc_emulate_allreduce(sendbufs, recvbufs, op, policy, error_buffers, ierr)
+    real(c_float), contiguous, intent(in), target :: sendbufs(:, :)
+    real(c_float), contiguous, intent(inout), target :: recvbufs(:, :)
+    integer, intent(in) :: op
+    type(qc_policy_t), intent(in) :: policy
+    type(qc_error_buffer), intent(in), optional :: error_buffers(:)
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: sp(size(sendbufs, 2)), rp(size(sendbufs, 2))
+    type(c_ptr), target :: ebs(size(sendbufs, 2))
+    type(c_ptr) :: pebs
+    integer :: r, n
+    n = size(sendbufs, 2)
+    if (any(shape(recvbufs) /= shape(sendbufs))) then
+      call fail_here('qc_emulate_allreduce', 'recvbufs has a different shape than sendbufs', ierr)
+      return
+    end if
+    pebs = c_null_ptr
+    if (present(error_buffers)) then
+      if (size(error_buffers) /= n) then
+        call fail_here('qc_emulate_allreduce', 'error_buffers needs one entry per rank (column)', ierr)
+        return
+      end if
+      ebs = error_buffers(:)%ptr
+      if (n > 0) pebs = c_loc(ebs)
+    end if
+    do r = 1, n
+      sp(r) = buf_ptr(sendbufs(:, r))
+      rp(r) = buf_ptr(recvbufs(:, r))
+    end do
+    call finish(qc_emulate_allreduce_c(int(n, c_int), sp, rp, size(sendbufs, 1, kind=c_size_t), &
+                                       QC_DTYPE_FLOAT32, int(op, c_int), sized_policy(policy), pebs), &
+                'qc_emulate_allreduce', ierr)
+  end subroutine qc_emulate_allreduce
+
+  !> Alltoall over size(sendbufs, 2) virtual ranks: column i is rank i-1's
+  !> buffer, its size a multiple of the number of ranks.
+  subroutine qc_emulate_alltoall(sendbufs, recvbufs, policy, ierr)
+    real(c_float), contiguous, intent(in), target :: sendbufs(:, :)
+    real(c_float), contiguous, intent(inout), target :: recvbufs(:, :)
+    type(qc_policy_t), intent(in) :: policy
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: sp(size(sendbufs, 2)), rp(size(sendbufs, 2))
+    integer :: r, n
+    n = size(sendbufs, 2)
+    if (any(shape(recvbufs) /= shape(sendbufs))) then
+      call fail_here('qc_emulate_alltoall', 'recvbufs has a different shape than sendbufs', ierr)
+      return
+    end if
+    if (n > 0) then
+      if (mod(size(sendbufs, 1), n) /= 0) then
+        call fail_here('qc_emulate_alltoall', 'size(sendbufs, 1) is not a multiple of the number of ranks', ierr)
+        return
+      end if
+    end if
+    do r = 1, n
+      sp(r) = buf_ptr(sendbufs(:, r))
+      rp(r) = buf_ptr(recvbufs(:, r))
+    end do
+    call finish(qc_emulate_alltoall_c(int(n, c_int), sp, rp, &
+                                      size(sendbufs, 1, kind=c_size_t) / int(max(n, 1), c_size_t), &
+                                      QC_DTYPE_FLOAT32, sized_policy(policy)), &
+                'qc_emulate_alltoall', ierr)
+  end subroutine qc_emulate_alltoall
+
+end module qc
