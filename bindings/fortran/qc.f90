@@ -137,6 +137,9 @@ module qc
     real(c_float) :: topk_ratio = 0.01_c_float   ! (0, 1]
     integer(c_int) :: scale_update_period = 1    ! recompute scales every K calls
     integer(c_int64_t) :: seed = 0_c_int64_t     ! stochastic rounding seed
+    ! Appended after the first layout: messages smaller than this many bytes
+    ! go uncompressed (codec none); 0 = always compress.
+    integer(c_size_t) :: min_compress_bytes = 0_c_size_t
   end type qc_policy_t
 
   ! qc_comm_config_t: how qc_comm_create reaches its peers.

@@ -32,6 +32,7 @@ program test_qc_fortran
   call qc_policy_init(p, ierr)
   call check(ierr == QC_SUCCESS, 'qc_policy_init')
   call check(p%struct_size == c_sizeof(p), 'policy struct_size is the C sizeof')
+  call check(c_sizeof(p) == 64_c_size_t, 'qc_policy_t has the C layout (64 bytes on LP64)')
   q = qc_policy_t()   ! the component defaults, which mirror QC_POLICY_INIT
   call check(p%codec == q%codec .and. p%bits == q%bits .and. p%bucket_size == q%bucket_size .and. &
              p%rounding == q%rounding .and. p%algorithm == q%algorithm .and. &
