@@ -252,6 +252,18 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
 
+  /* A handle that names no communicator: a clear error, not an MPI abort. */
+  {
+    qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
+    qc_comm_t comm = NULL;
+    cfg.transport = QC_TRANSPORT_MPI;
+    cfg.mpi_comm = 12345;
+    CHECK(qc_comm_create(&cfg, &comm) == QC_ERROR_INVALID_ARGUMENT && comm == NULL,
+          "a bogus MPI handle");
+    cfg.mpi_comm = (int64_t)1 << 40;
+    CHECK(qc_comm_create(&cfg, &comm) == QC_ERROR_INVALID_ARGUMENT, "an out-of-range handle");
+  }
+
   if (peer_death) {
     check_peer_death();
   } else {

@@ -62,10 +62,14 @@ Status MpiTransport::create(MPI_Fint fortran_handle, std::unique_ptr<Transport>*
         "MPI is not initialized (or already finalized): call MPI_Init or MPI_Init_thread before "
         "qc_comm_create with QC_TRANSPORT_MPI; qc does not initialize MPI itself");
   }
+  // MPI_Comm_f2c of an unknown handle gives MPI_COMM_NULL or (OpenMPI) a
+  // null handle; passing either on would make MPI abort the whole job.
   const MPI_Comm user = MPI_Comm_f2c(fortran_handle);
-  if (user == MPI_COMM_NULL) {
-    return invalid_argument("argument 'config': field 'mpi_comm' is not a valid MPI communicator "
-                            "handle (MPI_Comm_f2c gives MPI_COMM_NULL)");
+  if (user == MPI_COMM_NULL || user == MPI_Comm()) {
+    return invalid_argument("argument 'config': field 'mpi_comm' (" +
+                            std::to_string(fortran_handle) +
+                            ") is not the Fortran handle of an MPI communicator; pass "
+                            "MPI_Comm_c2f(comm)");
   }
   MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
   int rc = MPI_Comm_dup(user, &data);
