@@ -65,12 +65,18 @@ Status allreduce_integers(CollectiveContext& ctx, int64_t* values, size_t count,
   const int right = (r + 1) % n;
   const int left = (r + n - 1) % n;
 
-  auto receive = [&](const Range& b) -> Status {
-    if (in.payload_size() != packed_bytes(b.count, width)) {
+  // Sends block `send` packed, receives block `recv` and checks its size.
+  auto exchange = [&](const Range& send, const Range& recv, uint32_t tag_step) -> Status {
+    out.reserve_payload(packed_bytes(send.count, width));
+    pack(values + send.begin, send.count, width, out.payload());
+    out.set_payload_size(packed_bytes(send.count, width));
+    in.reserve_payload(packed_bytes(recv.count, width));
+    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, left, &in, tag_step));
+    if (in.payload_size() != packed_bytes(recv.count, width)) {
       return corrupt_data("integer allreduce: a message of " + std::to_string(in.payload_size()) +
-                          " bytes where " + std::to_string(b.count) + " values of " +
+                          " bytes where " + std::to_string(recv.count) + " values of " +
                           std::to_string(width) + " bits need " +
-                          std::to_string(packed_bytes(b.count, width)));
+                          std::to_string(packed_bytes(recv.count, width)));
     }
     return Status::ok();
   };
@@ -79,25 +85,14 @@ Status allreduce_integers(CollectiveContext& ctx, int64_t* values, size_t count,
   for (int s = 0; s < n - 1; ++s) {
     const Range send = block_range(count, n, mod(r - s, n));
     const Range recv = block_range(count, n, mod(r - s - 1, n));
-    out.reserve_payload(packed_bytes(send.count, width));
-    pack(values + send.begin, send.count, width, out.payload());
-    out.set_payload_size(packed_bytes(send.count, width));
-    in.reserve_payload(packed_bytes(recv.count, width));
-    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, left, &in, step + static_cast<uint32_t>(s)));
-    QC_RETURN_IF_ERROR(receive(recv));
+    QC_RETURN_IF_ERROR(exchange(send, recv, step + static_cast<uint32_t>(s)));
     unpack_add(in.payload(), recv.count, width, values + recv.begin);
   }
   // Allgather of the summed blocks.
   for (int s = 0; s < n - 1; ++s) {
     const Range send = block_range(count, n, mod(r + 1 - s, n));
     const Range recv = block_range(count, n, mod(r - s, n));
-    out.reserve_payload(packed_bytes(send.count, width));
-    pack(values + send.begin, send.count, width, out.payload());
-    out.set_payload_size(packed_bytes(send.count, width));
-    in.reserve_payload(packed_bytes(recv.count, width));
-    QC_RETURN_IF_ERROR(
-        ctx.send_recv(right, &out, left, &in, step + static_cast<uint32_t>(n - 1 + s)));
-    QC_RETURN_IF_ERROR(receive(recv));
+    QC_RETURN_IF_ERROR(exchange(send, recv, step + static_cast<uint32_t>(n - 1 + s)));
     for (size_t i = 0; i < recv.count; ++i) values[recv.begin + i] = 0;
     unpack_add(in.payload(), recv.count, width, values + recv.begin);
   }

@@ -70,11 +70,13 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
 
   // 2. Encode on the shared grid.
   QC_RETURN_IF_ERROR(codec.set_global_norm(norm));
-  Message encoded;
-  Status s = ctx.encode(data, count, 0, &encoded);
+  // A scratch message of the context (no allocation once warm); the codes
+  // are read out below, before the integer allreduce reuses the scratch.
+  Message* encoded = ctx.messages(1);
+  Status s = ctx.encode(data, count, 0, encoded);
   codec.clear_global_norm();
   QC_RETURN_IF_ERROR(s);
-  const uint8_t* codes = encoded.payload() + kWireHeaderBytes + 4;
+  const uint8_t* codes = encoded->payload() + kWireHeaderBytes + 4;
 
   const uint32_t sign_bit = 1u << (bits - 1);
   const int M = static_cast<int>(sign_bit - 1u);
