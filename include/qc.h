@@ -191,14 +191,15 @@ typedef struct qc_policy {
   size_t min_compress_bytes; /* a message (allreduce: count x dtype size;
                                 alltoall: one block) smaller than this goes
                                 with codec none: below it compression costs
-                                more time than it saves; default 0 (always
-                                compress) */
+                                more time than it saves (docs/benchmarks.md:
+                                the crossover on a 1 Gbit/s link); 0 always
+                                compresses; default 16384 (16 KiB) */
 } qc_policy_t;
 
 #define QC_POLICY_INIT                                                      \
   {                                                                         \
     sizeof(qc_policy_t), QC_CODEC_NONE, 4, 128, QC_ROUND_NEAREST_EVEN,      \
-        QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0, 0                                  \
+        QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0, 16384                              \
   }
 
 /**

@@ -139,7 +139,7 @@ module qc
     integer(c_int64_t) :: seed = 0_c_int64_t     ! stochastic rounding seed
     ! Appended after the first layout: messages smaller than this many bytes
     ! go uncompressed (codec none); 0 = always compress.
-    integer(c_size_t) :: min_compress_bytes = 0_c_size_t
+    integer(c_size_t) :: min_compress_bytes = 16384_c_size_t
   end type qc_policy_t
 
   ! qc_comm_config_t: how qc_comm_create reaches its peers.

@@ -38,7 +38,8 @@ program test_qc_fortran
              p%rounding == q%rounding .and. p%algorithm == q%algorithm .and. &
              p%error_feedback == q%error_feedback .and. p%group_size == q%group_size .and. &
              p%topk_ratio == q%topk_ratio .and. p%scale_update_period == q%scale_update_period .and. &
-             p%seed == q%seed, 'policy defaults from C equal the Fortran component defaults')
+             p%seed == q%seed .and. p%min_compress_bytes == q%min_compress_bytes, &
+             'policy defaults from C equal the Fortran component defaults')
   call qc_comm_config_init(cfg, ierr)
   call check(ierr == QC_SUCCESS .and. cfg%struct_size == c_sizeof(cfg), 'qc_comm_config_init')
   call check(cfg%transport == QC_TRANSPORT_LOCAL .and. cfg%timeout_seconds == 300.0_c_double .and. &
@@ -74,7 +75,8 @@ program test_qc_fortran
     call qc_error_buffer_create(qc_comm(), n, ebs(r), ierr)
     call check(ierr == QC_SUCCESS, 'emulation error buffer')
   end do
-  p = qc_policy_t(codec=QC_CODEC_MINMAX, bits=4, algorithm=QC_ALGO_SRA, error_feedback=1)
+  p = qc_policy_t(codec=QC_CODEC_MINMAX, bits=4, algorithm=QC_ALGO_SRA, error_feedback=1, &
+                  min_compress_bytes=0_c_size_t)   ! a small array: compress anyway
   call qc_emulate_allreduce(sends, recvs, QC_OP_AVG, p, ebs, ierr)
   call check(ierr == QC_SUCCESS, 'qc_emulate_allreduce')
   do r = 2, nranks

@@ -137,6 +137,16 @@ Status CollectiveContext::native_allreduce_int64(int64_t* values, size_t count, 
   return s;
 }
 
+Status CollectiveContext::native_allreduce_float(const float* send, float* recv, size_t count) {
+  const auto start = Clock::now();
+  Status s = transport_.agree(signature_, deadline_);
+  if (s) s = transport_.allreduce_float(send, recv, count, deadline_);
+  // The agreement's two words, then ring-optimal 2 (n-1)/n of the data.
+  counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * (count * 4 + 16) / size_ : 0;
+  counters_.transport_seconds += seconds_since(start);
+  return s;
+}
+
 Status CollectiveContext::send(int peer, uint32_t step, Message* msg) {
   Request req;
   QC_RETURN_IF_ERROR(post_send(peer, step, msg, &req));

@@ -108,6 +108,11 @@ class CollectiveContext {
   bool has_native_integer_allreduce() const { return transport_.has_native_integer_allreduce(); }
   Status native_allreduce_int64(int64_t* values, size_t count, int width);
 
+  // The transport's own float32 sum, preceded by a check that every rank is
+  // in this call (the signature), since a native collective has no envelope.
+  bool has_native_float_allreduce() const { return transport_.has_native_float_allreduce(); }
+  Status native_allreduce_float(const float* send, float* recv, size_t count);
+
   // Shorthands for the common patterns.
   Status send(int peer, uint32_t step, Message* msg);
   Status recv(int peer, uint32_t step, Message* msg);

@@ -113,14 +113,22 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   std::unique_ptr<Codec> codec;
   QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
   const int n = comm->transport->size();
-  const qc_algorithm_t algorithm =
-      select_allreduce_algorithm(policy.algorithm, policy, n, count * dtype_size(dtype));
+  const bool float_sum = comm->transport->has_native_float_allreduce();
+  const qc_algorithm_t algorithm = select_allreduce_algorithm(
+      policy.algorithm, policy, n, count * dtype_size(dtype), float_sum);
+  // Native with codec none: the transport's own float sum (see transport.h).
+  const bool native_float = algorithm == QC_ALGO_NATIVE && policy.codec == QC_CODEC_NONE;
+  if (native_float && !float_sum) {
+    return unsupported(std::string("algorithm 'native' with codec none hands the sum to the "
+                                   "transport's own float allreduce, and the ") +
+                       comm->transport->name() + " transport has none; use auto or ring");
+  }
   GlobalCodec* global = nullptr;
-  if (algorithm == QC_ALGO_NATIVE) {
+  if (algorithm == QC_ALGO_NATIVE && !native_float) {
     global = dynamic_cast<GlobalCodec*>(codec.get());
     if (global == nullptr) {
       return unsupported(std::string("algorithm 'native' sums integer codes on one grid shared "
-                                     "by all ranks; it needs codec global_linear or "
+                                     "by all ranks; it needs codec none, global_linear or "
                                      "global_exp, not '") + codec_name(policy.codec) + "'");
     }
   }
@@ -144,12 +152,25 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
     }
   }
 
+  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
+                                            policy, algorithm);
+  const float avg_scale = 1.0f / static_cast<float>(n);
+  if (native_float && dtype == QC_DTYPE_FLOAT32 && !feedback) {
+    // No staging: the transport sums the caller's buffers directly.
+    float* out = static_cast<float*>(recvbuf);
+    QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, count * 4,
+                                      [&](CollectiveContext& ctx) {
+      return ctx.native_allreduce_float(static_cast<const float*>(sendbuf), out, count);
+    }));
+    if (op == QC_OP_AVG) {
+      for (size_t i = 0; i < count; ++i) out[i] *= avg_scale;
+    }
+    return Status::ok();
+  }
+
   std::vector<float>& work = comm->work;
   work.resize(count);
   cpu::to_float32(sendbuf, dtype, work.data(), count);
-
-  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
-                                            policy, algorithm);
   Status status = run_collective(comm, *codec, signature, count * dtype_size(dtype),
                                  [&](CollectiveContext& ctx) -> Status {
     ctx.set_seed(policy.seed);
@@ -161,6 +182,15 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
       case QC_ALGO_SRA: return allreduce_sra(ctx, work.data(), count);
       case QC_ALGO_TREE: return allreduce_tree(ctx, work.data(), count);
       case QC_ALGO_NATIVE:
+        if (native_float) {
+          // Codec none has no error; a residual left by an earlier grid
+          // was reset above, so only a loaded image can bring one here.
+          if (feedback) {
+            for (size_t i = 0; i < count; ++i) work[i] += residual[i];
+            std::fill(residual.begin(), residual.end(), 0.0f);
+          }
+          return ctx.native_allreduce_float(work.data(), work.data(), count);
+        }
         return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
                                 count, policy.bits);
       default: return internal_error("no algorithm selected");
@@ -178,8 +208,7 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   if (op == QC_OP_AVG) {
     // One division, at the end, in float32: residuals and partial sums stay
     // in units of the sum.
-    const float scale = 1.0f / static_cast<float>(n);
-    for (size_t i = 0; i < count; ++i) work[i] *= scale;
+    for (size_t i = 0; i < count; ++i) work[i] *= avg_scale;
   }
   cpu::from_float32(work.data(), dtype, recvbuf, count);
   return Status::ok();

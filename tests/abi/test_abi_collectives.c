@@ -245,6 +245,7 @@ static void test_allreduce_error_feedback_lossy_codec(void** state) {
   p.codec = QC_CODEC_MINMAX;
   p.bits = 2;
   p.error_feedback = 1;
+  p.min_compress_bytes = 0; /* 16 bytes: compressed only when asked to */
   QCT_OK(qc_set_layer_policy(comm, "emb", &p));
   QCT_OK(qc_error_buffer_create(comm, 4, &eb));
   QCT_OK(qc_allreduce(comm, x, y, 4, F32, QC_OP_SUM, "emb", eb, NULL));

@@ -31,7 +31,7 @@ static void test_policy_init_fills_defaults(void** state) {
   assert_true(p.topk_ratio == 0.01f);
   assert_int_equal(p.scale_update_period, 1);
   assert_int_equal(p.seed, 0);
-  assert_int_equal(p.min_compress_bytes, 0);
+  assert_int_equal(p.min_compress_bytes, 16384);
 }
 
 static void test_policy_init_struct_size_zero_means_first_layout(void** state) {

@@ -9,6 +9,7 @@
  * Prints one line per check; exits 1 on the first failure (after telling
  * MPI, so that no rank hangs). */
 #include <mpi.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +80,43 @@ static const qc_algorithm_t kAlgorithms[] = {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOU
                                              QC_ALGO_SRA, QC_ALGO_TREE, QC_ALGO_NATIVE,
                                              QC_ALGO_AUTO};
 
+/* Codec none with native or auto over MPI is MPI_Allreduce (qc.h): the
+ * sum agrees with the emulated ring to float rounding (the summation order
+ * is MPI's), the replicas are bit-identical, and an error buffer stays zero.
+ * `in` holds every rank's input (count values each). */
+static void check_transport_sum(qc_comm_t comm, const qc_policy_t* p, const float* in,
+                                size_t count) {
+  const int n = g_size;
+  float* out = malloc(sizeof(float) * count);
+  float* first = malloc(sizeof(float) * count);
+  qc_error_buffer_t eb = NULL;
+  double norm = -1;
+  size_t i;
+  int r;
+  CHECK(qc_error_buffer_create(NULL, count, &eb) == QC_SUCCESS, "eb");
+  CHECK(qc_allreduce(comm, in + (size_t)g_rank * count, out, count, QC_DTYPE_FLOAT32, QC_OP_AVG,
+                     "grad", p->error_feedback ? eb : NULL, NULL) == QC_SUCCESS,
+        "transport sum, algorithm %d: %s", (int)p->algorithm, qc_last_error());
+  for (i = 0; i < count; ++i) {
+    double exact = 0, mag = 0;
+    for (r = 0; r < n; ++r) {
+      exact += in[(size_t)r * count + i];
+      mag += fabs(in[(size_t)r * count + i]);
+    }
+    CHECK(fabs(out[i] - exact / n) <= 4.0 * n * FLT_EPSILON * mag / n,
+          "algorithm %d count %zu: element %zu is %.9g, exact %.9g", (int)p->algorithm, count, i,
+          out[i], exact / n);
+  }
+  memcpy(first, out, sizeof(float) * count);
+  MPI_Bcast(first, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  CHECK(memcmp(first, out, sizeof(float) * count) == 0, "replicas differ (count %zu)", count);
+  qc_error_buffer_norm(eb, &norm);
+  CHECK(norm == 0.0, "codec none left a residual norm %g", norm);
+  qc_error_buffer_destroy(eb);
+  free(out);
+  free(first);
+}
+
 /* Two calls in a row (the second sees the first's residuals), each on a
  * fresh communicator as each emulation is a fresh group. */
 static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_t algo,
@@ -101,6 +139,7 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
   p.algorithm = algo;
   p.topk_ratio = 0.25f;
   p.seed = 99;
+  p.min_compress_bytes = 0; /* small counts too go through the codec */
   for (r = 0; r < n; ++r) CHECK(qc_error_buffer_create(NULL, count, &emu_eb[r]) == QC_SUCCESS, "eb");
   CHECK(qc_error_buffer_create(NULL, count, &eb) == QC_SUCCESS, "eb");
   for (t = 0; t < 2; ++t) {
@@ -111,8 +150,15 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
       sp[r] = in + (size_t)r * count;
       rp[r] = emu + (size_t)r * count;
     }
-    s = qc_emulate_allreduce(n, sp, rp, count, QC_DTYPE_FLOAT32, QC_OP_AVG, &p, emu_eb);
     CHECK(qc_set_layer_policy(comm, "grad", &p) == QC_SUCCESS, "policy");
+    if (cc->codec == QC_CODEC_NONE && n > 1 &&
+        (algo == QC_ALGO_NATIVE || algo == QC_ALGO_AUTO)) {
+      /* Uncompressed: MPI_Allreduce sums, in its own order. */
+      check_transport_sum(comm, &p, in, count);
+      qc_comm_destroy(comm);
+      break;
+    }
+    s = qc_emulate_allreduce(n, sp, rp, count, QC_DTYPE_FLOAT32, QC_OP_AVG, &p, emu_eb);
     if (algo == QC_ALGO_NATIVE && cc->codec != QC_CODEC_GLOBAL_LINEAR &&
         cc->codec != QC_CODEC_GLOBAL_EXP) {
       CHECK(s == QC_ERROR_UNSUPPORTED, "emulated native with %s", cc->name);
@@ -190,14 +236,49 @@ static void check_alltoall_layers(void) {
   free(rp);
 }
 
+/* The default policy's min_compress_bytes (16 KiB): a 4 KB minmax message
+ * goes uncompressed (exact to float rounding), a 64 KB one is quantized. */
+static void check_min_compress_bytes(void) {
+  const size_t counts[] = {1000, 16384};
+  size_t c, i;
+  for (c = 0; c < 2; ++c) {
+    const size_t count = counts[c];
+    qc_comm_t comm = make_comm(60.0);
+    qc_policy_t p = QC_POLICY_INIT;
+    float* x = malloc(sizeof(float) * count);
+    float* y = malloc(sizeof(float) * count);
+    double worst = 0;
+    p.codec = QC_CODEC_MINMAX;
+    p.bits = 2;
+    CHECK(p.min_compress_bytes == 16384, "default min_compress_bytes %zu", p.min_compress_bytes);
+    CHECK(qc_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "policy");
+    for (i = 0; i < count; ++i) x[i] = (float)((i * 7 + 3) % 11) * 0.125f;
+    CHECK(qc_allreduce(comm, x, y, count, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL) ==
+              QC_SUCCESS, "allreduce: %s", qc_last_error());
+    /* Multiples of 1/8 add exactly in any order. */
+    for (i = 0; i < count; ++i) worst = fmax(worst, fabs(y[i] - (double)g_size * x[i]));
+    if (count * 4 < p.min_compress_bytes)
+      CHECK(worst == 0.0, "count %zu below the threshold: error %g", count, worst);
+    else
+      CHECK(worst > 0.01, "count %zu above the threshold: 2-bit error only %g", count, worst);
+    qc_comm_destroy(comm);
+    free(x);
+    free(y);
+  }
+}
+
 /* One rank passes another count: QC_ERROR_MISMATCH on every rank, and the
  * communicator stays broken. */
-static void check_mismatch(void) {
+static void check_mismatch(qc_codec_t codec) {
   qc_comm_t comm = make_comm(30.0);
+  qc_policy_t p = QC_POLICY_INIT;
   float x[64], y[64];
   qc_status_t s;
   double t0 = MPI_Wtime();
   size_t count = g_rank == g_size - 1 ? 40 : 64;
+  p.codec = codec;
+  p.min_compress_bytes = 0;
+  CHECK(qc_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "policy");
   fill_input(x, 64, g_rank, 3);
   s = qc_allreduce(comm, x, y, count, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL);
   CHECK(s == QC_ERROR_MISMATCH, "a count mismatch gave %s", qc_status_string(s));
@@ -280,7 +361,10 @@ int main(int argc, char** argv) {
     if (g_rank == 0) printf("allreduce over MPI = emulation: every codec x algorithm x count\n");
     check_alltoall_layers();
     if (g_rank == 0) printf("alltoall with per-layer widths = emulation\n");
-    check_mismatch();
+    check_min_compress_bytes();
+    if (g_rank == 0) printf("below min_compress_bytes: uncompressed, MPI's sum\n");
+    check_mismatch(QC_CODEC_NONE);   /* the agreement before MPI_Allreduce */
+    check_mismatch(QC_CODEC_MINMAX); /* qc's own messages */
     if (g_rank == 0) printf("count mismatch -> QC_ERROR_MISMATCH on every rank\n");
   }
   MPI_Finalize();

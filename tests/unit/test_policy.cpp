@@ -273,7 +273,7 @@ TEST(MinCompressBytes, OlderStructSizeGetsTheDefault) {
   qc_policy_t back = QC_POLICY_INIT;
   ASSERT_EQ(qc_get_layer_policy(g[0], "x", &back), QC_SUCCESS);
   EXPECT_EQ(back.codec, QC_CODEC_MINMAX);
-  EXPECT_EQ(back.min_compress_bytes, 0u);
+  EXPECT_EQ(back.min_compress_bytes, 16384u);
   p.struct_size = offsetof(qc_policy_t, min_compress_bytes) - 1;
   EXPECT_EQ(qc_set_layer_policy(g[0], "x", &p), QC_ERROR_INVALID_ARGUMENT);
 }

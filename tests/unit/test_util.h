@@ -230,8 +230,11 @@ inline std::vector<Bytes> encode_all(const std::vector<std::vector<float>>& in, 
 // ---------------------------------------------------------------------------
 // Local groups and the thread driver
 // ---------------------------------------------------------------------------
+// The tests exercise codecs on small messages: they compress every size
+// (min_compress_bytes 0) unless a test is about the threshold.
 inline qc_policy_t make_policy(qc_algorithm_t algo = QC_ALGO_AUTO, int group_size = 8) {
   qc_policy_t p = QC_POLICY_INIT;
+  p.min_compress_bytes = 0;
   p.algorithm = algo;
   p.group_size = group_size;
   return p;

@@ -47,6 +47,9 @@ void usage(std::FILE* out) {
 "      --rounding MODE     nearest | stochastic (default nearest)\n"
 "      --seed N            stochastic rounding seed (default 0)\n"
 "      --ef                error feedback on (allreduce)\n"
+"      --min-compress SIZE policy min_compress_bytes: smaller messages go\n"
+"                          uncompressed (default 0 here, so every row measures\n"
+"                          its codec; 'lib' = the library's default)\n"
 "  -d, --dtype TYPE        float | half | bfloat16 (default float)\n"
 "  -r, --redop OP          sum | avg (default sum)\n"
 "  -w, --warmup_iters N    untimed iterations per row (default 2)\n"
@@ -220,6 +223,8 @@ Options parse_args(int argc, char** argv) {
     std::fprintf(stderr, "qc-perf: error: qc_policy_init failed: %s\n", qc_last_error());
     std::exit(2);
   }
+  // A benchmark of codecs compresses every size unless told otherwise.
+  opt.policy.min_compress_bytes = 0;
   for (int i = 0; i < argc; ++i) opt.command_line += std::string(i ? " " : "") + argv[i];
 
   struct Flag {
@@ -236,6 +241,7 @@ Options parse_args(int argc, char** argv) {
       {'w', "warmup_iters", true}, {'i', "iters", true},  {'t', "timeout", true},
       {'J', "json", true},       {'h', "help", false},
       {0, "transport", true},    {0, "profile", false},
+      {0, "min-compress", true},
   };
   bool algos_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -292,6 +298,14 @@ Options parse_args(int argc, char** argv) {
         opt.mpi = true;
       } else usage_error("unknown transport '" + value + "' for --transport (local, mpi)");
     } else if (ln == "profile") opt.profile = true;
+    else if (ln == "min-compress") {
+      if (lower(value) == "lib") {
+        qc_policy_t lib = QC_POLICY_INIT;
+        opt.policy.min_compress_bytes = lib.min_compress_bytes;
+      } else {
+        opt.policy.min_compress_bytes = parse_size(name, value);
+      }
+    }
     else if (ln == "minbytes") opt.min_bytes = parse_size(name, value);
     else if (ln == "maxbytes") {
       opt.max_bytes = parse_size(name, value);
@@ -571,8 +585,14 @@ int run_sweep(const Options& opt) {
             rows.push_back(row);
             continue;
           }
+          // What the library will send: below min_compress_bytes, codec none.
+          qc_policy_t sent = policy;
+          if (step.count * dtype_size(opt.dtype) < policy.min_compress_bytes)
+            sent.codec = QC_CODEC_NONE;
+          const bool native_ok =
+              is_global_codec(sent.codec) || (sent.codec == QC_CODEC_NONE && opt.mpi);
           const ErrorModel model =
-              error_model(op, opt.nranks, opt.dtype, opt.redop, policy, stats);
+              error_model(op, opt.nranks, opt.dtype, opt.redop, sent, stats);
           row.bound = model.bound;
           if (!mpi_all(group.intact()) && !mpi_all(group.create(&err) == QC_SUCCESS)) {
             std::fprintf(stderr, "qc-perf: error: cannot recreate the local group: %s\n",
@@ -612,7 +632,7 @@ int run_sweep(const Options& opt) {
               // envelopes); SRA itself must be within ideal .. ideal + allowance.
               double ideal = 0;
               for (int r = 0; r < opt.nranks; ++r)
-                ideal += double(sra_ideal_bytes(policy, opt.dtype, opt.nranks, r, step.count));
+                ideal += double(sra_ideal_bytes(sent, opt.dtype, opt.nranks, r, step.count));
               ideal /= opt.nranks;
               row.wire_ideal = ideal > 0 ? rr.wire_bytes / ideal
                                          : std::numeric_limits<double>::quiet_NaN();
@@ -620,7 +640,7 @@ int run_sweep(const Options& opt) {
                 const double allow = double(sra_allowance_bytes(opt.nranks));
                 for (int r = 0; r < opt.nranks && row.wire_ok; ++r) {
                   const double id =
-                      double(sra_ideal_bytes(policy, opt.dtype, opt.nranks, r, step.count));
+                      double(sra_ideal_bytes(sent, opt.dtype, opt.nranks, r, step.count));
                   const double w = rr.wire_per_rank[r];
                   if (w < id || w > id + allow) {
                     row.wire_ok = false;
@@ -637,11 +657,12 @@ int run_sweep(const Options& opt) {
           progress.end();
           if (!rr.ok) {
             const std::string msg = std::string(qc_status_string(rr.status)) + ": " + rr.message;
-            if (op == Op::Allreduce && algo == QC_ALGO_NATIVE && !is_global_codec(codec) &&
+            if (op == Op::Allreduce && algo == QC_ALGO_NATIVE && !native_ok &&
                 rr.status == QC_ERROR_UNSUPPORTED && !rr.policy_failed) {
-              // native needs a global codec: not a failure, the pair does not exist.
+              // native needs a global codec (or none on MPI): the pair does not exist.
               row.na = true;
-              row.failure = "n/a (native needs global_linear or global_exp)";
+              row.failure = opt.mpi ? "n/a (native needs none, global_linear or global_exp)"
+                                    : "n/a (native needs global_linear or global_exp)";
             } else if (rr.policy_failed || rr.status == QC_ERROR_UNSUPPORTED) {
               std::fflush(stdout);
               std::fprintf(stderr,
@@ -655,7 +676,7 @@ int run_sweep(const Options& opt) {
               row.ran = false;
               row.failure = msg + " (rank " + std::to_string(rr.failed_rank) + ")";
             }
-          } else if (op == Op::Allreduce && algo == QC_ALGO_NATIVE && !is_global_codec(codec)) {
+          } else if (op == Op::Allreduce && algo == QC_ALGO_NATIVE && !native_ok) {
             row.wire_ok = false;
             row.wire_note = "native with a non-global codec succeeded; QC_ERROR_UNSUPPORTED expected";
           }

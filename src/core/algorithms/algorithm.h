@@ -33,6 +33,8 @@ Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
 
 // QC_ALGO_AUTO's rule (docs/algorithms.md, qc.h):
 //  1 rank                              -> ring (no steps, one encode/decode)
+//  codec none (also: a message below min_compress_bytes) on a transport
+//  with its own float sum (MPI)        -> native (the transport's allreduce)
 //  global_linear, or global_exp with bits <= 5 (one fixed-point limb)
 //                                      -> native (exact integer sum, no
 //                                         requantization)
@@ -41,7 +43,9 @@ Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
 //                                         requantized at most twice)
 constexpr size_t kAutoSmallMessageBytes = 64 * 1024;
 constexpr int kAutoNativeExpMaxBits = 5;
+// `policy` is the call's effective policy (effective_policy()).
 qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, const qc_policy_t& policy,
-                                          int nranks, size_t message_bytes);
+                                          int nranks, size_t message_bytes,
+                                          bool transport_float_sum);
 
 }  // namespace qc

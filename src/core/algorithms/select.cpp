@@ -3,9 +3,13 @@
 namespace qc {
 
 qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, const qc_policy_t& policy,
-                                          int nranks, size_t message_bytes) {
+                                          int nranks, size_t message_bytes,
+                                          bool transport_float_sum) {
   if (requested != QC_ALGO_AUTO) return requested;
   if (nranks == 1) return QC_ALGO_RING;
+  // Uncompressed data gains nothing from qc's steps: the transport's own
+  // allreduce (tuned for its network, no staging copies) is faster.
+  if (policy.codec == QC_CODEC_NONE && transport_float_sum) return QC_ALGO_NATIVE;
   // The global codecs put every rank on one grid: their codes add up exactly
   // as integers, which beats any scheme that decodes and re-encodes.
   if (policy.codec == QC_CODEC_GLOBAL_LINEAR) return QC_ALGO_NATIVE;

@@ -41,6 +41,9 @@ class Backoff {
  public:
   void pause() {
     const auto waited = Clock::now() - start_;
+    // Small messages complete within microseconds if we keep driving MPI's
+    // progress; even a yield (a system call) would double their latency.
+    if (waited < std::chrono::microseconds(200)) return;
     if (waited < std::chrono::milliseconds(5)) {
       std::this_thread::yield();
       return;
@@ -275,6 +278,31 @@ Status MpiTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
   }
 }
 
+Status MpiTransport::wait_collective(MPI_Request* request, Deadline deadline, const char* what) {
+  Backoff backoff;
+  for (;;) {
+    int flag = 0;
+    const int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      Status bad = mpi_error(rc, what);
+      abort(bad);
+      return bad;
+    }
+    if (flag) return Status::ok();
+    if (poll_abort() || Clock::now() >= deadline) {
+      Status bad = failure() ? timeout_error("rank " + std::to_string(rank_) + " timed out in " +
+                                             what)
+                             : failure();
+      abort(bad);
+      // A collective can be neither cancelled nor freed: it stays with the
+      // (now broken) communicator.
+      orphans_.push_back(*request);
+      return bad;
+    }
+    backoff.pause();
+  }
+}
+
 Status MpiTransport::allreduce_int64(int64_t* values, size_t count, int width,
                                      Deadline deadline) {
   // int32 when the sums fit (half the bytes), else int64.
@@ -291,31 +319,49 @@ Status MpiTransport::allreduce_int64(int64_t* values, size_t count, int width,
                           : MPI_Iallreduce(MPI_IN_PLACE, values + done, static_cast<int>(chunk),
                                            MPI_INT64_T, MPI_SUM, data_, &request);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Iallreduce");
-    Backoff backoff;
-    for (;;) {
-      int flag = 0;
-      const int trc = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
-      if (trc != MPI_SUCCESS) {
-        Status bad = mpi_error(trc, "MPI_Iallreduce");
-        abort(bad);
-        return bad;
-      }
-      if (flag) break;
-      if (poll_abort() || Clock::now() >= deadline) {
-        Status bad = failure() ? timeout_error("rank " + std::to_string(rank_) +
-                                               " timed out in the integer allreduce")
-                               : failure();
-        abort(bad);
-        // A collective can be neither cancelled nor freed: it stays with
-        // the (now broken) communicator.
-        orphans_.push_back(request);
-        return bad;
-      }
-      backoff.pause();
-    }
+    QC_RETURN_IF_ERROR(wait_collective(&request, deadline, "the integer allreduce"));
     done += chunk;
   }
   if (narrow) std::copy(narrow_values.begin(), narrow_values.end(), values);
+  return Status::ok();
+}
+
+Status MpiTransport::allreduce_float(const float* send, float* recv, size_t count,
+                                     Deadline deadline) {
+  // Blocking on purpose. The agreement just showed every rank inside this
+  // call, so only a crash (which ends an MPI job anyway) or a stopped
+  // process can keep MPI_Allreduce from returning; and the blocking form
+  // runs MPI's tuned algorithms, 1.5 to 3 times faster than the
+  // non-blocking schedule (OpenMPI 4.1, shared memory, 4 KiB to 4 MiB).
+  (void)deadline;
+  size_t done = 0;
+  while (done < count) {
+    const size_t chunk = std::min(count - done, static_cast<size_t>(INT_MAX));
+    const void* from = send == recv ? MPI_IN_PLACE : static_cast<const void*>(send + done);
+    const int rc =
+        MPI_Allreduce(from, recv + done, static_cast<int>(chunk), MPI_FLOAT, MPI_SUM, data_);
+    if (rc != MPI_SUCCESS) {
+      Status bad = mpi_error(rc, "MPI_Allreduce");
+      abort(bad);
+      return bad;
+    }
+    done += chunk;
+  }
+  return Status::ok();
+}
+
+Status MpiTransport::agree(uint64_t value, Deadline deadline) {
+  // min(v) == v and min(~v) == ~v (i.e. max(v) == v) on a rank means every
+  // rank passed v; every rank gets the same minima, so all see a difference.
+  uint64_t lanes[2] = {value, ~value};
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Iallreduce(MPI_IN_PLACE, lanes, 2, MPI_UINT64_T, MPI_MIN, data_, &request);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Iallreduce");
+  QC_RETURN_IF_ERROR(wait_collective(&request, deadline, "the call agreement"));
+  if (lanes[0] != value || lanes[1] != ~value) {
+    return mismatch("the ranks disagree on the count, dtype, op, layer or policy of this call "
+                    "(checked before the transport's own allreduce)");
+  }
   return Status::ok();
 }
 

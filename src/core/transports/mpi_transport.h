@@ -15,6 +15,16 @@
 // deadline; between rounds it yields, then sleeps with a growing pause
 // (up to 1 ms), so a rank waiting for a slow peer does not burn a core.
 //
+// Uncompressed allreduces (codec none under QC_ALGO_AUTO or NATIVE) skip
+// qc's messages: agree() checks, with a 16-byte MPI_Iallreduce under the
+// deadline, that every rank is in the same call (the signature), then
+// allreduce_float() is one blocking MPI_Allreduce. Blocking, because after
+// the agreement only a crash or a stopped process could keep it from
+// returning, and MPI's tuned blocking algorithms are much faster than its
+// non-blocking schedules. Ranks that disagree on whether a call is
+// compressed at all (one on qc's messages, one on MPI_Allreduce) cannot
+// compare signatures: they fail with QC_ERROR_TIMEOUT at the deadline.
+//
 // A rank that fails (timeout, mismatch, damaged data) sends every peer an
 // abort notice with its status; a peer that sees one fails its current and
 // every later call with that status. Requests still pending then are
@@ -48,6 +58,9 @@ class MpiTransport final : public Transport {
   Status wait_all(Request* reqs, size_t count, Deadline deadline) override;
   bool has_native_integer_allreduce() const override { return true; }
   Status allreduce_int64(int64_t* values, size_t count, int width, Deadline deadline) override;
+  bool has_native_float_allreduce() const override { return true; }
+  Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) override;
+  Status agree(uint64_t value, Deadline deadline) override;
   void abort(const Status& reason) override;
   Status failure() const override;
 
@@ -58,6 +71,8 @@ class MpiTransport final : public Transport {
   bool poll_abort();
   void set_failure(const Status& s);
   void release_pending(Request* reqs, size_t count);
+  // Waits for one MPI collective request; `what` names it in errors.
+  Status wait_collective(MPI_Request* request, Deadline deadline, const char* what);
   // Waits for the MPI requests in `pending` (null entries are done).
   Status wait_requests(std::vector<MPI_Request*>& pending, Deadline deadline);
 

@@ -60,6 +60,22 @@ class Transport {
     return unsupported(std::string("the ") + name() + " transport has no native integer allreduce");
   }
 
+  // A native float32 sum (MPI_Allreduce with MPI_SUM), used for uncompressed
+  // allreduces (codec none, or a message below the policy's
+  // min_compress_bytes) when QC_ALGO_AUTO or QC_ALGO_NATIVE picks it.
+  // `send` == `recv` sums in place. Before it, agree() must have shown that
+  // every rank is in the same call: a native collective has no envelope.
+  virtual bool has_native_float_allreduce() const { return false; }
+  virtual Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) {
+    return unsupported(std::string("the ") + name() + " transport has no native float allreduce");
+  }
+  // Collective check that every rank passed the same `value` (the call's
+  // signature): QC_ERROR_MISMATCH on every rank otherwise. Only transports
+  // with a native float allreduce need it.
+  virtual Status agree(uint64_t value, Deadline deadline) {
+    return unsupported(std::string("the ") + name() + " transport has no native agreement");
+  }
+
   // Mark the group failed with `reason` and wake every waiting rank.
   virtual void abort(const Status& reason) = 0;
   // QC_SUCCESS while the group is healthy, else the status that broke it.
