@@ -146,8 +146,9 @@ typedef enum qc_algorithm QC_ENUM_BASE {
   QC_ALGO_RECURSIVE_DOUBLING = 2, /* paper 000 Alg. 3-5 */
   QC_ALGO_SRA = 3,                /* scatter-reduce-allgather (papers 003, 004) */
   QC_ALGO_TREE = 4,               /* binomial reduce + broadcast */
-  QC_ALGO_NATIVE = 5              /* agree on one norm, sum integer codes exactly
-                                     (global_linear / global_exp only) */
+  QC_ALGO_NATIVE = 5              /* global_linear / global_exp: agree on one
+                                     norm, sum integer codes exactly; none:
+                                     the transport's own sum (MPI_Allreduce) */
 } qc_algorithm_t;
 
 typedef enum qc_rounding QC_ENUM_BASE {
@@ -328,8 +329,13 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   rounding. The residuals are updated only when the call succeeds.
  * stream: NULL for host memory (a CUDA stream once the CUDA build lands).
  *
- * QC_ALGO_AUTO chooses per call (docs/algorithms.md): one rank needs no
- * algorithm; global_linear, and global_exp with bits <= 5, use native (one
+ * A message below the policy's min_compress_bytes (default 16 KiB) goes with
+ * codec none. QC_ALGO_AUTO then chooses per call (docs/algorithms.md): one
+ * rank needs no algorithm; codec none on a transport with its own float sum
+ * (MPI) uses native, i.e. MPI_Allreduce after a 16-byte check that every
+ * rank is in the same call (its summation order is MPI's, so results match
+ * qc_emulate_allreduce to float rounding, not bit for bit); global_linear,
+ * and global_exp with bits <= 5, use native (one
  * agreed norm, integer codes summed exactly, no requantization); otherwise a
  * per-rank message below 64 KiB uses recursive doubling (fewest steps) and
  * anything larger SRA (bandwidth-optimal, each value requantized at most
@@ -339,7 +345,8 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   policy, or when error_buffer was made for another count or belongs to
  *   another rank or group size; QC_ERROR_TIMEOUT when a peer does not arrive
  *   in time; QC_ERROR_UNSUPPORTED for a codec or algorithm not in this build
- *   (algorithm native with a codec other than the global ones). After a
+ *   (algorithm native with a codec other than none and the global ones, or
+ *   with none on a transport without its own float sum). After a
  *   MISMATCH, TIMEOUT, TRANSPORT or CORRUPT_DATA failure the communicator is
  *   broken: every later collective on it returns the same status.
  */
