@@ -287,6 +287,46 @@ typedef struct qc_stats {
 /** Copy the counters into *stats; stats->struct_size must be set. */
 QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
 
+/*
+ * Counters per layer name (the `layer` argument of the collectives; NULL
+ * counts as "*"), for this rank, so a user can see where compression pays.
+ * A fused call (qc_allreduce_segments) counts once for each of its layers and
+ * splits its wire bytes and times among them in proportion to their encoded
+ * sizes.
+ * last_rel_error: ||x - decode(encode(x))|| / ||x|| of this rank's first
+ *   encode in the layer's last call (with error feedback: of the compensated
+ *   value), a cheap estimate from one message; 0 for lossless codecs, -1
+ *   when not measured (a fused call, or nothing encoded).
+ * mean_sq_norm: squared L2 norm of this rank's input for the layer, averaged
+ *   over its calls (what adaptive bit widths use).
+ */
+typedef struct qc_layer_stats {
+  size_t struct_size; /* set by the caller: sizeof(qc_layer_stats_t) */
+  uint64_t calls;
+  uint64_t count;     /* elements in the last call */
+  uint64_t logical_bytes;
+  uint64_t wire_bytes;
+  double codec_seconds;
+  double transport_seconds;
+  double last_rel_error;
+  double mean_sq_norm;
+} qc_layer_stats_t;
+
+/** The counters of layer `layer` (NULL means "*"); a name no call has used
+ *  yet gives all zeros (calls == 0). stats->struct_size must be set. */
+QC_API qc_status_t qc_comm_get_layer_stats(qc_comm_t comm, const char* layer,
+                                           qc_layer_stats_t* stats);
+
+/** The layers seen so far, in byte order of their names: *count of them. */
+QC_API qc_status_t qc_comm_layer_count(qc_comm_t comm, size_t* count);
+
+/** The name of layer `index` (0 <= index < qc_comm_layer_count) copied into
+ *  name[0..capacity) with its NUL; *length gets strlen(name). With
+ *  capacity 0 (name may be NULL) only *length is written; a capacity too
+ *  small for the name and its NUL gives QC_ERROR_INVALID_ARGUMENT. */
+QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, size_t capacity,
+                                      size_t* length);
+
 /**
  * Set the policy for layers whose name matches `pattern`.
  * Patterns are exact names or globs with `*` (any run of characters) and `?`

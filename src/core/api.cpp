@@ -1,6 +1,8 @@
 // Entry points for versions, errors, policies and communicators. Every
 // function validates its arguments and delegates; QC_API_CALL keeps
 // exceptions inside and records failures for qc_last_error().
+#include <cstring>
+#include <iterator>
 #include <cmath>
 #include <string>
 
@@ -147,6 +149,58 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats) {
     }
     copy.struct_size = sizeof(qc_stats_t);
     return write_struct(copy, kStatsV0Size, "stats", "qc_stats_t", stats);
+  });
+}
+
+QC_API qc_status_t qc_comm_get_layer_stats(qc_comm_t comm, const char* layer,
+                                           qc_layer_stats_t* stats) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    qc_layer_stats_t copy{};
+    {
+      std::lock_guard<std::mutex> lock(comm->stats_mutex);
+      auto it = comm->layer_stats.find(layer != nullptr ? layer : "*");
+      if (it != comm->layer_stats.end()) copy = it->second;
+    }
+    copy.struct_size = sizeof(qc_layer_stats_t);
+    return write_struct(copy, sizeof(qc_layer_stats_t), "stats", "qc_layer_stats_t", stats);
+  });
+}
+
+QC_API qc_status_t qc_comm_layer_count(qc_comm_t comm, size_t* count) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require(count, "count"));
+    std::lock_guard<std::mutex> lock(comm->stats_mutex);
+    *count = comm->layer_stats.size();
+    return Status::ok();
+  });
+}
+
+QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, size_t capacity,
+                                      size_t* length) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require(length, "length"));
+    if (capacity > 0) QC_RETURN_IF_ERROR(require(name, "name"));
+    std::string found;
+    {
+      std::lock_guard<std::mutex> lock(comm->stats_mutex);
+      if (index >= comm->layer_stats.size()) {
+        return invalid_argument("argument 'index' is " + std::to_string(index) + " but " +
+                                std::to_string(comm->layer_stats.size()) + " layers were seen");
+      }
+      found = std::next(comm->layer_stats.begin(), static_cast<std::ptrdiff_t>(index))->first;
+    }
+    *length = found.size();
+    if (capacity == 0) return Status::ok();
+    if (capacity < found.size() + 1) {
+      return invalid_argument("argument 'capacity' is " + std::to_string(capacity) +
+                              " but layer " + std::to_string(index) + "'s name needs " +
+                              std::to_string(found.size() + 1) + " bytes with its NUL");
+    }
+    std::memcpy(name, found.c_str(), found.size() + 1);
+    return Status::ok();
   });
 }
 

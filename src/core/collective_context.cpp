@@ -1,6 +1,7 @@
 #include "core/collective_context.h"
 
 #include "core/byte_order.h"
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -51,8 +52,39 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
     s = codec_.encode(src, count, key, msg->payload(), msg->payload_capacity(), &written);
   }
   msg->set_payload_size(written);
+  if (s && estimate_error_ && !estimated_ && count > 0) {
+    estimated_ = true;
+    double err = 0, sig = 0;
+    if (residual_ != nullptr) {
+      // The new residual is exactly the compensated value's error (relative
+      // to the uncompensated input: the old residual is gone by now).
+      const float* e = residual_ + element_offset;
+      for (size_t i = 0; i < count; ++i) {
+        err += double(e[i]) * e[i];
+        sig += double(src[i]) * src[i];
+      }
+    } else {
+      estimate_scratch_.resize(count);
+      Status d = codec_.decode(msg->payload(), written, estimate_scratch_.data(), count);
+      if (d) {
+        for (size_t i = 0; i < count; ++i) {
+          const double diff = double(src[i]) - estimate_scratch_[i];
+          err += diff * diff;
+          sig += double(src[i]) * src[i];
+        }
+      }
+    }
+    error_sq_ = err;
+    signal_sq_ = sig;
+  }
   counters_.codec_seconds += seconds_since(start);
   return s;
+}
+
+double CollectiveContext::error_estimate() const {
+  if (!estimated_) return -1.0;
+  if (signal_sq_ <= 0) return error_sq_ > 0 ? -1.0 : 0.0;
+  return std::sqrt(error_sq_ / signal_sq_);
 }
 
 Status CollectiveContext::decode(const uint8_t* data, size_t size, float* dst, size_t count) {

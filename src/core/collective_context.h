@@ -108,6 +108,12 @@ class CollectiveContext {
   bool has_native_integer_allreduce() const { return transport_.has_native_integer_allreduce(); }
   Status native_allreduce_int64(int64_t* values, size_t count, int width);
 
+  // Measure the relative error of the first lossy encode of this call
+  // (one extra decode of one message): error_estimate() afterwards gives
+  // ||x - decode(encode(x))|| / ||x||, or -1 if nothing was encoded.
+  void request_error_estimate() { estimate_error_ = true; }
+  double error_estimate() const;
+
   // The transport's own float32 sum, preceded by a check that every rank is
   // in this call (the signature), since a native collective has no envelope.
   bool has_native_float_allreduce() const { return transport_.has_native_float_allreduce(); }
@@ -135,6 +141,11 @@ class CollectiveContext {
   uint64_t seed_ = 0;
   float* residual_ = nullptr;
   size_t residual_count_ = 0;
+  bool estimate_error_ = false;
+  bool estimated_ = false;
+  double error_sq_ = 0;
+  double signal_sq_ = 0;
+  std::vector<float> estimate_scratch_;
 };
 
 }  // namespace qc

@@ -1,6 +1,7 @@
 #include "core/communicator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -59,21 +60,46 @@ Status broken_status(const Status& cause) {
 // the group so that no peer waits for this rank until its timeout.
 template <typename Run>
 Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
-                      uint64_t logical_bytes, Run&& run) {
+                      uint64_t logical_bytes, const std::vector<LayerShare>& layers, Run&& run) {
   const uint64_t sequence = comm->next_sequence++;
   const Deadline deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(comm->timeout_seconds));
   CollectiveContext ctx(*comm->transport, codec, comm->scratch, sequence, signature, deadline);
+  const bool single = layers.size() == 1;
+  if (single && !codec.is_lossless()) ctx.request_error_estimate();
   Status status = run(ctx);
   if (!status) comm->transport->abort(status);
+  const CallCounters& c = ctx.counters();
   std::lock_guard<std::mutex> lock(comm->stats_mutex);
   comm->stats.calls += 1;
   comm->stats.logical_bytes += logical_bytes;
-  comm->stats.wire_bytes += ctx.counters().wire_bytes;
-  comm->stats.codec_seconds += ctx.counters().codec_seconds;
-  comm->stats.transport_seconds += ctx.counters().transport_seconds;
+  comm->stats.wire_bytes += c.wire_bytes;
+  comm->stats.codec_seconds += c.codec_seconds;
+  comm->stats.transport_seconds += c.transport_seconds;
+  for (const LayerShare& share : layers) {
+    qc_layer_stats_t& ls = comm->layer_stats[share.name];
+    ls.struct_size = sizeof(qc_layer_stats_t);
+    ls.calls += 1;
+    ls.count = share.count;
+    ls.logical_bytes += share.logical_bytes;
+    ls.wire_bytes += static_cast<uint64_t>(std::llround(double(c.wire_bytes) * share.weight));
+    ls.codec_seconds += c.codec_seconds * share.weight;
+    ls.transport_seconds += c.transport_seconds * share.weight;
+    ls.last_rel_error = !single ? -1.0 : codec.is_lossless() ? 0.0 : ctx.error_estimate();
+    ls.mean_sq_norm += (share.sq_norm - ls.mean_sq_norm) / double(ls.calls);
+  }
   return status;
+}
+
+std::vector<LayerShare> one_layer(const char* layer, size_t count, size_t logical_bytes,
+                                  double sq_norm) {
+  LayerShare share;
+  share.name = layer != nullptr ? layer : "*";
+  share.count = count;
+  share.logical_bytes = logical_bytes;
+  share.sq_norm = sq_norm;
+  return {share};
 }
 
 std::string describe_grid(const ErrorBufferGrid& g) {
@@ -103,6 +129,20 @@ Status check_healthy(const qc_comm_s* comm) {
 }
 
 }  // namespace
+
+double squared_norm(const float* x, size_t count) {
+  // Four partial sums: independent chains the compiler can overlap.
+  double a = 0, b = 0, c = 0, d = 0;
+  size_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    a += double(x[i]) * x[i];
+    b += double(x[i + 1]) * x[i + 1];
+    c += double(x[i + 2]) * x[i + 2];
+    d += double(x[i + 3]) * x[i + 3];
+  }
+  for (; i < count; ++i) a += double(x[i]) * x[i];
+  return (a + b) + (c + d);
+}
 
 Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
@@ -158,7 +198,9 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   if (native_float && dtype == QC_DTYPE_FLOAT32 && !feedback) {
     // No staging: the transport sums the caller's buffers directly.
     float* out = static_cast<float*>(recvbuf);
-    QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, count * 4,
+    const auto layers =
+        one_layer(layer, count, count * 4, squared_norm(static_cast<const float*>(sendbuf), count));
+    QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, count * 4, layers,
                                       [&](CollectiveContext& ctx) {
       return ctx.native_allreduce_float(static_cast<const float*>(sendbuf), out, count);
     }));
@@ -171,7 +213,9 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   std::vector<float>& work = comm->work;
   work.resize(count);
   cpu::to_float32(sendbuf, dtype, work.data(), count);
-  Status status = run_collective(comm, *codec, signature, count * dtype_size(dtype),
+  const auto layers = one_layer(layer, count, count * dtype_size(dtype),
+                                squared_norm(work.data(), count));
+  Status status = run_collective(comm, *codec, signature, count * dtype_size(dtype), layers,
                                  [&](CollectiveContext& ctx) -> Status {
     ctx.set_seed(policy.seed);
     if (feedback) ctx.set_residual(residual.data(), count);
@@ -232,7 +276,9 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
   // the signature: ranks may differ there without harm.
   const uint64_t signature = call_signature(CollectiveKind::kAlltoall, count_per_rank, dtype, 0,
                                             layer, policy, QC_ALGO_AUTO);
-  QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, total * dtype_size(dtype),
+  const auto layers = one_layer(layer, total, total * dtype_size(dtype),
+                                squared_norm(send.data(), total));
+  QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, total * dtype_size(dtype), layers,
                                     [&](CollectiveContext& ctx) {
     return alltoall_pairwise(ctx, send.data(), recv.data(), count_per_rank);
   }));

@@ -5,8 +5,10 @@
 // convert to float32, run, convert back.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "core/collective_context.h"
 #include "core/policy_table.h"
@@ -30,6 +32,9 @@ struct qc_comm_s {
 
   mutable std::mutex stats_mutex;  // get_stats may run on another thread
   qc_stats_t stats{};
+  // Per layer name; std::map keeps the names in byte order for
+  // qc_comm_layer_name's indices.
+  std::map<std::string, qc_layer_stats_t> layer_stats;
 };
 
 namespace qc {
@@ -40,6 +45,18 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
                       qc_error_buffer_s* error_buffer);
 Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer);
+
+// What one call contributes to a layer's counters (see qc_layer_stats_t).
+struct LayerShare {
+  std::string name;
+  uint64_t count = 0;
+  uint64_t logical_bytes = 0;
+  double sq_norm = 0;  // of this rank's input
+  double weight = 1;   // share of the call's wire bytes and times
+};
+
+// Squared L2 norm, accumulated in double.
+double squared_norm(const float* x, size_t count);
 
 // Creates the n communicators of a local group (all or none).
 Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms);

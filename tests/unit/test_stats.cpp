@@ -126,4 +126,123 @@ TEST(StatsMisc, BadArguments) {
   EXPECT_EQ(qc_comm_get_stats(g[0], &s), QC_ERROR_VERSION);
 }
 
+// ---- per-layer counters ---------------------------------------------------
+
+qc_layer_stats_t layer_stats_of(qc_comm_t c, const char* layer) {
+  qc_layer_stats_t s;
+  std::memset(&s, 0xFF, sizeof s);
+  s.struct_size = sizeof s;
+  EXPECT_EQ(qc_comm_get_layer_stats(c, layer, &s), QC_SUCCESS) << qc_last_error();
+  return s;
+}
+
+std::vector<std::string> layer_names(qc_comm_t c) {
+  size_t n = 0;
+  EXPECT_EQ(qc_comm_layer_count(c, &n), QC_SUCCESS);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < n; ++i) {
+    size_t len = 0;
+    EXPECT_EQ(qc_comm_layer_name(c, i, nullptr, 0, &len), QC_SUCCESS);
+    std::string name(len + 1, '\0');
+    EXPECT_EQ(qc_comm_layer_name(c, i, &name[0], name.size(), &len), QC_SUCCESS);
+    name.resize(len);
+    names.push_back(name);
+  }
+  return names;
+}
+
+TEST(LayerStats, CountsEachLayerOnItsOwn) {
+  const int n = 3;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  qc_policy_t lossy = make_policy(QC_ALGO_SRA);
+  lossy.codec = QC_CODEC_MINMAX;
+  lossy.bits = 2;
+  ASSERT_EQ(g.set_policy("fc.*", lossy), QC_SUCCESS);
+  const auto big = encode_all(random_inputs(n, 3000, 1), QC_DTYPE_FLOAT32);
+  const auto small = encode_all(random_inputs(n, 100, 2), QC_DTYPE_FLOAT32);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(allreduce_on(g, big, 3000, QC_DTYPE_FLOAT32, QC_OP_SUM, "fc.weight").all_ok());
+  ASSERT_TRUE(allreduce_on(g, small, 100, QC_DTYPE_FLOAT32, QC_OP_SUM, "bias").all_ok());
+  ASSERT_TRUE(allreduce_on(g, small, 100, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr).all_ok());
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(layer_names(g[r]), (std::vector<std::string>{"*", "bias", "fc.weight"}));
+    const qc_layer_stats_t fc = layer_stats_of(g[r], "fc.weight");
+    const qc_layer_stats_t bias = layer_stats_of(g[r], "bias");
+    const qc_layer_stats_t star = layer_stats_of(g[r], nullptr);
+    EXPECT_EQ(fc.calls, 3u);
+    EXPECT_EQ(fc.count, 3000u);
+    EXPECT_EQ(fc.logical_bytes, 3u * 3000 * 4);
+    EXPECT_EQ(bias.calls, 1u);
+    EXPECT_EQ(star.calls, 1u);
+    // 2-bit minmax: a real error, and a sixth or less of the bytes of the
+    // uncompressed layers per element.
+    EXPECT_GT(fc.last_rel_error, 0.01);
+    EXPECT_LT(fc.last_rel_error, 1.0);
+    EXPECT_EQ(bias.last_rel_error, 0.0) << "codec none is lossless";
+    EXPECT_LT(double(fc.wire_bytes) / fc.logical_bytes,
+              double(bias.wire_bytes) / bias.logical_bytes / 6);
+    // Mean squared norm of this rank's input: the inputs do not change.
+    double sq = 0;
+    const float* x = reinterpret_cast<const float*>(big[r].data());
+    for (size_t i = 0; i < 3000; ++i) sq += double(x[i]) * x[i];
+    EXPECT_NEAR(fc.mean_sq_norm, sq, 1e-9 * sq);
+    // The per-layer counters add up to the communicator's.
+    const qc_stats_t all = stats_of(g[r]);
+    EXPECT_EQ(fc.calls + bias.calls + star.calls, all.calls);
+    EXPECT_EQ(fc.logical_bytes + bias.logical_bytes + star.logical_bytes, all.logical_bytes);
+    EXPECT_EQ(fc.wire_bytes + bias.wire_bytes + star.wire_bytes, all.wire_bytes);
+  }
+  // A layer no call used: zeros.
+  const qc_layer_stats_t none = layer_stats_of(g[0], "never");
+  EXPECT_EQ(none.calls, 0u);
+  EXPECT_EQ(none.wire_bytes, 0u);
+}
+
+TEST(LayerStats, ErrorEstimateTracksTheWidth) {
+  const int n = 2;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  const auto in = encode_all(random_inputs(n, 4096, 3), QC_DTYPE_FLOAT32);
+  double previous = 1e9;
+  for (int bits : {2, 4, 8}) {
+    qc_policy_t p = make_policy(QC_ALGO_RING);
+    p.codec = QC_CODEC_MINMAX;
+    p.bits = bits;
+    const std::string layer = "w" + std::to_string(bits);
+    ASSERT_EQ(g.set_policy(layer.c_str(), p), QC_SUCCESS);
+    ASSERT_TRUE(allreduce_on(g, in, 4096, QC_DTYPE_FLOAT32, QC_OP_SUM, layer.c_str()).all_ok());
+    const double e = layer_stats_of(g[0], layer.c_str()).last_rel_error;
+    EXPECT_GT(e, 0.0) << bits;
+    EXPECT_LT(e, previous / 2) << bits << " bits should at least halve the error";
+    previous = e;
+  }
+}
+
+TEST(LayerStats, BadArguments) {
+  Group g(1);
+  ASSERT_TRUE(g.ok());
+  qc_layer_stats_t s;
+  s.struct_size = sizeof s;
+  size_t len = 0;
+  char name[2];
+  EXPECT_EQ(qc_comm_get_layer_stats(nullptr, "x", &s), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_get_layer_stats(g[0], "x", nullptr), QC_ERROR_INVALID_ARGUMENT);
+  s.struct_size = sizeof s + 8;
+  EXPECT_EQ(qc_comm_get_layer_stats(g[0], "x", &s), QC_ERROR_VERSION);
+  EXPECT_EQ(qc_comm_layer_count(g[0], nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_layer_name(g[0], 0, name, sizeof name, &len), QC_ERROR_INVALID_ARGUMENT)
+      << "no layer yet";
+  EXPECT_NE(std::string(qc_last_error()).find("0 layers"), std::string::npos) << qc_last_error();
+  const auto in = encode_all(random_inputs(1, 8, 3), QC_DTYPE_FLOAT32);
+  ASSERT_TRUE(allreduce_on(g, in, 8, QC_DTYPE_FLOAT32, QC_OP_SUM, "long_name").all_ok());
+  EXPECT_EQ(qc_comm_layer_name(g[0], 0, name, sizeof name, &len), QC_ERROR_INVALID_ARGUMENT)
+      << "capacity 2 for a 9-character name";
+  EXPECT_EQ(qc_comm_layer_name(g[0], 0, nullptr, 0, &len), QC_SUCCESS);
+  EXPECT_EQ(len, 9u);
+  EXPECT_EQ(qc_comm_layer_name(g[0], 0, nullptr, 10, &len), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_layer_name(g[0], 0, name, 2, nullptr), QC_ERROR_INVALID_ARGUMENT);
+}
+
 }  // namespace
