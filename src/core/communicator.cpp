@@ -6,10 +6,12 @@
 #include <vector>
 
 #include "core/algorithms/algorithm.h"
+#include "core/codecs/segmented_codec.h"
 #include "core/collective_context.h"
 #include "core/dtype.h"
 #include "core/error_buffer.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "core/policy.h"
 #include "core/transports/local_transport.h"
 #include "cpu/dtype_convert.h"
@@ -103,6 +105,11 @@ std::vector<LayerShare> one_layer(const char* layer, size_t count, size_t logica
 }
 
 std::string describe_grid(const ErrorBufferGrid& g) {
+  if (g.codec == kFusedGridCodec) {
+    return std::string("algorithm ") + algorithm_name(g.algorithm) +
+           ", a fused layout (qc_allreduce_segments) with layout hash " +
+           std::to_string(g.bits) + "/" + std::to_string(g.bucket_size);
+  }
   return std::string("algorithm ") + algorithm_name(g.algorithm) + ", codec " +
          codec_name(g.codec) + " (bits " + std::to_string(g.bits) + ", bucket " +
          std::to_string(g.bucket_size) + ", group size " + std::to_string(g.group_size) + ")";
@@ -126,6 +133,45 @@ Status check_error_buffer_binding(const qc_error_buffer_s& eb, int rank, int siz
 Status check_healthy(const qc_comm_s* comm) {
   Status failure = comm->transport->failure();
   return failure ? Status::ok() : broken_status(failure);
+}
+
+// Copies the error buffer's residuals into comm->residual_work for a call
+// on `grid`, after checking that the buffer fits; a buffer computed on
+// another grid starts from zero, with a warning naming `what`.
+Status load_residuals(qc_comm_s* comm, const qc_error_buffer_s& eb, const ErrorBufferGrid& grid,
+                      size_t count, const std::string& what) {
+  QC_RETURN_IF_ERROR(check_error_buffer_binding(eb, comm->transport->rank(),
+                                                comm->transport->size(), count));
+  std::vector<float>& residual = comm->residual_work;
+  if (eb.bound && eb.grid != grid) {
+    log_warning(what + ": the error buffer's residuals were computed with " +
+                describe_grid(eb.grid) + " and this call uses " + describe_grid(grid) +
+                "; they are reset to zero");
+    residual.assign(count, 0.0f);
+  } else {
+    residual = eb.residual;
+  }
+  return Status::ok();
+}
+
+// After a successful call: the working residuals become the buffer's.
+void commit_residuals(qc_comm_s* comm, qc_error_buffer_s* eb, const ErrorBufferGrid& grid) {
+  eb->residual.swap(comm->residual_work);
+  eb->rank = comm->transport->rank();
+  eb->size = comm->transport->size();
+  eb->bound = true;
+  eb->grid = grid;
+}
+
+// AVG's one division, at the end, in float32 (residuals and partial sums
+// stay in units of the sum), then the conversion to the caller's dtype.
+void finish_allreduce(float* work, size_t count, qc_dtype_t dtype, qc_reduce_op_t op, int n,
+                      void* recvbuf) {
+  if (op == QC_OP_AVG) {
+    const float scale = 1.0f / static_cast<float>(n);
+    for (size_t i = 0; i < count; ++i) work[i] *= scale;
+  }
+  cpu::from_float32(work, dtype, recvbuf, count);
 }
 
 }  // namespace
@@ -174,27 +220,16 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   }
   const bool feedback = policy.error_feedback != 0 && error_buffer != nullptr;
   std::vector<float>& residual = comm->residual_work;
-  ErrorBufferGrid grid;
+  // Only recursive doubling's slots depend on the group size.
+  const ErrorBufferGrid grid{algorithm, policy.codec, policy.bits, policy.bucket_size,
+                            algorithm == QC_ALGO_RECURSIVE_DOUBLING ? policy.group_size : 0};
   if (feedback) {
-    // Only recursive doubling's slots depend on the group size.
-    grid = {algorithm, policy.codec, policy.bits, policy.bucket_size,
-            algorithm == QC_ALGO_RECURSIVE_DOUBLING ? policy.group_size : 0};
-    QC_RETURN_IF_ERROR(
-        check_error_buffer_binding(*error_buffer, comm->transport->rank(), n, count));
-    if (error_buffer->bound && error_buffer->grid != grid) {
-      log_warning("layer '" + std::string(layer != nullptr ? layer : "*") +
-                  "': the error buffer's residuals were computed with " +
-                  describe_grid(error_buffer->grid) + " and this call uses " +
-                  describe_grid(grid) + "; they are reset to zero");
-      residual.assign(count, 0.0f);
-    } else {
-      residual = error_buffer->residual;
-    }
+    QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, count,
+                                      "layer '" + std::string(layer != nullptr ? layer : "*") + "'"));
   }
 
   const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
                                             policy, algorithm);
-  const float avg_scale = 1.0f / static_cast<float>(n);
   if (native_float && dtype == QC_DTYPE_FLOAT32 && !feedback) {
     // No staging: the transport sums the caller's buffers directly.
     float* out = static_cast<float*>(recvbuf);
@@ -205,7 +240,8 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
       return ctx.native_allreduce_float(static_cast<const float*>(sendbuf), out, count);
     }));
     if (op == QC_OP_AVG) {
-      for (size_t i = 0; i < count; ++i) out[i] *= avg_scale;
+      const float scale = 1.0f / static_cast<float>(n);
+      for (size_t i = 0; i < count; ++i) out[i] *= scale;
     }
     return Status::ok();
   }
@@ -241,20 +277,101 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
     }
   });
   QC_RETURN_IF_ERROR(status);
+  if (feedback) commit_residuals(comm, error_buffer, grid);
+  finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
+  return Status::ok();
+}
+
+Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
+                               size_t nsegments, const size_t* counts, const char* const* layers,
+                               qc_dtype_t dtype, qc_reduce_op_t op,
+                               qc_error_buffer_s* error_buffer) {
+  QC_RETURN_IF_ERROR(check_healthy(comm));
+  const int n = comm->transport->size();
+  const size_t item = dtype_size(dtype);
+  std::vector<CodecSegment> segments(nsegments);
+  std::vector<LayerShare> shares(nsegments);
+  std::vector<qc_policy_t> policies(nsegments);
+  size_t total = 0;
+  bool any_feedback = false;
+  // What every rank must agree on: each segment's count, layer and policy.
+  uint64_t layout = fnv1a64(&nsegments, sizeof nsegments);
+  for (size_t i = 0; i < nsegments; ++i) {
+    const char* name = layers != nullptr && layers[i] != nullptr ? layers[i] : "*";
+    policies[i] = effective_policy(comm->policies.resolve(name), counts[i] * item);
+    const qc_policy_t& p = policies[i];
+    CodecSegment& seg = segments[i];
+    QC_RETURN_IF_ERROR(make_codec(p, dtype, &seg.codec));
+    seg.begin = total;
+    seg.count = counts[i];
+    seg.seed = p.seed;
+    seg.feedback = p.error_feedback != 0 && error_buffer != nullptr;
+    any_feedback = any_feedback || seg.feedback;
+    const uint64_t sig =
+        call_signature(CollectiveKind::kAllreduce, counts[i], dtype, op, name, p, QC_ALGO_AUTO);
+    layout = fnv1a64(&sig, sizeof sig, layout);
+    shares[i].name = name;
+    shares[i].count = counts[i];
+    shares[i].logical_bytes = counts[i] * item;
+    total += counts[i];
+  }
+  // One algorithm for the whole buffer: the segments' own when they all name
+  // the same one (native aside: it needs one codec grid), else AUTO's rule
+  // on the total size.
+  qc_algorithm_t algorithm = QC_ALGO_AUTO;
+  for (size_t i = 0; i < nsegments; ++i) {
+    const qc_algorithm_t a = policies[i].algorithm;
+    if (i == 0) algorithm = a;
+    else if (a != algorithm) algorithm = QC_ALGO_AUTO;
+  }
+  if (algorithm == QC_ALGO_AUTO || algorithm == QC_ALGO_NATIVE) {
+    algorithm = n == 1 ? QC_ALGO_RING
+                : total * item < kAutoSmallMessageBytes ? QC_ALGO_RECURSIVE_DOUBLING
+                                                        : QC_ALGO_SRA;
+  }
+  const int group_size = nsegments > 0 ? policies[0].group_size : 8;
+  layout = fnv1a64(&algorithm, sizeof algorithm, layout);
+  layout = fnv1a64(&group_size, sizeof group_size, layout);
+  const uint64_t signature = fnv1a64("segments", 8, layout);
+
+  const bool feedback = any_feedback;
+  std::vector<float>& residual = comm->residual_work;
+  // The layout hash stands in for the codec grid (error_buffer.h).
+  const ErrorBufferGrid grid{algorithm, kFusedGridCodec, static_cast<int>(layout & 0x7fffffff),
+                            static_cast<int>((layout >> 32) & 0x7fffffff),
+                            algorithm == QC_ALGO_RECURSIVE_DOUBLING ? group_size : 0};
   if (feedback) {
-    error_buffer->residual.swap(residual);
-    error_buffer->rank = comm->transport->rank();
-    error_buffer->size = n;
-    error_buffer->bound = true;
-    error_buffer->grid = grid;
+    QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, total,
+                                      "fused call of " + std::to_string(nsegments) + " layers"));
   }
 
-  if (op == QC_OP_AVG) {
-    // One division, at the end, in float32: residuals and partial sums stay
-    // in units of the sum.
-    for (size_t i = 0; i < count; ++i) work[i] *= avg_scale;
+  std::vector<float>& work = comm->work;
+  work.resize(total);
+  cpu::to_float32(sendbuf, dtype, work.data(), total);
+  double weights = 0;
+  for (size_t i = 0; i < nsegments; ++i) {
+    shares[i].sq_norm = squared_norm(work.data() + segments[i].begin, counts[i]);
+    shares[i].weight =
+        counts[i] == 0 ? 0.0 : double(segments[i].codec->max_encoded_size(counts[i]));
+    weights += shares[i].weight;
   }
-  cpu::from_float32(work.data(), dtype, recvbuf, count);
+  for (LayerShare& share : shares) share.weight = weights > 0 ? share.weight / weights : 0.0;
+  const SegmentedCodec codec(std::move(segments));
+  Status status = run_collective(comm, codec, signature, total * item, shares,
+                                 [&](CollectiveContext& ctx) -> Status {
+    if (feedback) ctx.set_residual(residual.data(), total);
+    switch (algorithm) {
+      case QC_ALGO_RING: return allreduce_ring(ctx, work.data(), total);
+      case QC_ALGO_RECURSIVE_DOUBLING:
+        return allreduce_recursive_doubling(ctx, work.data(), total, group_size);
+      case QC_ALGO_SRA: return allreduce_sra(ctx, work.data(), total);
+      case QC_ALGO_TREE: return allreduce_tree(ctx, work.data(), total);
+      default: return internal_error("no algorithm selected");
+    }
+  });
+  QC_RETURN_IF_ERROR(status);
+  if (feedback) commit_residuals(comm, error_buffer, grid);
+  finish_allreduce(work.data(), total, dtype, op, n, recvbuf);
   return Status::ok();
 }
 
@@ -286,7 +403,30 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
   return Status::ok();
 }
 
+namespace {
+
+// The QC_* environment (params.h) for a new communicator: the "*" policy and
+// the timeout it overrides. A bad value fails the creation, before anything
+// is made, so a typo never runs silently with defaults.
+Status environment_defaults(double* timeout_seconds, qc_policy_t* star) {
+  EnvParams env;
+  QC_RETURN_IF_ERROR(read_env_params(&env));
+  *star = default_policy();
+  apply_env_to_policy(env, star);
+  Status valid = validate_policy(*star, "*");
+  if (!valid) {
+    return invalid_argument("the QC_* environment variables make an invalid default policy: " +
+                            valid.message());
+  }
+  *timeout_seconds = env_timeout(env, *timeout_seconds);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) {
+  qc_policy_t star;
+  QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
   auto group = std::make_shared<LocalGroup>(nranks);
   std::vector<std::unique_ptr<qc_comm_s>> made;
   made.reserve(nranks);
@@ -294,6 +434,7 @@ Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) 
     auto comm = std::make_unique<qc_comm_s>();
     comm->transport = std::make_unique<LocalTransport>(group, r);
     comm->timeout_seconds = timeout_seconds;
+    comm->policies.set("*", star);
     comm->stats.struct_size = sizeof(qc_stats_t);
     made.push_back(std::move(comm));
   }
@@ -308,9 +449,12 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t
                             std::to_string(fortran_handle) +
                             ", not a Fortran MPI handle (MPI_Comm_c2f gives an int)");
   }
+  qc_policy_t star;
+  QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
   auto made = std::make_unique<qc_comm_s>();
   QC_RETURN_IF_ERROR(MpiTransport::create(static_cast<MPI_Fint>(fortran_handle), &made->transport));
   made->timeout_seconds = timeout_seconds;
+  made->policies.set("*", star);
   made->stats.struct_size = sizeof(qc_stats_t);
   *comm = made.release();
   return Status::ok();

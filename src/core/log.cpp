@@ -1,35 +1,100 @@
 #include "core/log.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "core/params.h"
+
 namespace qc {
 namespace {
 
-LogLevel level_from_environment() {
-  const char* v = std::getenv("QC_LOG_LEVEL");
-  if (v == nullptr || *v == '\0') return LogLevel::kWarn;
-  if (std::strcmp(v, "none") == 0 || std::strcmp(v, "0") == 0) return LogLevel::kNone;
-  if (std::strcmp(v, "info") == 0 || std::strcmp(v, "2") == 0) return LogLevel::kInfo;
-  if (std::strcmp(v, "warn") == 0 || std::strcmp(v, "1") == 0) return LogLevel::kWarn;
-  std::fprintf(stderr, "qc: warning: QC_LOG_LEVEL=\"%s\" is not none, warn or info; using warn\n",
-               v);
-  return LogLevel::kWarn;
+const char* level_word(LogLevel level) {
+  switch (level) {
+    case LogLevel::kNone: return "none";
+    case LogLevel::kWarn: return "warning";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kDebug: return "debug";
+  }
+  return "?";
+}
+
+struct Sink {
+  LogLevel threshold = LogLevel::kWarn;
+  FILE* out = stderr;
+};
+
+std::string expand_pid(const std::string& path) {
+  std::string expanded;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+      expanded += std::to_string(static_cast<long>(::getpid()));
+      ++i;
+    } else {
+      expanded += path[i];
+    }
+  }
+  return expanded;
+}
+
+// The logger cannot fail a call, so a bad QC_DEBUG only warns here; the same
+// value makes communicator creation fail, where the user does get an error.
+Sink sink_from_environment() {
+  Sink sink;
+  const char* name = "QC_DEBUG";
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    name = "QC_LOG_LEVEL";
+    text = std::getenv(name);
+  }
+  if (text != nullptr && *text != '\0') {
+    EnvParams parsed;
+    const Status s = parse_env_value(name, text, &parsed);
+    if (s) {
+      sink.threshold = env_log_level(parsed);
+    } else {
+      std::fprintf(stderr, "qc: warning: %s; using warn\n", s.message().c_str());
+    }
+  }
+  const char* file = std::getenv("QC_DEBUG_FILE");
+  if (file != nullptr && *file != '\0' && sink.threshold != LogLevel::kNone) {
+    const std::string path = expand_pid(file);
+    if (FILE* f = std::fopen(path.c_str(), "a")) {
+      sink.out = f;  // never closed: messages may come from static destructors
+    } else {
+      std::fprintf(stderr, "qc: warning: QC_DEBUG_FILE=\"%s\": cannot open \"%s\" (%s); logging to stderr\n",
+                   file, path.c_str(), std::strerror(errno));
+    }
+  }
+  return sink;
+}
+
+const Sink& sink() {
+  // Function-local static: initialised once, thread-safely, on first use.
+  static const Sink s = sink_from_environment();
+  return s;
 }
 
 }  // namespace
 
+bool log_enabled(LogLevel level) {
+  return level != LogLevel::kNone &&
+         static_cast<int>(level) <= static_cast<int>(sink().threshold);
+}
+
 void log_message(LogLevel level, const std::string& text) {
-  // Function-local static: initialised once, thread-safely, on first use.
-  static const LogLevel threshold = level_from_environment();
-  if (level == LogLevel::kNone || static_cast<int>(level) > static_cast<int>(threshold)) return;
-  // One fprintf per line so that lines from concurrent ranks do not interleave.
+  if (!log_enabled(level)) return;
+  const Sink& s = sink();
+  // One fprintf per line so that lines from concurrent ranks do not
+  // interleave; the flush keeps a file's tail when the process dies.
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  std::fprintf(stderr, "qc: %s: %s\n", level == LogLevel::kWarn ? "warning" : "info",
-               text.c_str());
+  std::fprintf(s.out, "qc: %s: %s\n", level_word(level), text.c_str());
+  std::fflush(s.out);
 }
 
 }  // namespace qc

@@ -1,20 +1,24 @@
 // Diagnostics the library prints on its own: things a user should hear about
 // but that are not errors of the current call (an error buffer reset because
-// its layer's policy changed, for example). Lines go to stderr as
-// "qc: warning: ..." / "qc: info: ...".
+// its layer's policy changed, for example). Lines read
+// "qc: warning: ..." / "qc: info: ..." / "qc: debug: ...".
 //
-// QC_LOG_LEVEL selects what is printed: "none", "warn" (the default) or
-// "info". It is read once, on the first message.
+// QC_DEBUG (none, warn, info or debug; QC_LOG_LEVEL is its deprecated alias)
+// selects what is printed, QC_DEBUG_FILE where (stderr by default); see
+// docs/parameters.md. Both are read once, on the first message.
 #pragma once
 
 #include <string>
 
 namespace qc {
 
-enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2 };
+enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
 void log_message(LogLevel level, const std::string& text);
+// Lets a caller skip building a debug line nobody will read.
+bool log_enabled(LogLevel level);
 inline void log_warning(const std::string& text) { log_message(LogLevel::kWarn, text); }
 inline void log_info(const std::string& text) { log_message(LogLevel::kInfo, text); }
+inline void log_debug(const std::string& text) { log_message(LogLevel::kDebug, text); }
 
 }  // namespace qc

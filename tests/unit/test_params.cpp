@@ -1,0 +1,349 @@
+// The QC_* parameter table (src/core/params.h): every variable's valid and
+// invalid forms through a fake environment, the policy and timeout overrides,
+// and docs/parameters.md against the table. Links the internal objects.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/params.h"
+#include "core/policy.h"
+
+namespace qc {
+namespace {
+
+// A fake environment: read_params sees only these variables.
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+  EnvLookup lookup() const {
+    return [this](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  }
+};
+
+// Field by field: qc_policy_t has padding, which memcmp would compare.
+::testing::AssertionResult same_policy(const qc_policy_t& a, const qc_policy_t& b) {
+  if (a.struct_size == b.struct_size && a.codec == b.codec && a.bits == b.bits &&
+      a.bucket_size == b.bucket_size && a.rounding == b.rounding && a.algorithm == b.algorithm &&
+      a.error_feedback == b.error_feedback && a.group_size == b.group_size &&
+      a.topk_ratio == b.topk_ratio && a.scale_update_period == b.scale_update_period &&
+      a.seed == b.seed && a.min_compress_bytes == b.min_compress_bytes)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << describe_policy(a) << " (min_compress_bytes "
+                                       << a.min_compress_bytes << ") vs " << describe_policy(b)
+                                       << " (min_compress_bytes " << b.min_compress_bytes << ")";
+}
+
+Status read_one(const std::string& name, const std::string& value, EnvParams* out) {
+  FakeEnv env;
+  env.vars[name] = value;
+  return read_params(env.lookup(), out);
+}
+
+struct Case {
+  const char* name;
+  std::vector<const char*> good;
+  std::vector<const char*> bad;
+};
+
+// Every variable in the table must have a row here (checked below), so a new
+// variable cannot land without tests of its parser.
+const std::vector<Case>& cases() {
+  static const std::vector<Case> kCases = {
+      {"QC_DEBUG", {"none", "warn", "info", "debug", "0", "1", "2", "3"},
+       {"verbose", "WARN", "4", "-1", " warn", "warn "}},
+      {"QC_DEBUG_FILE", {"/tmp/qc.log", "qc-%p.log", "relative"}, {}},
+      {"QC_LOG_LEVEL", {"none", "warn", "info", "debug", "2"}, {"loud", "5"}},
+      {"QC_CODEC",
+       {"none", "fp16", "bf16", "minmax", "qsgd", "global_linear", "global_exp", "onebit", "topk"},
+       {"int8", "MINMAX", "3", "minmax "}},
+      {"QC_BITS", {"1", "2", "4", "8"}, {"0", "9", "-1", "4.0", "four", "+4", " 4", "4 ", "0x4"}},
+      {"QC_BUCKET", {"1", "128", "2147483647"}, {"0", "-5", "2147483648", "12k", "1e3"}},
+      {"QC_ALGO", {"auto", "ring", "rd", "recursive_doubling", "sra", "tree", "native"},
+       {"RING", "halving", "1"}},
+      {"QC_EF", {"0", "1"}, {"2", "yes", "true", "-1", "01x"}},
+      {"QC_MIN_COMPRESS", {"0", "16384", "1K", "64k", "2M", "1G", "1g"},
+       {"-1", "1T", "1KB", "K", "1.5K", " 1", "99999999999999999999", "17179869184G"}},
+      {"QC_TIMEOUT", {"300", "0.5", ".25", "1e3", "3600"},
+       {"0", "-1", "0.0", "abc", "nan", "inf", "10s", "1e999", "-0"}},
+      {"QC_CPU_ISA", {"auto", "scalar", "avx2", "avx512"}, {"sse", "AVX2", "avx-512"}},
+  };
+  return kCases;
+}
+
+TEST(Params, EveryVariableHasTestCases) {
+  size_t count = 0;
+  const ParamInfo* table = param_table(&count);
+  std::set<std::string> tested;
+  for (const Case& c : cases()) tested.insert(c.name);
+  for (size_t i = 0; i < count; ++i) EXPECT_EQ(tested.count(table[i].name), 1u) << table[i].name;
+  EXPECT_EQ(tested.size(), count);
+}
+
+TEST(Params, ValidValuesParse) {
+  for (const Case& c : cases()) {
+    for (const char* v : c.good) {
+      EnvParams p;
+      Status s = read_one(c.name, v, &p);
+      EXPECT_TRUE(s.is_ok()) << c.name << "=" << v << ": " << s.message();
+    }
+  }
+}
+
+TEST(Params, InvalidValuesNameTheVariableValueAndAllowed) {
+  size_t count = 0;
+  const ParamInfo* table = param_table(&count);
+  for (const Case& c : cases()) {
+    const ParamInfo* info = nullptr;
+    for (size_t i = 0; i < count; ++i)
+      if (std::strcmp(table[i].name, c.name) == 0) info = &table[i];
+    ASSERT_NE(info, nullptr) << c.name;
+    for (const char* v : c.bad) {
+      EnvParams p;
+      Status s = read_one(c.name, v, &p);
+      EXPECT_EQ(s.code(), QC_ERROR_INVALID_ARGUMENT) << c.name << "=" << v;
+      const std::string expected_head =
+          std::string("environment variable ") + c.name + "=\"" + v + "\": expected ";
+      EXPECT_EQ(s.message().rfind(expected_head, 0), 0u) << s.message();
+      EXPECT_NE(s.message().find(info->allowed), std::string::npos) << s.message();
+    }
+  }
+}
+
+TEST(Params, MessageFormat) {
+  EnvParams p;
+  Status s = read_one("QC_BITS", "9", &p);
+  EXPECT_EQ(s.message(), "environment variable QC_BITS=\"9\": expected an integer 1..8");
+  s = read_one("QC_CODEC", "int8", &p);
+  EXPECT_EQ(s.message(),
+            "environment variable QC_CODEC=\"int8\": expected one of none, fp16, bf16, minmax, "
+            "qsgd, global_linear, global_exp, onebit, topk");
+}
+
+TEST(Params, EveryBadValueIsReportedAndGoodOnesKept) {
+  FakeEnv env;
+  env.vars = {{"QC_BITS", "9"}, {"QC_TIMEOUT", "-3"}, {"QC_BUCKET", "64"}};
+  EnvParams p;
+  Status s = read_params(env.lookup(), &p);
+  EXPECT_EQ(s.code(), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message().find("QC_BITS=\"9\""), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("QC_TIMEOUT=\"-3\""), std::string::npos) << s.message();
+  EXPECT_FALSE(p.bits.set);
+  EXPECT_EQ(p.bits.raw, "9");
+  EXPECT_TRUE(p.bucket.set);
+  EXPECT_EQ(p.bucket.value, 64);
+}
+
+TEST(Params, UnsetAndEmptyKeepDefaults) {
+  FakeEnv env;
+  env.vars = {{"QC_CODEC", ""}, {"QC_BITS", ""}};
+  EnvParams p;
+  ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
+  EXPECT_FALSE(p.codec.set);
+  EXPECT_FALSE(p.bits.set);
+  qc_policy_t policy = default_policy();
+  apply_env_to_policy(p, &policy);
+  EXPECT_TRUE(same_policy(policy, default_policy()));
+  EXPECT_EQ(env_timeout(p, 42.0), 42.0);
+  EXPECT_EQ(env_log_level(p), LogLevel::kWarn);
+}
+
+TEST(Params, ParsedValues) {
+  FakeEnv env;
+  env.vars = {{"QC_DEBUG", "debug"},   {"QC_DEBUG_FILE", "/tmp/qc-%p.log"},
+              {"QC_CODEC", "qsgd"},    {"QC_BITS", "3"},
+              {"QC_BUCKET", "512"},    {"QC_ALGO", "rd"},
+              {"QC_EF", "1"},          {"QC_MIN_COMPRESS", "64K"},
+              {"QC_TIMEOUT", "2.5"},   {"QC_CPU_ISA", "scalar"}};
+  EnvParams p;
+  ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
+  EXPECT_EQ(p.debug.value, LogLevel::kDebug);
+  EXPECT_EQ(p.debug_file.value, "/tmp/qc-%p.log");
+  EXPECT_EQ(p.codec.value, QC_CODEC_QSGD);
+  EXPECT_EQ(p.bits.value, 3);
+  EXPECT_EQ(p.bucket.value, 512);
+  EXPECT_EQ(p.algo.value, QC_ALGO_RECURSIVE_DOUBLING);
+  EXPECT_EQ(p.ef.value, 1);
+  EXPECT_EQ(p.min_compress.value, 65536u);
+  EXPECT_EQ(p.timeout.value, 2.5);
+  EXPECT_EQ(p.cpu_isa.value, 0);
+  EXPECT_EQ(p.codec.raw, "qsgd");
+}
+
+TEST(Params, MinCompressSuffixesArePowersOf1024) {
+  const std::pair<const char*, size_t> kSizes[] = {
+      {"0", 0},           {"1000", 1000},           {"1K", 1024},          {"3k", 3 * 1024},
+      {"2M", 2u << 20},   {"5m", 5u << 20},         {"1G", size_t(1) << 30}, {"4g", size_t(4) << 30}};
+  for (const auto& [text, bytes] : kSizes) {
+    EnvParams p;
+    ASSERT_TRUE(read_one("QC_MIN_COMPRESS", text, &p).is_ok()) << text;
+    EXPECT_EQ(p.min_compress.value, bytes) << text;
+  }
+}
+
+TEST(Params, TimeoutMustBePositiveNumber) {
+  for (const char* bad : {"0", "-0", "-1", "-0.5", "", "x", "1e-400"}) {
+    EnvParams p;
+    Status s = read_one("QC_TIMEOUT", bad, &p);
+    if (*bad == '\0') {
+      EXPECT_TRUE(s.is_ok());  // empty = unset
+      continue;
+    }
+    EXPECT_EQ(s.code(), QC_ERROR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(s.message().find("QC_TIMEOUT"), std::string::npos);
+  }
+  EnvParams p;
+  ASSERT_TRUE(read_one("QC_TIMEOUT", "7", &p).is_ok());
+  EXPECT_EQ(env_timeout(p, 300.0), 7.0);
+}
+
+TEST(Params, ApplyOverridesExactlyTheSetFields) {
+  struct Override {
+    const char* name;
+    const char* value;
+    void (*expect)(qc_policy_t*);  // applies the expected change to a default policy
+  };
+  const Override kOverrides[] = {
+      {"QC_CODEC", "topk", [](qc_policy_t* q) { q->codec = QC_CODEC_TOPK; }},
+      {"QC_BITS", "2", [](qc_policy_t* q) { q->bits = 2; }},
+      {"QC_BUCKET", "7", [](qc_policy_t* q) { q->bucket_size = 7; }},
+      {"QC_ALGO", "tree", [](qc_policy_t* q) { q->algorithm = QC_ALGO_TREE; }},
+      {"QC_EF", "1", [](qc_policy_t* q) { q->error_feedback = 1; }},
+      {"QC_MIN_COMPRESS", "0", [](qc_policy_t* q) { q->min_compress_bytes = 0; }},
+      // Not policy fields: the policy must not move.
+      {"QC_TIMEOUT", "5", [](qc_policy_t*) {}},
+      {"QC_DEBUG", "info", [](qc_policy_t*) {}},
+      {"QC_CPU_ISA", "scalar", [](qc_policy_t*) {}},
+  };
+  // A non-default starting point, so "unchanged" is not the same as "reset".
+  qc_policy_t start = default_policy();
+  start.seed = 99;
+  start.topk_ratio = 0.5f;
+  start.group_size = 4;
+  for (const Override& o : kOverrides) {
+    EnvParams p;
+    ASSERT_TRUE(read_one(o.name, o.value, &p).is_ok()) << o.name;
+    qc_policy_t got = start;
+    apply_env_to_policy(p, &got);
+    qc_policy_t want = start;
+    o.expect(&want);
+    EXPECT_TRUE(same_policy(got, want)) << o.name << "=" << o.value;
+  }
+  // All at once, and the result still passes validation.
+  FakeEnv env;
+  for (const Override& o : kOverrides) env.vars[o.name] = o.value;
+  EnvParams p;
+  ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
+  qc_policy_t got = start;
+  apply_env_to_policy(p, &got);
+  qc_policy_t want = start;
+  for (const Override& o : kOverrides) o.expect(&want);
+  EXPECT_TRUE(same_policy(got, want));
+  EXPECT_TRUE(validate_policy(got, "env").is_ok());
+}
+
+TEST(Params, DebugWinsOverDeprecatedLogLevel) {
+  FakeEnv env;
+  env.vars = {{"QC_LOG_LEVEL", "none"}};
+  EnvParams p;
+  ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
+  EXPECT_EQ(env_log_level(p), LogLevel::kNone);
+  env.vars["QC_DEBUG"] = "debug";
+  ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
+  EXPECT_EQ(env_log_level(p), LogLevel::kDebug);
+}
+
+TEST(Params, DefaultsMatchTheStructInitialisers) {
+  const qc_policy_t d = default_policy();
+  const qc_comm_config_t c = default_comm_config();
+  const std::map<std::string, std::string> want = {
+      {"QC_CODEC", codec_name(d.codec)},
+      {"QC_BITS", std::to_string(d.bits)},
+      {"QC_BUCKET", std::to_string(d.bucket_size)},
+      {"QC_ALGO", algorithm_name(d.algorithm)},
+      {"QC_EF", std::to_string(d.error_feedback)},
+      {"QC_MIN_COMPRESS", std::to_string(d.min_compress_bytes)},
+      {"QC_TIMEOUT", std::to_string(static_cast<int>(c.timeout_seconds))},
+      {"QC_DEBUG", "warn"},
+      {"QC_LOG_LEVEL", "warn"}};
+  size_t count = 0;
+  const ParamInfo* table = param_table(&count);
+  for (size_t i = 0; i < count; ++i) {
+    auto it = want.find(table[i].name);
+    if (it != want.end()) {
+      EXPECT_EQ(it->second, table[i].default_text) << table[i].name;
+    }
+    // Every default (but an empty string) must itself be a valid value.
+    if (*table[i].default_text == '\0') continue;
+    EnvParams p;
+    EXPECT_TRUE(read_one(table[i].name, table[i].default_text, &p).is_ok()) << table[i].name;
+  }
+}
+
+TEST(Params, EnumAllowedListsMatchTheParsers) {
+  // Each word an enum documents must parse, and every codec/algorithm the
+  // library has must be documented.
+  size_t count = 0;
+  const ParamInfo* table = param_table(&count);
+  for (size_t i = 0; i < count; ++i) {
+    if (std::strcmp(table[i].type, "enum") != 0) continue;
+    std::string allowed = table[i].allowed;
+    allowed = allowed.substr(0, allowed.find(" ("));  // drop "(or 0..3)"
+    std::stringstream words(allowed);
+    std::string w;
+    while (std::getline(words, w, ',')) {
+      w.erase(0, w.find_first_not_of(' '));
+      EnvParams p;
+      EXPECT_TRUE(read_one(table[i].name, w, &p).is_ok()) << table[i].name << " " << w;
+    }
+  }
+  for (int c = QC_CODEC_NONE; c <= QC_CODEC_TOPK; ++c) {
+    EnvParams p;
+    EXPECT_TRUE(read_one("QC_CODEC", codec_name(static_cast<qc_codec_t>(c)), &p).is_ok());
+    EXPECT_EQ(p.codec.value, c);
+  }
+  for (int a = QC_ALGO_AUTO; a <= QC_ALGO_NATIVE; ++a) {
+    EnvParams p;
+    EXPECT_TRUE(read_one("QC_ALGO", algorithm_name(static_cast<qc_algorithm_t>(a)), &p).is_ok());
+    EXPECT_EQ(p.algo.value, a);
+  }
+}
+
+TEST(Params, UnknownNameIsAnError) {
+  EnvParams p;
+  Status s = parse_env_value("QC_BIT", "4", &p);
+  EXPECT_EQ(s.code(), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message().find("QC_BIT"), std::string::npos);
+}
+
+TEST(Params, TableTextFitsAMarkdownTable) {
+  size_t count = 0;
+  const ParamInfo* table = param_table(&count);
+  for (size_t i = 0; i < count; ++i) {
+    for (const char* text : {table[i].name, table[i].type, table[i].default_text, table[i].allowed,
+                             table[i].doc}) {
+      EXPECT_EQ(std::strchr(text, '|'), nullptr) << table[i].name << ": " << text;
+      EXPECT_EQ(std::strchr(text, '\n'), nullptr) << table[i].name << ": " << text;
+    }
+  }
+}
+
+TEST(Params, DocsPageIsUpToDate) {
+  const std::string path = std::string(QC_SOURCE_DIR) + "/docs/parameters.md";
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << "cannot read " << path;
+  std::stringstream page;
+  page << in.rdbuf();
+  EXPECT_EQ(page.str(), params_markdown())
+      << path << " is stale: regenerate it with `qc-info --markdown > docs/parameters.md`";
+}
+
+}  // namespace
+}  // namespace qc
