@@ -396,6 +396,34 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
                                 void* stream);
 
 /**
+ * One allreduce over a flat buffer made of several layers ("fused" buffers,
+ * as a DDP bucket): segment i is counts[i] elements of layer layers[i]
+ * (layers may be NULL, or an entry NULL, for "*"), the segments back to back
+ * in sendbuf and recvbuf (in place allowed; sum of counts elements).
+ *
+ * Each segment keeps its own policy: codec, bits, bucket, rounding, seed,
+ * error feedback, min_compress_bytes (judged on the segment's bytes). Buckets
+ * never straddle segments, and each step of the algorithm sends one message
+ * carrying every segment it touches, so a fused call costs fewer messages and
+ * headers than one qc_allreduce per layer. The algorithm is the segments'
+ * own when they all name the same one (other than native), else AUTO's rule
+ * on the total size (native does not apply: it needs one codec grid).
+ * error_buffer covers the whole buffer (sum of counts residuals); segments
+ * whose policy has error_feedback 0 leave their slots alone. The buffer
+ * binds to the layout (counts, layers and their policies): a call with
+ * another layout resets it, with a warning. Every rank must pass the same
+ * counts and layers (else QC_ERROR_MISMATCH). Per-layer statistics count the
+ * call once per segment.
+ * @return as qc_allreduce; QC_ERROR_INVALID_ARGUMENT for counts NULL with
+ *   nsegments > 0 or counts that overflow size_t.
+ */
+QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                         size_t nsegments, const size_t* counts,
+                                         const char* const* layers, qc_dtype_t dtype,
+                                         qc_reduce_op_t op, qc_error_buffer_t error_buffer,
+                                         void* stream);
+
+/**
  * Every rank sends block j (count_per_rank elements, at sendbuf + j blocks) to
  * rank j and receives rank i's block for it at recvbuf + i blocks. Each block
  * is encoded once by its sender with the layer's codec and decoded by its

@@ -1,4 +1,5 @@
 // Entry points of the collectives and the emulation.
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -92,6 +93,29 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
     QC_RETURN_IF_ERROR(check_stream(stream));
     return comm_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer);
+  });
+}
+
+QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                         size_t nsegments, const size_t* counts,
+                                         const char* const* layers, qc_dtype_t dtype,
+                                         qc_reduce_op_t op, qc_error_buffer_t error_buffer,
+                                         void* stream) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    if (nsegments > 0) QC_RETURN_IF_ERROR(require(counts, "counts"));
+    size_t total = 0;
+    for (size_t i = 0; i < nsegments; ++i) {
+      if (counts[i] > SIZE_MAX - total) {
+        return invalid_argument("argument 'counts': the segments add up to more than SIZE_MAX "
+                                "elements (at segment " + std::to_string(i) + ")");
+      }
+      total += counts[i];
+    }
+    QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, total, dtype, op, error_buffer));
+    QC_RETURN_IF_ERROR(check_stream(stream));
+    return comm_allreduce_segments(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype, op,
+                                   error_buffer);
   });
 }
 

@@ -43,6 +43,13 @@ namespace qc {
 Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
                       qc_error_buffer_s* error_buffer);
+// One allreduce over a flat buffer of nsegments layers (counts[i] elements
+// each, layers[i] the name whose policy applies; layers or an entry may be
+// NULL for "*").
+Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
+                               size_t nsegments, const size_t* counts, const char* const* layers,
+                               qc_dtype_t dtype, qc_reduce_op_t op,
+                               qc_error_buffer_s* error_buffer);
 Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer);
 

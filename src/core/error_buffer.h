@@ -24,6 +24,11 @@
 
 namespace qc {
 
+// The grid codec of a fused call (qc_allreduce_segments): its segments have
+// codecs of their own, so bits and bucket_size hold a hash of the layout
+// (counts, layers and policies) instead, which is what must not change.
+constexpr qc_codec_t kFusedGridCodec = static_cast<qc_codec_t>(255);
+
 // The encode grid the residuals were computed on.
 struct ErrorBufferGrid {
   qc_algorithm_t algorithm = QC_ALGO_AUTO;  // resolved (never AUTO once bound)
