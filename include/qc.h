@@ -345,6 +345,53 @@ QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
 QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
                                        qc_policy_t* policy);
 
+/*
+ * Adaptive bit widths (paper 003 §5): from the per-layer statistics this
+ * communicator has collected (qc_comm_get_layer_stats: element count and
+ * mean squared norm), give each layer whose policy uses codec minmax or qsgd
+ * a width from config->allowed_bits such that the predicted wire bytes fall
+ * while the predicted quantization error stays below alpha * E4 (E4: the
+ * error with every such layer at 4 bits). The statistics are first summed
+ * over all ranks (an exact collective), so every rank computes the same
+ * assignment. The result is applied with qc_set_layer_policy under each
+ * layer's exact name (its resolved policy with the new bits; exact names
+ * beat globs), from the next collective on; read it back with
+ * qc_get_layer_policy. Layers are grouped by (codec, bucket size, rounding)
+ * and each group keeps its own alpha * E4 budget.
+ *
+ * Collective: every rank must call it, after the same collectives.
+ * report (may be NULL) gets the layers assigned and the predicted error and
+ * bytes, before and after.
+ */
+typedef enum qc_adapt_method QC_ENUM_BASE {
+  QC_ADAPT_KMEANS = 0, /* cluster layers by size and sensitivity (Alg. 1) */
+  QC_ADAPT_LINEAR = 1  /* lower the least sensitive layers first */
+} qc_adapt_method_t;
+
+typedef struct qc_adapt_config {
+  size_t struct_size;        /* sizeof(qc_adapt_config_t) */
+  qc_adapt_method_t method;  /* default QC_ADAPT_KMEANS */
+  double alpha;              /* error budget alpha * E4, >= 1; default 2 */
+  int num_allowed;           /* entries of allowed_bits used, 1..8; default 4 */
+  int allowed_bits[8];       /* widths to choose from; default {2, 3, 4, 8} */
+} qc_adapt_config_t;
+
+#define QC_ADAPT_CONFIG_INIT \
+  { sizeof(qc_adapt_config_t), QC_ADAPT_KMEANS, 2.0, 4, {2, 3, 4, 8, 0, 0, 0, 0} }
+
+typedef struct qc_adapt_report {
+  size_t struct_size;        /* sizeof(qc_adapt_report_t) */
+  uint64_t layers;           /* layers given a width */
+  double predicted_error;    /* sum over layers, squared-error units */
+  double error_budget;       /* alpha * E4 */
+  double e4;
+  uint64_t predicted_bytes;  /* per call of every layer, one rank's message */
+  uint64_t bytes_at_4;
+} qc_adapt_report_t;
+
+QC_API qc_status_t qc_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
+                                     qc_adapt_report_t* report);
+
 /* ======================================================================== */
 /* 5. Collectives                                                            */
 /* ======================================================================== */

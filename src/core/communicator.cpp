@@ -282,6 +282,17 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   return Status::ok();
 }
 
+Status comm_allreduce_exact(qc_comm_s* comm, float* values, size_t count, uint64_t signature) {
+  QC_RETURN_IF_ERROR(check_healthy(comm));
+  qc_policy_t none = default_policy();
+  none.min_compress_bytes = 0;
+  std::unique_ptr<Codec> codec;
+  QC_RETURN_IF_ERROR(make_codec(none, QC_DTYPE_FLOAT32, &codec));
+  return run_collective(comm, *codec, signature, count * 4, {}, [&](CollectiveContext& ctx) {
+    return allreduce_ring(ctx, values, count);
+  });
+}
+
 Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
                                size_t nsegments, const size_t* counts, const char* const* layers,
                                qc_dtype_t dtype, qc_reduce_op_t op,

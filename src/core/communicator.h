@@ -50,6 +50,10 @@ Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvb
                                size_t nsegments, const size_t* counts, const char* const* layers,
                                qc_dtype_t dtype, qc_reduce_op_t op,
                                qc_error_buffer_s* error_buffer);
+// Library-internal: an uncompressed ring sum of `values` over the group
+// (identical on every rank); `signature` names what is summed, so ranks
+// summing different things get QC_ERROR_MISMATCH.
+Status comm_allreduce_exact(qc_comm_s* comm, float* values, size_t count, uint64_t signature);
 Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer);
 
