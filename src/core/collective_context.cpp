@@ -64,11 +64,12 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
         sig += double(src[i]) * src[i];
       }
     } else {
-      estimate_scratch_.resize(count);
-      Status d = codec_.decode(msg->payload(), written, estimate_scratch_.data(), count);
+      std::vector<float>& decoded = scratch_.estimate;  // kept across calls: no allocation
+      decoded.resize(count);
+      Status d = codec_.decode(msg->payload(), written, decoded.data(), count);
       if (d) {
         for (size_t i = 0; i < count; ++i) {
-          const double diff = double(src[i]) - estimate_scratch_[i];
+          const double diff = double(src[i]) - decoded[i];
           err += diff * diff;
           sig += double(src[i]) * src[i];
         }

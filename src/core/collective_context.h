@@ -42,6 +42,7 @@ struct Scratch {
   std::vector<Message> messages;
   std::vector<std::vector<uint8_t>> blobs;
   std::vector<float> values;
+  std::vector<float> estimate;  // the error estimate's decoded copy
 };
 
 struct CallCounters {
@@ -145,7 +146,6 @@ class CollectiveContext {
   bool estimated_ = false;
   double error_sq_ = 0;
   double signal_sq_ = 0;
-  std::vector<float> estimate_scratch_;
 };
 
 }  // namespace qc
