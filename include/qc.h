@@ -185,7 +185,10 @@ typedef struct qc_policy {
   int error_feedback;        /* 0 or 1; default 0 */
   int group_size;            /* recursive doubling intra-group size, >= 1; default 8 */
   float topk_ratio;          /* fraction kept by topk, (0, 1]; default 0.01 */
-  int scale_update_period;   /* recompute scales every K calls, >= 1; default 1 */
+  int scale_update_period;   /* >= 1; default 1. K > 1: a layer's scales are
+                                computed on every K-th call and reused by the
+                                calls in between, values beyond them
+                                saturating (paper 001 §3.2; docs/policies.md) */
   uint64_t seed;             /* stochastic rounding seed; default 0 */
   /* --- appended after the first layout: a struct_size that ends before a
      field gives that field its default --- */
@@ -345,6 +348,47 @@ QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
 QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
                                        qc_policy_t* policy);
 
+/**
+ * qc_policy_preset() :
+ * Set a named, opt-in group of layer policies in one call. A preset is
+ * nothing but a fixed list of qc_set_layer_policy calls, listed below in
+ * full; there is no other effect, and qc_get_layer_policy shows the result.
+ * Like qc_set_layer_policy it is local (no communication): every rank must
+ * make the same call. Patterns set earlier and not in the list are kept;
+ * patterns in the list are replaced. Call it first and set your own
+ * patterns after it: an exact name, or a glob with more literal characters
+ * than the preset's (see qc_set_layer_policy), wins over the preset.
+ *
+ * name "cgx" (paper 003 §3: biases and batch/layer normalisations are small
+ * and sensitive, so they go in full precision; everything else compressed):
+ *   b = *base (NULL: the policy "*" resolves to now), with
+ *       b.min_compress_bytes = max(b.min_compress_bytes, 16384): every
+ *       message under 16 KiB (4096 float32 elements) goes with codec none.
+ *       Paper 003 names no byte size (it filters by name and size); 16 KiB
+ *       is qc's measured crossover on a 1 Gbit/s link (docs/benchmarks.md).
+ *   f = QC_POLICY_INIT (codec none, algorithm auto, no error feedback).
+ *   qc_set_layer_policy(comm, "*", &b);
+ *   qc_set_layer_policy(comm, "*bias*", &f);   biases ("fc.bias", "in_proj_bias")
+ *   qc_set_layer_policy(comm, "*norm*", &f);   "layer_norm", "norm1", "input_layernorm"
+ *   qc_set_layer_policy(comm, "*Norm*", &f);   "LayerNorm", "BatchNorm"
+ *   qc_set_layer_policy(comm, "*.bn*", &f);    "layer1.0.bn1.weight"
+ *   qc_set_layer_policy(comm, "bn*", &f);      "bn1.weight"
+ *   qc_set_layer_policy(comm, "*.ln*", &f);    "h.0.ln_1.weight", "transformer.ln_f.bias"
+ *   qc_set_layer_policy(comm, "ln*", &f);      "ln_f.weight"
+ * Globs match whole names, case-sensitively; a name such as "normal_proj"
+ * also matches "*norm*" (give it an exact policy if it must be compressed).
+ * base should be a compressed policy (e.g. codec minmax, bits 4, bucket 128:
+ * paper 003's baseline); a base with codec none is accepted and compresses
+ * nothing.
+ *
+ * @return QC_ERROR_INVALID_ARGUMENT for NULL comm or name, a name that is
+ *   not a preset (qc_last_error() lists the known ones), or an invalid base
+ *   (struct_size and fields as qc_set_layer_policy; QC_ERROR_VERSION for a
+ *   newer struct_size). On failure no policy is changed.
+ */
+QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name,
+                                    const qc_policy_t* base);
+
 /*
  * Adaptive bit widths (paper 003 §5): from the per-layer statistics this
  * communicator has collected (qc_comm_get_layer_stats: element count and
@@ -359,7 +403,10 @@ QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
  * qc_get_layer_policy. Layers are grouped by (codec, bucket size, rounding)
  * and each group keeps its own alpha * E4 budget.
  *
- * Collective: every rank must call it, after the same collectives.
+ * Collective: every rank must call it, after the same collectives. Ranks
+ * whose adaptable layers differ (names, element counts, or the (codec,
+ * bucket size, rounding) group of a layer) fail with QC_ERROR_MISMATCH on
+ * every rank, without waiting for the timeout, and no policy changes.
  * report (may be NULL) gets the layers assigned and the predicted error and
  * bytes, before and after.
  */

@@ -271,6 +271,13 @@ module qc
       type(qc_policy_t), intent(inout) :: policy
       integer(c_int) :: st
     end function
+    function qc_policy_preset_c(comm, name, base) bind(c, name="qc_policy_preset") result(st)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: name     ! const char*
+      type(c_ptr), value :: base     ! const qc_policy_t*, NULL: the current "*" policy
+      integer(c_int) :: st
+    end function
 
     ! --- 5. collectives -------------------------------------------------
     function qc_allreduce_c(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, stream) &
@@ -400,7 +407,7 @@ module qc
   public :: qc_policy_init_c, qc_comm_config_init_c, qc_comm_create_c
   public :: qc_comm_create_local_c, qc_comm_create_local_with_config_c, qc_comm_destroy_c
   public :: qc_comm_rank_c, qc_comm_size_c, qc_comm_get_stats_c
-  public :: qc_set_layer_policy_c, qc_get_layer_policy_c
+  public :: qc_set_layer_policy_c, qc_get_layer_policy_c, qc_policy_preset_c
   public :: qc_allreduce_c, qc_alltoall_c
   public :: qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
   public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c
@@ -424,7 +431,7 @@ module qc
   public :: qc_policy_init, qc_comm_config_init
   public :: qc_comm_create, qc_comm_create_mpi, qc_comm_create_local, qc_comm_create_local_with_config
   public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_stats
-  public :: qc_set_layer_policy, qc_get_layer_policy
+  public :: qc_set_layer_policy, qc_get_layer_policy, qc_policy_preset
   public :: qc_allreduce, qc_allreduce_inplace, qc_alltoall
   public :: qc_error_buffer_create, qc_error_buffer_destroy, qc_error_buffer_reset
   public :: qc_error_buffer_norm, qc_error_buffer_save, qc_error_buffer_load
@@ -730,6 +737,26 @@ contains
     policy%struct_size = c_sizeof(policy)
     call finish(qc_get_layer_policy_c(comm%ptr, player, policy), 'qc_get_layer_policy', ierr)
   end subroutine qc_get_layer_policy
+
+  !> A named preset: a fixed list of qc_set_layer_policy calls that qc.h
+  !> spells out ("cgx": biases and norms in full precision, "*" = base with
+  !> messages under 16 KiB uncompressed). base absent: the current "*" policy.
+  subroutine qc_policy_preset(comm, name, base, ierr)
+    type(qc_comm), intent(in) :: comm
+    character(len=*), intent(in) :: name
+    type(qc_policy_t), intent(in), optional :: base
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: cname(:)
+    type(qc_policy_t), target :: b
+    type(c_ptr) :: pbase
+    call to_c_string(name, cname)
+    pbase = c_null_ptr
+    if (present(base)) then
+      b = sized_policy(base)
+      pbase = c_loc(b)
+    end if
+    call finish(qc_policy_preset_c(comm%ptr, c_loc(cname), pbase), 'qc_policy_preset', ierr)
+  end subroutine qc_policy_preset
 
   ! ----------------------------------------------------------------------
   ! 5. Collectives

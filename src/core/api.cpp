@@ -36,6 +36,25 @@ Status read_comm_config(const qc_comm_config_t* user, qc_comm_config_t* out) {
   return Status::ok();
 }
 
+// The presets of qc_policy_preset: each is the list of qc_set_layer_policy
+// calls that qc.h spells out, in that order; keep the two in step (the test
+// tests/unit/test_policy_preset.cpp checks every pattern listed there).
+constexpr size_t kCgxMinCompressBytes = 16384;
+constexpr const char* kCgxFullPrecisionPatterns[] = {"*bias*", "*norm*", "*Norm*", "*.bn*",
+                                                     "bn*",    "*.ln*",  "ln*"};
+
+Status apply_cgx_preset(qc_comm_t comm, const qc_policy_t& base) {
+  qc_policy_t compressed = base;
+  if (compressed.min_compress_bytes < kCgxMinCompressBytes) {
+    compressed.min_compress_bytes = kCgxMinCompressBytes;
+  }
+  QC_RETURN_IF_ERROR(validate_policy(compressed, "base"));
+  const qc_policy_t full = default_policy();
+  comm->policies.set("*", compressed);
+  for (const char* pattern : kCgxFullPrecisionPatterns) comm->policies.set(pattern, full);
+  return Status::ok();
+}
+
 Status check_nranks(int nranks, const qc_comm_t* comms) {
   if (nranks < 1 || nranks > kMaxLocalRanks) {
     return invalid_argument("argument 'nranks' is " + std::to_string(nranks) + "; expected 1.." +
@@ -222,6 +241,26 @@ QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_pol
     QC_RETURN_IF_ERROR(require(comm, "comm"));
     return write_struct(comm->policies.resolve(layer), kPolicyV0Size, "policy", "qc_policy_t",
                         policy);
+  });
+}
+
+QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name, const qc_policy_t* base) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require(name, "name"));
+    if (std::strcmp(name, "cgx") != 0) {
+      return invalid_argument(std::string("argument 'name' is \"") + name +
+                              "\", not a preset; known presets: cgx");
+    }
+    // Everything is checked before the first policy is set: a failure
+    // changes nothing.
+    qc_policy_t b;
+    if (base != nullptr) {
+      QC_RETURN_IF_ERROR(read_policy(base, "base", &b));
+    } else {
+      b = comm->policies.resolve("*");
+    }
+    return apply_cgx_preset(comm, b);
   });
 }
 

@@ -39,6 +39,7 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
   key.element_offset = element_offset;
   size_t written = 0;
   Status s;
+  float* slots = nullptr;  // this block's residuals, with error feedback
   if (residual_ != nullptr) {
     if (element_offset > residual_count_ || count > residual_count_ - element_offset) {
       return internal_error("error-compensated encode of elements [" +
@@ -46,10 +47,23 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
                             std::to_string(element_offset + count) + ") outside the " +
                             std::to_string(residual_count_) + "-element error buffer");
     }
-    s = codec_.encode_error_compensated(src, residual_ + element_offset, count, key,
-                                        msg->payload(), msg->payload_capacity(), &written);
+    slots = residual_ + element_offset;
+  }
+  const size_t index = encodes_++;
+  const bool reuse = scale_memory_ != nullptr && codec_.has_scales();
+  if (reuse && !scale_refresh_ && index < scale_memory_->messages.size()) {
+    const std::vector<uint8_t>& previous = scale_memory_->messages[index];
+    s = codec_.encode_reusing_scales(src, slots, count, key, previous.data(), previous.size(),
+                                     msg->payload(), msg->payload_capacity(), &written);
+  } else if (slots != nullptr) {
+    s = codec_.encode_error_compensated(src, slots, count, key, msg->payload(),
+                                        msg->payload_capacity(), &written);
   } else {
     s = codec_.encode(src, count, key, msg->payload(), msg->payload_capacity(), &written);
+  }
+  if (s && reuse && scale_refresh_) {
+    scale_memory_->messages.resize(index + 1);
+    scale_memory_->messages[index].assign(msg->payload(), msg->payload() + written);
   }
   msg->set_payload_size(written);
   if (s && estimate_error_ && !estimated_ && count > 0) {
@@ -176,6 +190,14 @@ Status CollectiveContext::native_allreduce_float(const float* send, float* recv,
   if (s) s = transport_.allreduce_float(send, recv, count, deadline_);
   // The agreement's two words, then ring-optimal 2 (n-1)/n of the data.
   counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * (count * 4 + 16) / size_ : 0;
+  counters_.transport_seconds += seconds_since(start);
+  return s;
+}
+
+Status CollectiveContext::agree() {
+  const auto start = Clock::now();
+  Status s = transport_.agree(signature_, deadline_);
+  counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * 16 / size_ : 0;
   counters_.transport_seconds += seconds_since(start);
   return s;
 }

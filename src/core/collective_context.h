@@ -45,6 +45,18 @@ struct Scratch {
   std::vector<float> estimate;  // the error estimate's decoded copy
 };
 
+// What a layer keeps between calls for policy.scale_update_period (paper 001
+// §3.2): the messages its last refresh call encoded, in encode order. Every
+// algorithm encodes the same sequence of blocks on every call of one shape,
+// so encode i of a later call takes the scales of message i; the receivers
+// need nothing, since every message still carries its scales.
+struct ScaleMemory {
+  uint64_t shape = 0;   // the call signature the messages belong to
+  uint64_t calls = 0;   // calls of this shape since (and including) the refresh
+  std::vector<std::vector<uint8_t>> messages;
+  float norm = 0.0f;    // the native algorithm's agreed norm at the refresh
+};
+
 struct CallCounters {
   uint64_t wire_bytes = 0;
   double codec_seconds = 0;
@@ -88,6 +100,15 @@ class CollectiveContext {
     residual_count_ = count;
   }
 
+  // Scale reuse for this call: with refresh, encode() computes scales and
+  // keeps a copy of each message in *memory; without, encode i reuses the
+  // scales of memory->messages[i] (when the codec has scales).
+  void set_scale_memory(ScaleMemory* memory, bool refresh) {
+    scale_memory_ = memory;
+    scale_refresh_ = refresh;
+    if (refresh) memory->messages.clear();
+  }
+
   // Encode `count` values into msg's payload (resized as needed).
   // element_offset is the values' position in the tensor: it keys the
   // random bits of stochastic rounding and, with error feedback, the slots.
@@ -118,6 +139,9 @@ class CollectiveContext {
   // The transport's own float32 sum, preceded by a check that every rank is
   // in this call (the signature), since a native collective has no envelope.
   bool has_native_float_allreduce() const { return transport_.has_native_float_allreduce(); }
+  // Only the check that every rank is in this call (the signature), for
+  // native steps that send no envelope of their own.
+  Status agree();
   Status native_allreduce_float(const float* send, float* recv, size_t count);
 
   // Shorthands for the common patterns.
@@ -142,6 +166,9 @@ class CollectiveContext {
   uint64_t seed_ = 0;
   float* residual_ = nullptr;
   size_t residual_count_ = 0;
+  ScaleMemory* scale_memory_ = nullptr;
+  bool scale_refresh_ = false;
+  size_t encodes_ = 0;
   bool estimate_error_ = false;
   bool estimated_ = false;
   double error_sq_ = 0;

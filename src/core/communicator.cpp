@@ -94,6 +94,32 @@ Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
   return status;
 }
 
+// The scale memory of this call (paper 001 §3.2), or null when the policy
+// computes scales every call. *refresh tells whether this call computes
+// them (the period's first call) or reuses the kept ones. The period
+// restarts when the layer's call shape (its signature: count, dtype,
+// policy, algorithm) changes, so a policy change never reuses stale scales.
+ScaleMemory* scale_memory_for(qc_comm_s* comm, CollectiveKind kind, const char* layer,
+                              uint64_t signature, const qc_policy_t& policy, bool* refresh) {
+  *refresh = true;
+  if (policy.scale_update_period <= 1 || policy.codec == QC_CODEC_NONE) return nullptr;
+  const std::string key = std::to_string(static_cast<int>(kind)) + ":" +
+                          (layer != nullptr ? layer : "*");
+  ScaleMemory& m = comm->scale_memory[key];
+  if (m.shape != signature) {
+    m = ScaleMemory{};
+    m.shape = signature;
+  }
+  *refresh = m.calls % static_cast<uint64_t>(policy.scale_update_period) == 0;
+  return &m;
+}
+
+// A reusing call is told apart on the wire from a refreshing one, so ranks
+// that disagree (which takes different call histories) get MISMATCH.
+uint64_t with_refresh(uint64_t signature, const ScaleMemory* m, bool refresh) {
+  return m != nullptr && !refresh ? signature ^ 0x9e3779b97f4a7c15ull : signature;
+}
+
 std::vector<LayerShare> one_layer(const char* layer, size_t count, size_t logical_bytes,
                                   double sq_norm) {
   LayerShare share;
@@ -251,10 +277,15 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   cpu::to_float32(sendbuf, dtype, work.data(), count);
   const auto layers = one_layer(layer, count, count * dtype_size(dtype),
                                 squared_norm(work.data(), count));
-  Status status = run_collective(comm, *codec, signature, count * dtype_size(dtype), layers,
+  bool refresh = true;
+  ScaleMemory* scales = scale_memory_for(comm, CollectiveKind::kAllreduce, layer, signature,
+                                         policy, &refresh);
+  Status status = run_collective(comm, *codec, with_refresh(signature, scales, refresh),
+                                 count * dtype_size(dtype), layers,
                                  [&](CollectiveContext& ctx) -> Status {
     ctx.set_seed(policy.seed);
     if (feedback) ctx.set_residual(residual.data(), count);
+    if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     switch (algorithm) {
       case QC_ALGO_RING: return allreduce_ring(ctx, work.data(), count);
       case QC_ALGO_RECURSIVE_DOUBLING:
@@ -272,11 +303,12 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
           return ctx.native_allreduce_float(work.data(), work.data(), count);
         }
         return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
-                                count, policy.bits);
+                                count, policy.bits, scales, refresh);
       default: return internal_error("no algorithm selected");
     }
   });
   QC_RETURN_IF_ERROR(status);
+  if (scales != nullptr) scales->calls += 1;
   if (feedback) commit_residuals(comm, error_buffer, grid);
   finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
   return Status::ok();
@@ -406,10 +438,16 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
                                             layer, policy, QC_ALGO_AUTO);
   const auto layers = one_layer(layer, total, total * dtype_size(dtype),
                                 squared_norm(send.data(), total));
-  QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, total * dtype_size(dtype), layers,
+  bool refresh = true;
+  ScaleMemory* scales = scale_memory_for(comm, CollectiveKind::kAlltoall, layer, signature,
+                                         policy, &refresh);
+  QC_RETURN_IF_ERROR(run_collective(comm, *codec, with_refresh(signature, scales, refresh),
+                                    total * dtype_size(dtype), layers,
                                     [&](CollectiveContext& ctx) {
+    if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     return alltoall_pairwise(ctx, send.data(), recv.data(), count_per_rank);
   }));
+  if (scales != nullptr) scales->calls += 1;
   cpu::from_float32(recv.data(), dtype, recvbuf, total);
   return Status::ok();
 }

@@ -29,6 +29,9 @@ struct qc_comm_s {
   // The residuals a call works on; swapped with the error buffer's only when
   // the call succeeds, so a failed call leaves the buffer as it was.
   std::vector<float> residual_work;
+  // policy.scale_update_period's kept scales, per collective kind and layer
+  // (one entry per layer, restarted when the layer's call shape changes).
+  std::map<std::string, qc::ScaleMemory> scale_memory;
 
   mutable std::mutex stats_mutex;  // get_stats may run on another thread
   qc_stats_t stats{};

@@ -33,6 +33,18 @@
 // onebit (meta per bucket: scale = canonical sum of |x| / n, the L1 mean, so
 //    the decoded bucket keeps the input's mean magnitude)
 //    code = x < 0; decode: code ? -scale : scale.
+//
+// Scale reuse (QuantArgs::reuse_meta, policy.scale_update_period, paper 001
+// §3.2): bucket b takes its metadata from reuse_meta (an earlier message's
+// metadata for the same count and bucket size) instead of from its values,
+// when that metadata is finite and its scale (minmax scale, qsgd norm,
+// onebit scale) is > 0; the written metadata is then the reused one. The
+// codes follow the rules above unchanged, so their clamps saturate values
+// outside the reused range (minmax: to 0 or L; qsgd: to level M) instead of
+// wrapping, and with error feedback the saturated part stays in e. A bucket
+// with a non-finite value is still NaN; a bucket whose stored scale is 0 or
+// non-finite is computed fresh (an all-zero bucket at the refresh must not
+// pin the bucket to zero for the whole period).
 #pragma once
 
 #include <cstddef>
@@ -58,6 +70,8 @@ struct QuantArgs {
   // so the bytes equal those of converting to float32 first and encoding.
   // Only the plain encode (e == nullptr) takes a 16-bit input.
   qc_dtype_t input_dtype = QC_DTYPE_FLOAT32;
+  // Scale reuse (see above): metadata of the same layout, or nullptr.
+  const uint8_t* reuse_meta = nullptr;
 };
 
 // Encode x[0..count) into meta and codes. x holds count values of

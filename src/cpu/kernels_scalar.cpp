@@ -30,6 +30,14 @@ float canonical_sum(const float* v, size_t n) {
   return acc[0];
 }
 
+// Scale reuse (codec_kernels.h): the scale float at `offset` of bucket b's
+// reused metadata, when there is one and it may be reused (finite, > 0).
+bool reused_scale(const QuantArgs& a, size_t offset, float* scale) {
+  if (a.reuse_meta == nullptr) return false;
+  *scale = load_f32(a.reuse_meta + offset);
+  return std::isfinite(*scale) && *scale > 0;
+}
+
 float round_code(float t, const QuantArgs& a, uint64_t index) {
   return a.stochastic ? std::floor(t + random_uniform(a.rng, index)) : std::nearbyint(t);
 }
@@ -72,12 +80,16 @@ void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
       }
       continue;
     }
-    float lo = zb[0], hi = zb[0];
-    for (size_t i = 1; i < n; ++i) {
-      lo = std::min(lo, zb[i]);
-      hi = std::max(hi, zb[i]);
+    float lo = zb[0], hi = zb[0], scale;
+    if (reused_scale(a, 8 * b + 4, &scale) && std::isfinite(load_f32(a.reuse_meta + 8 * b))) {
+      lo = load_f32(a.reuse_meta + 8 * b);
+    } else {
+      for (size_t i = 1; i < n; ++i) {
+        lo = std::min(lo, zb[i]);
+        hi = std::max(hi, zb[i]);
+      }
+      scale = (hi - lo) / L;
     }
-    const float scale = (hi - lo) / L;
     store_f32(meta + 8 * b, lo);
     store_f32(meta + 8 * b + 4, scale);
     const float inv = scale > 0 ? 1.0f / scale : 0.0f;
@@ -125,8 +137,11 @@ void qsgd_encode(const float* x, float* e, size_t count, const QuantArgs& a, uin
       }
       continue;
     }
-    for (size_t i = 0; i < n; ++i) sq[i] = zb[i] * zb[i];
-    const float norm = std::sqrt(canonical_sum(sq.get(), n));
+    float norm;
+    if (!reused_scale(a, 4 * b, &norm)) {
+      for (size_t i = 0; i < n; ++i) sq[i] = zb[i] * zb[i];
+      norm = std::sqrt(canonical_sum(sq.get(), n));
+    }
     store_f32(meta + 4 * b, norm);
     const float inv = norm > 0 ? M / norm : 0.0f;
     const float step = norm / M;
@@ -179,8 +194,11 @@ void onebit_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
       }
       continue;
     }
-    for (size_t i = 0; i < n; ++i) mag[i] = std::fabs(zb[i]);
-    const float scale = canonical_sum(mag.get(), n) / static_cast<float>(n);
+    float scale;
+    if (!reused_scale(a, 4 * b, &scale)) {
+      for (size_t i = 0; i < n; ++i) mag[i] = std::fabs(zb[i]);
+      scale = canonical_sum(mag.get(), n) / static_cast<float>(n);
+    }
     store_f32(meta + 4 * b, scale);
     for (size_t i = 0; i < n; ++i) {
       const bool negative = zb[i] < 0;

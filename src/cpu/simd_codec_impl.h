@@ -202,6 +202,17 @@ QC_TI VF round_code(VF t, const QuantArgs& a, uint64_t base) {
   return round_floor(add(t, uniform16(a.rng, base)));
 }
 
+// Scale reuse (codec_kernels.h): bucket b's reused metadata, or nullptr.
+inline const uint8_t* reuse_at(const QuantArgs& a, size_t meta_offset) {
+  return a.reuse_meta != nullptr ? a.reuse_meta + meta_offset : nullptr;
+}
+// The scale float at reuse_b + offset, when it may be reused (finite, > 0).
+inline bool reused_scale(const uint8_t* reuse_b, size_t offset, float* scale) {
+  if (reuse_b == nullptr) return false;
+  *scale = get_f32(reuse_b + offset);
+  return std::isfinite(*scale) && *scale > 0;
+}
+
 // ---- minmax ----------------------------------------------------------------------
 
 struct MinmaxConsts {
@@ -213,10 +224,11 @@ struct MinmaxConsts {
 
 // Codes of 16 lanes of z (and the residual z - decode, into *res, when
 // res != nullptr). Without a residual the float code j is never needed, so
-// clamp-then-convert replaces round-clamp-truncate: t >= 0 always (z >= lo,
-// inv >= 0, u >= 0), and on [0, L] rounding commutes with the clamp; a NaN t
-// converts to INT_MIN whose masked (or byte-truncated) code is 0, as in the
-// scalar.
+// clamp-then-convert replaces round-clamp-truncate: rounding (rint, or floor
+// after adding u) is monotone and maps [0, L] onto itself, so clamping
+// before or after it gives the same code, also for the t < 0 or t > L that
+// a reused scale produces; a NaN t converts to INT_MIN whose masked (or
+// byte-truncated) code is 0, as in the scalar.
 QC_TI VI minmax_quant(VF z, VF vlo, VF vinv, VF vscale, const MinmaxConsts& c,
                             const QuantArgs& a, uint64_t base, VF* res) {
   const VF t = mul(sub(z, vlo), vinv);
@@ -260,7 +272,8 @@ QC_TI void minmax_extremes(VF vmin, VF vmax, const XT* xb, const float* eb, size
 // One full bucket of NC*16 elements held in registers: one read of x and e.
 template <int Q, int NC, bool WithE, class XT>
 QC_TI void minmax_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a,
-                                     uint64_t base, uint8_t* meta_b, BitOut& o,
+                                     uint64_t base, uint8_t* meta_b,
+                                     const uint8_t* reuse_b, BitOut& o,
                                      const MinmaxConsts& c) {
   VF z[NC];
 #pragma GCC unroll 16
@@ -277,9 +290,14 @@ QC_TI void minmax_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a,
     vmax = vmax_(vmax, z[k]);
   }
   if (bad != 0) return minmax_nan_bucket(meta_b, o, WithE ? eb : nullptr, NC * 16, c.q);
-  float lo, hi;
-  minmax_extremes(vmin, vmax, xb, WithE ? eb : nullptr, NC * 16, &lo, &hi);
-  const float scale = (hi - lo) / c.L;
+  float lo, scale;
+  if (reused_scale(reuse_b, 4, &scale) && std::isfinite(get_f32(reuse_b))) {
+    lo = get_f32(reuse_b);
+  } else {
+    float hi;
+    minmax_extremes(vmin, vmax, xb, WithE ? eb : nullptr, NC * 16, &lo, &hi);
+    scale = (hi - lo) / c.L;
+  }
   put_f32(meta_b, lo);
   put_f32(meta_b + 4, scale);
   const float inv = scale > 0 ? 1.0f / scale : 0.0f;
@@ -296,7 +314,8 @@ QC_TI void minmax_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a,
 // Any bucket: pass 1 reduces, pass 2 re-reads the bucket (from L1) and codes it.
 template <int Q, class XT>
 QC_TI void minmax_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs& a,
-                                   uint64_t base, uint8_t* meta_b, BitOut& o,
+                                   uint64_t base, uint8_t* meta_b,
+                                   const uint8_t* reuse_b, BitOut& o,
                                    const MinmaxConsts& c) {
   const float z0 = eb != nullptr ? get_x(xb) + eb[0] : get_x(xb);
   VF vmin = set1(z0), vmax = vmin;
@@ -316,9 +335,14 @@ QC_TI void minmax_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs&
     vmax = vmax_(vmax, z);
   }
   if (bad != 0) return minmax_nan_bucket(meta_b, o, eb, n, c.q);
-  float lo, hi;
-  minmax_extremes(vmin, vmax, xb, eb, n, &lo, &hi);
-  const float scale = (hi - lo) / c.L;
+  float lo, scale;
+  if (reused_scale(reuse_b, 4, &scale) && std::isfinite(get_f32(reuse_b))) {
+    lo = get_f32(reuse_b);
+  } else {
+    float hi;
+    minmax_extremes(vmin, vmax, xb, eb, n, &lo, &hi);
+    scale = (hi - lo) / c.L;
+  }
   put_f32(meta_b, lo);
   put_f32(meta_b + 4, scale);
   const float inv = scale > 0 ? 1.0f / scale : 0.0f;
@@ -349,16 +373,16 @@ QC_T void minmax_encode_q(const XT* x, float* e, size_t count, const QuantArgs& 
     for (; b0 + bucket <= count; b0 += bucket, ++b) {
       if (e != nullptr)
         minmax_bucket_fixed<Q, kFixedChunks, true>(x + b0, e + b0, a, a.index_base + b0,
-                                                   meta + 8 * b, o, c);
+                                                   meta + 8 * b, reuse_at(a, 8 * b), o, c);
       else
         minmax_bucket_fixed<Q, kFixedChunks, false>(x + b0, nullptr, a, a.index_base + b0,
-                                                    meta + 8 * b, o, c);
+                                                    meta + 8 * b, reuse_at(a, 8 * b), o, c);
     }
   }
   for (; b0 < count; b0 += bucket, ++b) {
     const size_t n = bucket < count - b0 ? bucket : count - b0;
     minmax_bucket_any<Q>(x + b0, e != nullptr ? e + b0 : nullptr, n, a, a.index_base + b0,
-                         meta + 8 * b, o, c);
+                         meta + 8 * b, reuse_at(a, 8 * b), o, c);
   }
   bo_flush(o);
 }
@@ -421,7 +445,8 @@ QC_TI void scalar_nan_bucket(uint8_t* meta_b, BitOut& o, float* eb, size_t n, in
 
 template <int Q, int NC, bool WithE, class XT>
 QC_TI void qsgd_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a, uint64_t base,
-                             uint8_t* meta_b, BitOut& o, const QsgdConsts& c) {
+                             uint8_t* meta_b, const uint8_t* reuse_b, BitOut& o,
+                             const QsgdConsts& c) {
   VF z[NC];
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
@@ -436,7 +461,8 @@ QC_TI void qsgd_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a, uint64
     acc = add(acc, mul(z[k], z[k]));
   }
   if (bad != 0) return scalar_nan_bucket(meta_b, o, WithE ? eb : nullptr, NC * 16, c.q);
-  const float norm = std::sqrt(canonical_fold_v(acc));
+  float norm;
+  if (!reused_scale(reuse_b, 0, &norm)) norm = std::sqrt(canonical_fold_v(acc));
   put_f32(meta_b, norm);
   const float inv = norm > 0 ? c.M / norm : 0.0f;
   const float step = norm / c.M;
@@ -452,7 +478,8 @@ QC_TI void qsgd_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a, uint64
 
 template <int Q, class XT>
 QC_TI void qsgd_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs& a,
-                           uint64_t base, uint8_t* meta_b, BitOut& o, const QsgdConsts& c) {
+                           uint64_t base, uint8_t* meta_b, const uint8_t* reuse_b, BitOut& o,
+                           const QsgdConsts& c) {
   VF acc = zero_f();
   uint32_t bad = 0;
   for (size_t i = 0; i < n; i += 16) {
@@ -462,7 +489,8 @@ QC_TI void qsgd_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs& a
     acc = add(acc, mul(z, z));
   }
   if (bad != 0) return scalar_nan_bucket(meta_b, o, eb, n, c.q);
-  const float norm = std::sqrt(canonical_fold_v(acc));
+  float norm;
+  if (!reused_scale(reuse_b, 0, &norm)) norm = std::sqrt(canonical_fold_v(acc));
   put_f32(meta_b, norm);
   const float inv = norm > 0 ? c.M / norm : 0.0f;
   const float step = norm / c.M;
@@ -495,16 +523,16 @@ QC_T void qsgd_encode_q(const XT* x, float* e, size_t count, const QuantArgs& a,
     for (; b0 + bucket <= count; b0 += bucket, ++b) {
       if (e != nullptr)
         qsgd_bucket_fixed<Q, kFixedChunks, true>(x + b0, e + b0, a, a.index_base + b0,
-                                                 meta + 4 * b, o, c);
+                                                 meta + 4 * b, reuse_at(a, 4 * b), o, c);
       else
         qsgd_bucket_fixed<Q, kFixedChunks, false>(x + b0, nullptr, a, a.index_base + b0,
-                                                  meta + 4 * b, o, c);
+                                                  meta + 4 * b, reuse_at(a, 4 * b), o, c);
     }
   }
   for (; b0 < count; b0 += bucket, ++b) {
     const size_t n = bucket < count - b0 ? bucket : count - b0;
     qsgd_bucket_any<Q>(x + b0, e != nullptr ? e + b0 : nullptr, n, a, a.index_base + b0,
-                       meta + 4 * b, o, c);
+                       meta + 4 * b, reuse_at(a, 4 * b), o, c);
   }
   bo_flush(o);
 }
@@ -536,7 +564,8 @@ QC_T void qsgd_decode_q(const uint8_t* meta, const uint8_t* codes, size_t count,
 // ---- onebit -------------------------------------------------------------------------
 
 template <int NC, bool WithE, class XT>
-QC_TI void onebit_bucket_fixed(const XT* xb, float* eb, uint8_t* meta_b, BitOut& o) {
+QC_TI void onebit_bucket_fixed(const XT* xb, float* eb, uint8_t* meta_b, const uint8_t* reuse_b,
+                               BitOut& o) {
   VF z[NC];
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
@@ -551,7 +580,8 @@ QC_TI void onebit_bucket_fixed(const XT* xb, float* eb, uint8_t* meta_b, BitOut&
     acc = add(acc, abs_f(z[k]));
   }
   if (bad != 0) return scalar_nan_bucket(meta_b, o, WithE ? eb : nullptr, NC * 16, 1);
-  const float scale = canonical_fold_v(acc) / static_cast<float>(NC * 16);
+  float scale;
+  if (!reused_scale(reuse_b, 0, &scale)) scale = canonical_fold_v(acc) / static_cast<float>(NC * 16);
   put_f32(meta_b, scale);
   const VF vpos = set1(scale), vneg = set1(-scale);
   const VI one = set1_i(1);
@@ -564,7 +594,8 @@ QC_TI void onebit_bucket_fixed(const XT* xb, float* eb, uint8_t* meta_b, BitOut&
 }
 
 template <class XT>
-QC_TI void onebit_bucket_any(const XT* xb, float* eb, size_t n, uint8_t* meta_b, BitOut& o) {
+QC_TI void onebit_bucket_any(const XT* xb, float* eb, size_t n, uint8_t* meta_b,
+                             const uint8_t* reuse_b, BitOut& o) {
   const VI one = set1_i(1);
   VF acc = zero_f();
   uint32_t bad = 0;
@@ -575,7 +606,8 @@ QC_TI void onebit_bucket_any(const XT* xb, float* eb, size_t n, uint8_t* meta_b,
     acc = add(acc, abs_f(z));
   }
   if (bad != 0) return scalar_nan_bucket(meta_b, o, eb, n, 1);
-  const float scale = canonical_fold_v(acc) / static_cast<float>(n);
+  float scale;
+  if (!reused_scale(reuse_b, 0, &scale)) scale = canonical_fold_v(acc) / static_cast<float>(n);
   put_f32(meta_b, scale);
   const VF vpos = set1(scale), vneg = set1(-scale);
   for (size_t i = 0; i < n; i += 16) {
@@ -595,13 +627,17 @@ QC_T void onebit_encode_t(const XT* x, float* e, size_t count, const QuantArgs& 
   size_t b0 = 0, b = 0;
   if (bucket == 16 * kFixedChunks) {
     for (; b0 + bucket <= count; b0 += bucket, ++b) {
-      if (e != nullptr) onebit_bucket_fixed<kFixedChunks, true>(x + b0, e + b0, meta + 4 * b, o);
-      else onebit_bucket_fixed<kFixedChunks, false>(x + b0, nullptr, meta + 4 * b, o);
+      if (e != nullptr)
+        onebit_bucket_fixed<kFixedChunks, true>(x + b0, e + b0, meta + 4 * b, reuse_at(a, 4 * b), o);
+      else
+        onebit_bucket_fixed<kFixedChunks, false>(x + b0, nullptr, meta + 4 * b, reuse_at(a, 4 * b),
+                                                 o);
     }
   }
   for (; b0 < count; b0 += bucket, ++b) {
     const size_t n = bucket < count - b0 ? bucket : count - b0;
-    onebit_bucket_any(x + b0, e != nullptr ? e + b0 : nullptr, n, meta + 4 * b, o);
+    onebit_bucket_any(x + b0, e != nullptr ? e + b0 : nullptr, n, meta + 4 * b, reuse_at(a, 4 * b),
+                      o);
   }
   bo_flush(o);
 }

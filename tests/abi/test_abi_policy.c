@@ -1,6 +1,6 @@
 /*
- * test_abi_policy.c - qc_policy_init, qc_set_layer_policy, qc_get_layer_policy:
- * struct_size rules, field validation and pattern matching.
+ * test_abi_policy.c - qc_policy_init, qc_set_layer_policy, qc_get_layer_policy,
+ * qc_policy_preset: struct_size rules, field validation and pattern matching.
  */
 #include "qc_abi_test.h"
 
@@ -294,6 +294,58 @@ static void test_setting_pattern_again_replaces_it(void** state) {
   assert_int_equal(resolved_bits(comm, "emb"), 1);
 }
 
+/* ---- qc_policy_preset ----------------------------------------------------- */
+
+static void test_policy_preset_arguments(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  qc_policy_t base = QC_POLICY_INIT;
+  base.codec = QC_CODEC_MINMAX;
+  QCT_INVALID(qc_policy_preset(NULL, "cgx", &base), "qc_policy_preset", "comm");
+  QCT_INVALID(qc_policy_preset(comm, NULL, &base), "qc_policy_preset", "name");
+  QCT_INVALID(qc_policy_preset(comm, "no-such-preset", &base), "qc_policy_preset", "name");
+  assert_non_null(strstr(qc_last_error(), "known presets: cgx"));
+}
+
+static qc_status_t call_policy_preset(qc_policy_t* p, void* ctx) {
+  return qc_policy_preset((qc_comm_t)ctx, "cgx", p);
+}
+
+static void test_policy_preset_struct_size(void** state) {
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_policy_preset", call_policy_preset, *state);
+}
+
+static void test_policy_preset_invalid_fields(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  const qc_policy_t def = QC_POLICY_INIT;
+  qc_policy_t got;
+  QCT_CHECK_BAD_POLICY_FIELDS("qc_policy_preset", call_policy_preset, comm);
+  /* nothing was stored by the failed calls */
+  got.struct_size = sizeof got;
+  QCT_OK(qc_get_layer_policy(comm, "fc1.bias", &got));
+  QCT_ASSERT_POLICY_EQUAL(&got, &def);
+  QCT_OK(qc_get_layer_policy(comm, NULL, &got));
+  QCT_ASSERT_POLICY_EQUAL(&got, &def);
+}
+
+static void test_policy_preset_cgx(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  qc_policy_t base = QC_POLICY_INIT;
+  qc_policy_t got;
+  base.codec = QC_CODEC_MINMAX;
+  base.bits = 4;
+  base.min_compress_bytes = 0;
+  QCT_OK(qc_policy_preset(comm, "cgx", &base));
+  got.struct_size = sizeof got;
+  QCT_OK(qc_get_layer_policy(comm, "encoder.0.attn.bias", &got));
+  assert_int_equal(got.codec, QC_CODEC_NONE);
+  QCT_OK(qc_get_layer_policy(comm, "layer3.bn1.weight", &got));
+  assert_int_equal(got.codec, QC_CODEC_NONE);
+  QCT_OK(qc_get_layer_policy(comm, "encoder.0.attn.weight", &got));
+  assert_int_equal(got.codec, QC_CODEC_MINMAX);
+  assert_int_equal(got.bits, 4);
+  assert_int_equal(got.min_compress_bytes, 16384);
+}
+
 int main(void) {
 #define WITH_COMM(t) cmocka_unit_test_setup_teardown(t, qct_setup_comm1, qct_teardown_comm)
   const struct CMUnitTest tests[] = {
@@ -321,6 +373,10 @@ int main(void) {
       WITH_COMM(test_question_mark_matches_one_character),
       WITH_COMM(test_star_matches_empty_run),
       WITH_COMM(test_setting_pattern_again_replaces_it),
+      WITH_COMM(test_policy_preset_arguments),
+      WITH_COMM(test_policy_preset_struct_size),
+      WITH_COMM(test_policy_preset_invalid_fields),
+      WITH_COMM(test_policy_preset_cgx),
   };
 #undef WITH_COMM
   return cmocka_run_group_tests_name("abi_policy", tests, NULL, NULL);

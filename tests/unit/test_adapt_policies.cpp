@@ -1,5 +1,7 @@
 // qc_adapt_policies through a local group: statistics collected by real
 // calls, one assignment on every rank, fewer bytes within alpha * E4.
+#include <chrono>
+
 #include "test_util.h"
 
 using namespace qct;
@@ -135,6 +137,83 @@ TEST(AdaptMisc, BadConfigsAreRefused) {
   cfg.allowed_bits[0] = 9;
   EXPECT_EQ(qc_adapt_policies(g[0], &cfg, nullptr), QC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(qc_adapt_policies(nullptr, nullptr, nullptr), QC_ERROR_INVALID_ARGUMENT);
+}
+
+
+// qc_adapt_policies sums the statistics of the layers each rank would adapt.
+// Ranks that disagree on that list (here: different policies for a layer,
+// which the calls themselves accept because the messages are under
+// min_compress_bytes, so every rank sends them with codec none) must not
+// compute different assignments or wait for each other until the timeout:
+// every rank fails with QC_ERROR_MISMATCH at once, and no policy changes.
+struct Disagreement {
+  const char* what;
+  // policies[r][layer] = codec rank r sets for the layer
+  std::vector<std::vector<std::pair<const char*, qc_codec_t>>> policies;
+  std::vector<const char*> calls;  // layers every rank calls, in order
+};
+
+void expect_mismatch_everywhere(const Disagreement& d) {
+  const int n = static_cast<int>(d.policies.size());
+  Group g(n, /*timeout_seconds=*/60.0);
+  ASSERT_TRUE(g.ok());
+  for (int r = 0; r < n; ++r) {
+    for (const auto& [layer, codec] : d.policies[r]) {
+      qc_policy_t p = QC_POLICY_INIT;  // min_compress_bytes 16384
+      p.codec = codec;
+      ASSERT_EQ(qc_set_layer_policy(g[r], layer, &p), QC_SUCCESS) << qc_last_error();
+    }
+  }
+  const size_t count = 100;  // 400 bytes: codec none on every rank, so the calls agree
+  for (const char* layer : d.calls) {
+    const auto in = random_inputs(n, count, 5);
+    const auto res = allreduce_on(g, encode_all(in, QC_DTYPE_FLOAT32), count, QC_DTYPE_FLOAT32,
+                                  QC_OP_SUM, layer);
+    ASSERT_TRUE(res.all_ok()) << d.what << ": " << res.describe();
+  }
+  std::vector<qc_status_t> st(n, QC_ERROR_INTERNAL);
+  std::vector<std::string> err(n);
+  const auto t0 = std::chrono::steady_clock::now();
+  const qc_adapt_config_t cfg = QC_ADAPT_CONFIG_INIT;
+  run_ranks(n, [&](int r) {
+    st[r] = qc_adapt_policies(g[r], &cfg, nullptr);
+    if (st[r] != QC_SUCCESS) err[r] = qc_last_error();
+  });
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(st[r], QC_ERROR_MISMATCH) << d.what << ", rank " << r << ": " << err[r];
+  EXPECT_LT(waited, 10.0) << d.what << ": detected, not timed out";
+  // No rank applied an assignment: every layer keeps 4 bits.
+  for (int r = 0; r < n; ++r) {
+    for (const auto& [layer, codec] : d.policies[r]) {
+      qc_policy_t p = QC_POLICY_INIT;
+      ASSERT_EQ(qc_get_layer_policy(g[r], layer, &p), QC_SUCCESS);
+      EXPECT_EQ(p.bits, 4) << d.what << ", rank " << r << ", " << layer;
+      EXPECT_EQ(p.codec, codec);
+    }
+  }
+}
+
+TEST(AdaptMisc, RanksThatSawOtherLayersFailWithMismatch) {
+  // Rank 0 adapts "x"; the others have nothing to adapt.
+  expect_mismatch_everywhere({"one rank has a layer the others lack",
+                              {{{"x", QC_CODEC_MINMAX}},
+                               {{"x", QC_CODEC_NONE}},
+                               {{"x", QC_CODEC_NONE}}},
+                              {"x"}});
+  // As many layers on every rank, but not the same ones.
+  expect_mismatch_everywhere({"same number of layers, other names",
+                              {{{"a", QC_CODEC_MINMAX}, {"b", QC_CODEC_NONE}},
+                               {{"a", QC_CODEC_NONE}, {"b", QC_CODEC_MINMAX}},
+                               {{"a", QC_CODEC_NONE}, {"b", QC_CODEC_MINMAX}}},
+                              {"a", "b"}});
+  // Two ranks, the same layers, but one adapts "w" as qsgd: the widths are
+  // chosen per (codec, bucket, rounding) group, so the groups must agree too.
+  expect_mismatch_everywhere({"the same layer in another codec group",
+                              {{{"w", QC_CODEC_MINMAX}, {"v", QC_CODEC_MINMAX}},
+                               {{"w", QC_CODEC_QSGD}, {"v", QC_CODEC_MINMAX}}},
+                              {"w", "v"}});
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // 1..1000, counts 0, 1, 10007, stochastic rounding on and off, and element
 // offsets near 2^32 (where the random-bit index crosses into its high word).
 // Also: every table (scalar included) encoding float16 / bfloat16 input
-// directly (QuantArgs::input_dtype) against widening to float32 first.
+// directly (QuantArgs::input_dtype) against widening to float32 first, and
+// encoding with reused scales (QuantArgs::reuse_meta).
 //
 // An ISA this CPU (or build) lacks is skipped. Links the internal objects.
 #include <gtest/gtest.h>
@@ -222,6 +223,26 @@ class KernelIdentity : public ::testing::TestWithParam<Isa> {
     ASSERT_LT(d, 0) << "EC residual differs at " << d << ": simd " << hexf(se[d]) << " scalar "
                     << hexf(re[d]);
 
+    // scale reuse: other values encoded on x's metadata, plain and
+    // error-compensated (NaN and zero-scale buckets of x are recomputed)
+    std::vector<float> y = make_data(count, Data::kPlain, seed + 4);
+    for (auto& v : y) v *= 1.5f;  // partly outside x's ranges: saturates
+    QuantArgs ar = a;
+    ar.reuse_meta = rm.data();
+    Out rm3(meta_bytes), rc3(code_bytes), sm3(meta_bytes), sc3(code_bytes);
+    r.enc(y.data(), nullptr, count, ar, rm3.data(), rc3.data());
+    s.enc(y.data(), nullptr, count, ar, sm3.data(), sc3.data());
+    ASSERT_TRUE(sm3.guard_intact() && sc3.guard_intact());
+    ASSERT_TRUE(sm3.same_as(rm3)) << "reuse meta differs at byte " << first_byte_diff(sm3, rm3);
+    ASSERT_TRUE(sc3.same_as(rc3)) << "reuse codes differ at byte " << first_byte_diff(sc3, rc3);
+    std::vector<float> re3 = e0, se3 = e0;
+    r.enc(y.data(), re3.data(), count, ar, rm3.data(), rc3.data());
+    s.enc(y.data(), se3.data(), count, ar, sm3.data(), sc3.data());
+    ASSERT_TRUE(sm3.same_as(rm3)) << "reuse EC meta differs at byte " << first_byte_diff(sm3, rm3);
+    ASSERT_TRUE(sc3.same_as(rc3)) << "reuse EC codes differ at byte " << first_byte_diff(sc3, rc3);
+    d = first_float_diff(se3, re3);
+    ASSERT_LT(d, 0) << "reuse EC residual differs at " << d;
+
     // decode and decode-accumulate of the reference bytes
     std::vector<float> ry(count + 16, 1.5f), sy(count + 16, 1.5f);
     r.dec(rm.data(), rc.data(), count, bits, bucket, ry.data(), false);
@@ -293,6 +314,67 @@ void sweep(KernelIdentity* t, Codec codec, int bits_lo, int bits_hi, bool with_s
 TEST_P(KernelIdentity, Minmax) { sweep(this, Codec::kMinmax, 1, 8, true); }
 TEST_P(KernelIdentity, Qsgd) { sweep(this, Codec::kQsgd, 2, 8, true); }
 TEST_P(KernelIdentity, Onebit) { sweep(this, Codec::kOnebit, 1, 1, false); }
+
+// Scale reuse (codec_kernels.h), on the scalar reference and the table in
+// use: kept metadata is written again and values beyond it saturate (the
+// excess stays in e); NaN and zero-scale kept buckets are recomputed, and a
+// bucket with a NaN now is still NaN.
+TEST(ScaleReuse, SaturatesAndRecomputesWhatCannotBeReused) {
+  for (const KernelTable* t : {qc::cpu::scalar_kernels(), &qc::cpu::kernels()}) {
+    SCOPED_TRACE(t->name);
+    const size_t bucket = 4, count = 16;
+    // bucket 0: range [0, 3]; 1: all zero (scale 0); 2: a NaN; 3: range [-1, 1]
+    const std::vector<float> x = {0, 1, 2, 3, 0, 0, 0, 0, 1, NAN, 1, 1, -1, 0, 1, 0.5f};
+    // bucket 0 partly outside [0, 3]; 3 holds a NaN now
+    const std::vector<float> y = {-2, 1, 2, 9, 1, 2, 3, 4, 0, 1, 2, 3, 1, NAN, 0, 0};
+    QuantArgs a;
+    a.bits = 2;  // minmax: L = 3, so x's bucket 0 has lo 0, scale 1
+    a.bucket = bucket;
+    std::vector<uint8_t> xm(8 * 4), xc(4), ym(8 * 4), yc(4), fm(8 * 4), fc(4);
+    t->minmax_encode(x.data(), nullptr, count, a, xm.data(), xc.data());
+    t->minmax_encode(y.data(), nullptr, count, a, fm.data(), fc.data());  // fresh
+    QuantArgs ar = a;
+    ar.reuse_meta = xm.data();
+    std::vector<float> e(count, 0.0f);
+    t->minmax_encode(y.data(), e.data(), count, ar, ym.data(), yc.data());
+    std::vector<float> dec(count);
+    t->minmax_decode(ym.data(), yc.data(), count, a.bits, bucket, dec.data(), false);
+    EXPECT_EQ(0, std::memcmp(ym.data(), xm.data(), 8)) << "bucket 0 keeps x's lo and scale";
+    EXPECT_EQ(std::vector<float>(dec.begin(), dec.begin() + 4), (std::vector<float>{0, 1, 2, 3}));
+    EXPECT_EQ(e[0], -2.0f) << "the clipped part stays in the residual";
+    EXPECT_EQ(e[3], 6.0f);
+    EXPECT_EQ(0, std::memcmp(ym.data() + 8, fm.data() + 8, 16)) << "buckets 1, 2 recomputed";
+    EXPECT_TRUE(std::isnan(dec[12]) && std::isnan(dec[15])) << "a NaN now still makes NaN";
+
+    // qsgd: the kept norm caps the magnitude; onebit: the kept scale is used.
+    std::vector<float> xs(8, 1.0f), ys(8, 4.0f);
+    ys[1] = -4.0f;
+    QuantArgs q;
+    q.bits = 4;
+    q.bucket = 8;
+    std::vector<uint8_t> qm(4), qcode(4), rm(4), rcode(4);
+    t->qsgd_encode(xs.data(), nullptr, 8, q, qm.data(), qcode.data());
+    q.reuse_meta = qm.data();
+    t->qsgd_encode(ys.data(), nullptr, 8, q, rm.data(), rcode.data());
+    std::vector<float> qd(8);
+    t->qsgd_decode(rm.data(), rcode.data(), 8, 4, 8, qd.data(), false);
+    const float norm = std::sqrt(8.0f);
+    EXPECT_EQ(0, std::memcmp(rm.data(), qm.data(), 4));
+    EXPECT_FLOAT_EQ(qd[0], norm);
+    EXPECT_FLOAT_EQ(qd[1], -norm);
+    QuantArgs o;
+    o.bits = 1;
+    o.bucket = 8;
+    std::vector<uint8_t> om(4), oc(1), pm(4), pc(1);
+    t->onebit_encode(xs.data(), nullptr, 8, o, om.data(), oc.data());
+    o.reuse_meta = om.data();
+    t->onebit_encode(ys.data(), nullptr, 8, o, pm.data(), pc.data());
+    std::vector<float> od(8);
+    t->onebit_decode(pm.data(), pc.data(), 8, 1, 8, od.data(), false);
+    EXPECT_EQ(od[0], 1.0f);
+    EXPECT_EQ(od[1], -1.0f);
+  }
+}
 
 // fp16 / bf16 casts: every special class, then every 16-bit pattern back.
 TEST_P(KernelIdentity, Casts) {

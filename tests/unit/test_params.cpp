@@ -3,8 +3,11 @@
 // and docs/parameters.md against the table. Links the internal objects.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -343,6 +346,237 @@ TEST(Params, DocsPageIsUpToDate) {
   page << in.rdbuf();
   EXPECT_EQ(page.str(), params_markdown())
       << path << " is stale: regenerate it with `qc-info --markdown > docs/parameters.md`";
+}
+
+
+// ---- through communicator creation (the public C API) ------------------------
+// The environment is process-wide: each test of this fixture starts with every
+// QC_* variable of the table unset and puts the process's own values back
+// when it ends. gtest runs the tests of this binary one after another, and
+// ctest runs each test as its own process (gtest_discover_tests), so no other
+// test sees these values.
+class EnvAtCreation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    size_t count = 0;
+    const ParamInfo* table = param_table(&count);
+    for (size_t i = 0; i < count; ++i) {
+      const char* v = std::getenv(table[i].name);
+      saved_.push_back({table[i].name, v != nullptr, v != nullptr ? v : ""});
+      ::unsetenv(table[i].name);
+    }
+  }
+  void TearDown() override {
+    for (const Saved& s : saved_) {
+      if (s.was_set) {
+        ::setenv(s.name.c_str(), s.value.c_str(), 1);
+      } else {
+        ::unsetenv(s.name.c_str());
+      }
+    }
+  }
+  static void set(const char* name, const std::string& value) {
+    ASSERT_EQ(::setenv(name, value.c_str(), 1), 0) << name;
+  }
+
+  // Creates a local group of n ranks both ways (with and without a config);
+  // on success the communicators go to *out (the first way's) and the
+  // second way's are destroyed at once.
+  static qc_status_t create_local(int n, std::vector<qc_comm_t>* out, std::string* error,
+                                  double timeout = 60.0) {
+    std::vector<qc_comm_t> a(static_cast<size_t>(n), nullptr), b(a);
+    const qc_status_t sa = qc_comm_create_local(n, a.data());
+    const std::string ea = sa == QC_SUCCESS ? "" : qc_last_error();
+    if (sa != QC_SUCCESS) {
+      for (qc_comm_t c : a) EXPECT_EQ(c, nullptr) << "a failed creation writes no communicator";
+    }
+    qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
+    cfg.timeout_seconds = timeout;
+    const qc_status_t sb = qc_comm_create_local_with_config(n, &cfg, b.data());
+    const std::string eb = sb == QC_SUCCESS ? "" : qc_last_error();
+    EXPECT_EQ(sa, sb) << "qc_comm_create_local and qc_comm_create_local_with_config disagree: "
+                      << ea << " / " << eb;
+    if (sa != QC_SUCCESS) {
+      EXPECT_NE(ea.find("qc_comm_create_local: "), std::string::npos) << ea;
+      EXPECT_NE(eb.find("qc_comm_create_local_with_config: "), std::string::npos) << eb;
+    }
+    for (qc_comm_t c : b) qc_comm_destroy(c);
+    if (error != nullptr) *error = ea;
+    if (out != nullptr) {
+      *out = a;
+    } else {
+      for (qc_comm_t c : a) qc_comm_destroy(c);
+    }
+    return sa;
+  }
+
+  static qc_policy_t star(qc_comm_t c) {
+    qc_policy_t p = QC_POLICY_INIT;
+    EXPECT_EQ(qc_get_layer_policy(c, "*", &p), QC_SUCCESS) << qc_last_error();
+    return p;
+  }
+
+ private:
+  struct Saved {
+    std::string name;
+    bool was_set;
+    std::string value;
+  };
+  std::vector<Saved> saved_;
+};
+
+TEST_F(EnvAtCreation, EveryBadValueFailsCreationNamingTheVariable) {
+  const bool have_mpi = std::string(build_features()).find("mpi") != std::string::npos;
+  size_t tried = 0;
+  for (const Case& c : cases()) {
+    for (const char* v : c.bad) {
+      set(c.name, v);
+      std::string error;
+      EXPECT_EQ(create_local(3, nullptr, &error), QC_ERROR_INVALID_ARGUMENT) << c.name << "=" << v;
+      EXPECT_NE(error.find(std::string("environment variable ") + c.name + "=\"" + v + "\""),
+                std::string::npos)
+          << error;
+      // qc_comm_create reads the environment before it touches MPI.
+      qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
+      cfg.transport = QC_TRANSPORT_MPI;
+      qc_comm_t comm = nullptr;
+      const qc_status_t s = qc_comm_create(&cfg, &comm);
+      if (have_mpi) {
+        EXPECT_EQ(s, QC_ERROR_INVALID_ARGUMENT) << c.name << "=" << v;
+        const std::string msg = qc_last_error();
+        EXPECT_NE(msg.find(std::string("qc_comm_create: environment variable ") + c.name),
+                  std::string::npos)
+            << msg;
+      } else {
+        EXPECT_EQ(s, QC_ERROR_UNSUPPORTED);
+      }
+      EXPECT_EQ(comm, nullptr);
+      ::unsetenv(c.name);
+      ++tried;
+    }
+  }
+  EXPECT_GT(tried, 50u);
+}
+
+TEST_F(EnvAtCreation, EveryGoodValueCreates) {
+  for (const Case& c : cases()) {
+    std::vector<std::string> good(c.good.begin(), c.good.end());
+    // Keep log files out of the working directory.
+    if (std::string(c.name) == "QC_DEBUG_FILE") good = {::testing::TempDir() + "qc-env-%p.log"};
+    for (const std::string& v : good) {
+      set(c.name, v);
+      std::string error;
+      EXPECT_EQ(create_local(2, nullptr, &error), QC_SUCCESS) << c.name << "=" << v << ": "
+                                                              << error;
+      ::unsetenv(c.name);
+    }
+  }
+}
+
+TEST_F(EnvAtCreation, PolicyValuesChangeTheStarPolicyOnEveryRank) {
+  const qc_policy_t init = QC_POLICY_INIT;
+  struct Effect {
+    const char* name;
+    const char* value;
+    std::function<void(qc_policy_t*)> apply;  // what the value does to QC_POLICY_INIT
+  };
+  const std::vector<Effect> effects = {
+      {"QC_CODEC", "minmax", [](qc_policy_t* p) { p->codec = QC_CODEC_MINMAX; }},
+      {"QC_BITS", "2", [](qc_policy_t* p) { p->bits = 2; }},
+      {"QC_BUCKET", "64", [](qc_policy_t* p) { p->bucket_size = 64; }},
+      {"QC_ALGO", "rd", [](qc_policy_t* p) { p->algorithm = QC_ALGO_RECURSIVE_DOUBLING; }},
+      {"QC_EF", "1", [](qc_policy_t* p) { p->error_feedback = 1; }},
+      {"QC_MIN_COMPRESS", "1K", [](qc_policy_t* p) { p->min_compress_bytes = 1024; }},
+  };
+  for (const Effect& e : effects) {
+    set(e.name, e.value);
+    std::vector<qc_comm_t> comms;
+    std::string error;
+    ASSERT_EQ(create_local(3, &comms, &error), QC_SUCCESS) << e.name << ": " << error;
+    qc_policy_t want = init;
+    e.apply(&want);
+    for (qc_comm_t c : comms) {
+      EXPECT_TRUE(same_policy(star(c), want)) << e.name << "=" << e.value;
+      // A layer without a policy of its own resolves to "*" as well.
+      EXPECT_TRUE(same_policy([&] {
+        qc_policy_t p = QC_POLICY_INIT;
+        EXPECT_EQ(qc_get_layer_policy(c, "fc1.weight", &p), QC_SUCCESS);
+        return p;
+      }(), want)) << e.name;
+    }
+    for (qc_comm_t c : comms) qc_comm_destroy(c);
+    ::unsetenv(e.name);
+  }
+  // All at once, and read at creation only: a group made before the change
+  // keeps its policy.
+  std::vector<qc_comm_t> before;
+  ASSERT_EQ(create_local(1, &before, nullptr), QC_SUCCESS);
+  for (const Effect& e : effects) set(e.name, e.value);
+  std::vector<qc_comm_t> after;
+  std::string error;
+  ASSERT_EQ(create_local(1, &after, &error), QC_SUCCESS) << error;
+  qc_policy_t all = init;
+  for (const Effect& e : effects) e.apply(&all);
+  EXPECT_TRUE(same_policy(star(after[0]), all));
+  EXPECT_TRUE(same_policy(star(before[0]), init));
+  // The environment never overrides what the program sets.
+  qc_policy_t mine = QC_POLICY_INIT;
+  mine.bits = 7;
+  ASSERT_EQ(qc_set_layer_policy(after[0], "*", &mine), QC_SUCCESS);
+  EXPECT_EQ(star(after[0]).bits, 7);
+  qc_comm_destroy(before[0]);
+  qc_comm_destroy(after[0]);
+}
+
+TEST_F(EnvAtCreation, EmptyValueIsUnset) {
+  set("QC_BITS", "");
+  set("QC_CODEC", "");
+  std::vector<qc_comm_t> comms;
+  std::string error;
+  ASSERT_EQ(create_local(1, &comms, &error), QC_SUCCESS) << error;
+  const qc_policy_t init = QC_POLICY_INIT;
+  EXPECT_TRUE(same_policy(star(comms[0]), init));
+  qc_comm_destroy(comms[0]);
+}
+
+TEST_F(EnvAtCreation, ValidValuesThatMakeAnInvalidPolicyFail) {
+  set("QC_CODEC", "qsgd");
+  set("QC_BITS", "1");
+  std::string error;
+  EXPECT_EQ(create_local(2, nullptr, &error), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(error.find("QC_* environment variables make an invalid default policy"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("bits"), std::string::npos) << error;
+}
+
+TEST_F(EnvAtCreation, SeveralBadValuesAreAllNamed) {
+  set("QC_BITS", "9");
+  set("QC_EF", "yes");
+  set("QC_CODEC", "minmax");  // good: not named
+  std::string error;
+  EXPECT_EQ(create_local(2, nullptr, &error), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(error.find("QC_BITS=\"9\""), std::string::npos) << error;
+  EXPECT_NE(error.find("QC_EF=\"yes\""), std::string::npos) << error;
+  EXPECT_EQ(error.find("QC_CODEC"), std::string::npos) << error;
+}
+
+TEST_F(EnvAtCreation, TimeoutReplacesTheConfiguredOne) {
+  set("QC_TIMEOUT", "0.3");
+  std::vector<qc_comm_t> comms;
+  std::string error;
+  ASSERT_EQ(create_local(2, &comms, &error, /*timeout=*/60.0), QC_SUCCESS) << error;
+  // Rank 0 calls alone: its wait ends after QC_TIMEOUT, not the configured 60 s.
+  float x[4] = {1, 2, 3, 4}, y[4];
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(qc_allreduce(comms[0], x, y, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr, nullptr),
+            QC_ERROR_TIMEOUT)
+      << qc_last_error();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.25);
+  EXPECT_LT(waited, 10.0);
+  for (qc_comm_t c : comms) qc_comm_destroy(c);
 }
 
 }  // namespace

@@ -126,6 +126,27 @@ TEST_P(Segments, BucketsDoNotStraddleSegments) {
     EXPECT_NEAR(res.out[0][i], want[i], 2 * 14e-3 / 15) << "element " << i;
 }
 
+TEST_P(Segments, OnebitScalePerSegment) {
+  // Paper 004 §4.3: 1-bit compression of a fused buffer with one scale makes
+  // small layers take the large layers' magnitude, so 1-bit LAMB rescales
+  // each layer first. Here each segment has its own codec and scale, even
+  // with a bucket larger than the whole buffer, so no rescaling is needed:
+  // the small layer decodes at its own magnitude (its L1 mean, summed).
+  const int n = 2;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  qc_policy_t p = policy(QC_CODEC_ONEBIT, 1, GetParam());
+  p.bucket_size = 1 << 20;
+  ASSERT_EQ(g.set_policy("*", p), QC_SUCCESS);
+  std::vector<std::vector<float>> in(n, std::vector<float>(64 + 256));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < in[r].size(); ++i) in[r][i] = i < 64 ? 1e-3f : 1e3f;
+  const auto res = fused_on(g, in, {64, 256}, {"small", "large"});
+  ASSERT_TRUE(res.all_ok()) << qc_last_error();
+  for (size_t i = 0; i < 64; ++i) EXPECT_NEAR(res.out[0][i], 2e-3f, 1e-6f) << "element " << i;
+  for (size_t i = 64; i < 320; ++i) EXPECT_NEAR(res.out[0][i], 2e3f, 1e-1f) << "element " << i;
+}
+
 TEST_P(Segments, ErrorFeedbackPerSegment) {
   const int n = 2;
   Group g(n);
@@ -155,6 +176,157 @@ TEST_P(Segments, ErrorFeedbackPerSegment) {
   // Another layout on the same buffers: reset (with a warning), not an error.
   const auto res2 = fused_on(g, in, {200, 400}, {"emb", "mlp"}, &ebs);
   ASSERT_TRUE(res2.all_ok()) << qc_last_error();
+  for (auto eb : ebs) qc_error_buffer_destroy(eb);
+}
+
+// One rank's residuals, read from a checkpoint image (56-byte header).
+std::vector<float> residuals(qc_error_buffer_t eb, size_t count) {
+  std::vector<uint8_t> image(56 + count * 4);
+  size_t size = 0;
+  EXPECT_EQ(qc_error_buffer_save(eb, image.data(), image.size(), &size), QC_SUCCESS)
+      << qc_last_error();
+  EXPECT_EQ(size, image.size());
+  std::vector<float> e(count);
+  std::memcpy(e.data(), image.data() + 56, count * 4);
+  return e;
+}
+
+// qc.h: a policy change "applies from the next collective on". A layer
+// switched from 4-bit minmax to codec none between two fused calls comes out
+// exact in the second, and switched back it is quantized as in the first.
+TEST_P(Segments, PolicyChangeAppliesFromTheNextCall) {
+  const int n = 3;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g.set_policy("*", policy(QC_CODEC_NONE, 4, GetParam())), QC_SUCCESS);
+  ASSERT_EQ(g.set_policy("b", policy(QC_CODEC_MINMAX, 4, GetParam())), QC_SUCCESS);
+  const std::vector<size_t> counts = {200, 300};
+  const std::vector<const char*> layers = {"a", "b"};
+  const auto in = integer_inputs(n, 500, 17);
+  const auto want = exact_sum(in);
+  const std::vector<float> want_b(want.begin() + 200, want.end());
+  const auto first = fused_on(g, in, counts, layers);
+  ASSERT_TRUE(first.all_ok()) << qc_last_error();
+  const std::vector<float> first_b(first.out[0].begin() + 200, first.out[0].end());
+  EXPECT_NE(first_b, want_b) << "4-bit minmax on values in [-14, 14] must lose something";
+  EXPECT_EQ(std::vector<float>(first.out[0].begin(), first.out[0].begin() + 200),
+            std::vector<float>(want.begin(), want.begin() + 200));
+
+  ASSERT_EQ(g.set_policy("b", policy(QC_CODEC_NONE, 4, GetParam())), QC_SUCCESS);
+  const auto second = fused_on(g, in, counts, layers);
+  ASSERT_TRUE(second.all_ok()) << qc_last_error();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(second.out[r], want) << "rank " << r << ": b is exact now";
+
+  ASSERT_EQ(g.set_policy("b", policy(QC_CODEC_MINMAX, 4, GetParam())), QC_SUCCESS);
+  const auto third = fused_on(g, in, counts, layers);
+  ASSERT_TRUE(third.all_ok()) << qc_last_error();
+  EXPECT_EQ(third.out[0], first.out[0]) << "the first call's policy again, the same result";
+}
+
+// With an error buffer: the buffer binds to the layout, policies included
+// (qc.h, qc_allreduce_segments; docs/policies.md), so the change resets it
+// (with a warning) before the second call. Then b's slots, which b no longer
+// uses (codec none, no error feedback), are zero, and the call behaves as a
+// first call of a fresh buffer: the same output and residuals as a new group.
+TEST_P(Segments, PolicyChangeResetsTheErrorBuffer) {
+  const int n = 3;
+  const size_t total = 500;
+  const std::vector<size_t> counts = {200, 300};
+  const std::vector<const char*> layers = {"a", "b"};
+  qc_policy_t ef2 = policy(QC_CODEC_MINMAX, 2, GetParam());
+  ef2.error_feedback = 1;
+  const qc_policy_t exact = policy(QC_CODEC_NONE, 4, GetParam());
+
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g.set_policy("a", ef2), QC_SUCCESS);
+  ASSERT_EQ(g.set_policy("b", ef2), QC_SUCCESS);
+  std::vector<qc_error_buffer_t> ebs(n, nullptr);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(qc_error_buffer_create(g[r], total, &ebs[r]), QC_SUCCESS);
+  const auto in1 = integer_inputs(n, total, 21);
+  ASSERT_TRUE(fused_on(g, in1, counts, layers, &ebs).all_ok()) << qc_last_error();
+  for (int r = 0; r < n; ++r) {
+    const auto e = residuals(ebs[r], total);
+    double b_norm = 0;
+    for (size_t i = 200; i < total; ++i) b_norm += e[i] * e[i];
+    ASSERT_GT(b_norm, 0.0) << "rank " << r << ": b kept residuals in the first call";
+  }
+
+  ASSERT_EQ(g.set_policy("b", exact), QC_SUCCESS);
+  const auto in2 = integer_inputs(n, total, 22);
+  const auto second = fused_on(g, in2, counts, layers, &ebs);
+  ASSERT_TRUE(second.all_ok()) << qc_last_error();
+
+  // The same call on a new group with new buffers.
+  Group fresh(n);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_EQ(fresh.set_policy("a", ef2), QC_SUCCESS);
+  ASSERT_EQ(fresh.set_policy("b", exact), QC_SUCCESS);
+  std::vector<qc_error_buffer_t> fresh_ebs(n, nullptr);
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(qc_error_buffer_create(fresh[r], total, &fresh_ebs[r]), QC_SUCCESS);
+  const auto ref = fused_on(fresh, in2, counts, layers, &fresh_ebs);
+  ASSERT_TRUE(ref.all_ok()) << qc_last_error();
+
+  const auto want = exact_sum(in2);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(std::vector<float>(second.out[r].begin() + 200, second.out[r].end()),
+              std::vector<float>(want.begin() + 200, want.end()))
+        << "rank " << r << ": b is exact from the call after the change";
+    EXPECT_EQ(second.out[r], ref.out[r]) << "rank " << r << ": as a fresh buffer's first call";
+    const auto e = residuals(ebs[r], total);
+    const auto e_ref = residuals(fresh_ebs[r], total);
+    for (size_t i = 200; i < total; ++i)
+      ASSERT_EQ(e[i], 0.0f) << "rank " << r << " slot " << i << ": reset, then left alone";
+    EXPECT_EQ(e, e_ref) << "rank " << r << ": a's residuals start from zero";
+  }
+  for (auto eb : ebs) qc_error_buffer_destroy(eb);
+  for (auto eb : fresh_ebs) qc_error_buffer_destroy(eb);
+}
+
+// Zero-length and one-element segments under a lossy codec with error
+// feedback (the lossless case is LosslessFusedEqualsPerLayerSums): the empty
+// ones change nothing, a one-element bucket has min == max and so is exact
+// (its residual stays 0), and the rest is still reduced.
+TEST_P(Segments, EmptyAndOneElementSegmentsWithALossyCodec) {
+  const int n = 3;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  qc_policy_t ef2 = policy(QC_CODEC_MINMAX, 2, GetParam());
+  ef2.error_feedback = 1;
+  ASSERT_EQ(g.set_policy("*", ef2), QC_SUCCESS);
+  const std::vector<size_t> counts = {0, 1, 0, 130, 1, 0};
+  const std::vector<const char*> layers = {"e0", "one", "e1", "big", "one2", "e2"};
+  const size_t total = 132;
+  std::vector<qc_error_buffer_t> ebs(n, nullptr);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(qc_error_buffer_create(g[r], total, &ebs[r]), QC_SUCCESS);
+  for (int call = 0; call < 2; ++call) {
+    const auto in = integer_inputs(n, total, 30 + call);
+    const auto want = exact_sum(in);
+    const auto res = fused_on(g, in, counts, layers, &ebs);
+    ASSERT_TRUE(res.all_ok()) << "call " << call << ": " << qc_last_error();
+    for (int r = 1; r < n; ++r) EXPECT_EQ(res.out[r], res.out[0]) << "replicas differ";
+    EXPECT_EQ(res.out[0][0], want[0]) << "call " << call << ": one-element segment";
+    EXPECT_EQ(res.out[0][131], want[131]) << "call " << call << ": last one-element segment";
+    double big_err = 0;
+    for (size_t i = 1; i < 131; ++i) big_err = std::max(big_err, double(std::fabs(res.out[0][i] - want[i])));
+    EXPECT_GT(big_err, 0.0) << "2-bit minmax loses something on the large segment";
+    EXPECT_LT(big_err, 3 * 3 * 84.0 / 3) << "but stays within its range";
+    for (int r = 0; r < n; ++r) {
+      const auto e = residuals(ebs[r], total);
+      EXPECT_EQ(e[0], 0.0f) << "rank " << r;
+      EXPECT_EQ(e[131], 0.0f) << "rank " << r;
+    }
+  }
+  // Only empty segments: nothing to send, buffers may be NULL, every rank
+  // returns.
+  std::vector<qc_status_t> st(n, QC_ERROR_INTERNAL);
+  const size_t zeros[3] = {0, 0, 0};
+  run_ranks(n, [&](int r) {
+    st[r] = qc_allreduce_segments(g[r], nullptr, nullptr, 3, zeros, nullptr, QC_DTYPE_FLOAT32,
+                                  QC_OP_SUM, nullptr, nullptr);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(st[r], QC_SUCCESS) << "rank " << r;
   for (auto eb : ebs) qc_error_buffer_destroy(eb);
 }
 

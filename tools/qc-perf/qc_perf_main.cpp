@@ -50,6 +50,8 @@ void usage(std::FILE* out) {
 "      --min-compress SIZE policy min_compress_bytes: smaller messages go\n"
 "                          uncompressed (default 0 here, so every row measures\n"
 "                          its codec; 'lib' = the library's default)\n"
+"      --scale-period K    policy scale_update_period: scales computed every\n"
+"                          K-th call and reused in between (default 1)\n"
 "  -d, --dtype TYPE        float | half | bfloat16 (default float)\n"
 "  -r, --redop OP          sum | avg (default sum)\n"
 "  -w, --warmup_iters N    untimed iterations per row (default 2)\n"
@@ -241,7 +243,7 @@ Options parse_args(int argc, char** argv) {
       {'w', "warmup_iters", true}, {'i', "iters", true},  {'t', "timeout", true},
       {'J', "json", true},       {'h', "help", false},
       {0, "transport", true},    {0, "profile", false},
-      {0, "min-compress", true},
+      {0, "min-compress", true}, {0, "scale-period", true},
   };
   bool algos_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -327,6 +329,8 @@ Options parse_args(int argc, char** argv) {
     } else if (ln == "codec") parse_codecs(value, &opt);
     else if (ln == "bits") opt.policy.bits = parse_int(name, value, 1, 8);
     else if (ln == "bucket") opt.policy.bucket_size = parse_int(name, value, 1, 1 << 30);
+    else if (ln == "scale-period")
+      opt.policy.scale_update_period = parse_int(name, value, 1, 1 << 30);
     else if (ln == "topk-ratio") {
       const double r = parse_double(name, value);
       if (!(r > 0 && r <= 1)) usage_error("bad value '" + value + "' for --topk-ratio (0 < R <= 1)");

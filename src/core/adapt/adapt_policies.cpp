@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <tuple>
@@ -83,7 +84,10 @@ Status adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
     }
   }
   // Sum the statistics over the ranks so that every rank decides alike;
-  // the signature covers the names, so ranks that saw other layers fail.
+  // the signature covers the names, counts and the (codec, bucket, rounding)
+  // group each layer is adapted in, so ranks that saw other layers, or would
+  // group them otherwise, fail with QC_ERROR_MISMATCH instead of deciding
+  // apart.
   std::vector<float> values(2 * layers.size());
   uint64_t signature = fnv1a64("qc_adapt_policies", 17);
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -91,6 +95,10 @@ Status adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
     values[2 * i + 1] = static_cast<float>(std::min<double>(layers[i].sq_norm, FLT_MAX));
     signature = fnv1a64(layers[i].name.data(), layers[i].name.size() + 1, signature);
     signature = fnv1a64(&layers[i].count, sizeof layers[i].count, signature);
+    const int32_t group[3] = {static_cast<int32_t>(layers[i].policy.codec),
+                              static_cast<int32_t>(layers[i].policy.bucket_size),
+                              static_cast<int32_t>(layers[i].policy.rounding)};
+    signature = fnv1a64(group, sizeof group, signature);
   }
   QC_RETURN_IF_ERROR(comm_allreduce_exact(comm, values.data(), values.size(), signature));
   const double n = comm->transport->size();

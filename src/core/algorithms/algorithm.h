@@ -22,8 +22,12 @@ Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count);
 Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
 // `codec` is the call's codec (global_linear or global_exp, `bits` wide);
 // `residual` is the call's error buffer (or null), as given to ctx.
+// `scales` (policy.scale_update_period, or null): with `refresh` the agreed
+// norm is computed and kept there; without, the kept norm is used and the
+// norm round is skipped (every rank decides alike: same call history).
 Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
-                        const float* residual, size_t count, int bits);
+                        const float* residual, size_t count, int bits,
+                        ScaleMemory* scales = nullptr, bool refresh = true);
 
 // send: size() blocks of count_per_rank values, block j for rank j.
 // recv: block i from rank i. Every block, a rank's own included, is encoded

@@ -36,12 +36,13 @@ int exp_limbs(int M) { return (M + kExpLimbBits - 1) / kExpLimbBits; }
 
 }  // namespace
 
-Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
-                        const float* residual, size_t count, int bits) {
+namespace {
+
+// Step 1: the norm every rank agrees on, the same float everywhere.
+Status agreed_norm(CollectiveContext& ctx, const float* data, const float* residual,
+                   size_t count, float* norm) {
   const int n = ctx.size();
   const int r = ctx.rank();
-
-  // 1. The norm every rank agrees on.
   std::vector<int64_t> shares(static_cast<size_t>(n), 0);
   const float mine = GlobalCodec::sum_of_squares(data, residual, count);
   uint32_t mine_bits;
@@ -55,7 +56,29 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
     std::memcpy(&share, &b, 4);
     total += share;
   }
-  const float norm = std::sqrt(total);
+  *norm = std::sqrt(total);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
+                        const float* residual, size_t count, int bits, ScaleMemory* scales,
+                        bool refresh) {
+  const int n = ctx.size();
+
+  // 1. The norm every rank agrees on: computed, or kept from the period's
+  // first call (values above it saturate at the top level, and with error
+  // feedback the excess stays in the residual). Without step 1's messages,
+  // a transport's native integer sum needs the agreement check by itself.
+  float norm = 0.0f;
+  if (scales != nullptr && !refresh && std::isfinite(scales->norm) && scales->norm > 0) {
+    norm = scales->norm;
+    if (ctx.has_native_integer_allreduce()) QC_RETURN_IF_ERROR(ctx.agree());
+  } else {
+    QC_RETURN_IF_ERROR(agreed_norm(ctx, data, residual, count, &norm));
+    if (scales != nullptr) scales->norm = norm;
+  }
   if (!std::isfinite(norm)) {
     // Some rank has a NaN or Inf, or the squares overflow: DESIGN promise 5,
     // every element of the result is NaN. Encode anyway so that the error

@@ -110,4 +110,11 @@ Status make_codec_for_header(const WireHeader& header, std::unique_ptr<Codec>* c
   return make_codec(policy, static_cast<qc_dtype_t>(header.dtype), codec);
 }
 
+Status Codec::encode_reusing_scales(const float* src, float* e, size_t count,
+                                    const RandomKey& key, const uint8_t*, size_t, uint8_t* dst,
+                                    size_t capacity, size_t* written) const {
+  if (e != nullptr) return encode_error_compensated(src, e, count, key, dst, capacity, written);
+  return encode(src, count, key, dst, capacity, written);
+}
+
 }  // namespace qc

@@ -52,6 +52,20 @@ class Codec {
   virtual Status encode_error_compensated(const float* t, float* e, size_t count,
                                           const RandomKey& key, uint8_t* dst, size_t capacity,
                                           size_t* written) const;
+
+  // Scale reuse (policy.scale_update_period, paper 001 §3.2): true when
+  // this codec's messages carry per-bucket scales that a later encode can
+  // take over instead of computing them.
+  virtual bool has_scales() const { return false; }
+  // encode() (error-compensated when e != nullptr, as above) with the scales
+  // of `previous`, an earlier message of this codec for the same count:
+  // values outside the reused range saturate (codec_kernels.h). A previous
+  // message that does not fit (another codec, count or layout) is ignored
+  // and the scales are computed. Codecs without scales just encode.
+  virtual Status encode_reusing_scales(const float* src, float* e, size_t count,
+                                       const RandomKey& key, const uint8_t* previous,
+                                       size_t previous_size, uint8_t* dst, size_t capacity,
+                                       size_t* written) const;
 };
 
 // Reads and checks a message's header for a decoder of `codec` expecting

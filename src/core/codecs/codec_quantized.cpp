@@ -39,7 +39,7 @@ size_t QuantizedCodec::max_encoded_size(size_t count) const {
 
 Status QuantizedCodec::encode_impl(const void* src, qc_dtype_t dtype, float* e, size_t count,
                                    const RandomKey& key, uint8_t* dst, size_t capacity,
-                                   size_t* written) const {
+                                   size_t* written, const uint8_t* reuse_meta) const {
   const size_t need = max_encoded_size(count);
   if (capacity < need) {
     return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
@@ -60,6 +60,7 @@ Status QuantizedCodec::encode_impl(const void* src, qc_dtype_t dtype, float* e, 
   args.rng = cpu::make_random_stream(key.seed, key.rank, key.call);
   args.index_base = key.element_offset;
   args.input_dtype = dtype;  // the kernel widens 16-bit input as it reads it
+  args.reuse_meta = reuse_meta;
   uint8_t* meta = dst + kWireHeaderBytes;
   encode_fn_(static_cast<const float*>(src), e, count, args, meta, meta + meta_bytes(count));
   *written = need;
@@ -84,6 +85,21 @@ Status QuantizedCodec::encode_error_compensated(const float* t, float* e, size_t
                                                 const RandomKey& key, uint8_t* dst,
                                                 size_t capacity, size_t* written) const {
   return encode_impl(t, QC_DTYPE_FLOAT32, e, count, key, dst, capacity, written);
+}
+
+Status QuantizedCodec::encode_reusing_scales(const float* src, float* e, size_t count,
+                                             const RandomKey& key, const uint8_t* previous,
+                                             size_t previous_size, uint8_t* dst, size_t capacity,
+                                             size_t* written) const {
+  // The previous message must be one of ours for this count, checked as a
+  // decoder would (a stale or foreign one just means fresh scales).
+  WireHeader h;
+  const bool fits = previous != nullptr &&
+                    read_header_for(previous, previous_size, codec_, count, &h) &&
+                    h.bits == bits_ && h.bucket_size == bucket_ &&
+                    h.payload_bytes == max_encoded_size(count) - kWireHeaderBytes;
+  return encode_impl(src, QC_DTYPE_FLOAT32, e, count, key, dst, capacity, written,
+                     fits ? previous + kWireHeaderBytes : nullptr);
 }
 
 Status QuantizedCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,

@@ -32,11 +32,17 @@ class QuantizedCodec final : public Codec {
   Status encode_typed(const void* src, qc_dtype_t dtype, size_t count, const RandomKey& key,
                       uint8_t* dst, size_t capacity, size_t* written) const override;
 
+  bool has_scales() const override { return true; }
+  Status encode_reusing_scales(const float* src, float* e, size_t count, const RandomKey& key,
+                               const uint8_t* previous, size_t previous_size, uint8_t* dst,
+                               size_t capacity, size_t* written) const override;
+
  private:
-  // src holds count values of dtype; e != nullptr only with float32.
+  // src holds count values of dtype; e != nullptr only with float32;
+  // reuse_meta: the metadata area of an earlier message, or nullptr.
   Status encode_impl(const void* src, qc_dtype_t dtype, float* e, size_t count,
-                     const RandomKey& key, uint8_t* dst, size_t capacity,
-                     size_t* written) const;
+                     const RandomKey& key, uint8_t* dst, size_t capacity, size_t* written,
+                     const uint8_t* reuse_meta = nullptr) const;
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   size_t meta_bytes(size_t count) const;
