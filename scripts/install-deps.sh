@@ -16,10 +16,19 @@
 #   file                        build/test diagnostics
 #   libopenmpi-dev openmpi-bin  the MPI transport and tests/mpi (mpirun)
 #   gfortran                    the Fortran module and example
+#   python3-dev pybind11-dev python3-pybind11 python3-numpy
+#                               the Python package (bindings/python: pybind11 extension, numpy arrays)
+#   python3-pytest              its tests
+#   python3-mpi4py              qc.Comm.from_mpi and its tests
+#   python3-torch python3-sklearn
+#                               torch tensors, the DDP comm hook (qc.torch), the digits comparison
+#   (all for Debian's /usr/bin/python3; the Python tests run with it)
 set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libgmock-dev libcmocka-dev file
-          libopenmpi-dev openmpi-bin gfortran)
+          libopenmpi-dev openmpi-bin gfortran
+          python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-mpi4py
+          python3-torch python3-sklearn)
 check_only=0
 
 for arg in "$@"; do
