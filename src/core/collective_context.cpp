@@ -22,7 +22,7 @@ CollectiveContext::CollectiveContext(Transport& transport, const Codec& codec, S
       codec_(codec),
       scratch_(scratch),
       sequence_(sequence),
-      signature_(signature),
+      signature_(signature ^ transport.instance_id()),
       deadline_(deadline),
       rank_(transport.rank()),
       size_(transport.size()) {}

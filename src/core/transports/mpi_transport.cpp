@@ -1,6 +1,9 @@
 #include "core/transports/mpi_transport.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <thread>
@@ -10,6 +13,15 @@ namespace {
 
 constexpr int kAbortTag = 1;
 constexpr size_t kMaxNoticeText = 480;
+// An abort notice: int32 status, uint64 instance id, then the reason's text.
+constexpr size_t kNoticeHeader = 12;
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 struct MpiRequestState {
   MPI_Request request = MPI_REQUEST_NULL;
@@ -87,19 +99,43 @@ Status MpiTransport::create(MPI_Fint fortran_handle, std::unique_ptr<Transport>*
   int rank = 0, size = 0;
   MPI_Comm_rank(data, &rank);
   MPI_Comm_size(data, &size);
-  out->reset(new MpiTransport(data, control, rank, size));
+  // Rank 0 picks the instance id (see instance_id_); unique per process
+  // through the counter, across processes and runs through clock and pid.
+  static std::atomic<uint64_t> created{0};
+  uint64_t id = splitmix64(static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^
+                           (static_cast<uint64_t>(::getpid()) << 32) ^
+                           splitmix64(created.fetch_add(1) + 1));
+  rc = MPI_Bcast(&id, 1, MPI_UINT64_T, 0, control);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&control);
+    MPI_Comm_free(&data);
+    return transport_error("MPI_Bcast of the communicator id failed with MPI error " +
+                           std::to_string(rc));
+  }
+  out->reset(new MpiTransport(data, control, rank, size, id));
   return Status::ok();
 }
 
-MpiTransport::MpiTransport(MPI_Comm data, MPI_Comm control, int rank, int size)
-    : data_(data), control_(control), rank_(rank), size_(size) {}
+MpiTransport::MpiTransport(MPI_Comm data, MPI_Comm control, int rank, int size,
+                           uint64_t instance_id)
+    : data_(data), control_(control), rank_(rank), size_(size), instance_id_(instance_id) {}
 
 MpiTransport::~MpiTransport() {
   if (!mpi_usable()) return;  // after MPI_Finalize nothing may be called
   for (MPI_Request& r : notices_) {
     if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
-  // Abort notices that arrived late are dropped with the communicator.
+  // After a failure, messages of the failed call (unmatched sends, abort
+  // notices, an abandoned collective that can be neither cancelled nor
+  // freed) may still be in flight. Freed, the communicators' context ids
+  // would be reused by OpenMPI for a later communicator, where that traffic
+  // then matches the new one's operations (a late notice fails it, a stray
+  // message stalls its collectives), and freeing under an abandoned
+  // collective crashes MPI_Finalize. So a failed group's two communicators
+  // are left to MPI_Finalize: a deliberate leak of two handles per failure.
+  // (Late notices also carry instance_id_, for MPI libraries that reuse ids
+  // otherwise.)
+  if (!failure()) return;
   MPI_Comm_free(&control_);
   MPI_Comm_free(&data_);
 }
@@ -129,9 +165,10 @@ void MpiTransport::abort(const Status& reason) {
   // One small notice to every peer: status code, then the reason's text.
   const Status cause = failure();
   std::string text = cause.message().substr(0, kMaxNoticeText);
-  std::string packet(4, '\0');
+  std::string packet(kNoticeHeader, '\0');
   const int32_t code = static_cast<int32_t>(cause.code());
   std::memcpy(&packet[0], &code, 4);
+  std::memcpy(&packet[4], &instance_id_, 8);
   packet += text;
   notice_text_.assign(static_cast<size_t>(size_), packet);
   notices_.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
@@ -145,22 +182,27 @@ void MpiTransport::abort(const Status& reason) {
 
 bool MpiTransport::poll_abort() {
   if (!failure()) return true;
-  int flag = 0;
-  MPI_Status st;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, control_, &flag, &st) != MPI_SUCCESS || !flag) {
-    return false;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, control_, &flag, &st) != MPI_SUCCESS || !flag) {
+      return false;
+    }
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    std::string packet(static_cast<size_t>(std::max(bytes, 1)), '\0');
+    MPI_Recv(&packet[0], bytes, MPI_BYTE, st.MPI_SOURCE, kAbortTag, control_, MPI_STATUS_IGNORE);
+    uint64_t id = 0;
+    if (bytes >= static_cast<int>(kNoticeHeader)) std::memcpy(&id, packet.data() + 4, 8);
+    if (id != instance_id_) continue;  // a late notice of an earlier communicator
+    int32_t code = QC_ERROR_TRANSPORT;
+    std::memcpy(&code, packet.data(), 4);
+    if (code == QC_SUCCESS) code = QC_ERROR_TRANSPORT;
+    set_failure(Status(static_cast<qc_status_t>(code),
+                       "rank " + std::to_string(st.MPI_SOURCE) + " failed: " +
+                           packet.substr(kNoticeHeader)));
+    return true;
   }
-  int bytes = 0;
-  MPI_Get_count(&st, MPI_BYTE, &bytes);
-  std::string packet(static_cast<size_t>(std::max(bytes, 4)), '\0');
-  MPI_Recv(&packet[0], bytes, MPI_BYTE, st.MPI_SOURCE, kAbortTag, control_, MPI_STATUS_IGNORE);
-  int32_t code = QC_ERROR_TRANSPORT;
-  if (bytes >= 4) std::memcpy(&code, packet.data(), 4);
-  if (code == QC_SUCCESS) code = QC_ERROR_TRANSPORT;
-  set_failure(Status(static_cast<qc_status_t>(code),
-                     "rank " + std::to_string(st.MPI_SOURCE) + " failed: " +
-                         packet.substr(4, static_cast<size_t>(std::max(bytes - 4, 0)))));
-  return true;
 }
 
 Status MpiTransport::post_send(int peer, uint64_t tag, const void* data, size_t bytes,

@@ -63,9 +63,10 @@ class MpiTransport final : public Transport {
   Status agree(uint64_t value, Deadline deadline) override;
   void abort(const Status& reason) override;
   Status failure() const override;
+  uint64_t instance_id() const override { return instance_id_; }
 
  private:
-  MpiTransport(MPI_Comm data, MPI_Comm control, int rank, int size);
+  MpiTransport(MPI_Comm data, MPI_Comm control, int rank, int size, uint64_t instance_id);
   Status mpi_error(int code, const char* what) const;
   // Receives any abort notice that has arrived; true if the group is broken.
   bool poll_abort();
@@ -80,6 +81,10 @@ class MpiTransport final : public Transport {
   MPI_Comm control_;
   int rank_;
   int size_;
+  // Agreed by the ranks at creation. OpenMPI reuses a freed communicator's
+  // context id, so messages of an earlier, failed qc communicator can
+  // arrive on this one: its notices and envelopes carry the id they belong to.
+  uint64_t instance_id_;
   mutable std::mutex failure_mutex_;
   Status failure_;
   bool notified_ = false;              // abort notices sent

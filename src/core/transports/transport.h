@@ -77,6 +77,10 @@ class Transport {
   }
 
   // Mark the group failed with `reason` and wake every waiting rank.
+  // A value every rank of this group agrees on and that differs between
+  // groups which could see each other's stray messages (0: no such risk).
+  // Folded into every call signature, so a stray message is a MISMATCH.
+  virtual uint64_t instance_id() const { return 0; }
   virtual void abort(const Status& reason) = 0;
   // QC_SUCCESS while the group is healthy, else the status that broke it.
   virtual Status failure() const = 0;

@@ -1,0 +1,929 @@
+"""qc: quantized collective communication for Python.
+
+The Python face of libqc (qc.h): allreduce and alltoall that compress what
+they send (8, 4, 2 or 1 bit per value, top-k, half precision) with error
+feedback, over ranks that are threads of this process (``Comm.local``) or MPI
+processes (``Comm.from_mpi`` with mpi4py).
+
+Quick start::
+
+    import threading, numpy as np, qc
+
+    comms = qc.Comm.local(2)                      # two ranks in this process
+    policy = qc.Policy(codec="minmax", bits=4, min_compress_bytes=0)
+    for c in comms:
+        c.set_layer_policy("*", policy)
+    data = [np.full(1000, r + 1, np.float32) for r in range(2)]
+
+    def rank(c):                                  # one thread per rank
+        c.allreduce(data[c.rank], out=data[c.rank], op="avg")
+
+    ts = [threading.Thread(target=rank, args=(c,)) for c in comms]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    [c.close() for c in comms]
+
+Arrays are numpy arrays (float32, float16) or torch CPU tensors (float32,
+float16, bfloat16), C-contiguous; they are passed to the library without a
+copy, and ``out=x`` works in place. The GIL is released while qc works.
+Failures raise ``qc.Error`` subclasses carrying ``.status`` and the library's
+message. See docs/python.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _qc
+from ._errors import (
+    STATUS_NAMES,
+    CorruptDataError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    MismatchError,
+    OutOfMemoryError,
+    QcTimeoutError,
+    TransportError,
+    UnsupportedError,
+    VersionError,
+    error_class,
+)
+
+__all__ = [
+    "__version__",
+    "library_version",
+    "Error",
+    "InvalidArgumentError",
+    "OutOfMemoryError",
+    "UnsupportedError",
+    "TransportError",
+    "MismatchError",
+    "QcTimeoutError",
+    "CorruptDataError",
+    "VersionError",
+    "InternalError",
+    "error_class",
+    "STATUS_NAMES",
+    "Policy",
+    "POLICY_FIELDS",
+    "Comm",
+    "ErrorBuffer",
+    "encode",
+    "decode",
+    "encoded_size",
+    "emulate_allreduce",
+    "emulate_alltoall",
+    "CODECS",
+    "ROUNDINGS",
+    "ALGORITHMS",
+    "DTYPES",
+    "OPS",
+]
+
+#: Version of this package (the qc project version it was built from).
+__version__: str = _qc.PACKAGE_VERSION
+
+#: Anything the collectives accept: a numpy array or a torch CPU tensor.
+ArrayLike = Any
+
+
+def library_version() -> str:
+    """Version ("M.m.p") of the libqc that is loaded (qc_version_string)."""
+    return _qc.version_string()
+
+
+# ---------------------------------------------------------------------------
+# Enumerations (values of qc.h; names as strings)
+# ---------------------------------------------------------------------------
+
+#: codec name -> qc_codec_t
+CODECS: Dict[str, int] = {
+    "none": 0,
+    "fp16": 1,
+    "bf16": 2,
+    "minmax": 3,
+    "qsgd": 4,
+    "global_linear": 5,
+    "global_exp": 6,
+    "onebit": 7,
+    "topk": 8,
+}
+#: rounding name -> qc_rounding_t
+ROUNDINGS: Dict[str, int] = {"nearest": 0, "stochastic": 1}
+#: algorithm name -> qc_algorithm_t
+ALGORITHMS: Dict[str, int] = {
+    "auto": 0,
+    "ring": 1,
+    "recursive_doubling": 2,
+    "sra": 3,
+    "tree": 4,
+    "native": 5,
+}
+#: dtype name -> qc_dtype_t
+DTYPES: Dict[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
+#: reduction name -> qc_reduce_op_t
+OPS: Dict[str, int] = {"sum": 0, "avg": 1}
+_ADAPT_METHODS: Dict[str, int] = {"kmeans": 0, "linear": 1}
+
+_CODEC_NAMES = {v: k for k, v in CODECS.items()}
+_ROUNDING_NAMES = {v: k for k, v in ROUNDINGS.items()}
+_ALGORITHM_NAMES = {v: k for k, v in ALGORITHMS.items()}
+
+
+def _enum_value(value: Any, table: Dict[str, int], field: str) -> int:
+    if isinstance(value, str):
+        key = value.lower()
+        if key not in table:
+            raise InvalidArgumentError(
+                1, f"qc.Policy: {field} {value!r} is not one of {', '.join(repr(k) for k in table)}"
+            )
+        return table[key]
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if int(value) not in table.values():
+            raise InvalidArgumentError(1, f"qc.Policy: {field} {int(value)} is not a valid value")
+        return int(value)
+    raise TypeError(f"qc.Policy: {field} must be a str (one of {', '.join(table)}), not {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------------
+# Policy
+# ---------------------------------------------------------------------------
+
+#: Policy fields in qc_policy_t order (the tuple the extension takes).
+POLICY_FIELDS: Tuple[str, ...] = (
+    "codec",
+    "bits",
+    "bucket_size",
+    "rounding",
+    "algorithm",
+    "error_feedback",
+    "group_size",
+    "topk_ratio",
+    "scale_update_period",
+    "seed",
+    "min_compress_bytes",
+)
+_INT32_MAX = 2**31 - 1
+_UINT64_MAX = 2**64 - 1
+
+
+def _check_int(value: Any, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"qc.Policy: {field} must be an int, not {type(value).__name__}")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise InvalidArgumentError(1, f"qc.Policy: {field} {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _check_policy(fields: tuple) -> None:
+    """Validate with the library's rules (qc_encoded_size validates its policy)."""
+    try:
+        _qc.policy_check(fields)
+    except InvalidArgumentError as e:
+        text = e.message.replace("qc_encoded_size: argument 'policy': ", "")
+        raise InvalidArgumentError(e.status, f"qc.Policy: {text}") from None
+
+
+class Policy:
+    """How one layer's data is compressed and reduced (qc_policy_t).
+
+    Args:
+        codec: "none", "fp16", "bf16", "minmax", "qsgd", "global_linear",
+            "global_exp", "onebit" or "topk".
+        bits: code width 1..8 (minmax, qsgd (2..8), global_*).
+        bucket_size: elements per bucket (one scale each), >= 1.
+        rounding: "nearest" (round to nearest even) or "stochastic".
+        algorithm: "auto", "ring", "recursive_doubling", "sra", "tree" or
+            "native" ("auto" chooses per call; docs/algorithms.md).
+        error_feedback: keep residuals in an ErrorBuffer between calls.
+        group_size: recursive doubling intra-group size, >= 1.
+        topk_ratio: fraction kept by topk, in (0, 1] (stored as float32).
+        scale_update_period: recompute the scales every K-th call, >= 1.
+        seed: stochastic rounding seed (uint64).
+        min_compress_bytes: messages smaller than this go uncompressed
+            (codec none); 0 always compresses.
+
+    Every field is checked by the library's own rules (those of
+    qc_set_layer_policy) at construction and on every assignment: a wrong
+    value raises ``qc.InvalidArgumentError`` (a ``ValueError``) with the
+    library's message, a wrong type ``TypeError``. Policies compare equal
+    when all fields are equal.
+
+    Example::
+
+        p = qc.Policy(codec="minmax", bits=4, algorithm="sra", error_feedback=True)
+        p.bits = 2
+    """
+
+    __slots__ = POLICY_FIELDS
+    __hash__ = None  # mutable
+
+    codec: str
+    bits: int
+    bucket_size: int
+    rounding: str
+    algorithm: str
+    error_feedback: bool
+    group_size: int
+    topk_ratio: float
+    scale_update_period: int
+    seed: int
+    min_compress_bytes: int
+
+    def __init__(
+        self,
+        codec: str = "none",
+        bits: int = 4,
+        bucket_size: int = 128,
+        rounding: str = "nearest",
+        algorithm: str = "auto",
+        error_feedback: bool = False,
+        group_size: int = 8,
+        topk_ratio: float = 0.01,
+        scale_update_period: int = 1,
+        seed: int = 0,
+        min_compress_bytes: int = 16384,
+    ) -> None:
+        values = dict(
+            codec=codec,
+            bits=bits,
+            bucket_size=bucket_size,
+            rounding=rounding,
+            algorithm=algorithm,
+            error_feedback=error_feedback,
+            group_size=group_size,
+            topk_ratio=topk_ratio,
+            scale_update_period=scale_update_period,
+            seed=seed,
+            min_compress_bytes=min_compress_bytes,
+        )
+        for name, value in values.items():
+            object.__setattr__(self, name, self._normalize(name, value))
+        _check_policy(self._to_tuple())
+
+    @staticmethod
+    def _normalize(name: str, value: Any) -> Any:
+        if name == "codec":
+            return _CODEC_NAMES[_enum_value(value, CODECS, name)]
+        if name == "rounding":
+            return _ROUNDING_NAMES[_enum_value(value, ROUNDINGS, name)]
+        if name == "algorithm":
+            return _ALGORITHM_NAMES[_enum_value(value, ALGORITHMS, name)]
+        if name == "error_feedback":
+            if isinstance(value, (bool, np.bool_)):
+                return bool(value)
+            if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+                return bool(value)
+            raise TypeError(f"qc.Policy: error_feedback must be a bool, not {value!r}")
+        if name == "topk_ratio":
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+                raise TypeError(f"qc.Policy: topk_ratio must be a float, not {type(value).__name__}")
+            # qc_policy_t holds a float: keep exactly what the library sees.
+            return float(np.float32(value))
+        if name == "seed":
+            return _check_int(value, name, 0, _UINT64_MAX)
+        if name == "min_compress_bytes":
+            return _check_int(value, name, 0, _UINT64_MAX)
+        if name in ("bits", "bucket_size", "group_size", "scale_update_period"):
+            return _check_int(value, name, -(2**31), _INT32_MAX)
+        raise AttributeError(f"Policy has no field {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in POLICY_FIELDS:
+            raise AttributeError(f"Policy has no field {name!r} (fields: {', '.join(POLICY_FIELDS)})")
+        value = self._normalize(name, value)
+        _check_policy(self._to_tuple(**{name: value}))
+        object.__setattr__(self, name, value)
+
+    def _to_tuple(self, **override: Any) -> tuple:
+        def get(name: str) -> Any:
+            return override[name] if name in override else getattr(self, name)
+
+        return (
+            CODECS[get("codec")],
+            get("bits"),
+            get("bucket_size"),
+            ROUNDINGS[get("rounding")],
+            ALGORITHMS[get("algorithm")],
+            int(get("error_feedback")),
+            get("group_size"),
+            get("topk_ratio"),
+            get("scale_update_period"),
+            get("seed"),
+            get("min_compress_bytes"),
+        )
+
+    @classmethod
+    def _from_tuple(cls, t: Sequence[Any]) -> "Policy":
+        p = cls.__new__(cls)
+        values = dict(zip(POLICY_FIELDS, t))
+        values["codec"] = _CODEC_NAMES[values["codec"]]
+        values["rounding"] = _ROUNDING_NAMES[values["rounding"]]
+        values["algorithm"] = _ALGORITHM_NAMES[values["algorithm"]]
+        values["error_feedback"] = bool(values["error_feedback"])
+        values["topk_ratio"] = float(np.float32(values["topk_ratio"]))
+        for name, value in values.items():
+            object.__setattr__(p, name, value)
+        return p
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields as a dict (keyword arguments of Policy)."""
+        return {name: getattr(self, name) for name in POLICY_FIELDS}
+
+    def replace(self, **changes: Any) -> "Policy":
+        """A copy with some fields changed: ``p.replace(bits=2)``."""
+        values = self.to_dict()
+        values.update(changes)
+        return Policy(**values)
+
+    def copy(self) -> "Policy":
+        """An independent copy."""
+        return Policy._from_tuple(self._to_tuple())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Policy):
+            return NotImplemented
+        return self._to_tuple() == other._to_tuple()
+
+    def __repr__(self) -> str:
+        parts = []
+        for name in POLICY_FIELDS:
+            value = getattr(self, name)
+            if name == "topk_ratio":
+                parts.append(f"{name}={np.float32(value)!s}")
+            else:
+                parts.append(f"{name}={value!r}")
+        return f"qc.Policy({', '.join(parts)})"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return self.to_dict()
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+
+def _policy_tuple(policy: Any, what: str = "policy") -> tuple:
+    if not isinstance(policy, Policy):
+        raise TypeError(f"{what} must be a qc.Policy, not {type(policy).__name__}")
+    return policy._to_tuple()
+
+
+# ---------------------------------------------------------------------------
+# Arrays: numpy and torch CPU tensors, zero copy
+# ---------------------------------------------------------------------------
+
+
+class _Buffer:
+    """Address, element count and dtype of an array (which it keeps alive)."""
+
+    __slots__ = ("obj", "ptr", "count", "dtype", "itemsize", "is_torch")
+
+    def __init__(self, obj: Any, ptr: int, count: int, dtype: int, itemsize: int, is_torch: bool) -> None:
+        self.obj = obj
+        self.ptr = ptr
+        self.count = count
+        self.dtype = dtype
+        self.itemsize = itemsize
+        self.is_torch = is_torch
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.itemsize
+
+
+def _torch_module() -> Any:
+    # torch is never imported by qc: a tensor can only exist once it is.
+    return sys.modules.get("torch")
+
+
+def _as_buffer(x: Any, what: str, writable: bool = False) -> _Buffer:
+    if isinstance(x, np.ndarray):
+        name = x.dtype.name
+        if name not in ("float32", "float16", "bfloat16") or x.dtype.kind == "c":
+            raise TypeError(
+                f"{what}: unsupported dtype {x.dtype} (qc takes float32 or float16 numpy arrays; "
+                "bfloat16 through torch tensors)"
+            )
+        if not x.dtype.isnative:
+            raise TypeError(f"{what}: byte order of dtype {x.dtype.str} is not native; use x.astype(np.{name})")
+        if not x.flags.c_contiguous:
+            raise ValueError(
+                f"{what}: the numpy array is not C-contiguous (strides {x.strides}); qc does not copy "
+                "silently: pass np.ascontiguousarray(...)"
+            )
+        if not x.flags.aligned:
+            raise ValueError(f"{what}: the numpy array's data is not aligned to its dtype; pass a copy")
+        if writable and not x.flags.writeable:
+            raise ValueError(f"{what}: the numpy array is read-only")
+        return _Buffer(x, int(x.__array_interface__["data"][0]), int(x.size), DTYPES[name], x.itemsize, False)
+    torch = _torch_module()
+    if torch is not None and isinstance(x, torch.Tensor):
+        codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+        if x.dtype not in codes:
+            raise TypeError(
+                f"{what}: unsupported dtype {x.dtype} (qc takes torch.float32, torch.float16 or torch.bfloat16)"
+            )
+        if x.device.type != "cpu":
+            raise ValueError(f"{what}: the tensor is on {x.device}; qc takes CPU tensors (host memory)")
+        if x.layout != torch.strided:
+            raise ValueError(f"{what}: the tensor has layout {x.layout}; qc takes dense (strided) tensors")
+        if not x.is_contiguous():
+            raise ValueError(
+                f"{what}: the tensor is not contiguous (strides {tuple(x.stride())}); qc does not copy "
+                "silently: pass x.contiguous()"
+            )
+        return _Buffer(x, int(x.data_ptr()), int(x.numel()), codes[x.dtype], int(x.element_size()), True)
+    raise TypeError(f"{what}: expected a numpy array or a torch CPU tensor, not {type(x).__name__}")
+
+
+def _empty_like(src: _Buffer) -> Any:
+    if src.is_torch:
+        torch = _torch_module()
+        return torch.empty_like(src.obj, memory_format=torch.contiguous_format)
+    return np.empty_like(src.obj, order="C")
+
+
+def _output(src: _Buffer, out: Any, count: Optional[int] = None) -> Tuple[Any, _Buffer]:
+    """The output array (new when out is None) and its buffer, checked against src."""
+    if out is None:
+        out = _empty_like(src)
+    dst = _as_buffer(out, "out", writable=True)
+    if dst.dtype != src.dtype:
+        raise TypeError(
+            f"out: dtype {_dtype_name(dst.dtype)} differs from the input's {_dtype_name(src.dtype)}"
+        )
+    expected = src.count if count is None else count
+    if dst.count != expected:
+        raise ValueError(f"out: {dst.count} elements, expected {expected}")
+    if dst.ptr != src.ptr and dst.count and src.count:
+        if dst.ptr < src.ptr + src.nbytes and src.ptr < dst.ptr + dst.nbytes:
+            raise ValueError("out overlaps the input without being the same buffer (in place means out is x)")
+    return out, dst
+
+
+def _dtype_name(code: int) -> str:
+    return {v: k for k, v in DTYPES.items()}[code]
+
+
+def _op(op: str) -> int:
+    if not isinstance(op, str) or op.lower() not in OPS:
+        raise ValueError(f"op must be 'sum' or 'avg', not {op!r}")
+    return OPS[op.lower()]
+
+
+def _layer(layer: Optional[str], what: str = "layer") -> Optional[str]:
+    if layer is not None and not isinstance(layer, str):
+        raise TypeError(f"{what} must be a str or None, not {type(layer).__name__}")
+    return layer
+
+
+# ---------------------------------------------------------------------------
+# Communicators
+# ---------------------------------------------------------------------------
+
+# MPI communicators still open at interpreter exit are closed before mpi4py
+# finalizes MPI (qc needs MPI alive to release its duplicates).
+_open_mpi_comms: "weakref.WeakSet[Comm]" = weakref.WeakSet()
+_open_lock = threading.Lock()
+
+
+@atexit.register
+def _close_mpi_comms() -> None:
+    with _open_lock:
+        comms = list(_open_mpi_comms)
+    for c in comms:
+        try:
+            c.close()
+        except Error:
+            pass
+
+
+class Comm:
+    """A qc communicator: one rank of a group (qc_comm_t).
+
+    Create them with ``Comm.local(n)`` (n ranks in this process, one thread
+    each) or ``Comm.from_mpi(mpi4py_comm)``. A communicator is used by one
+    thread at a time; different communicators (the ranks of a local group)
+    may be driven from different threads at once, since the GIL is released
+    while qc works. Release it with ``close()`` or a ``with`` block; closing
+    is local (it never waits for peers) and idempotent, and any use after it
+    raises ``qc.InvalidArgumentError``.
+    """
+
+    __slots__ = ("_h", "_rank", "_size", "_transport", "__weakref__")
+
+    def __init__(self, handle: Any, transport: str) -> None:
+        if not isinstance(handle, _qc.Comm):
+            raise TypeError("create communicators with qc.Comm.local(n) or qc.Comm.from_mpi(comm)")
+        self._h = handle
+        self._rank: int = handle.rank
+        self._size: int = handle.size
+        self._transport = transport
+
+    # ---- creation ----
+    @classmethod
+    def local(cls, n: int, timeout: float = 300.0) -> List["Comm"]:
+        """Create an in-process group of n ranks; returns [rank 0, ..., rank n-1].
+
+        Drive each rank from its own thread: a collective blocks until every
+        rank of the group has made the same call, or until ``timeout``
+        seconds pass (``qc.QcTimeoutError`` on every waiting rank).
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"n must be an int, not {type(n).__name__}")
+        return [cls(h, "local") for h in _qc.Comm.create_local(int(n), float(timeout))]
+
+    @classmethod
+    def from_mpi(cls, comm: Any, timeout: float = 300.0) -> "Comm":
+        """Create a communicator over an mpi4py communicator (e.g. MPI.COMM_WORLD).
+
+        Collective over ``comm``: every process of it must call. qc
+        duplicates the communicator; the caller keeps its own. Needs a libqc
+        built with MPI (else ``qc.UnsupportedError``) and the same MPI library
+        as mpi4py. Close it before MPI is finalized (qc closes the ones still
+        open at interpreter exit).
+        """
+        if not hasattr(comm, "py2f"):
+            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+        MPI = sys.modules.get("mpi4py.MPI")
+        if MPI is not None:
+            if MPI.Is_finalized():
+                raise TransportError(4, "Comm.from_mpi: MPI is already finalized")
+            if not MPI.Is_initialized():
+                raise TransportError(4, "Comm.from_mpi: MPI is not initialized")
+            if comm == MPI.COMM_NULL:
+                raise InvalidArgumentError(1, "Comm.from_mpi: comm is MPI.COMM_NULL")
+        c = cls(_qc.Comm.create_mpi(int(comm.py2f()), float(timeout)), "mpi")
+        with _open_lock:
+            _open_mpi_comms.add(c)
+        return c
+
+    # ---- properties ----
+    @property
+    def rank(self) -> int:
+        """This rank's index in the group, 0..size-1."""
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        """Number of ranks in the group."""
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._h.closed
+
+    def close(self) -> None:
+        """Release the communicator (local, idempotent; peers waiting on this
+        rank fail with qc.TransportError). Not allowed while another thread
+        is inside a call on it."""
+        self._h.close()
+
+    def __enter__(self) -> "Comm":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<qc.Comm {self._transport} rank {self._rank} of {self._size}, {state}>"
+
+    # ---- collectives ----
+    def allreduce(
+        self,
+        x: ArrayLike,
+        out: Optional[ArrayLike] = None,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> ArrayLike:
+        """Reduce x over all ranks; every rank gets the same result, bit for bit.
+
+        Args:
+            x: numpy array (float32, float16) or torch CPU tensor (float32,
+                float16, bfloat16), C-contiguous; any shape (flattened). Not
+                copied.
+            out: where the result goes: None (a new array/tensor like x),
+                x itself (in place), or an array of the same dtype and
+                element count that does not overlap x.
+            op: "sum", or "avg" (sum times 1/size, in float32).
+            layer: layer name whose policy applies (set_layer_policy);
+                None means "*".
+            error_buffer: residuals for error feedback (used when the layer's
+                policy has error_feedback=True); made for this rank and
+                x's element count.
+
+        Returns:
+            out (the new array when out was None).
+
+        Raises:
+            TypeError: unsupported dtype, or out's dtype differs.
+            ValueError: non-contiguous or read-only out, size mismatch, overlap.
+            qc.MismatchError: ranks disagree (count, dtype, op, layer, policy);
+                raised on every rank. The communicator is then broken.
+            qc.QcTimeoutError: a peer did not arrive in time.
+            qc.Error: any other failure, with .status and the library message.
+
+        Every rank of the group must make the same call. The GIL is released
+        while the call runs.
+        """
+        src = _as_buffer(x, "x")
+        out, dst = _output(src, out)
+        eb = _error_buffer_handle(error_buffer)
+        self._h.allreduce(src.ptr, dst.ptr, src.count, src.dtype, _op(op), _layer(layer), eb)
+        return out
+
+    def allreduce_segments(
+        self,
+        x: ArrayLike,
+        counts: Sequence[int],
+        layers: Optional[Sequence[Optional[str]]],
+        out: Optional[ArrayLike] = None,
+        op: str = "sum",
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> ArrayLike:
+        """One allreduce over a flat buffer made of several layers (a fused
+        bucket, as in DDP): segment i is ``counts[i]`` elements of layer
+        ``layers[i]`` (None, or a None entry, for "*"), back to back in x.
+
+        Each segment keeps its own policy; buckets never straddle segments.
+        ``sum(counts)`` must equal x's element count. error_buffer covers the
+        whole buffer. Otherwise as allreduce.
+        """
+        counts = [int(c) for c in counts]
+        if any(c < 0 for c in counts):
+            raise ValueError("counts must be >= 0")
+        if layers is None:
+            layers = [None] * len(counts)
+        layers = [_layer(name, "layers[i]") for name in layers]
+        if len(layers) != len(counts):
+            raise ValueError(f"layers has {len(layers)} entries, counts {len(counts)}")
+        src = _as_buffer(x, "x")
+        if sum(counts) != src.count:
+            raise ValueError(f"sum(counts) = {sum(counts)} but x has {src.count} elements")
+        out, dst = _output(src, out)
+        eb = _error_buffer_handle(error_buffer)
+        self._h.allreduce_segments(src.ptr, dst.ptr, counts, layers, src.dtype, _op(op), eb)
+        return out
+
+    def alltoall(self, x: ArrayLike, out: Optional[ArrayLike] = None, layer: Optional[str] = None) -> ArrayLike:
+        """All-to-all exchange: x holds ``size`` blocks of equal length; block j
+        goes to rank j, and out's block i comes from rank i. Each block is
+        encoded with the layer's codec by its sender. out=None gives a new
+        array like x; out may be x (in place). Otherwise as allreduce.
+        """
+        src = _as_buffer(x, "x")
+        if src.count % self._size:
+            raise ValueError(f"x has {src.count} elements, not a multiple of the group size {self._size}")
+        out, dst = _output(src, out)
+        self._h.alltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer))
+        return out
+
+    # ---- policies ----
+    def set_layer_policy(self, pattern: str, policy: Policy) -> None:
+        """Set the policy of the layers whose name matches pattern (an exact
+        name, or a glob with * and ?; "*" is the default). Exact names beat
+        globs; among globs the one with most literal characters wins. Every
+        rank must set the same policies. Applies from the next collective."""
+        if not isinstance(pattern, str):
+            raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
+        self._h.set_layer_policy(pattern, _policy_tuple(policy))
+
+    def get_layer_policy(self, layer: Optional[str] = None) -> Policy:
+        """The policy that layer name ``layer`` resolves to (None: "*")."""
+        return Policy._from_tuple(self._h.get_layer_policy(_layer(layer)))
+
+    def policy_preset(self, name: str, base: Optional[Policy] = None) -> None:
+        """Apply a named group of layer policies (qc_policy_preset), e.g.
+        "cgx": everything with ``base`` (default: the current "*" policy),
+        biases and normalisations in full precision."""
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        self._h.policy_preset(name, None if base is None else _policy_tuple(base, "base"))
+
+    def adapt_policies(
+        self, method: str = "kmeans", alpha: float = 2.0, allowed_bits: Sequence[int] = (2, 3, 4, 8)
+    ) -> Dict[str, Any]:
+        """Adaptive bit widths from the collected layer statistics
+        (qc_adapt_policies; collective). Returns the report as a dict."""
+        if method not in _ADAPT_METHODS:
+            raise ValueError(f"method must be 'kmeans' or 'linear', not {method!r}")
+        return self._h.adapt_policies(_ADAPT_METHODS[method], float(alpha), [int(b) for b in allowed_bits])
+
+    # ---- statistics ----
+    def stats(self) -> Dict[str, Union[int, float]]:
+        """Counters of this rank since creation: calls, logical_bytes,
+        wire_bytes, codec_seconds, transport_seconds (qc_stats_t)."""
+        return self._h.stats()
+
+    def layer_names(self) -> List[str]:
+        """Names of the layers seen so far, in byte order ("*" for layer=None)."""
+        return self._h.layer_names()
+
+    def layer_stats(self, layer: Optional[str] = None) -> Dict[str, Any]:
+        """Per-layer counters (qc_layer_stats_t: calls, count, logical_bytes,
+        wire_bytes, codec_seconds, transport_seconds, last_rel_error,
+        mean_sq_norm). With a name: that layer's dict (all zeros if unused);
+        with None: {name: dict} for every layer seen so far."""
+        if layer is None:
+            return {name: self._h.layer_stats(name) for name in self._h.layer_names()}
+        return self._h.layer_stats(_layer(layer))
+
+
+# ---------------------------------------------------------------------------
+# Error buffers
+# ---------------------------------------------------------------------------
+
+
+def _error_buffer_handle(error_buffer: Optional["ErrorBuffer"]) -> Any:
+    if error_buffer is None:
+        return None
+    if not isinstance(error_buffer, ErrorBuffer):
+        raise TypeError(f"error_buffer must be a qc.ErrorBuffer or None, not {type(error_buffer).__name__}")
+    return error_buffer._h
+
+
+class ErrorBuffer:
+    """Error-feedback residuals of one rank for one tensor of ``count``
+    elements (qc_error_buffer_t), all zero at creation.
+
+    Pass it as ``error_buffer=`` to allreduce when the layer's policy has
+    error_feedback=True. It belongs to the rank and group size of ``comm``
+    (None: to those of its first emulate_allreduce). ``save()`` /
+    ``load()`` move the residuals through a checkpoint (a versioned,
+    checksummed image of 56 + 4*count bytes).
+    """
+
+    __slots__ = ("_h",)
+
+    def __init__(self, comm: Optional[Comm], count: int) -> None:
+        if comm is not None and not isinstance(comm, Comm):
+            raise TypeError(f"comm must be a qc.Comm or None, not {type(comm).__name__}")
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValueError(f"count must be an int >= 0, not {count!r}")
+        self._h = _qc.ErrorBuffer(None if comm is None else comm._h, int(count))
+
+    @property
+    def count(self) -> int:
+        """Number of residuals (elements)."""
+        return self._h.count
+
+    @property
+    def norm(self) -> float:
+        """L2 norm of the residuals."""
+        return self._h.norm()
+
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    def reset(self) -> None:
+        """Set every residual to zero."""
+        self._h.reset()
+
+    def save(self) -> bytes:
+        """The residuals and their binding as bytes, for a checkpoint."""
+        return self._h.save()
+
+    def load(self, data: Union[bytes, bytearray, memoryview]) -> None:
+        """Restore residuals saved by save(). qc.CorruptDataError for a damaged
+        image, qc.MismatchError for another count, rank or group size; the
+        buffer is unchanged on failure."""
+        self._h.load(bytes(data))
+
+    def close(self) -> None:
+        """Release the buffer (idempotent)."""
+        self._h.close()
+
+    def __enter__(self) -> "ErrorBuffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<qc.ErrorBuffer count={self.count}{', closed' if self.closed else ''}>"
+
+
+# ---------------------------------------------------------------------------
+# Codecs on their own, and emulation
+# ---------------------------------------------------------------------------
+
+
+def encoded_size(policy: Policy, count: int) -> int:
+    """Upper bound on the bytes encode() writes for count elements."""
+    return _qc.encoded_size(_policy_tuple(policy), int(count))
+
+
+def encode(x: ArrayLike, policy: Policy) -> bytes:
+    """Encode x with the policy's codec into a self-describing message
+    (32-byte "QCWF" header + payload; docs/wire-format.md)."""
+    src = _as_buffer(x, "x")
+    return _qc.encode(_policy_tuple(policy), src.ptr, src.count, src.dtype)
+
+
+def decode(
+    data: Union[bytes, bytearray, memoryview], count: int, dtype: Any = "float32", out: Optional[ArrayLike] = None
+) -> ArrayLike:
+    """Decode a message from encode() into ``count`` elements.
+
+    Returns a new 1-D numpy array of ``dtype`` ("float32" or "float16"; for
+    "bfloat16" a torch tensor, torch needed), or fills ``out`` (an array or
+    tensor of count elements) and returns it. qc.MismatchError when count
+    differs from the message's, qc.CorruptDataError for a damaged message.
+    """
+    count = int(count)
+    if out is None:
+        if isinstance(dtype, str):
+            name = dtype
+        elif str(dtype).startswith("torch."):
+            name = str(dtype)[len("torch."):]
+        else:
+            try:
+                name = np.dtype(dtype).name
+            except TypeError:
+                name = repr(dtype)
+        if name == "bfloat16":
+            import torch  # bfloat16 arrays are torch tensors
+
+            out = torch.empty(count, dtype=torch.bfloat16)
+        elif name in ("float32", "float16"):
+            out = np.empty(count, dtype=name)
+        else:
+            raise TypeError(f"dtype must be 'float32', 'float16' or 'bfloat16', not {dtype!r}")
+    dst = _as_buffer(out, "out", writable=True)
+    if dst.count != count:
+        raise ValueError(f"out: {dst.count} elements, expected {count}")
+    _qc.decode(bytes(data), dst.ptr, count, dst.dtype)
+    return out
+
+
+def _same_buffers(arrays: Sequence[ArrayLike], what: str) -> List[_Buffer]:
+    if isinstance(arrays, np.ndarray):
+        if arrays.ndim < 2:
+            raise ValueError(f"{what}: expected a list of arrays (or a 2-D array), one per rank")
+        arrays = list(arrays)  # rows of a C-contiguous array stay contiguous views
+    if not len(arrays):
+        raise ValueError(f"{what}: expected a non-empty list of arrays, one per rank")
+    bufs = [_as_buffer(a, f"{what}[{i}]") for i, a in enumerate(arrays)]
+    for i, b in enumerate(bufs[1:], 1):
+        if b.dtype != bufs[0].dtype or b.count != bufs[0].count:
+            raise ValueError(f"{what}[{i}]: every rank's array must have the same dtype and element count")
+    return bufs
+
+
+def emulate_allreduce(
+    arrays: Sequence[ArrayLike],
+    policy: Policy,
+    op: str = "sum",
+    error_buffers: Optional[Sequence[Optional[ErrorBuffer]]] = None,
+) -> List[ArrayLike]:
+    """Run one allreduce over len(arrays) virtual ranks in this process
+    (qc_emulate_allreduce): rank i's input is arrays[i]. Returns the outputs,
+    one per rank, new arrays of the inputs' kind (numpy arrays for numpy
+    input). Bit-identical to a real run of the same inputs and policy as that
+    run's first call. error_buffers: None or one ErrorBuffer (or None) per
+    rank."""
+    bufs = _same_buffers(arrays, "arrays")
+    outs = [_empty_like(b) for b in bufs]
+    dsts = [_as_buffer(o, "out") for o in outs]
+    ebs = None
+    if error_buffers is not None:
+        if len(error_buffers) != len(bufs):
+            raise ValueError("error_buffers must have one entry (or None) per rank")
+        ebs = [_error_buffer_handle(b) for b in error_buffers]
+    _qc.emulate_allreduce(
+        len(bufs),
+        [b.ptr for b in bufs],
+        [d.ptr for d in dsts],
+        bufs[0].count,
+        bufs[0].dtype,
+        _op(op),
+        _policy_tuple(policy),
+        ebs,
+    )
+    return outs
+
+
+def emulate_alltoall(arrays: Sequence[ArrayLike], policy: Policy) -> List[ArrayLike]:
+    """Run one alltoall over len(arrays) virtual ranks (qc_emulate_alltoall);
+    each array holds len(arrays) equal blocks. Returns the outputs."""
+    bufs = _same_buffers(arrays, "arrays")
+    n = len(bufs)
+    if bufs[0].count % n:
+        raise ValueError(f"arrays hold {bufs[0].count} elements, not a multiple of {n} ranks")
+    outs = [_empty_like(b) for b in bufs]
+    dsts = [_as_buffer(o, "out") for o in outs]
+    _qc.emulate_alltoall(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count // n, bufs[0].dtype,
+                         _policy_tuple(policy))
+    return outs

@@ -1,0 +1,131 @@
+"""Exceptions of the qc package: one class per qc_status_t (qc.h).
+
+Pure Python, imported by the extension ``qc._qc`` to raise them: a failing C
+call becomes ``error_class(status)(status, qc_last_error())``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+# Values pinned by qc.h (QC_STATUS_MAP); new statuses are appended there.
+STATUS_NAMES: Dict[int, str] = {
+    0: "QC_SUCCESS",
+    1: "QC_ERROR_INVALID_ARGUMENT",
+    2: "QC_ERROR_OUT_OF_MEMORY",
+    3: "QC_ERROR_UNSUPPORTED",
+    4: "QC_ERROR_TRANSPORT",
+    5: "QC_ERROR_MISMATCH",
+    6: "QC_ERROR_TIMEOUT",
+    7: "QC_ERROR_CORRUPT_DATA",
+    8: "QC_ERROR_VERSION",
+    9: "QC_ERROR_INTERNAL",
+}
+
+
+class Error(Exception):
+    """A qc call failed.
+
+    Attributes:
+        status: the ``qc_status_t`` value (int), e.g. 5 for QC_ERROR_MISMATCH.
+        status_name: its name, e.g. ``"QC_ERROR_MISMATCH"``.
+        message: the library's ``qc_last_error()`` text for the failing call
+            (it names the offending argument).
+
+    Subclasses exist for every status; catch ``qc.Error`` for all of them.
+    """
+
+    #: status this class stands for (None on the base class)
+    STATUS: Optional[int] = None
+
+    def __init__(self, status: Optional[int] = None, message: str = "") -> None:
+        if status is None:
+            status = self.STATUS if self.STATUS is not None else 9
+        self.status: int = int(status)
+        self.status_name: str = STATUS_NAMES.get(self.status, "QC_UNKNOWN_STATUS")
+        self.message: str = message
+        super().__init__(self.status, message)
+
+    def __str__(self) -> str:
+        return f"{self.message} [{self.status_name}]" if self.message else self.status_name
+
+    def __reduce__(self):  # picklable (multiprocessing, pytest-xdist)
+        return (type(self), (self.status, self.message))
+
+
+class InvalidArgumentError(Error, ValueError):
+    """QC_ERROR_INVALID_ARGUMENT: an argument or policy field is invalid (also a ValueError)."""
+
+    STATUS = 1
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """QC_ERROR_OUT_OF_MEMORY."""
+
+    STATUS = 2
+
+
+class UnsupportedError(Error):
+    """QC_ERROR_UNSUPPORTED: not supported by this build or configuration (e.g. MPI missing)."""
+
+    STATUS = 3
+
+
+class TransportError(Error):
+    """QC_ERROR_TRANSPORT: the transport failed, or a peer of a local group left."""
+
+    STATUS = 4
+
+
+class MismatchError(Error):
+    """QC_ERROR_MISMATCH: ranks disagree on the collective (count, dtype, op, layer, policy).
+
+    The communicator is broken afterwards: every later collective fails the same way.
+    """
+
+    STATUS = 5
+
+
+class QcTimeoutError(Error, TimeoutError):
+    """QC_ERROR_TIMEOUT: a peer did not arrive within the communicator's timeout (also a TimeoutError)."""
+
+    STATUS = 6
+
+
+class CorruptDataError(Error):
+    """QC_ERROR_CORRUPT_DATA: a corrupt or malformed message or checkpoint image."""
+
+    STATUS = 7
+
+
+class VersionError(Error):
+    """QC_ERROR_VERSION: version or struct layout mismatch."""
+
+    STATUS = 8
+
+
+class InternalError(Error):
+    """QC_ERROR_INTERNAL: a bug in qc; please report it."""
+
+    STATUS = 9
+
+
+_CLASSES: Dict[int, Type[Error]] = {
+    cls.STATUS: cls  # type: ignore[misc]
+    for cls in (
+        InvalidArgumentError,
+        OutOfMemoryError,
+        UnsupportedError,
+        TransportError,
+        MismatchError,
+        QcTimeoutError,
+        CorruptDataError,
+        VersionError,
+        InternalError,
+    )
+}
+
+
+def error_class(status: int) -> Type[Error]:
+    """The exception class for a qc_status_t value (qc.Error for unknown ones)."""
+    return _CLASSES.get(int(status), Error)

@@ -1,0 +1,96 @@
+"""torch CPU tensors through the qc API (skipped without torch)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import qc  # noqa: E402
+from conftest import check_ok, run_ranks  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", ["sum", "avg"])
+def test_allreduce_tensors_threads(local3, dtype, op):
+    xs = [torch.arange(600, dtype=torch.float32).remainder(5).add(r).to(dtype).reshape(20, 30) for r in range(3)]
+    outs = check_ok(run_ranks(local3, lambda c: c.allreduce(xs[c.rank], op=op)))
+    expected = sum(x.float() for x in xs)
+    if op == "avg":
+        expected = expected * np.float32(1.0 / 3.0)
+    for x, o in zip(xs, outs):
+        assert isinstance(o, torch.Tensor) and o.dtype == dtype and o.shape == (20, 30)
+        assert o.data_ptr() != x.data_ptr()
+        assert torch.equal(o, expected.to(dtype))
+
+
+def test_in_place_is_zero_copy(local3):
+    xs = [torch.full((1000,), float(r + 1)) for r in range(3)]
+    ptrs = [x.data_ptr() for x in xs]
+    res = check_ok(run_ranks(local3, lambda c: c.allreduce(xs[c.rank], out=xs[c.rank])))
+    for x, p, r in zip(xs, ptrs, res):
+        assert r is x and x.data_ptr() == p
+        assert torch.equal(x, torch.full((1000,), 6.0))
+
+
+def test_grad_bucket_view_in_place(local3):
+    # a contiguous view into a larger flat buffer (what DDP buckets are)
+    flats = [torch.zeros(100) for _ in range(3)]
+    for r, f in enumerate(flats):
+        f[10:60] = r + 1
+    check_ok(run_ranks(local3, lambda c: c.allreduce(flats[c.rank][10:60], out=flats[c.rank][10:60])))
+    for f in flats:
+        assert torch.equal(f[10:60], torch.full((50,), 6.0))
+        assert f[:10].abs().sum() == 0 and f[60:].abs().sum() == 0
+
+
+def test_emulate_equals_local_bf16_and_mixed_out(local3):
+    policy = qc.Policy(codec="qsgd", bits=4, bucket_size=32, min_compress_bytes=0)
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(4000, generator=g).to(torch.bfloat16) for _ in range(3)]
+    emulated = qc.emulate_allreduce(xs, policy)
+    assert all(isinstance(e, torch.Tensor) and e.dtype == torch.bfloat16 for e in emulated)
+    for c in local3:
+        c.set_layer_policy("*", policy)
+    outs = check_ok(run_ranks(local3, lambda c: c.allreduce(xs[c.rank])))
+    for e, o in zip(emulated, outs):
+        assert torch.equal(e.view(torch.int16), o.view(torch.int16))
+    # numpy input with a torch output of the same dtype (and the reverse)
+    (c,) = qc.Comm.local(1)
+    with c:
+        out = torch.empty(8)
+        assert c.allreduce(np.arange(8, dtype=np.float32), out=out) is out
+        assert torch.equal(out, torch.arange(8, dtype=torch.float32))
+        arr = np.empty(8, np.float32)
+        c.allreduce(torch.arange(8, dtype=torch.float32), out=arr)
+        np.testing.assert_array_equal(arr, np.arange(8))
+
+
+def test_tensor_errors():
+    (c,) = qc.Comm.local(1)
+    with c:
+        for bad in (torch.zeros(8, dtype=torch.float64), torch.zeros(8, dtype=torch.int32)):
+            with pytest.raises(TypeError, match="dtype"):
+                c.allreduce(bad)
+        with pytest.raises(ValueError, match="contiguous"):
+            c.allreduce(torch.zeros(4, 4).t())
+        with pytest.raises(ValueError, match="contiguous"):
+            c.allreduce(torch.zeros(16)[::2])
+        with pytest.raises(TypeError, match="out: dtype"):
+            c.allreduce(torch.zeros(8), out=torch.zeros(8, dtype=torch.bfloat16))
+        with pytest.raises(ValueError, match="layout"):
+            c.allreduce(torch.zeros(4, 4).to_sparse())
+
+
+def test_encode_decode_tensors():
+    x = torch.linspace(-2, 2, 500).to(torch.bfloat16)
+    data = qc.encode(x, qc.Policy(codec="bf16"))
+    y = qc.decode(data, 500, dtype="bfloat16")
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and torch.equal(x, y)
+    z = qc.decode(data, 500, dtype=torch.float32)
+    assert z.dtype == np.float32
+    np.testing.assert_array_equal(z, x.float().numpy())
+
+
+def test_requires_grad_tensor(local3):
+    ps = [torch.ones(10, requires_grad=True) for _ in range(3)]
+    outs = check_ok(run_ranks(local3, lambda c: c.allreduce(ps[c.rank].detach())))
+    assert torch.equal(outs[0], torch.full((10,), 3.0))
