@@ -24,7 +24,10 @@
 //
 // minmax (q = bits, 1..8; meta per bucket: min, scale)
 //    L = 2^q - 1; lo = min, hi = max; scale = (hi - lo) / L;
-//    inv = scale > 0 ? 1 / scale : 0; t = (x - lo) * inv;
+//    inv = scale >= 2^-126 ? 1 / scale : 0; t = (x - lo) * inv;
+//    (1 / a subnormal scale overflows to Inf, and 0 * Inf is NaN: such a
+//    bucket, e.g. error-feedback residuals decaying on a zero gradient, is
+//    coded all zero and decodes to lo, within L * 2^-126 of every value.)
 //    j = clamp(round(t), 0, L); decode: lo + j * scale (multiply, then add).
 // qsgd (q = 2..8; meta per bucket: norm)
 //    M = 2^(q-1) - 1; norm = sqrt(canonical sum of x*x); inv = norm > 0 ? M / norm : 0;
@@ -57,6 +60,9 @@ namespace qc {
 namespace cpu {
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// minmax: the smallest scale that is inverted (FLT_MIN, 2^-126); see above.
+constexpr float kMinInvertibleScale = 1.17549435e-38f;
 
 struct QuantArgs {
   int bits = 4;

@@ -92,7 +92,7 @@ void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
     }
     store_f32(meta + 8 * b, lo);
     store_f32(meta + 8 * b + 4, scale);
-    const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+    const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
     for (size_t i = 0; i < n; ++i) {
       const float t = (zb[i] - lo) * inv;
       const float j = std::min(std::max(round_code(t, a, a.index_base + b0 + i), 0.0f), L);

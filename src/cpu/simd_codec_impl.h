@@ -300,7 +300,7 @@ QC_TI void minmax_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a,
   }
   put_f32(meta_b, lo);
   put_f32(meta_b + 4, scale);
-  const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+  const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
   const VF vlo = set1(lo), vinv = set1(inv), vscale = set1(scale);
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
@@ -345,7 +345,7 @@ QC_TI void minmax_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs&
   }
   put_f32(meta_b, lo);
   put_f32(meta_b + 4, scale);
-  const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+  const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
   const VF vlo = set1(lo), vinv = set1(inv), vscale = set1(scale);
   for (i = 0; i < n; i += 16) {
     const size_t m = n - i < 16 ? n - i : 16;

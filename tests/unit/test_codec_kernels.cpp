@@ -376,6 +376,41 @@ TEST(ScaleReuse, SaturatesAndRecomputesWhatCannotBeReused) {
   }
 }
 
+// A bucket whose range is subnormal (error-feedback residuals decaying on a
+// zero gradient): 1 / scale would overflow, so the bucket codes all zero and
+// decodes to lo; nothing becomes NaN, on every table, with and without e.
+TEST(MinmaxSubnormalRange, DecodesFiniteAndClose) {
+  for (const KernelTable* t : {qc::cpu::scalar_kernels(), qc::cpu::avx2_kernels(),
+                               qc::cpu::avx512_kernels()}) {
+    if (t == nullptr || qc::cpu::kernels_for(t->isa) == nullptr) continue;
+    SCOPED_TRACE(t->name);
+    for (size_t bucket : {size_t{4}, size_t{128}}) {
+      std::vector<float> x(bucket);
+      for (size_t i = 0; i < bucket; ++i) x[i] = from_bits(static_cast<uint32_t>(i * 37 % 1000));
+      x[1] = -x[2];
+      for (int bits : {1, 4, 8}) {
+        QuantArgs a;
+        a.bits = bits;
+        a.bucket = bucket;
+        std::vector<uint8_t> meta(8), codes(bucket);
+        std::vector<float> e(bucket, 0.0f), dec(bucket);
+        for (bool with_e : {false, true}) {
+          t->minmax_encode(x.data(), with_e ? e.data() : nullptr, bucket, a, meta.data(),
+                           codes.data());
+          t->minmax_decode(meta.data(), codes.data(), bucket, bits, bucket, dec.data(), false);
+          for (size_t i = 0; i < bucket; ++i) {
+            ASSERT_TRUE(std::isfinite(dec[i])) << "bits " << bits << " element " << i;
+            EXPECT_LE(std::fabs(dec[i] - x[i]), 1e-36f);
+            if (with_e) {
+              ASSERT_TRUE(std::isfinite(e[i]));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // fp16 / bf16 casts: every special class, then every 16-bit pattern back.
 TEST_P(KernelIdentity, Casts) {
   struct CastFns {

@@ -683,4 +683,49 @@ TEST(CodecMismatch, DifferentBitsOnOneRankFailsEveryRank) {
   }
 }
 
+// A gradient that stays zero after one step (dead ReLU units): the residuals
+// decay call by call into subnormal floats, and minmax's 1 / scale of such a
+// bucket used to overflow to Inf and make NaN (found by the DDP digits run).
+// Every output must stay finite and the residual must keep shrinking to 0.
+TEST(ResidualDecay, SubnormalResidualsStayFinite) {
+  const int n = 2;
+  const size_t count = 256;
+  for (qc_algorithm_t algo : {QC_ALGO_SRA, QC_ALGO_RING}) {
+    for (int bits : {2, 4, 8}) {
+      SCOPED_TRACE(std::string(algo_name(algo)) + " bits " + std::to_string(bits));
+      Group g(n);
+      ASSERT_TRUE(g.ok());
+      qc_policy_t p = make_policy(algo);
+      p.codec = QC_CODEC_MINMAX;
+      p.bits = bits;
+      p.error_feedback = 1;
+      ASSERT_EQ(g.set_policy("*", p), QC_SUCCESS);
+      const auto first = random_inputs(n, count, 77);
+      std::vector<int> first_bad(n, -1);
+      std::vector<double> last_norm(n, -1);
+      run_ranks(n, [&](int r) {
+        qc_error_buffer_t eb = nullptr;
+        ASSERT_EQ(qc_error_buffer_create(g[r], count, &eb), QC_SUCCESS);
+        for (int call = 0; call < 200 && first_bad[r] < 0; ++call) {
+          std::vector<float> x(count, 0.0f);
+          if (call == 0)
+            for (size_t i = 0; i < count; ++i) x[i] = first[r][i] * 1e-2f;
+          ASSERT_EQ(qc_allreduce(g[r], x.data(), x.data(), count, QC_DTYPE_FLOAT32, QC_OP_AVG,
+                                 "w", eb, nullptr),
+                    QC_SUCCESS)
+              << qc_last_error();
+          for (float v : x)
+            if (!std::isfinite(v)) first_bad[r] = call;
+        }
+        qc_error_buffer_norm(eb, &last_norm[r]);
+        qc_error_buffer_destroy(eb);
+      });
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(first_bad[r], -1) << "rank " << r << ": first non-finite output at that call";
+        EXPECT_TRUE(std::isfinite(last_norm[r]) && last_norm[r] < 1e-30) << last_norm[r];
+      }
+    }
+  }
+}
+
 }  // namespace
