@@ -17,9 +17,14 @@
 # without them the script stops with a message before doing anything.
 #
 # Usage: tools/slowlink.sh [-np N] [--rate RATE] [--qc-perf PATH] [--] [qc-perf args...]
+#        tools/slowlink.sh [--rate RATE] --exec [--] COMMAND [ARGS...]
 #   -np N          ranks (default 4)
 #   --rate RATE    tc rate (default 1gbit)
 #   --qc-perf PATH the binary (default: build*/tools/qc-perf/qc-perf, newest)
+#   --exec         run COMMAND in the namespace instead (it starts its own
+#                  mpirun, with the TCP-on-lo flags above; OMPI_ALLOW_RUN_AS_ROOT*
+#                  and GLOO_SOCKET_IFNAME=lo are set), e.g. the PyTorch comparison:
+#                  tools/slowlink.sh --exec -- /usr/bin/python3 examples/torch_ddp_digits.py --np 4
 #   everything else is passed to qc-perf (after --transport mpi)
 # Example (the docs/benchmarks.md slow-link table):
 #   tools/slowlink.sh -np 4 -- -b 64K -e 16M -f 4 -a sra,ring -w 1 -i 3 \
@@ -30,9 +35,11 @@ NP=4
 RATE=1gbit
 QCPERF=""
 NS=qcslow
+EXEC=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -np) NP="$2"; shift 2 ;;
+    --exec) EXEC=1; shift ;;
     --rate) RATE="$2"; shift 2 ;;
     --qc-perf) QCPERF="$2"; shift 2 ;;
     --) shift; break ;;
@@ -40,7 +47,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-if [[ -z "$QCPERF" ]]; then
+if [[ $EXEC -eq 1 ]]; then
+  [[ $# -gt 0 ]] || { echo "slowlink.sh: --exec needs a command" >&2; exit 2; }
+  QCPERF=/bin/true  # not used
+elif [[ -z "$QCPERF" ]]; then
   root="$(cd "$(dirname "$0")/.." && pwd)"
   QCPERF="$(ls -t "$root"/build*/tools/qc-perf/qc-perf 2>/dev/null | head -1 || true)"
 fi
@@ -72,6 +82,10 @@ ip netns exec "$NS" tc qdisc add dev lo root tbf rate "$RATE" burst 128kb latenc
 echo "# slowlink: namespace $NS, lo: $(ip netns exec "$NS" tc qdisc show dev lo)" >&2
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [[ $EXEC -eq 1 ]]; then
+  GLOO_SOCKET_IFNAME=lo ip netns exec "$NS" "$@"
+  exit $?
+fi
 ip netns exec "$NS" mpirun -np "$NP" --oversubscribe \
   --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
   "$QCPERF" --transport mpi "$@"

@@ -1,0 +1,510 @@
+"""qc.torch: a PyTorch DDP communication hook that allreduces gradient buckets with qc.
+
+Import it explicitly (``import qc.torch``); ``import qc`` never imports torch, so the
+package keeps working where torch is not installed.
+
+Usage (CPU, torch 1.13, DDP over gloo, qc over MPI)::
+
+    import torch
+    from mpi4py import MPI
+    import qc, qc.torch
+
+    rank, world = qc.torch.init_process_group_from_mpi()      # gloo, from mpirun's env
+    model = torch.nn.parallel.DistributedDataParallel(make_model())
+    state = qc.torch.QcHookState(
+        model,                                                  # layer names for the policies
+        policy=qc.Policy(codec="minmax", bits=4, bucket_size=128,
+                         algorithm="sra", error_feedback=True))
+    model.register_comm_hook(state, qc.torch.allreduce_hook)   # once, before the first backward
+    ...train...
+    ckpt["qc_hook"] = state.state_dict()                        # error-feedback residuals
+    state.close()                                               # before MPI finalises
+
+Launch line (OpenMPI; one process per rank, all on this host or across hosts)::
+
+    mpirun -np 4 /usr/bin/python3 train.py
+    # as root or on a small machine:
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \\
+        mpirun -np 4 --oversubscribe /usr/bin/python3 train.py
+
+with ``PYTHONPATH`` pointing at the directory that holds the ``qc`` package (for a build
+tree: ``<build>/bindings/python``). Use Debian's ``/usr/bin/python3`` (it sees the apt
+torch/mpi4py). On a single host, :func:`init_process_group_from_mpi` sets
+``GLOO_SOCKET_IFNAME=lo`` unless it is already set.
+
+Policies. :class:`QcHookState` applies qc's ``"cgx"`` preset
+(``comm.policy_preset("cgx", base=policy)``, see ``qc_policy_preset`` in include/qc.h):
+every layer whose name matches ``*bias*``, ``*norm*``, ``*Norm*``, ``*.bn*``, ``bn*``,
+``*.ln*`` or ``ln*`` goes in full precision, everything else with ``policy``, and any
+segment under ``max(policy.min_compress_bytes, 16 KiB)`` is sent uncompressed.
+Pass ``preset=None`` to apply ``policy`` to every layer instead (``set_layer_policy("*")``),
+or ``policy=None`` to keep whatever policies the communicator already has.
+:func:`qc_policies_for_model` does the same and reports what each parameter resolves to.
+
+How a bucket is reduced. A DDP bucket is one flat tensor holding several parameters'
+gradients back to back, in the order of ``bucket.parameters()``. The hook calls
+``comm.allreduce_segments(buffer, counts=[p.numel() ...], layers=[name ...], op="avg",
+error_buffer=...)`` in place on ``bucket.buffer()`` (zero copy), so each parameter keeps
+its own policy inside the fused bucket. DDP does not divide by the world size when a hook
+is registered: ``op="avg"`` does it. The call is synchronous; the hook returns an already
+completed ``torch.futures.Future`` holding the buffer. qc's results are bit-identical on
+every rank, so replicas stay identical.
+
+Error feedback. Residuals are kept per bucket index in a :class:`qc.ErrorBuffer` (only for
+buckets with at least one error-feedback segment). DDP rebuilds its buckets after the
+first iteration, so indices are stable from the second iteration on; when the size or
+layout of an index changes the buffer is recreated (its residuals start from zero).
+(DDP's first-iteration buckets hold the same parameters in another order: the residuals
+of that one iteration are dropped, as PowerSGD's error feedback starts at iteration 2.)
+
+Checkpoints. ``state.state_dict()`` holds each bucket's residuals (qc.ErrorBuffer.save())
+and segment order; save it with the model and optimizer. To resume, build the model, wrap
+it in DDP, make a new QcHookState with the same policy, register the hook, load the model
+and optimizer states and ``state.load_state_dict(ckpt["qc_hook"])``, then train: the
+fresh DDP's first iteration reduces in the saved segment order (one copy per bucket), so
+with deterministic rounding the resumed steps are bit for bit those of an uninterrupted
+run (tests/test_torch_hook.py checks it). Stochastic rounding draws its bits from the
+communicator's call sequence, which a new communicator restarts: resumed runs are valid
+but not identical.
+"""
+
+import atexit
+import os
+import shutil
+import socket
+import tempfile
+import warnings
+from datetime import timedelta
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+import qc as _qc
+
+__all__ = [
+    "QcHookState",
+    "allreduce_hook",
+    "qc_policies_for_model",
+    "init_process_group_from_mpi",
+]
+
+_STATE_FORMAT = "qc.torch.QcHookState/1"
+
+# A bucket's layout: (counts, layer names), one entry per parameter, in buffer order.
+_Layout = Tuple[Tuple[int, ...], Tuple[Optional[str], ...]]
+
+
+class _Slot:
+    """Error buffer of one bucket index and the layout its residuals belong to."""
+    __slots__ = ("layout", "ebuf", "restored")
+
+    def __init__(self, layout: _Layout, ebuf: Optional["_qc.ErrorBuffer"]):
+        self.layout = layout
+        self.ebuf = ebuf
+        self.restored = False
+
+
+def _named_parameters(model: torch.nn.Module) -> Iterable[Tuple[str, torch.nn.Parameter]]:
+    """named_parameters() of the wrapped module when `model` is a DDP wrapper, so names
+    are the model's own ("fc1.weight", not "module.fc1.weight")."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model = model.module
+    return model.named_parameters()
+
+
+def qc_policies_for_model(comm: "_qc.Comm", model: torch.nn.Module,
+                          compressed: "_qc.Policy") -> Dict[str, "_qc.Policy"]:
+    """Set qc's "cgx" preset on `comm` with `compressed` as its base and return what each
+    parameter of `model` resolves to (name -> qc.Policy).
+
+    This is ``comm.policy_preset("cgx", base=compressed)`` (a purely local call: every
+    rank must make it): biases and normalisation layers (``*bias*``, ``*norm*``,
+    ``*Norm*``, ``*.bn*``, ``bn*``, ``*.ln*``, ``ln*``) in full precision, all other
+    layers with `compressed`, and min_compress_bytes raised to at least 16 KiB, so a
+    parameter under 4096 float32 elements travels uncompressed whatever its name. The
+    returned policies are the pattern match; the size rule applies per call.
+    """
+    comm.policy_preset("cgx", base=compressed)
+    return {name: comm.get_layer_policy(name) for name, _ in _named_parameters(model)}
+
+
+class QcHookState:
+    """State of :func:`allreduce_hook`: the qc communicator, parameter names, error
+    buffers per bucket index and counters.
+
+    Args:
+        model: the model (or its DDP wrapper) whose ``named_parameters()`` name the
+            segments of each bucket; None sends every segment under the "*" policy.
+        comm: a ``qc.Comm`` to use (not closed by :meth:`close`). None: build one with
+            ``qc.Comm.from_mpi(mpi_comm)`` (owned, closed by :meth:`close`).
+        mpi_comm: an mpi4py communicator for that case; None means ``MPI.COMM_WORLD``.
+            Its ranks must be the DDP process group's ranks, in the same order.
+        policy: a ``qc.Policy`` for the compressed layers, or None to keep the
+            communicator's current policies.
+        preset: "cgx" (default: biases and norms in full precision, see the module
+            docstring) or None to set `policy` for "*" (every layer).
+        op: "avg" (DDP's semantics) or "sum".
+        timeout: seconds, for a communicator built here.
+
+    Attributes:
+        steps: number of completed DDP steps seen (buckets with ``is_last()``).
+        calls: number of buckets reduced.
+    """
+
+    def __init__(self, model: Optional[torch.nn.Module] = None, comm: Optional["_qc.Comm"] = None,
+                 mpi_comm: Any = None, policy: Optional["_qc.Policy"] = None,
+                 preset: Optional[str] = "cgx", op: str = "avg", timeout: float = 300.0):
+        if op not in ("avg", "sum"):
+            raise ValueError(f"op must be 'avg' or 'sum', not {op!r}")
+        self._owns_comm = comm is None
+        if comm is None:
+            if mpi_comm is None:
+                from mpi4py import MPI  # imported here: qc.torch works with any qc.Comm
+                mpi_comm = MPI.COMM_WORLD
+            comm = _qc.Comm.from_mpi(mpi_comm, timeout=timeout)
+        self.comm = comm
+        self.op = op
+        self.preset = preset
+        if policy is not None:
+            if preset is None:
+                comm.set_layer_policy("*", policy)
+            else:
+                comm.policy_preset(preset, base=policy)
+        # id(param) -> name, and data_ptr -> name as a fallback for tensors that come
+        # back from C++ as new Python objects.
+        self._names_by_id: Dict[int, str] = {}
+        self._names_by_ptr: Dict[int, str] = {}
+        self._model = model
+        if model is not None:
+            self._index_names(model)
+        # bucket index -> error-buffer slot
+        self._buffers: Dict[int, _Slot] = {}
+        # bucket index -> (saved image or None, its layout or None) waiting for its bucket
+        self._pending: Dict[int, Tuple[Optional[bytes], Optional[_Layout]]] = {}
+        self.steps = 0
+        self.calls = 0
+        self._stats0 = dict(comm.stats())
+        self._closed = False
+
+    # ---- names and layouts ------------------------------------------------
+    def _index_names(self, model: torch.nn.Module) -> None:
+        self._names_by_id.clear()
+        self._names_by_ptr.clear()
+        for name, p in _named_parameters(model):
+            self._names_by_id[id(p)] = name
+            self._names_by_ptr[p.data_ptr()] = name
+
+    def _name_of(self, p: torch.Tensor) -> Optional[str]:
+        name = self._names_by_id.get(id(p))
+        if name is None:
+            name = self._names_by_ptr.get(p.data_ptr())
+        if name is None and self._model is not None:
+            self._index_names(self._model)  # parameters replaced since construction
+            name = self._names_by_id.get(id(p)) or self._names_by_ptr.get(p.data_ptr())
+        return name
+
+    def layout(self, bucket: dist.GradBucket) -> _Layout:
+        """(counts, layer names) of `bucket`'s segments, in buffer order (tuples)."""
+        buf = bucket.buffer()
+        params = bucket.parameters()
+        counts = [int(p.numel()) for p in params]
+        if not params or sum(counts) != buf.numel():
+            if params:
+                warnings.warn(f"qc.torch: bucket {bucket.index()} has {buf.numel()} elements but "
+                              f"its parameters {sum(counts)}; reducing it as one segment",
+                              RuntimeWarning)
+            return (int(buf.numel()),), (None,)
+        return tuple(counts), tuple(self._name_of(p) for p in params)
+
+    def _wants_error_feedback(self, layers: Sequence[Optional[str]]) -> bool:
+        # Asked when a bucket's slot is made: set policies before the first step.
+        return any(bool(self.comm.get_layer_policy(n).error_feedback) for n in set(layers))
+
+    @staticmethod
+    def _permutation(frm: _Layout, to: _Layout) -> Optional[List[Tuple[int, int, int]]]:
+        """[(offset in `frm`, offset in `to`, count)] when `to` is a reordering of the
+        same named segments as `frm`, else None."""
+        fc, fl = frm
+        tc, tl = to
+        if len(fc) != len(tc) or None in fl or len(set(fl)) != len(fl):
+            return None
+        where, off = {}, 0
+        for c, n in zip(fc, fl):
+            where[n] = (off, c)
+            off += c
+        out, off = [], 0
+        for c, n in zip(tc, tl):
+            src = where.get(n)
+            if src is None or src[1] != c:
+                return None
+            out.append((src[0], off, c))
+            off += c
+        return out
+
+    def _slot(self, index: int, layout: _Layout) -> _Slot:
+        """The error-buffer slot of bucket `index` for a bucket arriving with `layout`."""
+        cur = self._buffers.get(index)
+        if cur is not None and cur.layout == layout:
+            return cur
+        pend = self._pending.get(index)
+        if pend is not None:
+            image, saved = pend
+            n = sum(layout[0])
+            if saved is not None:
+                perm = self._permutation(layout, saved)
+                if perm is None:
+                    return self._new_slot(index, layout, cur)  # not this bucket (yet)
+                # Residuals saved for the same parameters in another order (a fresh
+                # DDP's first-iteration buckets are in another order than the rebuilt
+                # ones the checkpoint was taken with): reduce in the saved order.
+                slot = self._new_slot(index, saved, cur, restored=True)
+                if slot.ebuf is not None and image is not None:
+                    slot.ebuf.load(image)
+                del self._pending[index]
+                return slot
+            if image is not None and len(image) == 56 + 4 * n:  # qc_error_buffer_save, n elements
+                slot = self._new_slot(index, layout, cur, restored=True)
+                if slot.ebuf is not None:
+                    slot.ebuf.load(image)
+                del self._pending[index]
+                return slot
+        if cur is not None and self._permutation(layout, cur.layout) is not None \
+                and cur.restored:
+            return cur  # restored residuals: keep reducing in their order
+        return self._new_slot(index, layout, cur)
+
+    def _new_slot(self, index: int, layout: _Layout, old: Optional[_Slot],
+                  restored: bool = False) -> _Slot:
+        if old is not None and old.ebuf is not None:
+            old.ebuf.close()
+        ebuf = None
+        if self._wants_error_feedback(layout[1]):
+            ebuf = _qc.ErrorBuffer(self.comm, sum(layout[0]))
+        slot = _Slot(layout, ebuf)
+        slot.restored = restored
+        self._buffers[index] = slot
+        return slot
+
+    def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
+        buf = bucket.buffer()
+        layout = self.layout(bucket)
+        slot = self._slot(bucket.index(), layout)
+        counts, layers = slot.layout
+        if slot.layout == layout:
+            self.comm.allreduce_segments(buf, counts, layers, out=buf, op=self.op,
+                                         error_buffer=slot.ebuf)
+            return buf
+        # The bucket holds the slot's segments in another order: gather them into the
+        # slot's order, reduce, scatter back (a copy; only until DDP rebuilds its
+        # buckets into the order the residuals were saved in).
+        perm = self._permutation(layout, slot.layout)
+        tmp = torch.empty_like(buf)
+        for src, dst, c in perm:
+            tmp[dst:dst + c].copy_(buf[src:src + c])
+        self.comm.allreduce_segments(tmp, counts, layers, out=tmp, op=self.op,
+                                     error_buffer=slot.ebuf)
+        for src, dst, c in perm:
+            buf[src:src + c].copy_(tmp[dst:dst + c])
+        return buf
+
+    # ---- checkpoints -------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        """The hook's state for a checkpoint (picklable, torch.save-able)::
+
+            {"format": "qc.torch.QcHookState/1",
+             "buckets": {index: {"image": bytes or None,  # qc.ErrorBuffer.save() of the
+                                                          # residuals (None: no error feedback)
+                                 "counts": [int, ...],     # the bucket's layout: segment
+                                 "layers": [str, ...]}}}   # order the hook reduces in
+
+        One entry per bucket seen; entries loaded but not yet applied are included as
+        they are. The layout is kept even without error feedback: a restored run
+        reduces its first (not yet rebuilt) buckets in the saved segment order, so its
+        steps are bit for bit those of the run that was checkpointed (for codecs with
+        deterministic rounding; stochastic rounding draws from the communicator's call
+        sequence, which a new communicator restarts)."""
+        out: Dict[int, Dict[str, Any]] = {}
+        for index, slot in self._buffers.items():
+            out[index] = {"image": None if slot.ebuf is None else slot.ebuf.save(),
+                          "counts": list(slot.layout[0]), "layers": list(slot.layout[1])}
+        for index, (image, layout) in self._pending.items():  # loaded, not applied yet
+            out[index] = {"image": image,
+                          "counts": None if layout is None else list(layout[0]),
+                          "layers": None if layout is None else list(layout[1])}
+        return {"format": _STATE_FORMAT, "buckets": out}
+
+    def load_state_dict(self, state: Dict[Any, Any]) -> None:
+        """Restore residuals saved by :meth:`state_dict` (also accepted: a plain
+        ``{index: bytes}`` of ErrorBuffer images, matched on element count only).
+
+        Call it after ``register_comm_hook`` and before the next backward. A bucket is
+        restored when it first appears with the saved parameters (in any order: a fresh
+        DDP's first iteration has its buckets in another order than the rebuilt ones a
+        checkpoint is taken with, and the hook then reduces in the saved order so the
+        step is exactly the one an uninterrupted run would take)."""
+        pending: Dict[int, Tuple[Optional[bytes], Optional[_Layout]]] = {}
+        if "buckets" in state:
+            if state.get("format") != _STATE_FORMAT:
+                raise ValueError(f"not a {_STATE_FORMAT} state: {state.get('format')!r}")
+            for k, v in state["buckets"].items():
+                layout = None
+                if v.get("counts") is not None:
+                    layout = (tuple(int(c) for c in v["counts"]), tuple(v["layers"]))
+                image = v.get("image")
+                pending[int(k)] = (None if image is None else bytes(image), layout)
+        else:
+            pending = {int(k): (bytes(v), None) for k, v in state.items()}
+        for slot in self._buffers.values():
+            if slot.ebuf is not None:
+                slot.ebuf.close()
+        self._buffers.clear()
+        self._pending = pending
+
+    # ---- counters ------------------------------------------------------------
+    def stats(self) -> Dict[str, float]:
+        """qc counters since construction (or :meth:`reset_counters`), plus steps, calls
+        and wire_bytes_per_step (bytes this rank handed to the transport per step)."""
+        now = self.comm.stats()
+        d = {k: now[k] - self._stats0.get(k, 0) for k in now}
+        d["steps"] = self.steps
+        d["calls"] = self.calls
+        d["wire_bytes_per_step"] = d["wire_bytes"] / self.steps if self.steps else 0.0
+        return d
+
+    def reset_counters(self) -> None:
+        self._stats0 = dict(self.comm.stats())
+        self.steps = 0
+        self.calls = 0
+
+    def residual_norm(self) -> float:
+        """L2 norm of all error-feedback residuals held by this rank."""
+        total = 0.0
+        for slot in self._buffers.values():
+            if slot.ebuf is not None:
+                total += float(slot.ebuf.norm) ** 2
+        return total ** 0.5
+
+    # ---- lifetime ------------------------------------------------------------
+    def close(self) -> None:
+        """Free the error buffers and, if this state built it, the communicator.
+        Idempotent; call it before MPI is finalised."""
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self._buffers.values():
+            if slot.ebuf is not None:
+                slot.ebuf.close()
+        self._buffers.clear()
+        if self._owns_comm:
+            self.comm.close()
+
+    def __enter__(self) -> "QcHookState":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getstate__(self):
+        raise TypeError("QcHookState holds a communicator and cannot be pickled; "
+                        "checkpoint state.state_dict() instead")
+
+
+# Real (not string) annotations: DDP's register_comm_hook compares them with
+# dist.GradBucket and torch.futures.Future[torch.Tensor] and rejects anything else,
+# so this module must not use `from __future__ import annotations`.
+def allreduce_hook(state: QcHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: average `bucket` over the ranks with qc, in place.
+
+    Register with ``ddp_model.register_comm_hook(state, qc.torch.allreduce_hook)``.
+    Runs ``state.comm.allreduce_segments`` synchronously on ``bucket.buffer()`` (one
+    segment per parameter, named from the model so layer policies apply, the bucket's
+    error buffer when its policies use error feedback) and returns a completed Future
+    holding the buffer.
+    """
+    if state._closed:
+        raise RuntimeError("qc.torch.allreduce_hook: the QcHookState is closed")
+    buf = state._reduce(bucket)
+    state.calls += 1
+    if bucket.is_last():
+        state.steps += 1
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+# ---- process group from mpirun ------------------------------------------------
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def init_process_group_from_mpi(backend: str = "gloo", mpi_comm: Any = None,
+                                rendezvous: str = "auto",
+                                timeout: Optional[timedelta] = None) -> Tuple[int, int]:
+    """Initialise torch.distributed's default group with the ranks of an MPI job.
+
+    Under ``mpirun -np N /usr/bin/python3 train.py`` (OpenMPI), the rank and size come
+    from ``OMPI_COMM_WORLD_RANK`` / ``OMPI_COMM_WORLD_SIZE`` (checked against mpi4py's
+    ``COMM_WORLD``; another MPI or a singleton run uses mpi4py's numbers). The
+    rendezvous is agreed over MPI, so no address or port has to be configured:
+
+    - ``"file"``: rank 0 makes a fresh temporary directory and broadcasts the path;
+      ``init_method="file://<dir>/store"``. Needs all ranks on one host (or a shared
+      file system); the directory is removed when rank 0 exits. No port is involved.
+    - ``"tcp"``: rank 0 picks a free port on its address (``MASTER_ADDR`` if set, else
+      127.0.0.1 on a single host or its host name's address) and broadcasts it;
+      ``init_method="tcp://addr:port"``.
+    - ``"auto"`` (default): "file" when every rank runs on the same host, else "tcp".
+
+    On a single host ``GLOO_SOCKET_IFNAME`` defaults to ``lo``. With `mpi_comm`
+    (an mpi4py communicator, default ``MPI.COMM_WORLD``) the group spans that
+    communicator's ranks. Returns (rank, world_size). Does nothing but return them
+    when the default group already exists.
+    """
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if comm == MPI.COMM_WORLD and "OMPI_COMM_WORLD_RANK" in os.environ:
+        env_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        env_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", size))
+        if (env_rank, env_size) != (rank, size):
+            raise RuntimeError(f"OpenMPI environment says rank {env_rank} of {env_size}, "
+                               f"mpi4py says {rank} of {size}")
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+
+    hosts = comm.allgather(MPI.Get_processor_name())
+    one_host = len(set(hosts)) == 1
+    if rendezvous == "auto":
+        rendezvous = "file" if one_host else "tcp"
+    if rendezvous not in ("file", "tcp"):
+        raise ValueError(f"rendezvous must be 'auto', 'file' or 'tcp', not {rendezvous!r}")
+    if one_host:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+    init_method = None
+    error = None
+    if rank == 0:
+        try:
+            if rendezvous == "file":
+                d = tempfile.mkdtemp(prefix="qc-torch-rdzv-")
+                atexit.register(shutil.rmtree, d, True)
+                init_method = "file://" + os.path.join(d, "store")
+            else:
+                addr = os.environ.get("MASTER_ADDR")
+                if not addr:
+                    addr = "127.0.0.1" if one_host else socket.gethostbyname(socket.gethostname())
+                init_method = f"tcp://{addr}:{_free_port(addr)}"
+        except Exception as e:  # tell the other ranks instead of leaving them waiting
+            error = f"{type(e).__name__}: {e}"
+    init_method, error = comm.bcast((init_method, error), root=0)
+    if error is not None:
+        raise RuntimeError(f"init_process_group_from_mpi: rank 0 failed: {error}")
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, **kwargs)
+    return rank, size
