@@ -134,22 +134,28 @@ def test_hook_stochastic_rounding_np2():
     assert rep["loss_after"] < rep["loss_before"]
 
 
-def test_digits_example_smoke():
-    """examples/torch_ddp_digits.py in its CI size: 2 ranks, tiny MLP, a few steps, the
-    default allreduce and one qc method, through the driver (per-method mpirun)."""
+def _run_digits(args, timeout):
+    """examples/torch_ddp_digits.py in driver mode (one mpirun per method): its RESULT
+    rows by method, after checking it exited 0."""
     pytest.importorskip("sklearn")
     if not EXAMPLE.exists():
         pytest.skip(f"{EXAMPLE} not found")
-    env_cmd = [PYTHON, str(EXAMPLE), "--np", "2", "--hidden", "32", "--steps", "6",
-               "--methods", "allreduce,qc-minmax4", "--timeout", "240", "--mpirun", MPIRUN]
-    proc = subprocess.run(env_cmd, env=_env(), cwd=str(HERE), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    cmd = [PYTHON, str(EXAMPLE), *args, "--mpirun", MPIRUN]
+    proc = subprocess.run(cmd, env=_env(), cwd=str(HERE), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-6000:]
     rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines()
             if l.startswith("RESULT ")]
-    by = {r["method"]: r for r in rows}
-    assert set(by) == {"allreduce", "qc-minmax4"}, proc.stdout[-4000:]
-    for r in rows:
+    return {r["method"]: r for r in rows}, proc.stdout
+
+
+def test_digits_example_smoke():
+    """examples/torch_ddp_digits.py in its CI size: 2 ranks, tiny MLP, a few steps, the
+    default allreduce and one qc method, through the driver (per-method mpirun)."""
+    by, out = _run_digits(["--np", "2", "--hidden", "32", "--steps", "6",
+                           "--methods", "allreduce,qc-minmax4", "--timeout", "240"], 600)
+    assert set(by) == {"allreduce", "qc-minmax4"}, out[-4000:]
+    for r in by.values():
         assert r["status"] == "ok", r
         assert r["ms_per_step"] > 0 and r["wire_bytes_per_step"] > 0
         assert 0.0 <= r["test_accuracy"] <= 1.0
@@ -161,16 +167,8 @@ def test_digits_example_smoke():
 def test_digits_qc_minmax4_ef_matches_allreduce():
     """110 steps on the digits (85 k parameters, 4 ranks): qc minmax 4-bit + error
     feedback stays finite and within 2 percentage points of DDP's allreduce."""
-    pytest.importorskip("sklearn")
-    if not EXAMPLE.exists():
-        pytest.skip(f"{EXAMPLE} not found")
-    cmd = [PYTHON, str(EXAMPLE), "--np", "4", "--hidden", "256", "--epochs", "10",
-           "--methods", "allreduce,qc-minmax4", "--timeout", "300", "--mpirun", MPIRUN]
-    proc = subprocess.run(cmd, env=_env(), cwd=str(HERE), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=700)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    by = {r["method"]: r for r in (json.loads(l[len("RESULT "):])
-                                   for l in proc.stdout.splitlines() if l.startswith("RESULT "))}
+    by, _ = _run_digits(["--np", "4", "--hidden", "256", "--epochs", "10",
+                         "--methods", "allreduce,qc-minmax4", "--timeout", "300"], 700)
     ref, q = by["allreduce"], by["qc-minmax4"]
     assert q["final_train_loss"] == q["final_train_loss"], "qc-minmax4 loss is NaN"
     assert q["test_accuracy"] >= ref["test_accuracy"] - 0.02, (ref, q)
