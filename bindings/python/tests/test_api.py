@@ -274,8 +274,13 @@ def test_timeout_and_departed_peer():
 
 
 def test_error_classes_one_per_status():
-    classes = {qc.error_class(s) for s in range(1, 10)}
-    assert len(classes) == 9 and all(issubclass(k, qc.Error) for k in classes)
+    failures = [s for s in qc.STATUS_NAMES if s != 0]  # generated from qc.h
+    classes = {qc.error_class(s) for s in failures}
+    assert len(classes) == len(failures) and all(issubclass(k, qc.Error) for k in classes)
+    assert qc.Error not in classes, "a status of qc.h has no exception class in _errors.py"
+    for s in failures:
+        assert qc.error_class(s).STATUS == s
+        assert qc.STATUS_NAMES[s] == qc._qc.status_string(s)  # the generated names are the library's
     assert qc.error_class(5) is qc.MismatchError and qc.error_class(6) is qc.QcTimeoutError
     assert qc.error_class(99) is qc.Error
     e = qc.CorruptDataError(7, "bad header")
