@@ -23,12 +23,21 @@
 #   python3-torch python3-sklearn
 #                               torch tensors, the DDP comm hook (qc.torch), the digits comparison
 #   (all for Debian's /usr/bin/python3; the Python tests run with it)
+#   swig openjdk-17-jdk-headless junit4 libhamcrest-java
+#                               the Java bindings (bindings/java: SWIG + JNI, JUnit 4 tests)
+#   python3-venv                the tools venv below
+# and, from PyPI (Debian has no tree-sitter-julia), a venv with pinned
+# tree-sitter + tree-sitter-julia for the Julia parse check (julia.parse):
+#   ${QC_TOOLS_VENV:-/opt/qc-tools-venv}
 set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libgmock-dev libcmocka-dev file
           libopenmpi-dev openmpi-bin gfortran
           python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-mpi4py
-          python3-torch python3-sklearn)
+          python3-torch python3-sklearn
+          swig openjdk-17-jdk-headless junit4 libhamcrest-java python3-venv)
+tools_venv=${QC_TOOLS_VENV:-/opt/qc-tools-venv}
+tools_pip=(tree-sitter==0.26.1 tree-sitter-julia==0.23.1)
 check_only=0
 
 for arg in "$@"; do
@@ -61,12 +70,17 @@ for p in "${packages[@]}"; do
   is_installed "$p" || missing+=("$p")
 done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps.sh: all dependencies present (${packages[*]})"
+tools_venv_ok() {
+  [[ -x $tools_venv/bin/python ]] && "$tools_venv/bin/python" -c 'import tree_sitter, tree_sitter_julia' 2>/dev/null
+}
+
+if [[ ${#missing[@]} -eq 0 ]] && tools_venv_ok; then
+  echo "install-deps.sh: all dependencies present (${packages[*]}; $tools_venv: ${tools_pip[*]})"
   exit 0
 fi
 
-echo "install-deps.sh: missing: ${missing[*]}"
+[[ ${#missing[@]} -eq 0 ]] || echo "install-deps.sh: missing: ${missing[*]}"
+tools_venv_ok || echo "install-deps.sh: missing: venv $tools_venv with ${tools_pip[*]}"
 if [[ $check_only -eq 1 ]]; then
   exit 1
 fi
@@ -80,9 +94,19 @@ else
   exit 1
 fi
 
-export DEBIAN_FRONTEND=noninteractive
-# sudo drops the environment by default; pass the variable explicitly.
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
-  apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
-echo "install-deps.sh: installed ${missing[*]}"
+if [[ ${#missing[@]} -gt 0 ]]; then
+  export DEBIAN_FRONTEND=noninteractive
+  # sudo drops the environment by default; pass the variable explicitly.
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+  echo "install-deps.sh: installed ${missing[*]}"
+fi
+
+if ! tools_venv_ok; then
+  # Debian's own interpreter, so the venv does not depend on pyenv or the like.
+  "${as_root[@]}" /usr/bin/python3 -m venv "$tools_venv"
+  "${as_root[@]}" "$tools_venv/bin/pip" install -q --disable-pip-version-check "${tools_pip[@]}" </dev/null
+  tools_venv_ok
+  echo "install-deps.sh: venv $tools_venv with ${tools_pip[*]}"
+fi
