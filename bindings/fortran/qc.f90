@@ -9,16 +9,24 @@
 !      arguments: type(c_ptr) for pointers, integer(c_size_t) for counts,
 !      NUL-terminated strings. Use it for anything the friendly layer does
 !      not cover (16-bit dtypes, device streams, memory you got from C).
+!      These interfaces, the enum parameters and the bind(c) struct types
+!      are GENERATED from qc.h by tools/gen_bindings.py into module
+!      qc_c_api (qc_c_api.f90); this module re-exports all of it, so
+!      `use qc` is all a program needs.
 !   2. The friendly routine, named exactly like the C function
-!      (qc_allreduce). It takes handles as derived types (type(qc_comm),
-!      type(qc_error_buffer)), Fortran strings, assumed-shape arrays whose
-!      size is the count, and reports through an optional `ierr`:
+!      (qc_allreduce), written by hand in this file. It takes handles as
+!      derived types (type(qc_comm), type(qc_error_buffer)), Fortran
+!      strings, assumed-shape arrays whose size is the count, and reports
+!      through an optional `ierr`:
 !        - ierr present: it receives the status (QC_SUCCESS = 0, else the
 !          failure); the call never stops the program. Read the detail
 !          with qc_last_error_message().
 !        - ierr absent: a failure prints the routine, the status name and
 !          qc_last_error() to stderr and ends the program with `error stop`
 !          (under mpirun a non-zero exit of one rank ends the job).
+!      Every function of qc.h has a friendly routine (qc_last_error's is
+!      qc_last_error_message); what they leave out (dtypes other than
+!      float32, streams) stays with the raw face.
 !
 ! Usage (MPI):
 !   use mpi
@@ -31,9 +39,15 @@
 !
 ! Kinds: buffers are real(c_float) (QC_DTYPE_FLOAT32); ranks, sizes, ierr and
 ! MPI handles are default integers, as in MPI's Fortran bindings. Counts of
-! qc_error_buffer_create and qc_encoded_size accept 32- or 64-bit integers.
+! qc_error_buffer_create and qc_encoded_size, and the segment counts of
+! qc_allreduce_segments, accept 32- or 64-bit integers.
 ! Strings (layer names, patterns) lose trailing blanks before they go to C,
 ! as MPI does with its string arguments.
+!
+! Indices: ranks are 0-based, as in MPI and C. Everything that is a position
+! in a Fortran array is 1-based: column i of the emulation arrays is rank
+! i-1, and qc_comm_layer_name numbers the layers 1..qc_comm_layer_count
+! (C's index is the Fortran one minus 1).
 !
 ! The .mod file this produces is specific to the compiler (and its version)
 ! that built it; build qc_fortran with the compiler of the program using it.
@@ -88,8 +102,10 @@ module qc
   public :: qc_policy_init, qc_comm_config_init
   public :: qc_comm_create, qc_comm_create_mpi, qc_comm_create_local, qc_comm_create_local_with_config
   public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_stats
-  public :: qc_set_layer_policy, qc_get_layer_policy, qc_policy_preset
-  public :: qc_allreduce, qc_allreduce_inplace, qc_alltoall
+  public :: qc_comm_get_layer_stats, qc_comm_layer_count, qc_comm_layer_name
+  public :: qc_set_layer_policy, qc_get_layer_policy, qc_policy_preset, qc_adapt_policies
+  public :: qc_allreduce, qc_allreduce_inplace, qc_allreduce_segments, qc_allreduce_segments_inplace
+  public :: qc_alltoall
   public :: qc_error_buffer_create, qc_error_buffer_destroy, qc_error_buffer_reset
   public :: qc_error_buffer_norm, qc_error_buffer_save, qc_error_buffer_load
   public :: qc_encoded_size, qc_encode, qc_decode
@@ -104,6 +120,12 @@ module qc
   end interface
   interface qc_encoded_size
     module procedure qc_encoded_size_i32, qc_encoded_size_i64
+  end interface
+  interface qc_allreduce_segments
+    module procedure qc_allreduce_segments_i32, qc_allreduce_segments_i64
+  end interface
+  interface qc_allreduce_segments_inplace
+    module procedure qc_allreduce_segments_inplace_i32, qc_allreduce_segments_inplace_i64
   end interface
 
   ! A failure that the Fortran layer detects before calling C (e.g. send
@@ -198,6 +220,13 @@ contains
     c = config
     if (c%struct_size == 0) c%struct_size = c_sizeof(c)
   end function sized_config
+
+  function sized_adapt_config(config) result(c)
+    type(qc_adapt_config_t), intent(in) :: config
+    type(qc_adapt_config_t) :: c
+    c = config
+    if (c%struct_size == 0) c%struct_size = c_sizeof(c)
+  end function sized_adapt_config
 
   ! c_loc of an empty array is not defined; C accepts NULL when count is 0.
   function buf_ptr(x) result(p)
@@ -365,6 +394,77 @@ contains
     call finish(qc_comm_get_stats_c(comm%ptr, stats), 'qc_comm_get_stats', ierr)
   end subroutine qc_comm_get_stats
 
+  !> Counters of one layer name (layer absent: "*", the name of calls made
+  !> without a layer), for this rank (sets struct_size). A name no call has
+  !> used yet gives all zeros (calls == 0). A fused call
+  !> (qc_allreduce_segments) counts once for each of its segments.
+  subroutine qc_comm_get_layer_stats(comm, layer, stats, ierr)
+    type(qc_comm), intent(in) :: comm
+    character(len=*), intent(in), optional :: layer
+    type(qc_layer_stats_t), intent(out) :: stats
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: clayer(:)
+    type(c_ptr) :: player
+    player = c_null_ptr
+    if (present(layer)) then
+      call to_c_string(layer, clayer)
+      player = c_loc(clayer)
+    end if
+    stats%struct_size = c_sizeof(stats)
+    call finish(qc_comm_get_layer_stats_c(comm%ptr, player, stats), 'qc_comm_get_layer_stats', ierr)
+  end subroutine qc_comm_get_layer_stats
+
+  !> How many layer names this rank's collectives have used so far ("*"
+  !> included when a call had no layer).
+  subroutine qc_comm_layer_count(comm, count, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer, intent(out) :: count
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: n
+    n = 0
+    call finish(qc_comm_layer_count_c(comm%ptr, n), 'qc_comm_layer_count', ierr)
+    count = int(n)
+  end subroutine qc_comm_layer_count
+
+  !> The name of layer `index`, 1-BASED: 1 <= index <= qc_comm_layer_count
+  !> (C's qc_comm_layer_name takes index - 1). Layers are in byte order of
+  !> their names. name is allocated here to the name's exact length ('' on
+  !> failure); an index out of range gives QC_ERROR_INVALID_ARGUMENT.
+  !>   do i = 1, nlayers
+  !>     call qc_comm_layer_name(comm, i, name)
+  subroutine qc_comm_layer_name(comm, index, name, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer, intent(in) :: index
+    character(len=:), allocatable, intent(out) :: name
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), allocatable, target :: buf(:)
+    integer(c_size_t) :: length, written
+    integer(c_int) :: st
+    integer :: i
+    name = ''
+    if (index < 1) then
+      call fail_here('qc_comm_layer_name', 'index must be >= 1 (Fortran numbers the layers &
+                     &1..qc_comm_layer_count; C index = Fortran index - 1)', ierr)
+      return
+    end if
+    length = 0
+    st = qc_comm_layer_name_c(comm%ptr, int(index - 1, c_size_t), c_null_ptr, 0_c_size_t, length)
+    if (st == QC_SUCCESS) then
+      allocate(buf(length + 1))
+      written = 0
+      st = qc_comm_layer_name_c(comm%ptr, int(index - 1, c_size_t), c_loc(buf), &
+                                length + 1, written)
+    end if
+    if (st == QC_SUCCESS) then
+      deallocate(name)
+      allocate(character(len=written) :: name)
+      do i = 1, int(written)
+        name(i:i) = buf(i)
+      end do
+    end if
+    call finish(st, 'qc_comm_layer_name', ierr)
+  end subroutine qc_comm_layer_name
+
   !> Policy for layers whose name matches pattern (exact, or a glob with
   !> * and ?; "*" is the default). Every rank must set the same policies.
   subroutine qc_set_layer_policy(comm, pattern, policy, ierr)
@@ -414,6 +514,43 @@ contains
     end if
     call finish(qc_policy_preset_c(comm%ptr, c_loc(cname), pbase), 'qc_policy_preset', ierr)
   end subroutine qc_policy_preset
+
+  !> Adaptive bit widths (paper 003 §5): from the per-layer statistics of
+  !> this communicator, give every layer whose policy uses codec minmax or
+  !> qsgd a width from config%allowed_bits, applied with qc_set_layer_policy
+  !> under the layer's exact name (read it back with qc_get_layer_policy).
+  !> Collective: every rank calls it after the same collectives.
+  !> config absent: qc_adapt_config_t() (the defaults of QC_ADAPT_CONFIG_INIT:
+  !> kmeans, alpha 2, widths 2, 3, 4, 8). report, if present, receives the
+  !> layers given a width and the predicted error and bytes (sets
+  !> struct_size; on failure it holds zeros).
+  subroutine qc_adapt_policies(comm, config, report, ierr)
+    type(qc_comm), intent(in) :: comm
+    type(qc_adapt_config_t), intent(in), optional :: config
+    type(qc_adapt_report_t), intent(out), optional :: report
+    integer, intent(out), optional :: ierr
+    type(qc_adapt_config_t) :: c
+    type(qc_adapt_report_t), target :: r
+    type(c_ptr) :: preport
+    integer(c_int) :: st
+    if (present(config)) then
+      c = sized_adapt_config(config)
+    else
+      c = sized_adapt_config(qc_adapt_config_t())
+    end if
+    r%struct_size = c_sizeof(r)
+    preport = c_null_ptr
+    if (present(report)) preport = c_loc(r)
+    st = qc_adapt_policies_c(comm%ptr, c, preport)
+    if (present(report)) then
+      if (st /= QC_SUCCESS) then
+        r = qc_adapt_report_t()
+        r%struct_size = c_sizeof(r)
+      end if
+      report = r
+    end if
+    call finish(st, 'qc_adapt_policies', ierr)
+  end subroutine qc_adapt_policies
 
   ! ----------------------------------------------------------------------
   ! 5. Collectives
@@ -473,6 +610,133 @@ contains
                                QC_DTYPE_FLOAT32, int(op, c_int), player, peb, c_null_ptr), &
                 'qc_allreduce_inplace', ierr)
   end subroutine qc_allreduce_inplace
+
+  !> One allreduce over a fused buffer of several layers (a DDP bucket):
+  !> segment i is counts(i) elements of layer layers(i), back to back in
+  !> sendbuf and recvbuf, so sum(counts) must equal size(sendbuf) (and
+  !> size(recvbuf)); else QC_ERROR_INVALID_ARGUMENT before any C call.
+  !> counts: integers of kind int32 or int64 (default integer works),
+  !> each >= 0. layers (absent: every segment is "*"): one name per segment,
+  !> size(layers) == size(counts), each with its trailing blanks removed.
+  !> op: QC_OP_SUM or QC_OP_AVG. Each segment keeps its own policy, and its
+  !> per-layer statistics count the call once. error_buffer covers the whole
+  !> buffer (sum(counts) residuals). Every rank passes the same counts and
+  !> layers. In place: qc_allreduce_segments_inplace.
+  !> Note the order: op comes before the optional layers (as in
+  !> qc_allreduce), not after them as in C.
+  subroutine qc_allreduce_segments_i64(comm, sendbuf, recvbuf, counts, op, layers, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    real(c_float), contiguous, intent(in), target :: sendbuf(:)
+    real(c_float), contiguous, intent(inout), target :: recvbuf(:)
+    integer(int64), intent(in) :: counts(:)
+    integer, intent(in) :: op
+    character(len=*), intent(in), optional :: layers(:)
+    type(qc_error_buffer), intent(in), optional :: error_buffer
+    integer, intent(out), optional :: ierr
+    if (size(recvbuf) /= size(sendbuf)) then
+      call fail_here('qc_allreduce_segments', 'recvbuf has a different size than sendbuf', ierr)
+      return
+    end if
+    call segments_call('qc_allreduce_segments', comm, buf_ptr(sendbuf), buf_ptr(recvbuf), &
+                       size(sendbuf, kind=int64), counts, op, layers, error_buffer, ierr)
+  end subroutine qc_allreduce_segments_i64
+
+  subroutine qc_allreduce_segments_i32(comm, sendbuf, recvbuf, counts, op, layers, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    real(c_float), contiguous, intent(in), target :: sendbuf(:)
+    real(c_float), contiguous, intent(inout), target :: recvbuf(:)
+    integer(int32), intent(in) :: counts(:)
+    integer, intent(in) :: op
+    character(len=*), intent(in), optional :: layers(:)
+    type(qc_error_buffer), intent(in), optional :: error_buffer
+    integer, intent(out), optional :: ierr
+    call qc_allreduce_segments_i64(comm, sendbuf, recvbuf, int(counts, int64), op, layers, &
+                                   error_buffer, ierr)
+  end subroutine qc_allreduce_segments_i32
+
+  !> qc_allreduce_segments with the result written over buf.
+  subroutine qc_allreduce_segments_inplace_i64(comm, buf, counts, op, layers, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    real(c_float), contiguous, intent(inout), target :: buf(:)
+    integer(int64), intent(in) :: counts(:)
+    integer, intent(in) :: op
+    character(len=*), intent(in), optional :: layers(:)
+    type(qc_error_buffer), intent(in), optional :: error_buffer
+    integer, intent(out), optional :: ierr
+    call segments_call('qc_allreduce_segments_inplace', comm, buf_ptr(buf), buf_ptr(buf), &
+                       size(buf, kind=int64), counts, op, layers, error_buffer, ierr)
+  end subroutine qc_allreduce_segments_inplace_i64
+
+  subroutine qc_allreduce_segments_inplace_i32(comm, buf, counts, op, layers, error_buffer, ierr)
+    type(qc_comm), intent(in) :: comm
+    real(c_float), contiguous, intent(inout), target :: buf(:)
+    integer(int32), intent(in) :: counts(:)
+    integer, intent(in) :: op
+    character(len=*), intent(in), optional :: layers(:)
+    type(qc_error_buffer), intent(in), optional :: error_buffer
+    integer, intent(out), optional :: ierr
+    call qc_allreduce_segments_inplace_i64(comm, buf, int(counts, int64), op, layers, &
+                                           error_buffer, ierr)
+  end subroutine qc_allreduce_segments_inplace_i32
+
+  ! The checks and the C call shared by the two segment routines. The
+  ! NUL-terminated names live in `names` (one array, each name followed by
+  ! its NUL) and `lptr` holds a pointer to the start of each; both are
+  ! locals of this routine, so they outlive the C call.
+  subroutine segments_call(where, comm, psend, precv, total, counts, op, layers, error_buffer, ierr)
+    character(len=*), intent(in) :: where
+    type(qc_comm), intent(in) :: comm
+    type(c_ptr), intent(in) :: psend, precv
+    integer(int64), intent(in) :: total
+    integer(int64), intent(in) :: counts(:)
+    integer, intent(in) :: op
+    character(len=*), intent(in), optional :: layers(:)
+    type(qc_error_buffer), intent(in), optional :: error_buffer
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: ccounts(size(counts))
+    type(c_ptr), target :: lptr(size(counts))
+    character(kind=c_char), allocatable, target :: names(:)
+    character(len=40) :: got, want
+    type(c_ptr) :: players, peb
+    integer :: i, j, k, nseg
+    nseg = size(counts)
+    if (any(counts < 0)) then
+      call fail_here(where, 'counts has a negative entry', ierr)
+      return
+    end if
+    if (sum(counts) /= total) then
+      write(got, '(i0)') sum(counts)
+      write(want, '(i0)') total
+      call fail_here(where, 'sum(counts) is ' // trim(got) // ' but the buffer has ' // &
+                     trim(want) // ' elements', ierr)
+      return
+    end if
+    ccounts = int(counts, c_size_t)
+    players = c_null_ptr
+    if (present(layers)) then
+      if (size(layers) /= nseg) then
+        call fail_here(where, 'layers needs one name per segment (size(layers) /= size(counts))', ierr)
+        return
+      end if
+      allocate(names(sum(len_trim(layers)) + nseg))
+      k = 1
+      do i = 1, nseg
+        lptr(i) = c_loc(names(k))
+        do j = 1, len_trim(layers(i))
+          names(k) = layers(i)(j:j)
+          k = k + 1
+        end do
+        names(k) = c_null_char
+        k = k + 1
+      end do
+      if (nseg > 0) players = c_loc(lptr)
+    end if
+    peb = c_null_ptr
+    if (present(error_buffer)) peb = error_buffer%ptr
+    call finish(qc_allreduce_segments_c(comm%ptr, psend, precv, int(nseg, c_size_t), ccounts, &
+                                        players, QC_DTYPE_FLOAT32, int(op, c_int), peb, c_null_ptr), &
+                where, ierr)
+  end subroutine segments_call
 
   !> Every rank sends block j of sendbuf to rank j and receives rank i's
   !> block into block i of recvbuf. size(sendbuf) must be a multiple of

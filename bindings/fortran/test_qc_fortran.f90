@@ -1,8 +1,10 @@
 ! test_qc_fortran.f90 - the Fortran bindings without MPI (ctest fortran.bindings).
 !
 ! Checks that the bind(c) structs have the C layout (qc_policy_init fills
-! exactly the defaults the C macros give), and drives every friendly routine
-! once: codecs, error buffers, emulation, a one-rank local group, statuses
+! exactly the defaults the C macros give; the raw functions accept
+! struct_size = c_sizeof for every struct), and drives every friendly routine
+! once: codecs, error buffers, emulation, a one-rank local group, fused
+! segments, per-layer statistics and names, adaptive widths, statuses
 ! through ierr and qc_last_error_message(). Exits non-zero on any failure.
 program test_qc_fortran
   use, intrinsic :: iso_c_binding
@@ -18,6 +20,13 @@ program test_qc_fortran
   type(qc_comm) :: comms(1)
   type(qc_error_buffer) :: eb, ebs(nranks)
   type(qc_stats_t) :: stats
+  type(qc_layer_stats_t) :: lstats
+  type(qc_adapt_config_t) :: acfg
+  type(qc_adapt_report_t), target :: report
+  type(qc_comm) :: solo(1)
+  character(len=8), parameter :: seg_names(2) = [character(len=8) :: 'seg.a', 'seg.b']
+  character(len=:), allocatable :: lname
+  integer :: nlayers
   real(c_float), allocatable :: x(:), y(:), sends(:, :), recvs(:, :)
   integer(c_int8_t), allocatable :: message(:), image(:)
   integer(int64) :: max_bytes
@@ -44,6 +53,27 @@ program test_qc_fortran
   call check(ierr == QC_SUCCESS .and. cfg%struct_size == c_sizeof(cfg), 'qc_comm_config_init')
   call check(cfg%transport == QC_TRANSPORT_LOCAL .and. cfg%timeout_seconds == 300.0_c_double .and. &
              .not. c_associated(cfg%nccl_comm), 'config defaults')
+
+  ! The raw init functions fill struct_size bytes and then set struct_size
+  ! to the bytes the library filled: equal to c_sizeof only when the
+  ! library's struct is at least as large (larger: QC_ERROR_VERSION).
+  p = qc_policy_t(bits=1)
+  p%struct_size = c_sizeof(p)
+  call check(qc_policy_init_c(p) == QC_SUCCESS .and. p%struct_size == c_sizeof(p) .and. p%bits == 4, &
+             'qc_policy_init_c fills all of c_sizeof(qc_policy_t)')
+  cfg = qc_comm_config_t(timeout_seconds=1.0_c_double)
+  cfg%struct_size = c_sizeof(cfg)
+  call check(qc_comm_config_init_c(cfg) == QC_SUCCESS .and. cfg%struct_size == c_sizeof(cfg) .and. &
+             cfg%timeout_seconds == 300.0_c_double, 'qc_comm_config_init_c fills all of c_sizeof(qc_comm_config_t)')
+  p%struct_size = c_sizeof(p) + 8
+  call check(qc_policy_init_c(p) == QC_ERROR_VERSION, 'a struct_size beyond the C struct: VERSION')
+  ! LP64 sizes of the C structs (qc_layer_stats_t and qc_adapt_report_t
+  ! are also checked exactly by the library below: it takes no other size).
+  call check(c_sizeof(cfg) == 40_c_size_t, 'qc_comm_config_t is 40 bytes')
+  call check(c_sizeof(stats) == 48_c_size_t, 'qc_stats_t is 48 bytes')
+  call check(c_sizeof(lstats) == 72_c_size_t, 'qc_layer_stats_t is 72 bytes')
+  call check(c_sizeof(acfg) == 64_c_size_t, 'qc_adapt_config_t is 64 bytes')
+  call check(c_sizeof(report) == 56_c_size_t, 'qc_adapt_report_t is 56 bytes')
 
   ! --- codecs on their own ----------------------------------------------
   allocate(x(n), y(n))
@@ -143,6 +173,116 @@ program test_qc_fortran
   call qc_comm_destroy(comms(1))
   call qc_comm_destroy(comms(1))   ! NULL: does nothing
 
+  ! --- fused buffers, per-layer statistics, adaptive widths --------------
+  ! A fresh one-rank group, so that every counter starts at zero.
+  call qc_comm_create_local(solo, ierr)
+  call check(ierr == QC_SUCCESS, 'qc_comm_create_local (segments)')
+  y = -1
+  ! Default-integer counts; names with trailing blanks (trimmed).
+  call qc_allreduce_segments(solo(1), x, y, [300, 700], QC_OP_SUM, seg_names, ierr=ierr)
+  call check(ierr == QC_SUCCESS .and. all(y == x), 'segments on one rank, codec none: exact')
+  call qc_comm_get_layer_stats(solo(1), 'seg.a', lstats, ierr)
+  call check(ierr == QC_SUCCESS .and. lstats%struct_size == c_sizeof(lstats), 'qc_comm_get_layer_stats')
+  call check(lstats%calls == 1 .and. lstats%count == 300 .and. lstats%logical_bytes == 4 * 300, &
+             'layer stats of segment 1 (calls, count, logical_bytes)')
+  call qc_comm_get_layer_stats(solo(1), 'seg.b   ', lstats, ierr)
+  call check(ierr == QC_SUCCESS .and. lstats%calls == 1 .and. lstats%count == 700 .and. &
+             lstats%logical_bytes == 4 * 700 .and. lstats%mean_sq_norm > 0, &
+             'layer stats of segment 2 (name trimmed; mean_sq_norm > 0)')
+  call check(abs(lstats%mean_sq_norm - sum(real(x(301:n), c_double)**2)) <= &
+             1d-5 * lstats%mean_sq_norm, 'mean_sq_norm is the squared norm of the segment')
+  call qc_comm_get_layer_stats(solo(1), 'never.used', lstats, ierr)
+  call check(ierr == QC_SUCCESS .and. lstats%calls == 0 .and. lstats%count == 0, 'unused layer: zeros')
+  ! 64-bit counts, in place, no names: both segments count as "*".
+  y = x
+  call qc_allreduce_segments_inplace(solo(1), y, [500_int64, 500_int64], QC_OP_AVG, ierr=ierr)
+  call check(ierr == QC_SUCCESS .and. all(y == x), 'segments in place, 64-bit counts')
+  call qc_comm_get_layer_stats(solo(1), stats=lstats, ierr=ierr)
+  call check(ierr == QC_SUCCESS .and. lstats%calls == 2 .and. lstats%count == 500, &
+             'unnamed segments count under "*", once per segment')
+  ! The raw interface with struct_size = c_sizeof: the library takes only
+  ! sizeof(qc_layer_stats_t), so success proves the sizes agree.
+  lstats = qc_layer_stats_t()
+  lstats%struct_size = c_sizeof(lstats)
+  call check(qc_comm_get_layer_stats_c(solo(1)%ptr, c_null_ptr, lstats) == QC_SUCCESS .and. &
+             lstats%struct_size == c_sizeof(lstats) .and. lstats%calls == 2, &
+             'qc_comm_get_layer_stats_c accepts c_sizeof(qc_layer_stats_t)')
+  ! Layer names, 1-based, in byte order: "*" < "seg.a" < "seg.b".
+  call qc_comm_layer_count(solo(1), nlayers, ierr)
+  call check(ierr == QC_SUCCESS .and. nlayers == 3, 'qc_comm_layer_count')
+  call qc_comm_layer_name(solo(1), 1, lname, ierr)
+  call check(ierr == QC_SUCCESS .and. lname == '*' .and. len(lname) == 1, 'layer 1 is "*"')
+  call qc_comm_layer_name(solo(1), 2, lname, ierr)
+  call check(ierr == QC_SUCCESS .and. lname == 'seg.a' .and. len(lname) == 5, 'layer 2 is "seg.a": ' // lname)
+  call qc_comm_layer_name(solo(1), 3, lname, ierr)
+  call check(ierr == QC_SUCCESS .and. lname == 'seg.b' .and. len(lname) == 5, 'layer 3 is "seg.b": ' // lname)
+  call qc_comm_layer_name(solo(1), 4, lname, ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. len(lname) == 0 .and. &
+             index(qc_last_error_message(), 'index') > 0, 'layer 4 of 3: INVALID_ARGUMENT from C')
+  call qc_comm_layer_name(solo(1), 0, lname, ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), '>= 1') > 0, &
+             'layer 0: INVALID_ARGUMENT (1-based)')
+  ! A bad counts sum fails in Fortran, before C: no call is counted.
+  call qc_allreduce_segments(solo(1), x, y, [300, 600], QC_OP_SUM, seg_names, ierr=ierr)
+  msg = qc_last_error_message()
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. len(msg) > 0 .and. index(msg, 'sum(counts)') > 0, &
+             'counts summing to 900 of 1000: ' // msg)
+  call qc_comm_get_layer_stats(solo(1), 'seg.a', lstats)
+  call check(lstats%calls == 1, 'the rejected call reached no counter')
+  call qc_allreduce_segments(solo(1), x, y, [300, 700], QC_OP_SUM, seg_names(1:1), ierr=ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'layers') > 0, &
+             'one name for two segments: ' // qc_last_error_message())
+  call qc_allreduce_segments(solo(1), x, y, [1300, -300], QC_OP_SUM, ierr=ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'negative') > 0, &
+             'a negative count')
+  ! Each segment keeps its own policy: seg.b compressed, seg.a exact.
+  call qc_set_layer_policy(solo(1), 'seg.b', qc_policy_t(codec=QC_CODEC_MINMAX, bits=8, &
+                           min_compress_bytes=0_c_size_t))
+  call qc_set_layer_policy(solo(1), 'fc2', qc_policy_t(codec=QC_CODEC_QSGD, bits=4, &
+                           min_compress_bytes=0_c_size_t))
+  call qc_allreduce_segments(solo(1), x, y, [300, 700], QC_OP_SUM, seg_names, ierr=ierr)
+  call check(ierr == QC_SUCCESS .and. all(y(1:300) == x(1:300)) .and. &
+             maxval(abs(y(301:n) - x(301:n))) <= 2.0 / 255 .and. any(y(301:n) /= x(301:n)), &
+             'segments: codec none and minmax 8 side by side')
+  call qc_allreduce(solo(1), x, y, QC_OP_SUM, layer='fc2', ierr=ierr)
+  call check(ierr == QC_SUCCESS, 'allreduce of layer fc2 (qsgd)')
+  ! Adaptive widths: the adaptable layers are those with minmax or qsgd
+  ! (seg.b and fc2); seg.a and "*" (codec none) are left alone.
+  call qc_adapt_policies(solo(1), acfg, report, ierr)
+  call check(ierr == QC_SUCCESS .and. report%struct_size == c_sizeof(report), 'qc_adapt_policies')
+  call check(report%layers == 2 .and. report%e4 > 0 .and. report%error_budget > 0 .and. &
+             report%predicted_error <= report%error_budget .and. report%bytes_at_4 > 0 .and. &
+             report%predicted_bytes > 0, 'adapt report: 2 layers, within the budget')
+  call qc_get_layer_policy(solo(1), 'seg.b', q)
+  call check(q%codec == QC_CODEC_MINMAX .and. any(q%bits == [2, 3, 4, 8]), 'seg.b got a width from allowed_bits')
+  call qc_get_layer_policy(solo(1), 'seg.a', q)
+  call check(q%codec == QC_CODEC_NONE, 'seg.a (codec none) is not adapted')
+  call qc_adapt_policies(solo(1), ierr=ierr)
+  call check(ierr == QC_SUCCESS, 'qc_adapt_policies with the default config, no report')
+  ! Bad configs name the field: the C library reads each one at its offset.
+  call qc_adapt_policies(solo(1), qc_adapt_config_t(alpha=0.5_c_double), report, ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'alpha') > 0 .and. &
+             report%layers == 0, 'adapt: alpha 0.5 refused, report zeroed')
+  call qc_adapt_policies(solo(1), qc_adapt_config_t(num_allowed=9), ierr=ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'num_allowed') > 0, &
+             'adapt: num_allowed 9 refused')
+  acfg = qc_adapt_config_t()
+  acfg%allowed_bits(4) = 9
+  call qc_adapt_policies(solo(1), acfg, ierr=ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'allowed_bits[3]') > 0, &
+             'adapt: allowed_bits(4) = 9 refused as allowed_bits[3]')
+  call qc_adapt_policies(solo(1), qc_adapt_config_t(method=7), ierr=ierr)
+  call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'method') > 0, &
+             'adapt: method 7 refused')
+  ! The raw interface: report%struct_size must be exactly sizeof in C.
+  acfg = qc_adapt_config_t(method=QC_ADAPT_LINEAR)
+  acfg%struct_size = c_sizeof(acfg)
+  report = qc_adapt_report_t()
+  report%struct_size = c_sizeof(report)
+  call check(qc_adapt_policies_c(solo(1)%ptr, acfg, c_loc(report)) == QC_SUCCESS .and. report%layers == 2, &
+             'qc_adapt_policies_c accepts c_sizeof of both structs')
+  call qc_comm_destroy(solo(1))
+
   ! Main-program allocatables live until exit (they are implicitly saved):
   ! release them so LeakSanitizer sees a clean run.
   if (allocated(x)) deallocate(x)
@@ -152,6 +292,7 @@ program test_qc_fortran
   if (allocated(message)) deallocate(message)
   if (allocated(image)) deallocate(image)
   if (allocated(msg)) deallocate(msg)
+  if (allocated(lname)) deallocate(lname)
 
   if (failures > 0) then
     write(error_unit, '(i0,a)') failures, ' check(s) failed'
