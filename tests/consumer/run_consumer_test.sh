@@ -7,13 +7,16 @@
 #   MODE     install       cmake --install BUILD_DIR into a fresh prefix
 #            pkgconfig     pkg-config checks, compile hello.c with cc, run it
 #            find_package  configure tests/consumer/find_package against the prefix, build, run
-#            all           the three above in order (for use without ctest)
+#            fortran       compile examples/fortran_emulate.f90 against the installed
+#                          module and libqc_fortran with \$QC_CONSUMER_FC, run it
+#            all           install, pkgconfig, find_package in order (for use without ctest)
 #   CONFIG   build configuration for multi-config generators (optional)
 #
 # Environment (optional):
 #   QC_CONSUMER_WORK      work directory (default BUILD_DIR/tests/consumer/work)
 #   QC_CONSUMER_CFLAGS    extra compile flags for the consumers (e.g. sanitizers
 #   QC_CONSUMER_LDFLAGS   and link flags, so a sanitized libqc can be loaded)
+#   QC_CONSUMER_FC        the Fortran compiler (mode fortran)
 set -euo pipefail
 
 if [[ $# -lt 7 ]]; then
@@ -175,11 +178,34 @@ do_find_package() {
   "$exe"
 }
 
+do_fortran() {
+  require_prefix
+  local libdir out moddir fc=${QC_CONSUMER_FC:-}
+  [[ -n $fc ]] || fail "mode fortran needs QC_CONSUMER_FC"
+  libdir=$(find_libdir)
+  moddir=$prefix/include/qc/fortran
+  out=$work/fortran
+  rm -rf "$out"
+  mkdir -p "$out"
+  [[ -f $moddir/qc.mod ]] || fail "the Fortran module qc.mod was not installed in $moddir"
+  [[ -f $libdir/libqc_fortran.a ]] || fail "libqc_fortran.a was not installed in $libdir"
+
+  step "compile examples/fortran_emulate.f90 with $fc against $moddir"
+  # shellcheck disable=SC2086
+  (cd "$out" && "$fc" $extra_cflags -I"$moddir" "$source_dir/examples/fortran_emulate.f90" \
+    -o "$out/fortran_emulate" -L"$libdir" -lqc_fortran -lqc -Wl,-rpath,"$libdir" $extra_ldflags)
+
+  step "run fortran_emulate (installed module)"
+  check_loads_installed_lib "$out/fortran_emulate" "$libdir"
+  "$out/fortran_emulate"
+}
+
 case $mode in
   install) do_install ;;
+  fortran) do_fortran ;;
   pkgconfig) do_pkgconfig ;;
   find_package) do_find_package ;;
   all) do_install; do_pkgconfig; do_find_package ;;
-  *) fail "unknown mode '$mode' (install, pkgconfig, find_package, all)" ;;
+  *) fail "unknown mode '$mode' (install, pkgconfig, find_package, fortran, all)" ;;
 esac
 echo "PASS: consumer $mode"

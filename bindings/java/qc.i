@@ -1,0 +1,576 @@
+/*
+ * qc.i - SWIG interface of the Java bindings (package org.qc).
+ *
+ * This is the LOW-LEVEL layer: the module class QcNative and its JNI class
+ * are package-private; users see the hand-written classes in
+ * src/main/java/org/qc (Comm, ErrorBuffer, Policy, Qc, Stats, ...) and the
+ * public enums generated here from qc_enums.i (Status, Dtype, ReduceOp,
+ * Codec, Algorithm, Rounding, Transport, AdaptMethod).
+ *
+ * Conventions of this file
+ *   - Every qc function that returns a status is declared here as returning
+ *     qc_rc, a return-only alias of qc_status_t. Its `ret` typemap throws
+ *     org.qc.QcException (status + qc_last_error()) when the status is not
+ *     QC_SUCCESS. `ret` runs after `freearg`, i.e. after every JNI array or
+ *     string has been released, so the throw never happens inside a critical
+ *     region (this file uses no critical regions at all).
+ *   - Handles (qc_comm_t, qc_error_buffer_t) travel as Java `long`; the Java
+ *     classes own them.
+ *   - Bulk data travels only through DIRECT java.nio buffers (`void* DIRECT`),
+ *     whose address is handed to C: zero-copy, and safe for calls that block
+ *     (collectives), unlike GetPrimitiveArrayCritical. Java checks sizes,
+ *     byte order and read-only flags before the call; C rejects heap buffers.
+ *     Small arguments (names as UTF-8 byte[], counts and handles as long[],
+ *     widths as int[]) are copied with Get/Set<Type>ArrayRegion.
+ *   - Structs with struct_size (qc_policy_t, qc_stats_t, qc_layer_stats_t)
+ *     are SWIG proxies whose only constructor sets struct_size = sizeof()
+ *     from C and fills defaults with the matching qc *_init function, so a
+ *     Java caller can never get struct_size wrong.
+ *
+ * Only the shape of qc_enums.i is relied upon: plain C enums
+ * `typedef enum qc_x { QC_... = n, ... } qc_x_t;` and #define constants.
+ */
+%module QcNative
+
+%{
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "qc.h"
+
+/* Return-only alias of qc_status_t: only its `ret` typemap throws. */
+typedef qc_status_t qc_rc;
+
+/* Throw org.qc.QcException(int status, byte[] utf8Message). The message is
+ * passed as bytes (not NewStringUTF) because qc_last_error() is UTF-8, which
+ * is not JNI's modified UTF-8 for every input (layer names are user text). */
+static void qcj_throw_status(JNIEnv* jenv, qc_status_t status) {
+  const char* msg;
+  size_t len;
+  jclass cls;
+  jmethodID ctor;
+  jbyteArray bytes;
+  jobject ex;
+  if ((*jenv)->ExceptionCheck(jenv)) return; /* keep the pending one */
+  msg = qc_last_error();
+  if (msg == NULL || msg[0] == '\0') msg = qc_status_string(status);
+  len = strlen(msg);
+  if (len > (size_t)0x7fffffff) len = 0x7fffffff;
+  cls = (*jenv)->FindClass(jenv, "org/qc/QcException");
+  if (cls == NULL) return; /* NoClassDefFoundError is pending */
+  ctor = (*jenv)->GetMethodID(jenv, cls, "<init>", "(I[B)V");
+  if (ctor == NULL) { (*jenv)->DeleteLocalRef(jenv, cls); return; }
+  bytes = (*jenv)->NewByteArray(jenv, (jsize)len);
+  if (bytes == NULL) { (*jenv)->DeleteLocalRef(jenv, cls); return; }
+  (*jenv)->SetByteArrayRegion(jenv, bytes, 0, (jsize)len, (const jbyte*)msg);
+  if ((*jenv)->ExceptionCheck(jenv)) {
+    (*jenv)->DeleteLocalRef(jenv, bytes);
+    (*jenv)->DeleteLocalRef(jenv, cls);
+    return;
+  }
+  ex = (*jenv)->NewObject(jenv, cls, ctor, (jint)status, bytes);
+  if (ex != NULL) {
+    (*jenv)->Throw(jenv, (jthrowable)ex);
+    (*jenv)->DeleteLocalRef(jenv, ex);
+  }
+  (*jenv)->DeleteLocalRef(jenv, bytes);
+  (*jenv)->DeleteLocalRef(jenv, cls);
+}
+
+static size_t qcj_dtype_size(qc_dtype_t dtype) {
+  return dtype == QC_DTYPE_FLOAT32 ? 4u : 2u;
+}
+%}
+
+/* ---- native library: loaded once, with a message that helps ------------ */
+%pragma(java) jniclasscode=%{
+  static {
+    try {
+      System.loadLibrary("qcjni");
+    } catch (UnsatisfiedLinkError e) {
+      UnsatisfiedLinkError err = new UnsatisfiedLinkError(
+          "qc: cannot load the JNI library 'qcjni' (" + System.mapLibraryName("qcjni")
+          + ") from java.library.path=" + System.getProperty("java.library.path")
+          + "; start the JVM with -Djava.library.path=<directory of "
+          + System.mapLibraryName("qcjni") + "> (it also needs libqc on the loader path): "
+          + e.getMessage());
+      err.initCause(e);
+      throw err;
+    }
+  }
+%}
+%pragma(java) jniclassclassmodifiers="final class"
+%pragma(java) moduleclassmodifiers="final class"
+/* No finalize(): every native object is released explicitly (close()). */
+%typemap(javafinalize) SWIGTYPE ""
+
+/* ---- enums ------------------------------------------------------------- */
+%include "enums.swg"   /* proper Java enums */
+%javaconst(1);
+%rename(Status) qc_status_t;
+%rename(Dtype) qc_dtype_t;
+%rename(ReduceOp) qc_reduce_op_t;
+%rename(Codec) qc_codec_t;
+%rename(Algorithm) qc_algorithm_t;
+%rename(Rounding) qc_rounding_t;
+%rename(Transport) qc_transport_t;
+%rename(AdaptMethod) qc_adapt_method_t;
+/* QC_ERROR_CORRUPT_DATA -> CORRUPT_DATA, QC_CODEC_MINMAX -> MINMAX, ... */
+%rename("%(regex:/^QC_(ERROR_|DTYPE_|OP_|CODEC_|ALGO_|ROUND_|TRANSPORT_|ADAPT_)?(.*)$/\\2/)s",
+        %$isenumitem) "";
+/* QC_VERSION_MAJOR -> VERSION_MAJOR (compile-time constants of qc.h) */
+%rename("%(regex:/^QC_(.*)$/\\1/)s", %$isconstant) "";
+
+%include "qc_enums.i"
+
+/* ---- status: return-only alias that throws ----------------------------- */
+typedef qc_status_t qc_rc;
+%typemap(jni) qc_rc "void"
+%typemap(jtype) qc_rc "void"
+%typemap(jstype) qc_rc "void"
+%typemap(javaout) qc_rc { $jnicall; }
+%typemap(out) qc_rc ""
+%typemap(ret) qc_rc %{
+  if ($1 != QC_SUCCESS) qcj_throw_status(jenv, $1);
+%}
+
+/* ---- handles as long --------------------------------------------------- */
+%define QCJ_HANDLE(TYPE)
+%typemap(jni) TYPE "jlong"
+%typemap(jtype) TYPE "long"
+%typemap(jstype) TYPE "long"
+%typemap(javain) TYPE "$javainput"
+%typemap(javaout) TYPE { return $jnicall; }
+%typemap(in) TYPE %{ $1 = (TYPE)(intptr_t)$input; %}
+%typemap(out) TYPE %{ $result = (jlong)(intptr_t)$1; %}
+%enddef
+typedef struct qc_comm_s* qc_comm_t;
+typedef struct qc_error_buffer_s* qc_error_buffer_t;
+QCJ_HANDLE(qc_comm_t)
+QCJ_HANDLE(qc_error_buffer_t)
+
+/* ---- direct java.nio buffers (zero-copy) -------------------------------- */
+%typemap(jni) void* DIRECT, const void* DIRECT "jobject"
+%typemap(jtype) void* DIRECT, const void* DIRECT "java.nio.Buffer"
+%typemap(jstype) void* DIRECT, const void* DIRECT "java.nio.Buffer"
+%typemap(javain) void* DIRECT, const void* DIRECT "$javainput"
+%typemap(in) void* DIRECT, const void* DIRECT {
+  $1 = NULL;
+  if ($input != NULL) {
+    if ((*jenv)->GetDirectBufferCapacity(jenv, $input) < 0) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException,
+          "qc: a direct java.nio buffer is required (allocate it with "
+          "ByteBuffer.allocateDirect(...).order(ByteOrder.nativeOrder()))");
+      return $null;
+    }
+    $1 = ($1_ltype)(*jenv)->GetDirectBufferAddress(jenv, $input);
+  }
+}
+
+/* ---- UTF-8 strings: Java passes String.getBytes(UTF_8) or null ---------- */
+%typemap(jni) const char* UTF8 "jbyteArray"
+%typemap(jtype) const char* UTF8 "byte[]"
+%typemap(jstype) const char* UTF8 "byte[]"
+%typemap(javain) const char* UTF8 "$javainput"
+%typemap(in) const char* UTF8 {
+  $1 = NULL;
+  if ($input != NULL) {
+    jsize n_ = (*jenv)->GetArrayLength(jenv, $input);
+    char* s_ = (char*)malloc((size_t)n_ + 1);
+    if (s_ == NULL) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "qc: out of memory");
+      return $null;
+    }
+    (*jenv)->GetByteArrayRegion(jenv, $input, 0, n_, (jbyte*)s_);
+    s_[n_] = '\0';
+    $1 = s_;
+  }
+}
+%typemap(freearg) const char* UTF8 %{ free((char*)$1); %}
+
+/* ---- handle arrays: long[] in and out ---------------------------------- */
+%typemap(jni) (jlong* HANDLES, int NHANDLES) "jlongArray"
+%typemap(jtype) (jlong* HANDLES, int NHANDLES) "long[]"
+%typemap(jstype) (jlong* HANDLES, int NHANDLES) "long[]"
+%typemap(javain) (jlong* HANDLES, int NHANDLES) "$javainput"
+%typemap(in) (jlong* HANDLES, int NHANDLES) {
+  $1 = NULL;
+  $2 = 0;
+  if ($input != NULL) {
+    $2 = (int)(*jenv)->GetArrayLength(jenv, $input);
+    $1 = (jlong*)calloc((size_t)$2 + 1, sizeof(jlong));
+    if ($1 == NULL) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "qc: out of memory");
+      return $null;
+    }
+    (*jenv)->GetLongArrayRegion(jenv, $input, 0, (jsize)$2, $1);
+  }
+}
+%typemap(argout) (jlong* HANDLES, int NHANDLES) {
+  if ($input != NULL) (*jenv)->SetLongArrayRegion(jenv, $input, 0, (jsize)$2, $1);
+}
+%typemap(freearg) (jlong* HANDLES, int NHANDLES) %{ free($1); %}
+
+%include <typemaps.i>
+%apply int *OUTPUT { int* out };
+%apply long long *OUTPUT { long long* out };
+%apply double *OUTPUT { double* out };
+
+/* 64-bit struct fields as Java long (values above 2^63 do not occur). */
+%apply long long { uint64_t };
+%apply long long { int64_t };
+
+/* ---- struct proxies: struct_size always from C's sizeof ----------------- */
+%define QCJ_STRUCT(CTYPE, TAG, JNAME, INIT)
+%rename(JNAME) TAG;
+%typemap(javaclassmodifiers) struct TAG "final class"
+%typemap(javainterfaces) struct TAG "AutoCloseable"
+%typemap(javacode) struct TAG %{
+  @Override
+  public void close() {
+    delete();
+  }
+%}
+%immutable TAG::struct_size;
+%nodefaultctor TAG;
+%extend TAG {
+  TAG() {
+    CTYPE* s = (CTYPE*)calloc(1, sizeof(CTYPE));
+    if (s != NULL) {
+      s->struct_size = sizeof(CTYPE);
+      INIT;
+    }
+    return s;
+  }
+  ~TAG() { free($self); }
+}
+%enddef
+
+QCJ_STRUCT(qc_policy_t, qc_policy, PolicyStruct, (void)qc_policy_init(s))
+QCJ_STRUCT(qc_stats_t, qc_stats, StatsStruct, (void)0)
+QCJ_STRUCT(qc_layer_stats_t, qc_layer_stats, LayerStatsStruct, (void)0)
+QCJ_STRUCT(qc_adapt_report_t, qc_adapt_report, AdaptReportStruct, (void)0)
+
+typedef struct qc_policy {
+  size_t struct_size;
+  qc_codec_t codec;
+  int bits;
+  int bucket_size;
+  qc_rounding_t rounding;
+  qc_algorithm_t algorithm;
+  int error_feedback;
+  int group_size;
+  float topk_ratio;
+  int scale_update_period;
+  uint64_t seed;
+  size_t min_compress_bytes;
+} qc_policy_t;
+
+typedef struct qc_stats {
+  size_t struct_size;
+  uint64_t calls;
+  uint64_t logical_bytes;
+  uint64_t wire_bytes;
+  double codec_seconds;
+  double transport_seconds;
+} qc_stats_t;
+
+typedef struct qc_layer_stats {
+  size_t struct_size;
+  uint64_t calls;
+  uint64_t count;
+  uint64_t logical_bytes;
+  uint64_t wire_bytes;
+  double codec_seconds;
+  double transport_seconds;
+  double last_rel_error;
+  double mean_sq_norm;
+} qc_layer_stats_t;
+
+/* Parameter names select the typemaps above. */
+%apply const void* DIRECT { const void* sendbuf, const void* src };
+%apply void* DIRECT { void* recvbuf, void* dst };
+%apply const char* UTF8 { const char* layer, const char* pattern, const char* name };
+%apply (jlong* HANDLES, int NHANDLES) { (jlong* handles, int nhandles) };
+
+typedef struct qc_adapt_report {
+  size_t struct_size;
+  uint64_t layers;
+  double predicted_error;
+  double error_budget;
+  double e4;
+  uint64_t predicted_bytes;
+  uint64_t bytes_at_4;
+} qc_adapt_report_t;
+
+/* ---- int[] in (copied) -------------------------------------------------- */
+%typemap(jni) (const int* ints, int nints) "jintArray"
+%typemap(jtype) (const int* ints, int nints) "int[]"
+%typemap(jstype) (const int* ints, int nints) "int[]"
+%typemap(javain) (const int* ints, int nints) "$javainput"
+%typemap(in) (const int* ints, int nints) {
+  $1 = NULL;
+  $2 = 0;
+  if ($input != NULL) {
+    jint* a_;
+    $2 = (int)(*jenv)->GetArrayLength(jenv, $input);
+    a_ = (jint*)calloc((size_t)$2 + 1, sizeof(jint));
+    if (a_ == NULL) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "qc: out of memory");
+      return $null;
+    }
+    (*jenv)->GetIntArrayRegion(jenv, $input, 0, (jsize)$2, a_);
+    $1 = ($1_ltype)a_;
+  }
+}
+%typemap(freearg) (const int* ints, int nints) %{ free((void*)$1); %}
+
+/* ---- long[] in (copied) -------------------------------------------------- */
+%typemap(jni) (const jlong* longs, int nlongs) "jlongArray"
+%typemap(jtype) (const jlong* longs, int nlongs) "long[]"
+%typemap(jstype) (const jlong* longs, int nlongs) "long[]"
+%typemap(javain) (const jlong* longs, int nlongs) "$javainput"
+%typemap(in) (const jlong* longs, int nlongs) {
+  $1 = NULL;
+  $2 = 0;
+  if ($input != NULL) {
+    jlong* a_;
+    $2 = (int)(*jenv)->GetArrayLength(jenv, $input);
+    a_ = (jlong*)calloc((size_t)$2 + 1, sizeof(jlong));
+    if (a_ == NULL) {
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "qc: out of memory");
+      return $null;
+    }
+    (*jenv)->GetLongArrayRegion(jenv, $input, 0, (jsize)$2, a_);
+    $1 = ($1_ltype)a_;
+  }
+}
+%typemap(freearg) (const jlong* longs, int nlongs) %{ free((void*)$1); %}
+
+/* ---- byte[][] of UTF-8 names (entries may be null) in -------------------- */
+%typemap(jni) (char** names, int nnames) "jobjectArray"
+%typemap(jtype) (char** names, int nnames) "byte[][]"
+%typemap(jstype) (char** names, int nnames) "byte[][]"
+%typemap(javain) (char** names, int nnames) "$javainput"
+%typemap(in) (char** names, int nnames) {
+  $1 = NULL;
+  $2 = 0;
+  if ($input != NULL) {
+    int i_;
+    int ok_ = 1;
+    $2 = (int)(*jenv)->GetArrayLength(jenv, $input);
+    $1 = (char**)calloc((size_t)$2 + 1, sizeof(char*));
+    ok_ = $1 != NULL;
+    for (i_ = 0; ok_ && i_ < $2; ++i_) {
+      jbyteArray b_ = (jbyteArray)(*jenv)->GetObjectArrayElement(jenv, $input, (jsize)i_);
+      if (b_ != NULL) {
+        jsize n_ = (*jenv)->GetArrayLength(jenv, b_);
+        $1[i_] = (char*)malloc((size_t)n_ + 1);
+        if ($1[i_] == NULL) {
+          ok_ = 0;
+        } else {
+          (*jenv)->GetByteArrayRegion(jenv, b_, 0, n_, (jbyte*)$1[i_]);
+          $1[i_][n_] = '\0';
+        }
+        (*jenv)->DeleteLocalRef(jenv, b_);
+      }
+    }
+    if (!ok_) {
+      if ($1 != NULL) {
+        for (i_ = 0; i_ < $2; ++i_) free($1[i_]);
+        free($1);
+      }
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "qc: out of memory");
+      return $null;
+    }
+  }
+}
+%typemap(freearg) (char** names, int nnames) {
+  if ($1 != NULL) {
+    int i_;
+    for (i_ = 0; i_ < $2; ++i_) free($1[i_]);
+    free($1);
+  }
+}
+
+/* ---- functions of qc.h used as they are -------------------------------- */
+int qc_version_number(void);
+const char* qc_version_string(void);
+const char* qc_status_string(qc_status_t status);
+
+qc_rc qc_comm_destroy(qc_comm_t comm);
+qc_rc qc_comm_rank(qc_comm_t comm, int* out);
+qc_rc qc_comm_size(qc_comm_t comm, int* out);
+qc_rc qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
+qc_rc qc_comm_get_layer_stats(qc_comm_t comm, const char* layer, qc_layer_stats_t* stats);
+qc_rc qc_set_layer_policy(qc_comm_t comm, const char* pattern, const qc_policy_t* policy);
+qc_rc qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy);
+qc_rc qc_policy_preset(qc_comm_t comm, const char* name, const qc_policy_t* base);
+
+qc_rc qc_error_buffer_destroy(qc_error_buffer_t error_buffer);
+qc_rc qc_error_buffer_reset(qc_error_buffer_t error_buffer);
+qc_rc qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* out);
+qc_rc qc_error_buffer_load(qc_error_buffer_t error_buffer, const void* src, size_t size);
+
+qc_rc qc_decode(const void* src, size_t size, void* dst, size_t count, qc_dtype_t dtype);
+
+/* ---- small C helpers where the C signature does not map directly -------- */
+%inline %{
+/* qc_comm_create_local(_with_config): the handles come back in handles[].
+ * timeout_seconds <= 0 means the default configuration (config NULL). */
+qc_rc qcj_comm_create_local(int nranks, double timeout_seconds, jlong* handles, int nhandles) {
+  qc_comm_t* comms;
+  qc_status_t st;
+  int i;
+  if (nranks < 1 || nhandles < nranks) return qc_comm_create_local(nranks, NULL);
+  comms = (qc_comm_t*)calloc((size_t)nranks, sizeof(qc_comm_t));
+  if (comms == NULL) return QC_ERROR_OUT_OF_MEMORY;
+  if (timeout_seconds > 0) {
+    qc_comm_config_t config;
+    memset(&config, 0, sizeof(config));
+    config.struct_size = sizeof(config);
+    st = qc_comm_config_init(&config);
+    if (st == QC_SUCCESS) {
+      config.timeout_seconds = timeout_seconds;
+      st = qc_comm_create_local_with_config(nranks, &config, comms);
+    }
+  } else {
+    st = qc_comm_create_local(nranks, comms);
+  }
+  if (st == QC_SUCCESS)
+    for (i = 0; i < nranks; ++i) handles[i] = (jlong)(intptr_t)comms[i];
+  free(comms);
+  return st;
+}
+
+qc_rc qcj_error_buffer_create(qc_comm_t comm, size_t count, long long* out) {
+  qc_error_buffer_t eb = NULL;
+  qc_status_t st = qc_error_buffer_create(comm, count, &eb);
+  *out = (long long)(intptr_t)eb;
+  return st;
+}
+
+/* dst NULL: only *out (the bytes needed) is set. */
+qc_rc qcj_error_buffer_save(qc_error_buffer_t error_buffer, void* dst, size_t capacity,
+                            long long* out) {
+  size_t size = 0;
+  qc_status_t st = qc_error_buffer_save(error_buffer, dst, capacity, &size);
+  *out = (long long)size;
+  return st;
+}
+
+qc_rc qcj_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                    qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                    qc_error_buffer_t error_buffer) {
+  return qc_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, NULL);
+}
+
+qc_rc qcj_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                   qc_dtype_t dtype, const char* layer) {
+  return qc_alltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, NULL);
+}
+
+qc_rc qcj_encoded_size(const qc_policy_t* policy, size_t count, long long* out) {
+  size_t n = 0;
+  qc_status_t st = qc_encoded_size(policy, count, &n);
+  *out = (long long)n;
+  return st;
+}
+
+qc_rc qcj_encode(const qc_policy_t* policy, const void* src, size_t count, qc_dtype_t dtype,
+                 void* dst, size_t capacity, long long* out) {
+  size_t written = 0;
+  qc_status_t st = qc_encode(policy, src, count, dtype, dst, capacity, &written);
+  *out = (long long)written;
+  return st;
+}
+
+/* Emulation over buffers laid out rank after rank: rank i's send buffer
+ * starts at sendbuf + i * stride elements (likewise recvbuf). handles: one
+ * error buffer per rank (0 for none), or null for none at all. */
+qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, size_t stride,
+                  size_t count, qc_dtype_t dtype, qc_reduce_op_t op, const qc_policy_t* policy,
+                  jlong* handles, int nhandles) {
+  const void** sends;
+  void** recvs;
+  qc_error_buffer_t* ebs = NULL;
+  qc_status_t st;
+  size_t bytes = stride * qcj_dtype_size(dtype);
+  int i;
+  if (nranks < 1 || (handles != NULL && nhandles != nranks)) {
+    /* qc words the message for a bad nranks; Java checks the array lengths */
+    return alltoall ? qc_emulate_alltoall(nranks, NULL, NULL, count, dtype, policy)
+                    : qc_emulate_allreduce(nranks, NULL, NULL, count, dtype, op, policy, NULL);
+  }
+  sends = (const void**)calloc((size_t)nranks, sizeof(void*));
+  recvs = (void**)calloc((size_t)nranks, sizeof(void*));
+  if (handles != NULL) ebs = (qc_error_buffer_t*)calloc((size_t)nranks, sizeof(qc_error_buffer_t));
+  if (sends == NULL || recvs == NULL || (handles != NULL && ebs == NULL)) {
+    free((void*)sends);
+    free(recvs);
+    free(ebs);
+    return QC_ERROR_OUT_OF_MEMORY;
+  }
+  for (i = 0; i < nranks; ++i) {
+    sends[i] = sendbuf == NULL ? NULL : (const char*)sendbuf + (size_t)i * bytes;
+    recvs[i] = recvbuf == NULL ? NULL : (char*)recvbuf + (size_t)i * bytes;
+    if (ebs != NULL) ebs[i] = (qc_error_buffer_t)(intptr_t)handles[i];
+  }
+  st = alltoall ? qc_emulate_alltoall(nranks, sends, recvs, count, dtype, policy)
+                : qc_emulate_allreduce(nranks, sends, recvs, count, dtype, op, policy, ebs);
+  free((void*)sends);
+  free(recvs);
+  free(ebs);
+  return st;
+}
+
+qc_rc qcj_comm_layer_count(qc_comm_t comm, long long* out) {
+  size_t n = 0;
+  qc_status_t st = qc_comm_layer_count(comm, &n);
+  *out = (long long)n;
+  return st;
+}
+
+/* dst NULL (capacity 0): only the name's length is set. */
+qc_rc qcj_comm_layer_name(qc_comm_t comm, size_t index, void* dst, size_t capacity,
+                          long long* out) {
+  size_t length = 0;
+  qc_status_t st = qc_comm_layer_name(comm, index, (char*)dst, capacity, &length);
+  *out = (long long)length;
+  return st;
+}
+
+/* qc_adapt_policies with QC_ADAPT_CONFIG_INIT, or with method, alpha and the
+ * allowed widths (ints, nints) when use_defaults is 0. */
+qc_rc qcj_adapt_policies(qc_comm_t comm, int use_defaults, qc_adapt_method_t method,
+                         double alpha, const int* ints, int nints, qc_adapt_report_t* report) {
+  qc_adapt_config_t config = QC_ADAPT_CONFIG_INIT;
+  int i;
+  if (!use_defaults) {
+    config.method = method;
+    config.alpha = alpha;
+    config.num_allowed = nints; /* qc checks 1..8 */
+    for (i = 0; i < 8; ++i) config.allowed_bits[i] = (ints != NULL && i < nints) ? ints[i] : 0;
+  }
+  return qc_adapt_policies(comm, &config, report);
+}
+
+/* qc_allreduce_segments; names NULL: every segment is "*". Java makes sure
+ * that nnames == nlongs and that the counts are >= 0. */
+qc_rc qcj_allreduce_segments(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                             const jlong* longs, int nlongs, char** names, int nnames,
+                             qc_dtype_t dtype, qc_reduce_op_t op,
+                             qc_error_buffer_t error_buffer) {
+  size_t* counts;
+  qc_status_t st;
+  int i;
+  (void)nnames;
+  counts = (size_t*)calloc((size_t)nlongs + 1, sizeof(size_t));
+  if (counts == NULL) return QC_ERROR_OUT_OF_MEMORY;
+  for (i = 0; i < nlongs; ++i) counts[i] = (size_t)longs[i];
+  st = qc_allreduce_segments(comm, sendbuf, recvbuf, (size_t)nlongs, counts,
+                             (const char* const*)names, dtype, op, error_buffer, NULL);
+  free(counts);
+  return st;
+}
+%}

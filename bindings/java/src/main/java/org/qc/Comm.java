@@ -1,0 +1,561 @@
+package org.qc;
+
+import java.lang.ref.Cleaner;
+import java.lang.ref.Reference;
+import java.nio.Buffer;
+import java.nio.FloatBuffer;
+import java.nio.ShortBuffer;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * A qc communicator: one rank of a group that runs compressed collectives.
+ *
+ * <h2>Threads</h2>
+ * A communicator is used by <b>one thread at a time</b> (like an NCCL communicator);
+ * the ranks of a local group ({@link #createLocal(int)}) are driven from different
+ * threads at once. Methods are synchronized, so that closing a communicator while
+ * another thread is inside a call cannot free memory under it; two threads that
+ * run collectives on the same communicator are still a programming error.
+ *
+ * <h2>Buffers</h2>
+ * The {@link FloatBuffer} (and {@link ShortBuffer}) overloads are <b>zero-copy</b>:
+ * C reads and writes the buffer's memory directly, from its position to its limit
+ * (the position is not changed). They need a direct buffer in native byte order
+ * ({@code ByteBuffer.allocateDirect(4 * n).order(ByteOrder.nativeOrder()).asFloatBuffer()});
+ * a heap buffer gives {@link IllegalArgumentException}. The {@code float[]}
+ * overloads <b>copy</b> the array into a native scratch buffer and the result back.
+ *
+ * <h2>Errors</h2>
+ * A failed call throws {@link QcException} (unchecked); after a
+ * {@link Status#MISMATCH}, {@link Status#TIMEOUT}, {@link Status#TRANSPORT} or
+ * {@link Status#CORRUPT_DATA} the communicator is broken and every later collective
+ * fails the same way. Using a closed communicator throws {@link IllegalStateException}.
+ */
+public final class Comm implements AutoCloseable {
+  private static final Cleaner CLEANER = Cleaner.create();
+
+  /** Owns the handle; also run by the Cleaner if a Comm is never closed. */
+  private static final class Handle implements Runnable {
+    private long value;
+
+    Handle(long value) {
+      this.value = value;
+    }
+
+    @Override
+    public synchronized void run() {
+      long h = value;
+      value = 0;
+      if (h != 0) {
+        try {
+          QcNative.qc_comm_destroy(h);
+        } catch (QcException e) {
+          // qc_comm_destroy is local and does not fail for a valid handle.
+        }
+      }
+    }
+  }
+
+  private final Handle handle;
+  private final Cleaner.Cleanable cleanable;
+  private final int rank;
+  private final int size;
+  private FloatBuffer scratch; // float[] overloads (guarded by this)
+
+  private Comm(long h, int rank, int size) {
+    this.handle = new Handle(h);
+    this.cleanable = CLEANER.register(this, handle);
+    this.rank = rank;
+    this.size = size;
+  }
+
+  /**
+   * An in-process group of {@code nranks} communicators, ranks 0..nranks-1, with
+   * the default timeout (300 s). Drive each from its own thread; a collective blocks
+   * until every rank of the group has made the same call.
+   */
+  public static Comm[] createLocal(int nranks) {
+    return createLocal(nranks, 0.0);
+  }
+
+  /**
+   * As {@link #createLocal(int)} with a timeout: a collective that waits longer than
+   * {@code timeoutSeconds} for a peer fails with {@link Status#TIMEOUT}.
+   * {@code timeoutSeconds <= 0} means the default.
+   */
+  public static Comm[] createLocal(int nranks, double timeoutSeconds) {
+    long[] handles = new long[Math.max(nranks, 0)];
+    QcNative.qcj_comm_create_local(nranks, timeoutSeconds, handles);
+    Comm[] comms = new Comm[handles.length];
+    boolean ok = false;
+    try {
+      int[] out = new int[1];
+      for (int i = 0; i < handles.length; ++i) {
+        QcNative.qc_comm_rank(handles[i], out);
+        int rank = out[0];
+        QcNative.qc_comm_size(handles[i], out);
+        comms[i] = new Comm(handles[i], rank, out[0]);
+        handles[i] = 0; // owned by comms[i] now
+      }
+      ok = true;
+    } finally {
+      if (!ok) {
+        for (Comm c : comms) {
+          if (c != null) {
+            c.close();
+          }
+        }
+        for (long h : handles) {
+          if (h != 0) {
+            QcNative.qc_comm_destroy(h);
+          }
+        }
+      }
+    }
+    return comms;
+  }
+
+  /** The handle, or IllegalStateException if closed. */
+  long handle() {
+    synchronized (handle) {
+      if (handle.value == 0) {
+        throw new IllegalStateException("qc: Comm (rank " + rank + " of " + size + ") is closed");
+      }
+      return handle.value;
+    }
+  }
+
+  /** This rank, 0..size()-1. */
+  public int rank() {
+    handle();
+    return rank;
+  }
+
+  /** The number of ranks of the group. */
+  public int size() {
+    handle();
+    return size;
+  }
+
+  /** Whether {@link #close()} was called. */
+  public boolean isClosed() {
+    synchronized (handle) {
+      return handle.value == 0;
+    }
+  }
+
+  /**
+   * Release the communicator (a local operation; peers still waiting for this rank
+   * fail with {@link Status#TRANSPORT}). Calling it again does nothing. If another
+   * thread is inside a call on this communicator, waits for that call to return.
+   */
+  @Override
+  public synchronized void close() {
+    cleanable.clean();
+    scratch = null;
+  }
+
+  // ---- allreduce ----------------------------------------------------------
+
+  /**
+   * Sum {@code sendbuf} over all ranks into {@code recvbuf} (zero-copy), with the
+   * policy of layer "*". {@code recvbuf} may be {@code sendbuf} (in place).
+   */
+  public void allreduce(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    allreduce(sendbuf, recvbuf, ReduceOp.SUM, null, null);
+  }
+
+  /** In-place sum of {@code buf} over all ranks (zero-copy). */
+  public void allreduce(FloatBuffer buf) {
+    allreduce(buf, buf, ReduceOp.SUM, null, null);
+  }
+
+  /** Sum with the policy of {@code layer} (null: "*"), zero-copy. */
+  public void allreduce(FloatBuffer sendbuf, FloatBuffer recvbuf, String layer) {
+    allreduce(sendbuf, recvbuf, ReduceOp.SUM, layer, null);
+  }
+
+  /**
+   * Reduce {@code sendbuf.remaining()} floats over all ranks, zero-copy.
+   *
+   * @param sendbuf direct, native-order; read from position to limit
+   * @param recvbuf direct, native-order, at least as many elements remaining; may be
+   *     {@code sendbuf} (in place) but must not otherwise overlap it
+   * @param op {@link ReduceOp#SUM} or {@link ReduceOp#AVG}
+   * @param layer name whose policy applies ({@link #setLayerPolicy}); null means "*"
+   * @param errorBuffer residuals for error feedback, or null
+   * @throws IllegalArgumentException for a heap, read-only (recvbuf) or too small buffer
+   * @throws QcException when qc fails (ranks disagree: {@link Status#MISMATCH}, ...)
+   */
+  public void allreduce(FloatBuffer sendbuf, FloatBuffer recvbuf, ReduceOp op, String layer,
+      ErrorBuffer errorBuffer) {
+    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    FloatBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
+    if (sendbuf == recvbuf && s.isReadOnly()) {
+      throw new IllegalArgumentException("qc: argument 'recvbuf' is read-only but qc writes into it");
+    }
+    checkRecv(s.remaining(), r.remaining());
+    allreduceRaw(s, r, s.remaining(), Dtype.FLOAT32, op, layer, errorBuffer);
+  }
+
+  /**
+   * 16-bit variant, zero-copy: {@code dtype} is {@link Dtype#FLOAT16} or
+   * {@link Dtype#BFLOAT16}; the shorts hold the raw bits. Sums accumulate in float32.
+   */
+  public void allreduce(ShortBuffer sendbuf, ShortBuffer recvbuf, Dtype dtype, ReduceOp op,
+      String layer, ErrorBuffer errorBuffer) {
+    if (dtype != Dtype.FLOAT16 && dtype != Dtype.BFLOAT16) {
+      throw new IllegalArgumentException("qc: a ShortBuffer holds FLOAT16 or BFLOAT16, not " + dtype);
+    }
+    ShortBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    ShortBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
+    checkRecv(s.remaining(), r.remaining());
+    allreduceRaw(s, r, s.remaining(), dtype, op, layer, errorBuffer);
+  }
+
+  /** In-place sum of {@code data} over all ranks; <b>copies</b> (see the class comment). */
+  public void allreduce(float[] data) {
+    allreduce(data, data, ReduceOp.SUM, null, null);
+  }
+
+  /** Sum of {@code sendbuf} into {@code recvbuf}; <b>copies</b>. */
+  public void allreduce(float[] sendbuf, float[] recvbuf) {
+    allreduce(sendbuf, recvbuf, ReduceOp.SUM, null, null);
+  }
+
+  /**
+   * As the FloatBuffer overload, for arrays: {@code sendbuf} is <b>copied</b> into a
+   * native scratch buffer kept by this communicator, and the result copied back into
+   * {@code recvbuf} (which may be {@code sendbuf}). Prefer direct buffers for large,
+   * reused tensors.
+   */
+  public synchronized void allreduce(float[] sendbuf, float[] recvbuf, ReduceOp op, String layer,
+      ErrorBuffer errorBuffer) {
+    requireArrays(sendbuf, recvbuf);
+    checkRecv(sendbuf.length, recvbuf.length);
+    handle();
+    int n = sendbuf.length;
+    FloatBuffer buf = scratch(n);
+    buf.put(sendbuf, 0, n);
+    buf.clear();
+    FloatBuffer view = buf.duplicate();
+    view.limit(n);
+    allreduceRaw(view, view, n, Dtype.FLOAT32, op, layer, errorBuffer);
+    buf.get(recvbuf, 0, n);
+  }
+
+  private synchronized void allreduceRaw(Buffer s, Buffer r, long count, Dtype dtype, ReduceOp op,
+      String layer, ErrorBuffer eb) {
+    long h = handle();
+    if (op == null) {
+      throw new NullPointerException("qc: argument 'op' is null");
+    }
+    byte[] name = utf8(layer, "layer");
+    try {
+      if (eb == null) {
+        QcNative.qcj_allreduce(h, s, r, count, dtype, op, name, 0);
+      } else {
+        synchronized (eb) {
+          QcNative.qcj_allreduce(h, s, r, count, dtype, op, name, eb.handle());
+        }
+      }
+    } finally {
+      Reference.reachabilityFence(eb);
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  // ---- fused segments -------------------------------------------------------
+
+  /**
+   * One allreduce over a buffer made of several layers (a fused "bucket", as in
+   * DDP), zero-copy: segment i is {@code counts[i]} floats of layer
+   * {@code layers[i]}, back to back; each keeps its own policy, and the call
+   * costs fewer messages than one allreduce per layer (qc_allreduce_segments).
+   *
+   * @param sendbuf direct, native-order; its remaining elements must be the sum of
+   *     {@code counts}
+   * @param recvbuf as in {@link #allreduce(FloatBuffer, FloatBuffer, ReduceOp, String,
+   *     ErrorBuffer)}; may be {@code sendbuf}
+   * @param counts elements per segment, each >= 0
+   * @param layers one name per segment (entries may be null for "*"), or null
+   * @param errorBuffer null, or residuals for the whole buffer (sum of counts)
+   */
+  public void allreduceSegments(FloatBuffer sendbuf, FloatBuffer recvbuf, long[] counts,
+      String[] layers, ReduceOp op, ErrorBuffer errorBuffer) {
+    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    FloatBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
+    if (sendbuf == recvbuf && s.isReadOnly()) {
+      throw new IllegalArgumentException("qc: argument 'recvbuf' is read-only but qc writes into it");
+    }
+    if (counts == null) {
+      throw new NullPointerException("qc: argument 'counts' is null");
+    }
+    if (op == null) {
+      throw new NullPointerException("qc: argument 'op' is null");
+    }
+    long total = 0;
+    for (int i = 0; i < counts.length; ++i) {
+      if (counts[i] < 0) {
+        throw new IllegalArgumentException("qc: counts[" + i + "] is negative: " + counts[i]);
+      }
+      total += counts[i];
+    }
+    if (total != s.remaining()) {
+      throw new IllegalArgumentException("qc: the counts add up to " + total
+          + " elements but sendbuf has " + s.remaining());
+    }
+    checkRecv(total, r.remaining());
+    byte[][] names = null;
+    if (layers != null) {
+      if (layers.length != counts.length) {
+        throw new IllegalArgumentException("qc: " + layers.length + " layers for "
+            + counts.length + " counts");
+      }
+      names = new byte[layers.length][];
+      for (int i = 0; i < layers.length; ++i) {
+        names[i] = utf8(layers[i], "layers[" + i + "]");
+      }
+    }
+    synchronized (this) {
+      long h = handle();
+      try {
+        if (errorBuffer == null) {
+          QcNative.qcj_allreduce_segments(h, s, r, counts, names, Dtype.FLOAT32, op, 0);
+        } else {
+          synchronized (errorBuffer) {
+            QcNative.qcj_allreduce_segments(h, s, r, counts, names, Dtype.FLOAT32, op,
+                errorBuffer.handle());
+          }
+        }
+      } finally {
+        Reference.reachabilityFence(errorBuffer);
+        Reference.reachabilityFence(this);
+      }
+    }
+  }
+
+  // ---- alltoall -----------------------------------------------------------
+
+  /**
+   * Every rank sends block j of {@code sendbuf} (remaining / size() floats) to rank
+   * j and receives rank i's block at block i of {@code recvbuf}; zero-copy. The
+   * remaining element count must be a multiple of {@link #size()}.
+   */
+  public void alltoall(FloatBuffer sendbuf, FloatBuffer recvbuf, String layer) {
+    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    FloatBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
+    checkRecv(s.remaining(), r.remaining());
+    synchronized (this) {
+      long h = handle();
+      QcNative.qcj_alltoall(h, s, r, blockCount(s.remaining()), Dtype.FLOAT32, utf8(layer, "layer"));
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /** Alltoall of arrays ({@code sendbuf.length} a multiple of size()); <b>copies</b>. */
+  public synchronized void alltoall(float[] sendbuf, float[] recvbuf, String layer) {
+    requireArrays(sendbuf, recvbuf);
+    checkRecv(sendbuf.length, recvbuf.length);
+    long h = handle();
+    int n = sendbuf.length;
+    long block = blockCount(n);
+    FloatBuffer buf = scratch(2L * n);
+    buf.put(sendbuf, 0, n);
+    buf.clear();
+    FloatBuffer s = buf.duplicate();
+    s.limit(n);
+    FloatBuffer r = buf.duplicate();
+    r.position(n);
+    r = r.slice();
+    QcNative.qcj_alltoall(h, s.slice(), r, block, Dtype.FLOAT32, utf8(layer, "layer"));
+    r.get(recvbuf, 0, n);
+    Reference.reachabilityFence(this);
+  }
+
+  // ---- policies -----------------------------------------------------------
+
+  /**
+   * Set the policy of the layers whose name matches {@code pattern} (an exact name,
+   * or a glob with * and ?; "*" is the default). Every rank must set the same
+   * policies. Applies from the next collective on.
+   */
+  public synchronized void setLayerPolicy(String pattern, Policy policy) {
+    long h = handle();
+    if (policy == null) {
+      throw new NullPointerException("qc: argument 'policy' is null");
+    }
+    try (PolicyStruct s = policy.toStruct()) {
+      QcNative.qc_set_layer_policy(h, utf8(pattern, "pattern"), s);
+    }
+    Reference.reachabilityFence(this);
+  }
+
+  /** The policy layer {@code layer} resolves to (null: "*"). */
+  public synchronized Policy getLayerPolicy(String layer) {
+    long h = handle();
+    try (PolicyStruct s = new PolicyStruct()) {
+      QcNative.qc_get_layer_policy(h, utf8(layer, "layer"), s);
+      return Policy.fromStruct(s);
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /**
+   * Set a named group of layer policies (qc_policy_preset), e.g. "cgx": biases and
+   * normalisations uncompressed, everything else {@code base} (null: the current "*").
+   */
+  public synchronized void policyPreset(String name, Policy base) {
+    long h = handle();
+    if (name == null) {
+      throw new NullPointerException("qc: argument 'name' is null");
+    }
+    PolicyStruct s = base == null ? null : base.toStruct();
+    try {
+      QcNative.qc_policy_preset(h, utf8(name, "name"), s);
+    } finally {
+      if (s != null) {
+        s.close();
+      }
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  // ---- statistics ---------------------------------------------------------
+
+  /** This rank's counters since creation. */
+  public synchronized Stats stats() {
+    long h = handle();
+    try (StatsStruct s = new StatsStruct()) {
+      QcNative.qc_comm_get_stats(h, s);
+      return new Stats(s);
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /** This rank's counters of layer {@code layer} (null: "*"). */
+  public synchronized LayerStats layerStats(String layer) {
+    long h = handle();
+    try (LayerStatsStruct s = new LayerStatsStruct()) {
+      QcNative.qc_comm_get_layer_stats(h, utf8(layer, "layer"), s);
+      return new LayerStats(s);
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  /** The layer names seen so far, in byte order of their UTF-8 names. */
+  public synchronized java.util.List<String> layerNames() {
+    long h = handle();
+    try {
+      long[] out = new long[1];
+      QcNative.qcj_comm_layer_count(h, out);
+      int n = Buffers.checkedInt(out[0], "layer count");
+      java.util.List<String> names = new java.util.ArrayList<>(n);
+      for (int i = 0; i < n; ++i) {
+        QcNative.qcj_comm_layer_name(h, i, null, 0, out);
+        java.nio.ByteBuffer buf =
+            java.nio.ByteBuffer.allocateDirect(Buffers.checkedInt(out[0] + 1, "name length"));
+        QcNative.qcj_comm_layer_name(h, i, buf, buf.capacity(), out);
+        byte[] bytes = new byte[(int) out[0]];
+        buf.get(bytes);
+        names.add(new String(bytes, StandardCharsets.UTF_8));
+      }
+      return java.util.Collections.unmodifiableList(names);
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  // ---- adaptive bit widths ------------------------------------------------
+
+  /**
+   * Adaptive bit widths with the defaults of QC_ADAPT_CONFIG_INIT (k-means,
+   * alpha 2, widths {2, 3, 4, 8}). Collective: every rank calls it after the
+   * same collectives. See {@link #adaptPolicies(AdaptMethod, double, int...)}.
+   */
+  public synchronized AdaptReport adaptPolicies() {
+    return adapt(true, AdaptMethod.KMEANS, 0.0, null);
+  }
+
+  /**
+   * Give each layer whose policy uses codec minmax or qsgd a width from
+   * {@code allowedBits} (1 to 8 entries, each 1..8) such that the predicted wire
+   * bytes fall while the predicted error stays below {@code alpha} (>= 1) times the
+   * error at 4 bits (qc_adapt_policies). The new widths are set as exact-name layer
+   * policies; read them with {@link #getLayerPolicy}. Collective: every rank must
+   * call it after the same collectives ({@link Status#MISMATCH} otherwise).
+   */
+  public synchronized AdaptReport adaptPolicies(AdaptMethod method, double alpha,
+      int... allowedBits) {
+    if (method == null) {
+      throw new NullPointerException("qc: argument 'method' is null");
+    }
+    if (allowedBits == null) {
+      throw new NullPointerException("qc: argument 'allowedBits' is null");
+    }
+    return adapt(false, method, alpha, allowedBits);
+  }
+
+  private AdaptReport adapt(boolean defaults, AdaptMethod method, double alpha, int[] bits) {
+    long h = handle();
+    try (AdaptReportStruct r = new AdaptReportStruct()) {
+      QcNative.qcj_adapt_policies(h, defaults ? 1 : 0, method, alpha, bits, r);
+      return new AdaptReport(r);
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "Comm{rank=" + rank + ", size=" + size + (isClosed() ? ", closed" : "") + "}";
+  }
+
+  // ---- helpers ------------------------------------------------------------
+
+  private long blockCount(long n) {
+    if (n % size != 0) {
+      throw new IllegalArgumentException("qc: alltoall needs a multiple of size() = " + size
+          + " elements, got " + n);
+    }
+    return n / size;
+  }
+
+  private FloatBuffer scratch(long n) {
+    if (scratch == null || scratch.capacity() < n) {
+      scratch = Buffers.directFloats(n);
+    }
+    scratch.clear();
+    return scratch;
+  }
+
+  private static void requireArrays(float[] sendbuf, float[] recvbuf) {
+    if (sendbuf == null) {
+      throw new NullPointerException("qc: argument 'sendbuf' is null");
+    }
+    if (recvbuf == null) {
+      throw new NullPointerException("qc: argument 'recvbuf' is null");
+    }
+  }
+
+  private static void checkRecv(long count, long recvRemaining) {
+    if (recvRemaining < count) {
+      throw new IllegalArgumentException("qc: argument 'recvbuf' has room for " + recvRemaining
+          + " elements, sendbuf has " + count);
+    }
+  }
+
+  /** UTF-8 bytes of a name for C (null stays null); NUL is not allowed in it. */
+  static byte[] utf8(String s, String what) {
+    if (s == null) {
+      return null;
+    }
+    if (s.indexOf('\0') >= 0) {
+      throw new IllegalArgumentException("qc: argument '" + what + "' contains a NUL character");
+    }
+    return s.getBytes(StandardCharsets.UTF_8);
+  }
+}

@@ -1,0 +1,191 @@
+package org.qc;
+
+import java.lang.ref.Reference;
+import java.nio.ByteBuffer;
+import java.nio.FloatBuffer;
+
+/**
+ * Library-wide functions of qc: version, emulation of collectives over virtual
+ * ranks, and the codecs on their own. All are thread-safe.
+ */
+public final class Qc {
+  private Qc() {}
+
+  /** QC_VERSION_MAJOR of the qc.h these bindings were generated from. */
+  public static final int HEADER_VERSION_MAJOR = QcNativeConstants.VERSION_MAJOR;
+  /** QC_VERSION_MINOR of the qc.h these bindings were generated from. */
+  public static final int HEADER_VERSION_MINOR = QcNativeConstants.VERSION_MINOR;
+  /** QC_VERSION_PATCH of the qc.h these bindings were generated from. */
+  public static final int HEADER_VERSION_PATCH = QcNativeConstants.VERSION_PATCH;
+
+  /** "M.m.p" of the libqc that is running. */
+  public static String version() {
+    return QcNative.qc_version_string();
+  }
+
+  /** M*10000 + m*100 + p of the libqc that is running. */
+  public static int versionNumber() {
+    return QcNative.qc_version_number();
+  }
+
+  /** Static name of a status, e.g. "QC_ERROR_TIMEOUT". */
+  public static String statusString(Status status) {
+    return QcNative.qc_status_string(status);
+  }
+
+  // ---- emulation ------------------------------------------------------------
+
+  /** {@link #emulateAllreduce(float[][], ReduceOp, Policy, ErrorBuffer[])}, sum, no error feedback. */
+  public static float[][] emulateAllreduce(float[][] sendbufs, Policy policy) {
+    return emulateAllreduce(sendbufs, ReduceOp.SUM, policy, null);
+  }
+
+  /**
+   * Run an allreduce over {@code sendbufs.length} virtual ranks, one thread each,
+   * with {@code policy} for every rank; rank i's input is {@code sendbufs[i]} (all
+   * of one length). The result is bit-identical to a real run of the same inputs
+   * and policy as that run's first call. Copies the inputs and outputs.
+   *
+   * @param errorBuffers null, or one per rank (entries may be null)
+   * @return the outputs, one array per rank
+   */
+  public static float[][] emulateAllreduce(float[][] sendbufs, ReduceOp op, Policy policy,
+      ErrorBuffer[] errorBuffers) {
+    return emulate(false, sendbufs, 1, op, policy, errorBuffers);
+  }
+
+  /**
+   * Run an alltoall over {@code sendbufs.length} virtual ranks: each
+   * {@code sendbufs[i]} holds nranks blocks (its length a multiple of nranks); the
+   * outputs are laid out like {@link Comm#alltoall}. Copies.
+   */
+  public static float[][] emulateAlltoall(float[][] sendbufs, Policy policy) {
+    return emulate(true, sendbufs, sendbufs == null ? 1 : sendbufs.length, ReduceOp.SUM, policy,
+        null);
+  }
+
+  private static float[][] emulate(boolean alltoall, float[][] sendbufs, int blocks, ReduceOp op,
+      Policy policy, ErrorBuffer[] ebs) {
+    if (sendbufs == null) {
+      throw new NullPointerException("qc: argument 'sendbufs' is null");
+    }
+    if (policy == null || op == null) {
+      throw new NullPointerException("qc: argument '" + (op == null ? "op" : "policy") + "' is null");
+    }
+    int nranks = sendbufs.length;
+    if (nranks == 0) {
+      throw new IllegalArgumentException("qc: argument 'sendbufs' is empty (no ranks)");
+    }
+    int n = sendbufs[0] == null ? 0 : sendbufs[0].length;
+    for (int i = 0; i < nranks; ++i) {
+      if (sendbufs[i] == null || sendbufs[i].length != n) {
+        throw new IllegalArgumentException("qc: sendbufs[" + i + "] "
+            + (sendbufs[i] == null ? "is null" : "has " + sendbufs[i].length + " elements")
+            + "; every rank needs " + n);
+      }
+    }
+    if (alltoall && n % nranks != 0) {
+      throw new IllegalArgumentException("qc: emulateAlltoall needs a multiple of nranks = "
+          + nranks + " elements per rank, got " + n);
+    }
+    if (ebs != null && ebs.length != nranks) {
+      throw new IllegalArgumentException("qc: argument 'errorBuffers' has " + ebs.length
+          + " entries for " + nranks + " ranks");
+    }
+    long total = (long) n * nranks;
+    FloatBuffer send = Buffers.directFloats(total);
+    FloatBuffer recv = Buffers.directFloats(total);
+    for (float[] row : sendbufs) {
+      send.put(row);
+    }
+    send.clear();
+    long[] handles = null;
+    if (ebs != null) {
+      handles = new long[nranks];
+      for (int i = 0; i < nranks; ++i) {
+        handles[i] = ebs[i] == null ? 0 : ebs[i].handle();
+      }
+    }
+    try (PolicyStruct p = policy.toStruct()) {
+      QcNative.qcj_emulate(alltoall ? 1 : 0, nranks, send, recv, n, n / blocks, Dtype.FLOAT32,
+          op, p, handles);
+    } finally {
+      Reference.reachabilityFence(ebs);
+    }
+    float[][] out = new float[nranks][n];
+    for (float[] row : out) {
+      recv.get(row);
+    }
+    return out;
+  }
+
+  // ---- codecs on their own --------------------------------------------------
+
+  /** Upper bound on the bytes {@link #encode} writes for {@code count} elements. */
+  public static long encodedSize(Policy policy, long count) {
+    long[] out = new long[1];
+    try (PolicyStruct p = policy.toStruct()) {
+      QcNative.qcj_encoded_size(p, count, out);
+    }
+    return out[0];
+  }
+
+  /** Encode {@code src} with the policy's codec into a self-describing message. Copies. */
+  public static byte[] encode(Policy policy, float[] src) {
+    FloatBuffer s = Buffers.directFloats(src.length);
+    s.put(src);
+    s.clear();
+    ByteBuffer dst = ByteBuffer.allocateDirect(
+        Buffers.checkedInt(encodedSize(policy, src.length), "encoded size"));
+    encode(policy, s, dst);
+    dst.flip();
+    byte[] out = new byte[dst.remaining()];
+    dst.get(out);
+    return out;
+  }
+
+  /**
+   * Encode the remaining floats of {@code src} into {@code dst} at its position,
+   * zero-copy (both direct); advances {@code dst}'s position.
+   *
+   * @return the bytes written
+   */
+  public static int encode(Policy policy, FloatBuffer src, ByteBuffer dst) {
+    FloatBuffer s = Buffers.check(src, "src", false);
+    ByteBuffer d = Buffers.check(dst, "dst", true);
+    long[] out = new long[1];
+    try (PolicyStruct p = policy.toStruct()) {
+      QcNative.qcj_encode(p, s, s.remaining(), Dtype.FLOAT32, d, d.remaining(), out);
+    }
+    int n = (int) out[0];
+    dst.position(dst.position() + n);
+    return n;
+  }
+
+  /**
+   * Decode a message from {@link #encode} holding {@code count} elements. Copies.
+   *
+   * @throws QcException {@link Status#CORRUPT_DATA} for a damaged message,
+   *     {@link Status#MISMATCH} when it holds another count
+   */
+  public static float[] decode(byte[] message, int count) {
+    ByteBuffer s = ByteBuffer.allocateDirect(message.length);
+    s.put(message);
+    s.flip();
+    FloatBuffer d = Buffers.directFloats(count);
+    decode(s, d);
+    float[] out = new float[count];
+    d.get(out);
+    return out;
+  }
+
+  /**
+   * Decode the remaining bytes of {@code src} into the remaining floats of
+   * {@code dst} (their count must be the message's), zero-copy.
+   */
+  public static void decode(ByteBuffer src, FloatBuffer dst) {
+    ByteBuffer s = Buffers.check(src, "src", false);
+    FloatBuffer d = Buffers.check(dst, "dst", true);
+    QcNative.qc_decode(s, s.remaining(), d, d.remaining(), Dtype.FLOAT32);
+  }
+}
