@@ -174,6 +174,21 @@ contains
     buf(n + 1) = c_null_char
   end subroutine to_c_string
 
+  ! An optional name argument as C wants it: NULL when absent, else the
+  ! address of its NUL-terminated copy in buf. buf belongs to the caller
+  ! (allocatable, target), so the address stays valid until the caller's
+  ! C call returns.
+  function optional_c_string(s, buf) result(p)
+    character(len=*), intent(in), optional :: s
+    character(kind=c_char), allocatable, target, intent(inout) :: buf(:)
+    type(c_ptr) :: p
+    p = c_null_ptr
+    if (present(s)) then
+      call to_c_string(s, buf)
+      p = c_loc(buf)
+    end if
+  end function optional_c_string
+
   ! Report a status the way the module promises: into ierr when present,
   ! otherwise print and stop on failure. A status that came from C clears
   ! the Fortran-side message, so qc_last_error_message() names the latest.
@@ -405,11 +420,7 @@ contains
     integer, intent(out), optional :: ierr
     character(kind=c_char), allocatable, target :: clayer(:)
     type(c_ptr) :: player
-    player = c_null_ptr
-    if (present(layer)) then
-      call to_c_string(layer, clayer)
-      player = c_loc(clayer)
-    end if
+    player = optional_c_string(layer, clayer)
     stats%struct_size = c_sizeof(stats)
     call finish(qc_comm_get_layer_stats_c(comm%ptr, player, stats), 'qc_comm_get_layer_stats', ierr)
   end subroutine qc_comm_get_layer_stats
@@ -486,11 +497,7 @@ contains
     integer, intent(out), optional :: ierr
     character(kind=c_char), allocatable, target :: clayer(:)
     type(c_ptr) :: player
-    player = c_null_ptr
-    if (present(layer)) then
-      call to_c_string(layer, clayer)
-      player = c_loc(clayer)
-    end if
+    player = optional_c_string(layer, clayer)
     policy%struct_size = c_sizeof(policy)
     call finish(qc_get_layer_policy_c(comm%ptr, player, policy), 'qc_get_layer_policy', ierr)
   end subroutine qc_get_layer_policy
@@ -576,11 +583,7 @@ contains
       call fail_here('qc_allreduce', 'recvbuf has a different size than sendbuf', ierr)
       return
     end if
-    player = c_null_ptr
-    if (present(layer)) then
-      call to_c_string(layer, clayer)
-      player = c_loc(clayer)
-    end if
+    player = optional_c_string(layer, clayer)
     peb = c_null_ptr
     if (present(error_buffer)) peb = error_buffer%ptr
     call finish(qc_allreduce_c(comm%ptr, buf_ptr(sendbuf), buf_ptr(recvbuf), &
@@ -599,11 +602,7 @@ contains
     integer, intent(out), optional :: ierr
     character(kind=c_char), allocatable, target :: clayer(:)
     type(c_ptr) :: player, peb
-    player = c_null_ptr
-    if (present(layer)) then
-      call to_c_string(layer, clayer)
-      player = c_loc(clayer)
-    end if
+    player = optional_c_string(layer, clayer)
     peb = c_null_ptr
     if (present(error_buffer)) peb = error_buffer%ptr
     call finish(qc_allreduce_c(comm%ptr, buf_ptr(buf), buf_ptr(buf), size(buf, kind=c_size_t), &
@@ -764,11 +763,7 @@ contains
       call fail_here('qc_alltoall', 'size(sendbuf) is not a multiple of the communicator size', ierr)
       return
     end if
-    player = c_null_ptr
-    if (present(layer)) then
-      call to_c_string(layer, clayer)
-      player = c_loc(clayer)
-    end if
+    player = optional_c_string(layer, clayer)
     call finish(qc_alltoall_c(comm%ptr, buf_ptr(sendbuf), buf_ptr(recvbuf), &
                               size(sendbuf, kind=c_size_t) / int(n, c_size_t), &
                               QC_DTYPE_FLOAT32, player, c_null_ptr), &
