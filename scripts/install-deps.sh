@@ -26,6 +26,8 @@
 #   swig openjdk-17-jdk-headless junit4 libhamcrest-java
 #                               the Java bindings (bindings/java: SWIG + JNI, JUnit 4 tests)
 #   python3-venv                the tools venv below
+#   abigail-tools               abidw/abidiff: the ABI guard (tests/abi_guard)
+#   clang-14 libclang-rt-14-dev libFuzzer targets (tests/fuzz, QC_BUILD_FUZZERS)
 # and, from PyPI (Debian has no tree-sitter-julia), a venv with pinned
 # tree-sitter + tree-sitter-julia for the Julia parse check (julia.parse):
 #   ${QC_TOOLS_VENV:-/opt/qc-tools-venv}
@@ -35,7 +37,8 @@ packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libg
           libopenmpi-dev openmpi-bin gfortran
           python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-mpi4py
           python3-torch python3-sklearn
-          swig openjdk-17-jdk-headless junit4 libhamcrest-java python3-venv)
+          swig openjdk-17-jdk-headless junit4 libhamcrest-java python3-venv
+          abigail-tools clang-14 libclang-rt-14-dev)
 tools_venv=${QC_TOOLS_VENV:-/opt/qc-tools-venv}
 tools_pip=(tree-sitter==0.26.1 tree-sitter-julia==0.23.1)
 check_only=0

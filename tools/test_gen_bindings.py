@@ -75,6 +75,21 @@ class ParserReadsEverything(unittest.TestCase):
             self.assertIn(f"@ccall libqc.{fn.name}(", files["bindings/julia/QC.jl/src/libqc.jl"])
 
 
+class LayoutTestCoversEveryField(unittest.TestCase):
+    """tests/abi_guard/test_struct_layout.c records the v0 layout; a field
+    appended to qc.h must be recorded there too, or the guard is silent."""
+
+    def test_every_struct_and_field_is_recorded(self):
+        with open(os.path.join(ROOT, "tests", "abi_guard", "test_struct_layout.c"), encoding="utf-8") as f:
+            layout = f.read()
+        h = gen_bindings.parse_header(read_header())
+        for s in h.structs:
+            self.assertIn(f"SIZE({s.typedef}, ", layout)
+            for fld in s.fields:
+                self.assertIn(f"FIELD({s.typedef}, {fld.name}, ", layout,
+                              f"{s.typedef}.{fld.name} has no recorded offset")
+
+
 class CheckFailsOnDrift(unittest.TestCase):
     def test_unchanged_header_passes(self):
         rc, out = run_check(read_header())
