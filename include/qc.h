@@ -464,7 +464,8 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  * stream: NULL for host memory (a CUDA stream once the CUDA build lands).
  *
  * A message below the policy's min_compress_bytes (default 16 KiB) goes with
- * codec none. QC_ALGO_AUTO then chooses per call (docs/algorithms.md): one
+ * codec none (and algorithm native, set for a global codec, with auto).
+ * QC_ALGO_AUTO then chooses per call (docs/algorithms.md): one
  * rank needs no algorithm; codec none on a transport with its own float sum
  * (MPI) uses native, i.e. MPI_Allreduce after a 16-byte check that every
  * rank is in the same call (its summation order is MPI's, so results match

@@ -60,7 +60,15 @@ Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out) {
 
 qc_policy_t effective_policy(const qc_policy_t& policy, size_t message_bytes) {
   qc_policy_t p = policy;
-  if (message_bytes < p.min_compress_bytes) p.codec = QC_CODEC_NONE;
+  if (message_bytes < p.min_compress_bytes && p.codec != QC_CODEC_NONE) {
+    p.codec = QC_CODEC_NONE;
+    // Native was asked for the compressed codec's shared grid (global_linear
+    // / global_exp). The uncompressed message has no grid: AUTO gives it the
+    // transport's own float sum where there is one (what native means for
+    // codec none) and a point-to-point algorithm elsewhere, instead of
+    // failing as unsupported on a transport without a float sum.
+    if (p.algorithm == QC_ALGO_NATIVE) p.algorithm = QC_ALGO_AUTO;
+  }
   return p;
 }
 

@@ -261,6 +261,38 @@ TEST(MinCompressBytes, SmallMessagesGoUncompressed) {
                                in[src].data() + dst * 1023 * 4, 1023 * 4));
 }
 
+// A global codec with algorithm native: a message below the threshold has no
+// shared grid, so it goes uncompressed with AUTO's algorithm (found by
+// tests/soak: it used to fail as UNSUPPORTED on the local transport, which
+// has no float sum), and exactly like codec none; at the threshold the
+// native integer sum applies again.
+TEST(MinCompressBytes, NativeGlobalCodecBelowTheThresholdFallsBackToAuto) {
+  const int n = 3;
+  qc_policy_t native = make_policy(QC_ALGO_NATIVE);
+  native.codec = QC_CODEC_GLOBAL_LINEAR;
+  native.bits = 4;
+  native.min_compress_bytes = 4096;
+  qc_policy_t exact = make_policy(QC_ALGO_AUTO);
+  for (size_t count : {size_t{1000}, size_t{1024}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    const auto bytes = encode_all(random_inputs(n, count, 9), QC_DTYPE_FLOAT32);
+    const auto a = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, native);
+    const auto b = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, exact);
+    ASSERT_EQ(a.status, QC_SUCCESS) << a.error;
+    ASSERT_EQ(b.status, QC_SUCCESS) << b.error;
+    if (count * 4 < native.min_compress_bytes) {
+      EXPECT_EQ(a.out[0], b.out[0]) << "below the threshold: codec none, AUTO's algorithm";
+    } else {
+      EXPECT_NE(a.out[0], b.out[0]) << "at the threshold the 4-bit global grid applies";
+    }
+  }
+  // codec none with native, asked for explicitly, stays unsupported here.
+  qc_policy_t none_native = make_policy(QC_ALGO_NATIVE);
+  const auto bytes = encode_all(random_inputs(n, 100, 10), QC_DTYPE_FLOAT32);
+  const auto c = allreduce_emulate(n, bytes, 100, QC_DTYPE_FLOAT32, QC_OP_SUM, none_native);
+  EXPECT_EQ(c.status, QC_ERROR_UNSUPPORTED) << c.error;
+}
+
 TEST(MinCompressBytes, OlderStructSizeGetsTheDefault) {
   // A program built before the field existed passes the first layout's size.
   qc_policy_t p = QC_POLICY_INIT;
