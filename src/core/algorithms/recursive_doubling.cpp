@@ -56,6 +56,10 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
         nblocks, ctx.max_encoded_size(block_range(count, nblocks, 0).count)));
     QC_RETURN_IF_ERROR(ctx.recv(r - M, kUnfold, &in));
     QC_RETURN_IF_ERROR(blobs.unpack(in));
+    // A damaged block list may name the wrong blocks: that is corrupt data,
+    // not an internal error (decode_all's check is for the library's bugs).
+    for (size_t b = 0; b < nblocks; ++b)
+      if (!blobs.has(b)) return corrupt_data("recursive doubling: the unfold message lacks a block");
     return blobs.decode_all(ctx, data, count);
   }
   const bool has_extra = r + M < n;
