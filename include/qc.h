@@ -21,6 +21,9 @@
  *     qc_last_error() returns a message for the calling thread that names the
  *     offending argument; no function ever aborts the process or lets a C++
  *     exception escape.
+ *   - A qc_comm_t or qc_error_buffer_t that was destroyed, or was not made by
+ *     qc, gives QC_ERROR_INVALID_ARGUMENT (qc keeps a registry of live
+ *     handles); NULL keeps the meaning each function documents.
  *   - Structs that may grow start with `size_t struct_size`. Set it with the
  *     initializer macro (QC_POLICY_INIT, ...) or the matching *_init function.
  *     The library reads and writes only the bytes that struct_size covers, so a

@@ -135,6 +135,10 @@ QC_API qc_status_t qc_comm_create_local_with_config(int nranks, const qc_comm_co
 
 QC_API qc_status_t qc_comm_destroy(qc_comm_t comm) {
   return QC_API_CALL({
+    if (comm == nullptr) return Status::ok();
+    // Taken out of the registry first: of two destroys of one handle, only
+    // one gets to delete it.
+    if (!live_communicators().remove(comm)) return require_comm(comm);
     delete comm;
     return Status::ok();
   });
@@ -142,7 +146,7 @@ QC_API qc_status_t qc_comm_destroy(qc_comm_t comm) {
 
 QC_API qc_status_t qc_comm_rank(qc_comm_t comm, int* rank) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(require(rank, "rank"));
     *rank = comm->transport->rank();
     return Status::ok();
@@ -151,7 +155,7 @@ QC_API qc_status_t qc_comm_rank(qc_comm_t comm, int* rank) {
 
 QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(require(size, "size"));
     *size = comm->transport->size();
     return Status::ok();
@@ -160,7 +164,7 @@ QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size) {
 
 QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     qc_stats_t copy;
     {
       std::lock_guard<std::mutex> lock(comm->stats_mutex);
@@ -174,7 +178,7 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats) {
 QC_API qc_status_t qc_comm_get_layer_stats(qc_comm_t comm, const char* layer,
                                            qc_layer_stats_t* stats) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     qc_layer_stats_t copy{};
     {
       std::lock_guard<std::mutex> lock(comm->stats_mutex);
@@ -188,7 +192,7 @@ QC_API qc_status_t qc_comm_get_layer_stats(qc_comm_t comm, const char* layer,
 
 QC_API qc_status_t qc_comm_layer_count(qc_comm_t comm, size_t* count) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(require(count, "count"));
     std::lock_guard<std::mutex> lock(comm->stats_mutex);
     *count = comm->layer_stats.size();
@@ -199,7 +203,7 @@ QC_API qc_status_t qc_comm_layer_count(qc_comm_t comm, size_t* count) {
 QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, size_t capacity,
                                       size_t* length) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(require(length, "length"));
     if (capacity > 0) QC_RETURN_IF_ERROR(require(name, "name"));
     std::string found;
@@ -226,7 +230,7 @@ QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, 
 QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
                                        const qc_policy_t* policy) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(require(pattern, "pattern"));
     if (pattern[0] == '\0') return invalid_argument("argument 'pattern' is an empty string");
     qc_policy_t p;
@@ -238,7 +242,7 @@ QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
 
 QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     return write_struct(comm->policies.resolve(layer), kPolicyV0Size, "policy", "qc_policy_t",
                         policy);
   });
@@ -246,7 +250,7 @@ QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_pol
 
 QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name, const qc_policy_t* base) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(require(name, "name"));
     if (std::strcmp(name, "cgx") != 0) {
       return invalid_argument(std::string("argument 'name' is \"") + name +

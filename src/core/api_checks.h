@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/handle_registry.h"
 #include "core/status.h"
 
 namespace qc {
@@ -15,6 +16,33 @@ constexpr int kMaxLocalRanks = 4096;
 inline Status require(const void* pointer, const char* arg) {
   if (pointer != nullptr) return Status::ok();
   return invalid_argument(std::string("argument '") + arg + "' is NULL");
+}
+
+// A communicator argument: not NULL, and live (created by qc_comm_create*
+// and not yet destroyed; core/handle_registry.h).
+inline Status require_comm(const void* comm, const char* arg = "comm") {
+  QC_RETURN_IF_ERROR(require(comm, arg));
+  if (live_communicators().contains(comm)) return Status::ok();
+  return invalid_argument(std::string("argument '") + arg +
+                          "' is not a live qc communicator (destroyed, or not created by "
+                          "qc_comm_create*)");
+}
+
+// An error buffer argument that may be NULL; if not NULL it must be live
+// (created by qc_error_buffer_create and not yet destroyed).
+inline Status check_live_error_buffer(const void* error_buffer, const std::string& arg) {
+  if (error_buffer == nullptr || live_error_buffers().contains(error_buffer)) {
+    return Status::ok();
+  }
+  return invalid_argument("argument '" + arg +
+                          "' is not a live qc error buffer (destroyed, or not created by "
+                          "qc_error_buffer_create)");
+}
+
+// An error buffer argument that must not be NULL.
+inline Status require_error_buffer(const void* error_buffer, const char* arg = "error_buffer") {
+  QC_RETURN_IF_ERROR(require(error_buffer, arg));
+  return check_live_error_buffer(error_buffer, arg);
 }
 
 inline Status check_dtype(qc_dtype_t dtype) {

@@ -52,6 +52,38 @@ Status check_rank_buffers(const void* const* sendbufs, void* const* recvbufs, in
   return Status::ok();
 }
 
+// The virtual ranks run at once, one thread each: a rank's output must not
+// overlap another rank's output or input (its own input may be the same
+// buffer: in place; inputs may be shared, they are only read). Unchecked,
+// the threads would race on the memory and the result would depend on the
+// schedule. Quadratic, which is nothing next to starting nranks threads.
+Status check_emulation_aliasing(int nranks, const void* const* sendbufs, void* const* recvbufs,
+                                size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  const auto overlaps = [bytes](const void* a, const void* b) {
+    const auto pa = reinterpret_cast<uintptr_t>(a);
+    const auto pb = reinterpret_cast<uintptr_t>(b);
+    return pa < pb + bytes && pb < pa + bytes;
+  };
+  for (int r = 0; r < nranks; ++r) {
+    for (int s = 0; s < nranks; ++s) {
+      if (s == r) continue;
+      if (s < r && overlaps(recvbufs[r], recvbufs[s])) {
+        return invalid_argument("argument 'recvbufs[" + std::to_string(r) +
+                                "]' overlaps 'recvbufs[" + std::to_string(s) +
+                                "]': each virtual rank needs its own output buffer");
+      }
+      if (overlaps(recvbufs[r], sendbufs[s])) {
+        return invalid_argument("argument 'recvbufs[" + std::to_string(r) +
+                                "]' overlaps 'sendbufs[" + std::to_string(s) +
+                                "]', which another virtual rank reads while rank " +
+                                std::to_string(r) + " writes");
+      }
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 namespace qc {
@@ -65,6 +97,7 @@ Status validate_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, si
   QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
   QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
   QC_RETURN_IF_ERROR(check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf"));
+  QC_RETURN_IF_ERROR(check_live_error_buffer(error_buffer, "error_buffer"));
   // The error buffer's count, rank and size are checked by comm_allreduce,
   // which breaks the group on a mismatch so that no peer waits for this rank.
   return Status::ok();
@@ -89,7 +122,7 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
                                 qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
                                 qc_error_buffer_t error_buffer, void* stream) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
     QC_RETURN_IF_ERROR(check_stream(stream));
     return comm_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer);
@@ -102,7 +135,7 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
                                          qc_reduce_op_t op, qc_error_buffer_t error_buffer,
                                          void* stream) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     if (nsegments > 0) QC_RETURN_IF_ERROR(require(counts, "counts"));
     size_t total = 0;
     for (size_t i = 0; i < nsegments; ++i) {
@@ -123,7 +156,7 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
                                size_t count_per_rank, qc_dtype_t dtype, const char* layer,
                                void* stream) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(
         validate_alltoall(comm->transport->size(), sendbuf, recvbuf, count_per_rank, dtype));
     QC_RETURN_IF_ERROR(check_stream(stream));
@@ -142,6 +175,8 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
     for (int r = 0; r < nranks; ++r) {
       QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count));
       qc_error_buffer_t eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
+      QC_RETURN_IF_ERROR(
+          check_live_error_buffer(eb, "error_buffers[" + std::to_string(r) + "]"));
       if (eb != nullptr && !seen.insert(eb).second) {
         return invalid_argument("argument 'error_buffers': entry " + std::to_string(r) +
                                 " is also used by an earlier rank; each rank needs its own");
@@ -151,6 +186,9 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
       const std::string name = "error_buffers[" + std::to_string(r) + "]";
       QC_RETURN_IF_ERROR(check_emulation_error_buffer(eb, r, nranks, count, name));
     }
+    size_t bytes = 0;
+    QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
+    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, recvbufs, bytes));
     return emulate_allreduce(args, count, dtype, op, error_buffers);
   });
 }
@@ -166,6 +204,10 @@ QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
       Status s = validate_alltoall(nranks, sendbufs[r], recvbufs[r], count_per_rank, dtype);
       if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
     }
+    size_t bytes = 0;
+    QC_RETURN_IF_ERROR(check_byte_count(count_per_rank, dtype_size(dtype),
+                                        static_cast<size_t>(nranks), "count_per_rank", &bytes));
+    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, recvbufs, bytes));
     return emulate_alltoall(args, count_per_rank, dtype);
   });
 }

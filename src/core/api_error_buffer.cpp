@@ -16,6 +16,7 @@ QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
                                           qc_error_buffer_t* error_buffer) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require(error_buffer, "error_buffer"));
+    if (comm != nullptr) QC_RETURN_IF_ERROR(require_comm(comm));
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count, sizeof(float), 1, "count", &bytes));
     auto buffer = std::make_unique<qc_error_buffer_s>();
@@ -31,6 +32,12 @@ QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
 
 QC_API qc_status_t qc_error_buffer_destroy(qc_error_buffer_t error_buffer) {
   return QC_API_CALL({
+    if (error_buffer == nullptr) return Status::ok();
+    // Taken out of the registry first: of two destroys of one handle, only
+    // one gets to delete it.
+    if (!live_error_buffers().remove(error_buffer)) {
+      return check_live_error_buffer(error_buffer, "error_buffer");
+    }
     delete error_buffer;
     return Status::ok();
   });
@@ -38,7 +45,7 @@ QC_API qc_status_t qc_error_buffer_destroy(qc_error_buffer_t error_buffer) {
 
 QC_API qc_status_t qc_error_buffer_reset(qc_error_buffer_t error_buffer) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(error_buffer, "error_buffer"));
+    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
     std::fill(error_buffer->residual.begin(), error_buffer->residual.end(), 0.0f);
     return Status::ok();
   });
@@ -46,7 +53,7 @@ QC_API qc_status_t qc_error_buffer_reset(qc_error_buffer_t error_buffer) {
 
 QC_API qc_status_t qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* l2_norm) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(error_buffer, "error_buffer"));
+    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
     QC_RETURN_IF_ERROR(require(l2_norm, "l2_norm"));
     *l2_norm = error_buffer_norm(*error_buffer);
     return Status::ok();
@@ -56,7 +63,7 @@ QC_API qc_status_t qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* 
 QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* dst,
                                         size_t capacity, size_t* size) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(error_buffer, "error_buffer"));
+    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
     QC_RETURN_IF_ERROR(require(size, "size"));
     const size_t need = error_buffer_image_size(*error_buffer);
     *size = need;
@@ -73,7 +80,7 @@ QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* ds
 QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const void* src,
                                         size_t size) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require(error_buffer, "error_buffer"));
+    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
     QC_RETURN_IF_ERROR(require(src, "src"));
     return load_error_buffer(error_buffer, static_cast<const uint8_t*>(src), size);
   });

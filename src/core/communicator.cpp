@@ -166,8 +166,15 @@ Status check_healthy(const qc_comm_s* comm) {
 // another grid starts from zero, with a warning naming `what`.
 Status load_residuals(qc_comm_s* comm, const qc_error_buffer_s& eb, const ErrorBufferGrid& grid,
                       size_t count, const std::string& what) {
-  QC_RETURN_IF_ERROR(check_error_buffer_binding(eb, comm->transport->rank(),
-                                                comm->transport->size(), count));
+  Status fits = check_error_buffer_binding(eb, comm->transport->rank(), comm->transport->size(),
+                                          count);
+  if (!fits) {
+    // The peers are already in (or about to enter) this call: break the
+    // group so that they fail at once instead of waiting for this rank
+    // until the timeout (qc.h: after a MISMATCH the communicator is broken).
+    comm->transport->abort(fits);
+    return fits;
+  }
   std::vector<float>& residual = comm->residual_work;
   if (eb.bound && eb.grid != grid) {
     log_warning(what + ": the error buffer's residuals were computed with " +

@@ -11,12 +11,20 @@
 #include <string>
 
 #include "core/collective_context.h"
+#include "core/handle_registry.h"
 #include "core/policy_table.h"
 #include "core/transports/transport.h"
 
 struct qc_error_buffer_s;
 
 struct qc_comm_s {
+  // Live from construction to destruction (core/handle_registry.h), so the
+  // entry points can tell a destroyed or foreign qc_comm_t from a real one.
+  qc_comm_s() { qc::live_communicators().add(this); }
+  ~qc_comm_s() { qc::live_communicators().remove(this); }
+  qc_comm_s(const qc_comm_s&) = delete;
+  qc_comm_s& operator=(const qc_comm_s&) = delete;
+
   std::unique_ptr<qc::Transport> transport;
   qc::PolicyTable policies;
   double timeout_seconds = 300.0;

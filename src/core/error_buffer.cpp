@@ -84,7 +84,14 @@ Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) 
   if ((flags & ~kFlagBound) != 0) {
     return corrupt_data("error buffer image has unknown flag bits set");
   }
-  qc_error_buffer_s image;
+  // What the image says the residuals belong to (a plain struct: a
+  // qc_error_buffer_s would be a live handle of its own).
+  struct {
+    int rank;
+    int size;
+    bool bound;
+    ErrorBufferGrid grid;
+  } image;
   image.rank = load_i32(src + 16);
   image.size = load_i32(src + 20);
   image.bound = (flags & kFlagBound) != 0;

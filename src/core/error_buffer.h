@@ -20,6 +20,7 @@
 
 #include <vector>
 
+#include "core/handle_registry.h"
 #include "core/status.h"
 
 namespace qc {
@@ -46,6 +47,14 @@ struct ErrorBufferGrid {
 }  // namespace qc
 
 struct qc_error_buffer_s {
+  // Live from construction to destruction (core/handle_registry.h), so the
+  // entry points can tell a destroyed or foreign qc_error_buffer_t from a
+  // real one.
+  qc_error_buffer_s() { qc::live_error_buffers().add(this); }
+  ~qc_error_buffer_s() { qc::live_error_buffers().remove(this); }
+  qc_error_buffer_s(const qc_error_buffer_s&) = delete;
+  qc_error_buffer_s& operator=(const qc_error_buffer_s&) = delete;
+
   // Rank and group size, -1 until known (at creation from the communicator,
   // or at first use for emulation buffers).
   int rank = -1;

@@ -63,7 +63,7 @@ Status read_adapt_config(const qc_adapt_config_t* user, AdaptConfig* out) {
 
 Status adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
                     qc_adapt_report_t* report) {
-  QC_RETURN_IF_ERROR(require(comm, "comm"));
+  QC_RETURN_IF_ERROR(require_comm(comm));
   AdaptConfig base;
   QC_RETURN_IF_ERROR(read_adapt_config(config, &base));
   if (report != nullptr && report->struct_size != sizeof(qc_adapt_report_t)) {
