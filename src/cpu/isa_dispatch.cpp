@@ -4,9 +4,22 @@
 
 #include "cpu/codec_kernels.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace qc {
 namespace cpu {
 namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// Clang before 15 does not know "f16c" in __builtin_cpu_supports (a compile
+// error), so ask CPUID directly: leaf 1, ECX bit 29.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
 
 bool cpu_has(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -14,7 +27,7 @@ bool cpu_has(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                            __builtin_cpu_supports("f16c");
+                            cpu_has_f16c();
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
