@@ -417,9 +417,7 @@ def gen_fortran(h: Header) -> Tuple[str, str]:
             elif decl == "type(c_ptr)":
                 init = " = c_null_ptr"
             else:
-                zero = "0" if f.array is None else "0"
-                init = " = " + (_f_literal(h, f.ctype, "0.0") if "real" in decl else
-                                _f_literal(h, f.ctype, zero))
+                init = " = " + _f_literal(h, f.ctype, "0.0" if "real" in decl else "0")
             L.append(f"    {decl} :: {f.name}{dims}{init}{_f_comment(f.doc)}")
         L.append(f"  end type {s.typedef}")
         names.append(s.typedef)

@@ -118,7 +118,7 @@ bool all_finite(const std::vector<unsigned char>& bytes, size_t count, qc_dtype_
 
 // A random valid policy. Invalid combinations are avoided by construction
 // (the library would refuse them, which is not what a soak is about).
-qc_policy_t random_policy(std::mt19937_64& rng, int nranks) {
+qc_policy_t random_policy(std::mt19937_64& rng) {
   qc_policy_t p = QC_POLICY_INIT;
   const qc_codec_t codecs[] = {QC_CODEC_NONE,   QC_CODEC_FP16,          QC_CODEC_BF16,
                                QC_CODEC_MINMAX, QC_CODEC_QSGD,          QC_CODEC_GLOBAL_LINEAR,
@@ -148,7 +148,6 @@ qc_policy_t random_policy(std::mt19937_64& rng, int nranks) {
   const int levels = (1 << (p.bits - 1)) - 1;
   if (global || (p.codec == QC_CODEC_QSGD && p.bucket_size >= levels * levels))
     p.error_feedback = 0;
-  (void)nranks;
   return p;
 }
 
@@ -256,7 +255,7 @@ int main(int argc, char** argv) {
       const size_t sizes[] = {1, 3, 100, 1000, 4097, 20000, 65536};
       layers[l].count = sizes[rng() % 7] + (rng() % 2 ? static_cast<size_t>(nranks) * 5 : 0);
       max_count = std::max(max_count, layers[l].count);
-      layers[l].policy = random_policy(rng, nranks);
+      layers[l].policy = random_policy(rng);
       const qc_dtype_t dtypes[] = {QC_DTYPE_FLOAT32, QC_DTYPE_FLOAT32, QC_DTYPE_FLOAT16,
                                    QC_DTYPE_BFLOAT16};
       layers[l].dtype = dtypes[rng() % 4];

@@ -228,26 +228,37 @@ TEST(LayerPolicy, ChangeAppliesToNextCollective) {
 // min_compress_bytes: a message below it goes with codec none (exact), one
 // at or above it with the layer's codec; for alltoall a block counts.
 // ===========================================================================
+// For each count: `policy` on 3 ranks gives exactly what `exact` gives when
+// the message is below policy.min_compress_bytes, and something else (its
+// own codec) at or above it.
+void expect_uncompressed_below_threshold(const qc_policy_t& policy, const qc_policy_t& exact,
+                                         std::initializer_list<size_t> counts, uint64_t seed,
+                                         const char* below, const char* at) {
+  const int n = 3;
+  for (size_t count : counts) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    const auto bytes = encode_all(random_inputs(n, count, seed), QC_DTYPE_FLOAT32);
+    const auto a = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, policy);
+    const auto b = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, exact);
+    ASSERT_EQ(a.status, QC_SUCCESS) << a.error;
+    ASSERT_EQ(b.status, QC_SUCCESS) << b.error;
+    if (count * 4 < policy.min_compress_bytes) {
+      EXPECT_EQ(a.out[0], b.out[0]) << below;
+    } else {
+      EXPECT_NE(a.out[0], b.out[0]) << at;
+    }
+  }
+}
+
 TEST(MinCompressBytes, SmallMessagesGoUncompressed) {
   const int n = 3;
   qc_policy_t lossy = make_policy(QC_ALGO_RING);
   lossy.codec = QC_CODEC_MINMAX;
   lossy.bits = 2;
   lossy.min_compress_bytes = 4096;
-  qc_policy_t exact = make_policy(QC_ALGO_RING);
-  for (size_t count : {size_t{1023}, size_t{1024}}) {
-    SCOPED_TRACE("count " + std::to_string(count));
-    const auto bytes = encode_all(random_inputs(n, count, 5), QC_DTYPE_FLOAT32);
-    const auto a = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, lossy);
-    const auto b = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, exact);
-    ASSERT_EQ(a.status, QC_SUCCESS) << a.error;
-    ASSERT_EQ(b.status, QC_SUCCESS) << b.error;
-    if (count * 4 < lossy.min_compress_bytes) {
-      EXPECT_EQ(a.out[0], b.out[0]) << "below the threshold the sum is exact";
-    } else {
-      EXPECT_NE(a.out[0], b.out[0]) << "at the threshold the 2-bit codec applies";
-    }
-  }
+  expect_uncompressed_below_threshold(lossy, make_policy(QC_ALGO_RING), {1023, 1024}, 5,
+                                      "below the threshold the sum is exact",
+                                      "at the threshold the 2-bit codec applies");
   // Alltoall: 1023-float blocks go uncompressed.
   std::vector<Bytes> in = encode_all(random_inputs(n, n * 1023, 6), QC_DTYPE_FLOAT32);
   Group g(n);
@@ -272,20 +283,9 @@ TEST(MinCompressBytes, NativeGlobalCodecBelowTheThresholdFallsBackToAuto) {
   native.codec = QC_CODEC_GLOBAL_LINEAR;
   native.bits = 4;
   native.min_compress_bytes = 4096;
-  qc_policy_t exact = make_policy(QC_ALGO_AUTO);
-  for (size_t count : {size_t{1000}, size_t{1024}}) {
-    SCOPED_TRACE("count " + std::to_string(count));
-    const auto bytes = encode_all(random_inputs(n, count, 9), QC_DTYPE_FLOAT32);
-    const auto a = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, native);
-    const auto b = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, exact);
-    ASSERT_EQ(a.status, QC_SUCCESS) << a.error;
-    ASSERT_EQ(b.status, QC_SUCCESS) << b.error;
-    if (count * 4 < native.min_compress_bytes) {
-      EXPECT_EQ(a.out[0], b.out[0]) << "below the threshold: codec none, AUTO's algorithm";
-    } else {
-      EXPECT_NE(a.out[0], b.out[0]) << "at the threshold the 4-bit global grid applies";
-    }
-  }
+  expect_uncompressed_below_threshold(native, make_policy(QC_ALGO_AUTO), {1000, 1024}, 9,
+                                      "below the threshold: codec none, AUTO's algorithm",
+                                      "at the threshold the 4-bit global grid applies");
   // codec none with native, asked for explicitly, stays unsupported here.
   qc_policy_t none_native = make_policy(QC_ALGO_NATIVE);
   const auto bytes = encode_all(random_inputs(n, 100, 10), QC_DTYPE_FLOAT32);
