@@ -28,7 +28,12 @@
 //    (1 / a subnormal scale overflows to Inf, and 0 * Inf is NaN: such a
 //    bucket, e.g. error-feedback residuals decaying on a zero gradient, is
 //    coded all zero and decodes to lo, within L * 2^-126 of every value.)
-//    j = clamp(round(t), 0, L); decode: lo + j * scale (multiply, then add).
+//    j = clamp(round(t), 0, L); decode: min(lo + j * scale, FLT_MAX)
+//    (multiply, then add, then saturate; a NaN stays NaN). The top level
+//    lo + L * scale can round past FLT_MAX when hi is within an ulp or so of
+//    it; no finite input lies above FLT_MAX, so saturating there is never
+//    further from the input than +Inf would be. The residual e uses the same
+//    saturated value.
 // qsgd (q = 2..8; meta per bucket: norm)
 //    M = 2^(q-1) - 1; norm = sqrt(canonical sum of x*x); inv = norm > 0 ? M / norm : 0;
 //    level = clamp(round(|x| * inv), 0, M); code = (x < 0) << (q-1) | level;

@@ -16,6 +16,12 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// minmax's decoded level (codec_kernels.h): saturated at FLT_MAX; std::min
+// returns its first argument when that is NaN, so a NaN bucket stays NaN.
+float minmax_level(float lo, float j, float scale) {
+  return std::min(lo + j * scale, std::numeric_limits<float>::max());
+}
+
 bool all_finite(const float* z, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(z[i])) return false;
@@ -97,7 +103,7 @@ void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
       const float t = (zb[i] - lo) * inv;
       const float j = std::min(std::max(round_code(t, a, a.index_base + b0 + i), 0.0f), L);
       out.put(static_cast<uint32_t>(j), a.bits);
-      if (e != nullptr) e[b0 + i] = zb[i] - (lo + j * scale);
+      if (e != nullptr) e[b0 + i] = zb[i] - minmax_level(lo, j, scale);
     }
   }
   out.flush();
@@ -110,7 +116,7 @@ void minmax_decode(const uint8_t* meta, const uint8_t* codes, size_t count, int 
     const float lo = load_f32(meta + 8 * b);
     const float scale = load_f32(meta + 8 * b + 4);
     for (size_t i = 0; i < n; ++i) {
-      const float v = lo + static_cast<float>(get_code(codes, b0 + i, bits)) * scale;
+      const float v = minmax_level(lo, static_cast<float>(get_code(codes, b0 + i, bits)), scale);
       dst[b0 + i] = accumulate ? dst[b0 + i] + v : v;
     }
   }

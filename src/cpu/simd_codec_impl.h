@@ -215,6 +215,13 @@ inline bool reused_scale(const uint8_t* reuse_b, size_t offset, float* scale) {
 
 // ---- minmax ----------------------------------------------------------------------
 
+// minmax's decoded level (codec_kernels.h): saturated at FLT_MAX. min_ps
+// returns its second operand when either is NaN, so the level goes second
+// and a NaN bucket stays NaN, as in the scalar.
+QC_TI VF minmax_level(VF vlo, VF j, VF vscale) {
+  return vmin_(set1(std::numeric_limits<float>::max()), add(vlo, mul(j, vscale)));
+}
+
 struct MinmaxConsts {
   VF vL, vzero;
   VI lmask;
@@ -234,7 +241,7 @@ QC_TI VI minmax_quant(VF z, VF vlo, VF vinv, VF vscale, const MinmaxConsts& c,
   const VF t = mul(sub(z, vlo), vinv);
   if (res != nullptr) {
     const VF j = vmin_(c.vL, vmax_(c.vzero, round_code(t, a, base)));
-    *res = sub(z, add(vlo, mul(j, vscale)));
+    *res = sub(z, minmax_level(vlo, j, vscale));
     return and_i(cvtt(j), c.lmask);
   }
   if (!a.stochastic) return and_i(cvt_near(vmin_(c.vL, vmax_(c.vzero, t))), c.lmask);
@@ -400,7 +407,7 @@ QC_T void minmax_decode_q(const uint8_t* meta, const uint8_t* codes, size_t coun
     for (size_t i = 0; i < n; i += 16) {
       const size_t m = n - i < 16 ? n - i : 16;
       const VI c = read_codes<Q>(codes, total, b0 + i, m, q);
-      VF v = add(vlo, mul(cvt_i2f(c), vscale));
+      VF v = minmax_level(vlo, cvt_i2f(c), vscale);
       if (accumulate) v = add(m >= 16 ? loadu(d + i) : load_partial(d + i, m), v);
       store_f(d + i, v, m);
     }

@@ -161,9 +161,9 @@ TopkRank topk_rank(float x) {
 // docs/reliability.md):
 //  - finite values that overflow it (range > FLT_MAX, sum of squares or of
 //    magnitudes > FLT_MAX): CodecEdge.DISABLED_LargeFiniteValuesStayFinite;
-//    such buckets are only required not to crash; likewise minmax buckets
-//    whose top level lo + L * scale rounds past FLT_MAX (FLT_MAX decodes to
-//    +Inf);
+//    such buckets are only required not to crash (a minmax bucket whose top
+//    level lo + L * scale rounds past FLT_MAX is not exempt: it saturates,
+//    and the seed minmax_flt_max_decodes_to_inf.bin keeps it checked);
 //  - qsgd / global buckets whose float32 sum of squares is below 2^-100
 //    (|x| below about 1e-15): the squares lose precision or underflow to 0
 //    (x = 7e-30 gives norm 0 and decodes to 0); the sign rule still holds.
@@ -246,13 +246,6 @@ void check_round_trip(const qc_policy_t& p, const std::vector<float>& x,
     switch (p.codec) {
       case QC_CODEC_MINMAX: {
         if (!std::isfinite(hi - lo)) break;  // known limitation (range overflows)
-        {
-          // known limitation: the top level lo + L * scale rounds past FLT_MAX
-          // (x = FLT_MAX decodes to +Inf), found by this fuzzer
-          const float Lf = static_cast<float>((1 << p.bits) - 1);
-          const float scale_f = (hi - lo) / Lf;
-          if (!std::isfinite(lo + Lf * scale_f)) break;
-        }
         const double L = std::ldexp(1.0, p.bits) - 1.0;
         const double s = (static_cast<double>(hi) - lo) / L;
         const double bound = (sto ? s : s / 2) * (1 + 1e-5) + slack;

@@ -723,6 +723,37 @@ TEST(CodecEdge, DISABLED_LargeFiniteValuesStayFinite) {
   }
 }
 
+// The unused high bits of the last code byte (docs/wire-format.md section 3):
+// encoders write 0; the global decoders refuse a set bit, the bucketed ones
+// ignore it and decode the same values.
+TEST(CodecEdge, UnusedCodeBitsOnlyGlobalDecodersCheck) {
+  const std::vector<float> x = {0.5f, -1.0f, 0.25f};  // 3 x 3 bits: 7 unused bits
+  for (qc_codec_t codec : {QC_CODEC_MINMAX, QC_CODEC_QSGD, QC_CODEC_GLOBAL_LINEAR,
+                           QC_CODEC_GLOBAL_EXP}) {
+    SCOPED_TRACE(codec_label(codec));
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = codec;
+    p.bits = 3;
+    p.bucket_size = 4;
+    Encoded e = encode_f32(p, x);
+    ASSERT_EQ(e.status, QC_SUCCESS) << e.error;
+    ASSERT_EQ(e.msg.back() >> 1, 0) << "encoders leave the unused bits 0";
+    qc_status_t st;
+    const std::vector<float> ref = decode_f32(e.msg, x.size(), &st);
+    ASSERT_EQ(st, QC_SUCCESS);
+    e.msg.back() |= 0x80;
+    const std::vector<float> y = decode_f32(e.msg, x.size(), &st);
+    if (codec == QC_CODEC_GLOBAL_LINEAR || codec == QC_CODEC_GLOBAL_EXP) {
+      EXPECT_EQ(st, QC_ERROR_CORRUPT_DATA);
+      EXPECT_NE(std::string(qc_last_error()).find("unused high bits"), std::string::npos)
+          << qc_last_error();
+    } else {
+      EXPECT_EQ(st, QC_SUCCESS) << qc_last_error();
+      EXPECT_EQ(first_difference(y, ref), -1);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Decoder robustness: damaged messages are refused, never decoded to garbage,
 // never read out of bounds (the CI runs this under ASan)
