@@ -50,6 +50,7 @@ Status apply_cgx_preset(qc_comm_t comm, const qc_policy_t& base) {
   }
   QC_RETURN_IF_ERROR(validate_policy(compressed, "base"));
   const qc_policy_t full = default_policy();
+  warn_if_error_feedback_diverges(compressed, "preset \"cgx\", layer pattern \"*\"");
   comm->policies.set("*", compressed);
   for (const char* pattern : kCgxFullPrecisionPatterns) comm->policies.set(pattern, full);
   return Status::ok();
@@ -235,6 +236,7 @@ QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
     if (pattern[0] == '\0') return invalid_argument("argument 'pattern' is an empty string");
     qc_policy_t p;
     QC_RETURN_IF_ERROR(read_policy(policy, "policy", &p));
+    warn_if_error_feedback_diverges(p, std::string("layer pattern \"") + pattern + "\"");
     comm->policies.set(pattern, p);
     return Status::ok();
   });

@@ -474,6 +474,7 @@ Status environment_defaults(double* timeout_seconds, qc_policy_t* star) {
     return invalid_argument("the QC_* environment variables make an invalid default policy: " +
                             valid.message());
   }
+  warn_if_error_feedback_diverges(*star, "the QC_* environment's default policy");
   *timeout_seconds = env_timeout(env, *timeout_seconds);
   return Status::ok();
 }

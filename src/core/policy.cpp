@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/log.h"
 #include "core/struct_io.h"
 
 namespace qc {
@@ -103,6 +104,30 @@ std::string describe_policy(const qc_policy_t& p) {
   return std::string("codec ") + codec_name(p.codec) + ", bits " + std::to_string(p.bits) +
          ", bucket " + std::to_string(p.bucket_size) + ", algorithm " +
          algorithm_name(p.algorithm) + ", error_feedback " + std::to_string(p.error_feedback);
+}
+
+std::string error_feedback_divergence(const qc_policy_t& p) {
+  if (p.error_feedback == 0) return "";
+  const long long M = (1ll << (p.bits - 1)) - 1;  // levels per sign (bits 2..8)
+  if (p.codec == QC_CODEC_QSGD && static_cast<long long>(p.bucket_size) >= M * M) {
+    return std::string("qsgd with ") + std::to_string(p.bits) + " bits and buckets of " +
+           std::to_string(p.bucket_size) + " elements is not contractive (buckets under M^2 = " +
+           std::to_string(M * M) + " elements would be)";
+  }
+  if (p.codec == QC_CODEC_GLOBAL_LINEAR || p.codec == QC_CODEC_GLOBAL_EXP) {
+    return std::string(codec_name(p.codec)) +
+           " shares one norm over the whole message, so it is not contractive for messages of " +
+           std::to_string(M * M) + " elements or more";
+  }
+  return "";
+}
+
+void warn_if_error_feedback_diverges(const qc_policy_t& policy, const std::string& where) {
+  const std::string why = error_feedback_divergence(policy);
+  if (why.empty()) return;
+  log_warning(where + ": error feedback with " + why +
+              ": its residual can grow every call until the output overflows; use this codec "
+              "without error feedback, or minmax with it (docs/policies.md)");
 }
 
 }  // namespace qc

@@ -31,4 +31,15 @@ const char* codec_name(qc_codec_t codec);
 const char* algorithm_name(qc_algorithm_t algorithm);
 std::string describe_policy(const qc_policy_t& policy);
 
+// Why error feedback cannot keep its residual bounded under `policy`, or ""
+// when it can (or is off): qsgd and the global codecs are not contractive
+// once d elements share a norm with d >= M^2 (docs/policies.md), and the
+// residual then grows every call until the output overflows.
+std::string error_feedback_divergence(const qc_policy_t& policy);
+
+// A warning line (QC_DEBUG=warn, the default) when error_feedback_divergence
+// is not empty; `where` names what is being set ("layer pattern \"*\"").
+// Setting such a policy stays legal: the warning is the whole effect.
+void warn_if_error_feedback_diverges(const qc_policy_t& policy, const std::string& where);
+
 }  // namespace qc

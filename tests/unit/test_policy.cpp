@@ -1,7 +1,9 @@
 // Per-layer policies: pattern resolution as documented in qc.h and layers
 // with different algorithms used alternately on one group.
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "test_util.h"
 
@@ -248,6 +250,78 @@ void expect_uncompressed_below_threshold(const qc_policy_t& policy, const qc_pol
       EXPECT_NE(a.out[0], b.out[0]) << at;
     }
   }
+}
+
+// Error feedback on a codec that is not contractive (docs/policies.md) is
+// legal but diverges: setting such a policy prints one warning line, any
+// other policy none. QC_DEBUG is unset in tests, so warnings go to stderr.
+std::string stderr_of_setting(qc_comm_t c, const char* pattern, const qc_policy_t& p,
+                              qc_status_t* status) {
+  ::testing::internal::CaptureStderr();
+  *status = qc_set_layer_policy(c, pattern, &p);
+  return ::testing::internal::GetCapturedStderr();
+}
+
+TEST(LayerPolicy, DivergingErrorFeedbackIsWarnedAbout) {
+  Group g(1);
+  ASSERT_TRUE(g.ok());
+  struct Case {
+    qc_codec_t codec;
+    int bits, bucket, ef;
+    bool warned;
+  };
+  // qsgd is contractive for buckets under M^2 = (2^(bits-1) - 1)^2 elements:
+  // 49 at 4 bits, 9 at 3 bits, never at 2 bits (M = 1).
+  const Case cases[] = {
+      {QC_CODEC_QSGD, 4, 128, 1, true},          {QC_CODEC_QSGD, 4, 49, 1, true},
+      {QC_CODEC_QSGD, 4, 48, 1, false},          {QC_CODEC_QSGD, 3, 9, 1, true},
+      {QC_CODEC_QSGD, 3, 8, 1, false},           {QC_CODEC_QSGD, 2, 1, 1, true},
+      {QC_CODEC_QSGD, 8, 128, 1, false},         {QC_CODEC_QSGD, 4, 128, 0, false},
+      {QC_CODEC_GLOBAL_LINEAR, 5, 128, 1, true}, {QC_CODEC_GLOBAL_EXP, 8, 1, 1, true},
+      {QC_CODEC_GLOBAL_LINEAR, 5, 128, 0, false}, {QC_CODEC_MINMAX, 2, 128, 1, false},
+      {QC_CODEC_ONEBIT, 1, 128, 1, false},       {QC_CODEC_TOPK, 4, 128, 1, false},
+      {QC_CODEC_NONE, 4, 128, 1, false}};
+  for (const Case& c : cases) {
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = c.codec;
+    p.bits = c.bits;
+    p.bucket_size = c.bucket;
+    p.error_feedback = c.ef;
+    qc_status_t s;
+    const std::string log = stderr_of_setting(g[0], "enc.*", p, &s);
+    SCOPED_TRACE("codec " + std::to_string(c.codec) + " bits " + std::to_string(c.bits) +
+                 " bucket " + std::to_string(c.bucket) + " ef " + std::to_string(c.ef) +
+                 "; stderr: " + log);
+    ASSERT_EQ(s, QC_SUCCESS) << qc_last_error();
+    if (c.warned) {
+      EXPECT_NE(log.find("qc: warning: layer pattern \"enc.*\": error feedback with"),
+                std::string::npos);
+      EXPECT_NE(log.find("docs/policies.md"), std::string::npos);
+    } else {
+      EXPECT_EQ(log, "");
+    }
+    qc_policy_t got = QC_POLICY_INIT;
+    ASSERT_EQ(qc_get_layer_policy(g[0], "enc.0", &got), QC_SUCCESS);
+    EXPECT_EQ(got.error_feedback, c.ef) << "the policy is set all the same";
+  }
+}
+
+TEST(LayerPolicy, DivergingErrorFeedbackFromTheEnvironmentIsWarnedAbout) {
+  ::setenv("QC_CODEC", "qsgd", 1);
+  ::setenv("QC_BITS", "4", 1);
+  ::setenv("QC_BUCKET", "512", 1);
+  ::setenv("QC_EF", "1", 1);
+  ::testing::internal::CaptureStderr();
+  {
+    Group g(1);
+    EXPECT_TRUE(g.ok());
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  for (const char* v : {"QC_CODEC", "QC_BITS", "QC_BUCKET", "QC_EF"}) ::unsetenv(v);
+  EXPECT_NE(log.find("qc: warning: the QC_* environment's default policy: error feedback with "
+                     "qsgd with 4 bits and buckets of 512 elements is not contractive"),
+            std::string::npos)
+      << log;
 }
 
 TEST(MinCompressBytes, SmallMessagesGoUncompressed) {
