@@ -28,12 +28,10 @@
 //    (1 / a subnormal scale overflows to Inf, and 0 * Inf is NaN: such a
 //    bucket, e.g. error-feedback residuals decaying on a zero gradient, is
 //    coded all zero and decodes to lo, within L * 2^-126 of every value.)
-//    j = clamp(round(t), 0, L); decode: min(lo + j * scale, FLT_MAX)
-//    (multiply, then add, then saturate; a NaN stays NaN). The top level
-//    lo + L * scale can round past FLT_MAX when hi is within an ulp or so of
-//    it; no finite input lies above FLT_MAX, so saturating there is never
-//    further from the input than +Inf would be. The residual e uses the same
-//    saturated value.
+//    j = clamp(round(t), 0, L); decode: lo + j * scale (multiply, then add),
+//    except in a bucket whose top level lo + L * scale is not finite
+//    (minmax_levels below), and saturated at FLT_MAX. The residual e uses
+//    the same decoded value.
 // qsgd (q = 2..8; meta per bucket: norm)
 //    M = 2^(q-1) - 1; norm = sqrt(canonical sum of x*x); inv = norm > 0 ? M / norm : 0;
 //    level = clamp(round(|x| * inv), 0, M); code = (x < 0) << (q-1) | level;
@@ -55,14 +53,34 @@
 // pin the bucket to zero for the whole period).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "cpu/random.h"
 #include "qc.h"
 
 namespace qc {
 namespace cpu {
+
+// minmax's decoded levels for one bucket: level(j) = min((lo + j * scale) * f,
+// FLT_MAX). Normally lo and scale are the metadata and f = 1 (exact, so the
+// decode is lo + j * scale). When the top level lo + L * scale is not finite
+// (a range within rounding of FLT_MAX: j * scale or the sum overflows, and
+// found by fuzz_decode, a finite input decoded to +Inf or, saturated, to
+// FLT_MAX far from it), the bucket is decoded at half scale: lo / 2 and
+// scale / 2 (exact unless subnormal) with f = 2, which cannot overflow before
+// the final doubling; the final min catches a top level that still rounds
+// past FLT_MAX (no finite input lies above it). NaN metadata stays NaN.
+// Every kernel takes its per-bucket constants from here.
+struct MinmaxLevels {
+  float lo, scale, f;
+};
+inline MinmaxLevels minmax_levels(float lo, float scale, float L) {
+  if (std::fabs(lo + L * scale) <= std::numeric_limits<float>::max()) return {lo, scale, 1.0f};
+  return {lo * 0.5f, scale * 0.5f, 2.0f};
+}
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 

@@ -16,10 +16,10 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// minmax's decoded level (codec_kernels.h): saturated at FLT_MAX; std::min
-// returns its first argument when that is NaN, so a NaN bucket stays NaN.
-float minmax_level(float lo, float j, float scale) {
-  return std::min(lo + j * scale, std::numeric_limits<float>::max());
+// minmax's decoded level j of a bucket (codec_kernels.h). std::min returns
+// its first argument when that is NaN, so a NaN bucket stays NaN.
+float minmax_level(const MinmaxLevels& m, float j) {
+  return std::min((m.lo + j * m.scale) * m.f, std::numeric_limits<float>::max());
 }
 
 bool all_finite(const float* z, size_t n) {
@@ -99,11 +99,12 @@ void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
     store_f32(meta + 8 * b, lo);
     store_f32(meta + 8 * b + 4, scale);
     const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
+    const MinmaxLevels levels = minmax_levels(lo, scale, L);
     for (size_t i = 0; i < n; ++i) {
       const float t = (zb[i] - lo) * inv;
       const float j = std::min(std::max(round_code(t, a, a.index_base + b0 + i), 0.0f), L);
       out.put(static_cast<uint32_t>(j), a.bits);
-      if (e != nullptr) e[b0 + i] = zb[i] - minmax_level(lo, j, scale);
+      if (e != nullptr) e[b0 + i] = zb[i] - minmax_level(levels, j);
     }
   }
   out.flush();
@@ -111,12 +112,12 @@ void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
 
 void minmax_decode(const uint8_t* meta, const uint8_t* codes, size_t count, int bits,
                    size_t bucket, float* dst, bool accumulate) {
+  const float L = static_cast<float>((1u << bits) - 1u);
   for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
     const size_t n = std::min(bucket, count - b0);
-    const float lo = load_f32(meta + 8 * b);
-    const float scale = load_f32(meta + 8 * b + 4);
+    const MinmaxLevels levels = minmax_levels(load_f32(meta + 8 * b), load_f32(meta + 8 * b + 4), L);
     for (size_t i = 0; i < n; ++i) {
-      const float v = minmax_level(lo, static_cast<float>(get_code(codes, b0 + i, bits)), scale);
+      const float v = minmax_level(levels, static_cast<float>(get_code(codes, b0 + i, bits)));
       dst[b0 + i] = accumulate ? dst[b0 + i] + v : v;
     }
   }

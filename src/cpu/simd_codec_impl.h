@@ -215,11 +215,18 @@ inline bool reused_scale(const uint8_t* reuse_b, size_t offset, float* scale) {
 
 // ---- minmax ----------------------------------------------------------------------
 
-// minmax's decoded level (codec_kernels.h): saturated at FLT_MAX. min_ps
-// returns its second operand when either is NaN, so the level goes second
-// and a NaN bucket stays NaN, as in the scalar.
-QC_TI VF minmax_level(VF vlo, VF j, VF vscale) {
-  return vmin_(set1(std::numeric_limits<float>::max()), add(vlo, mul(j, vscale)));
+// A bucket's minmax_levels (codec_kernels.h) in every lane.
+struct VLevels {
+  VF lo, scale, f;
+};
+QC_TI VLevels vlevels(float lo, float scale, float L) {
+  const MinmaxLevels m = minmax_levels(lo, scale, L);
+  return {set1(m.lo), set1(m.scale), set1(m.f)};
+}
+// Decoded level j. min_ps returns its second operand when either is NaN, so
+// the level goes second and a NaN bucket stays NaN, as in the scalar.
+QC_TI VF minmax_level(const VLevels& v, VF j) {
+  return vmin_(set1(std::numeric_limits<float>::max()), mul(add(v.lo, mul(j, v.scale)), v.f));
 }
 
 struct MinmaxConsts {
@@ -236,12 +243,12 @@ struct MinmaxConsts {
 // before or after it gives the same code, also for the t < 0 or t > L that
 // a reused scale produces; a NaN t converts to INT_MIN whose masked (or
 // byte-truncated) code is 0, as in the scalar.
-QC_TI VI minmax_quant(VF z, VF vlo, VF vinv, VF vscale, const MinmaxConsts& c,
+QC_TI VI minmax_quant(VF z, VF vlo, VF vinv, const VLevels& levels, const MinmaxConsts& c,
                             const QuantArgs& a, uint64_t base, VF* res) {
   const VF t = mul(sub(z, vlo), vinv);
   if (res != nullptr) {
     const VF j = vmin_(c.vL, vmax_(c.vzero, round_code(t, a, base)));
-    *res = sub(z, minmax_level(vlo, j, vscale));
+    *res = sub(z, minmax_level(levels, j));
     return and_i(cvtt(j), c.lmask);
   }
   if (!a.stochastic) return and_i(cvt_near(vmin_(c.vL, vmax_(c.vzero, t))), c.lmask);
@@ -308,11 +315,12 @@ QC_TI void minmax_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a,
   put_f32(meta_b, lo);
   put_f32(meta_b + 4, scale);
   const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
-  const VF vlo = set1(lo), vinv = set1(inv), vscale = set1(scale);
+  const VF vlo = set1(lo), vinv = set1(inv);
+  const VLevels levels = vlevels(lo, scale, c.L);
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
     VF r = zero_f();
-    const VI code = minmax_quant(z[k], vlo, vinv, vscale, c, a, base + 16 * k, WithE ? &r : nullptr);
+    const VI code = minmax_quant(z[k], vlo, vinv, levels, c, a, base + 16 * k, WithE ? &r : nullptr);
     emit_codes<Q>(o, code, 16, c.q);
     if (WithE) storeu(eb + 16 * k, r);
   }
@@ -353,12 +361,13 @@ QC_TI void minmax_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs&
   put_f32(meta_b, lo);
   put_f32(meta_b + 4, scale);
   const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
-  const VF vlo = set1(lo), vinv = set1(inv), vscale = set1(scale);
+  const VF vlo = set1(lo), vinv = set1(inv);
+  const VLevels levels = vlevels(lo, scale, c.L);
   for (i = 0; i < n; i += 16) {
     const size_t m = n - i < 16 ? n - i : 16;
     const VF z = load_z(xb, eb, i, m);
     VF r = zero_f();
-    const VI code = minmax_quant(z, vlo, vinv, vscale, c, a, base + i, eb != nullptr ? &r : nullptr);
+    const VI code = minmax_quant(z, vlo, vinv, levels, c, a, base + i, eb != nullptr ? &r : nullptr);
     emit_codes<Q>(o, code, m, c.q);
     if (eb != nullptr) store_f(eb + i, r, m);
   }
@@ -399,15 +408,15 @@ QC_T void minmax_decode_q(const uint8_t* meta, const uint8_t* codes, size_t coun
                           size_t bucket, float* dst, bool accumulate) {
   const int q = Q != 0 ? Q : bits;
   const size_t total = codes_bytes(count, q);
+  const float L = static_cast<float>((1u << q) - 1u);
   for (size_t b0 = 0, b = 0; b0 < count; b0 += bucket, ++b) {
     const size_t n = bucket < count - b0 ? bucket : count - b0;
-    const VF vlo = set1(get_f32(meta + 8 * b));
-    const VF vscale = set1(get_f32(meta + 8 * b + 4));
+    const VLevels levels = vlevels(get_f32(meta + 8 * b), get_f32(meta + 8 * b + 4), L);
     float* d = dst + b0;
     for (size_t i = 0; i < n; i += 16) {
       const size_t m = n - i < 16 ? n - i : 16;
       const VI c = read_codes<Q>(codes, total, b0 + i, m, q);
-      VF v = minmax_level(vlo, cvt_i2f(c), vscale);
+      VF v = minmax_level(levels, cvt_i2f(c));
       if (accumulate) v = add(m >= 16 ? loadu(d + i) : load_partial(d + i, m), v);
       store_f(d + i, v, m);
     }

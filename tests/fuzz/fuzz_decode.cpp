@@ -162,8 +162,9 @@ TopkRank topk_rank(float x) {
 //  - finite values that overflow it (range > FLT_MAX, sum of squares or of
 //    magnitudes > FLT_MAX): CodecEdge.DISABLED_LargeFiniteValuesStayFinite;
 //    such buckets are only required not to crash (a minmax bucket whose top
-//    level lo + L * scale rounds past FLT_MAX is not exempt: it saturates,
-//    and the seed minmax_flt_max_decodes_to_inf.bin keeps it checked);
+//    level lo + L * scale rounds past FLT_MAX is not exempt: it is decoded at
+//    half scale and saturated, and the seeds minmax_flt_max_decodes_to_inf.bin
+//    and minmax_level_product_overflows.bin keep it checked);
 //  - qsgd / global buckets whose float32 sum of squares is below 2^-100
 //    (|x| below about 1e-15): the squares lose precision or underflow to 0
 //    (x = 7e-30 gives norm 0 and decodes to 0); the sign rule still holds.
