@@ -364,7 +364,7 @@ QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
  *
  * name "cgx" (paper 003 §3: biases and batch/layer normalisations are small
  * and sensitive, so they go in full precision; everything else compressed):
- *   b = *base (NULL: the policy "*" resolves to now), with
+ *   b = *base (NULL: the policy now set for the pattern "*"), with
  *       b.min_compress_bytes = max(b.min_compress_bytes, 16384): every
  *       message under 16 KiB (4096 float32 elements) goes with codec none.
  *       Paper 003 names no byte size (it filters by name and size); 16 KiB

@@ -264,7 +264,9 @@ QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name, const qc_p
     if (base != nullptr) {
       QC_RETURN_IF_ERROR(read_policy(base, "base", &b));
     } else {
-      b = comm->policies.resolve("*");
+      // The entry of the pattern "*" itself: resolving the name "*" could
+      // pick a glob set later that also matches it ("?", "**").
+      b = comm->policies.resolve(nullptr);
     }
     return apply_cgx_preset(comm, b);
   });

@@ -163,6 +163,28 @@ TEST(PolicyPreset, NullBaseUsesTheCurrentStarPolicy) {
   EXPECT_EQ(resolve(g[0], "fc.bias").codec, QC_CODEC_NONE);
 }
 
+// The base is the policy set for the pattern "*", not whatever the name "*"
+// resolves to: globs set later that also match the name "*" ("?" has as few
+// literal characters as "*" and wins the tie by order) are not the base.
+TEST(PolicyPreset, NullBaseIsThePatternStarNotTheNameStar) {
+  Group g(1);
+  ASSERT_TRUE(g.ok());
+  qc_policy_t star = minmax4();
+  star.seed = 7;
+  ASSERT_EQ(qc_set_layer_policy(g[0], "*", &star), QC_SUCCESS);
+  qc_policy_t one_char = minmax4();
+  one_char.bits = 2;
+  one_char.seed = 99;
+  ASSERT_EQ(qc_set_layer_policy(g[0], "?", &one_char), QC_SUCCESS);
+  ASSERT_EQ(qc_set_layer_policy(g[0], "**", &one_char), QC_SUCCESS);
+  ASSERT_EQ(resolve(g[0], "*").seed, 99u) << "the name \"*\" resolves to a later glob";
+  ASSERT_EQ(qc_policy_preset(g[0], "cgx", nullptr), QC_SUCCESS) << qc_last_error();
+  qc_policy_t want = star;
+  want.min_compress_bytes = 16384;
+  EXPECT_TRUE(same_policy(resolve(g[0], nullptr), want));
+  EXPECT_TRUE(same_policy(resolve(g[0], "fc.weight"), want));
+}
+
 TEST(PolicyPreset, OtherPatternsAreKeptAndLaterOnesWin) {
   Group g(1);
   ASSERT_TRUE(g.ok());

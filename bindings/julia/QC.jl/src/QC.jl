@@ -621,7 +621,7 @@ end
     policy_preset!(comm, name="cgx"; base=nothing) -> comm
 
 Set a named group of layer policies (`qc_policy_preset`). `"cgx"`: `base`
-(or, for `nothing`, what "*" resolves to now) for everything, with
+(or, for `nothing`, the policy now set for the pattern "*") for everything, with
 `min_compress_bytes` at least 16 KiB, and codec none for biases and
 normalisation layers. Local: every rank must make the same call.
 """

@@ -404,7 +404,7 @@ public final class Comm implements AutoCloseable {
 
   /**
    * Set a named group of layer policies (qc_policy_preset), e.g. "cgx": biases and
-   * normalisations uncompressed, everything else {@code base} (null: the current "*").
+   * normalisations uncompressed, everything else {@code base} (null: the policy now set for the pattern "*").
    */
   public synchronized void policyPreset(String name, Policy base) {
     long h = handle();
