@@ -22,6 +22,8 @@
 // Prints one summary line; exit 0 when every check held.
 #include <qc.h>
 
+#include "../unit/half_float.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
@@ -75,27 +77,6 @@ long rss_kib() {
   while (std::getline(f, line))
     if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
   return -1;
-}
-
-uint16_t to_half(float f) {  // round to nearest even, for test data only
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffffu;
-  if (exp <= 0) return static_cast<uint16_t>(sign);  // tiny values flush to zero
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  uint32_t h = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  const uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(h);
-}
-
-uint16_t to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
 size_t dtype_size(qc_dtype_t d) { return d == QC_DTYPE_FLOAT32 ? 4 : 2; }
@@ -161,7 +142,7 @@ void fill(std::vector<unsigned char>& bytes, size_t count, qc_dtype_t dtype, uin
     if (dtype == QC_DTYPE_FLOAT32) {
       std::memcpy(bytes.data() + 4 * i, &v, 4);
     } else {
-      const uint16_t h = dtype == QC_DTYPE_FLOAT16 ? to_half(v) : to_bf16(v);
+      const uint16_t h = dtype == QC_DTYPE_FLOAT16 ? qct::f32_to_f16(v) : qct::f32_to_bf16(v);
       std::memcpy(bytes.data() + 2 * i, &h, 2);
     }
   }

@@ -171,6 +171,17 @@ _cstring_ptr(s::String) = Base.unsafe_convert(Cstring, s)
 @inline _gc_safe_enter() = ccall(:jl_gc_safe_enter, Int8, ())
 @inline _gc_safe_leave(state::Int8) = ccall(:jl_gc_safe_leave, Cvoid, (Int8,), state)
 
+# `@gc_safe call`: evaluates one blocking C call (its arguments already bits
+# values, see above) in the GC-safe state and gives its status.
+macro gc_safe(call)
+    quote
+        local state = _gc_safe_enter()
+        local status = $(esc(call))
+        _gc_safe_leave(state)
+        status
+    end
+end
+
 # Buffers are strided arrays (Array, contiguous views such as view(v, 1:n),
 # reshapes) whose elements are contiguous in memory, checked at run time.
 function _is_contiguous(a::StridedArray)
@@ -658,10 +669,7 @@ function adapt_policies!(c::Comm; method = :kmeans, alpha::Real = 2.0,
     rc = GC.@preserve config report begin
         cp = Base.unsafe_convert(Ptr{qc_adapt_config_t}, config)
         rp = Base.unsafe_convert(Ptr{qc_adapt_report_t}, report)
-        state = _gc_safe_enter()
-        status = @inline qc_adapt_policies(h, cp, rp)
-        _gc_safe_leave(state)
-        status
+        @gc_safe @inline qc_adapt_policies(h, cp, rp)
     end
     check(rc)
     r = report[]
@@ -822,10 +830,7 @@ function allreduce!(comm::Comm, sendbuf::StridedArray{T}, recvbuf::StridedArray{
         sp = _ptr(sendbuf)
         rp = _ptr(recvbuf)
         lp = _cstring_ptr(name)
-        state = _gc_safe_enter()
-        status = @inline qc_allreduce(h, sp, rp, count, dtype, opc, lp, ebh, C_NULL)
-        _gc_safe_leave(state)
-        status
+        @gc_safe @inline qc_allreduce(h, sp, rp, count, dtype, opc, lp, ebh, C_NULL)
     end
     check(rc)
     return recvbuf
@@ -880,10 +885,7 @@ function allreduce_segments!(comm::Comm, sendbuf::StridedArray{T}, recvbuf::Stri
         sp = _ptr(sendbuf)
         rp = _ptr(recvbuf)
         nsegments = Csize_t(nseg)
-        state = _gc_safe_enter()
-        status = @inline qc_allreduce_segments(h, sp, rp, nsegments, cp, lp, dtype, opc, ebh, C_NULL)
-        _gc_safe_leave(state)
-        status
+        @gc_safe @inline qc_allreduce_segments(h, sp, rp, nsegments, cp, lp, dtype, opc, ebh, C_NULL)
     end
     check(rc)
     return recvbuf
@@ -915,10 +917,7 @@ function alltoall!(comm::Comm, sendbuf::StridedArray{T}, recvbuf::StridedArray{T
         sp = _ptr(sendbuf)
         rp = _ptr(recvbuf)
         lp = _cstring_ptr(name)
-        state = _gc_safe_enter()
-        status = @inline qc_alltoall(h, sp, rp, per_rank, dtype, lp, C_NULL)
-        _gc_safe_leave(state)
-        status
+        @gc_safe @inline qc_alltoall(h, sp, rp, per_rank, dtype, lp, C_NULL)
     end
     check(rc)
     return recvbuf
@@ -1047,10 +1046,7 @@ function emulate_allreduce(policy::Policy, sendbufs::AbstractVector;
         rpp = pointer(rps)
         nranks_c = Cint(nr)
         count = Csize_t(n)
-        state = _gc_safe_enter()
-        status = @inline qc_emulate_allreduce(nranks_c, spp, rpp, count, dtype, opc, pp, ep)
-        _gc_safe_leave(state)
-        status
+        @gc_safe @inline qc_emulate_allreduce(nranks_c, spp, rpp, count, dtype, opc, pp, ep)
     end
     check(rc)
     return outs
@@ -1083,10 +1079,7 @@ function emulate_alltoall(policy::Policy, sendbufs::AbstractVector)
         rpp = pointer(rps)
         nranks_c = Cint(nr)
         per_rank = Csize_t(div(n, nr))
-        state = _gc_safe_enter()
-        status = @inline qc_emulate_alltoall(nranks_c, spp, rpp, per_rank, dtype, pp)
-        _gc_safe_leave(state)
-        status
+        @gc_safe @inline qc_emulate_alltoall(nranks_c, spp, rpp, per_rank, dtype, pp)
     end
     check(rc)
     return outs

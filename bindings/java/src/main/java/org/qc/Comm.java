@@ -1,6 +1,5 @@
 package org.qc;
 
-import java.lang.ref.Cleaner;
 import java.lang.ref.Reference;
 import java.nio.Buffer;
 import java.nio.FloatBuffer;
@@ -32,39 +31,13 @@ import java.nio.charset.StandardCharsets;
  * fails the same way. Using a closed communicator throws {@link IllegalStateException}.
  */
 public final class Comm implements AutoCloseable {
-  private static final Cleaner CLEANER = Cleaner.create();
-
-  /** Owns the handle; also run by the Cleaner if a Comm is never closed. */
-  private static final class Handle implements Runnable {
-    private long value;
-
-    Handle(long value) {
-      this.value = value;
-    }
-
-    @Override
-    public synchronized void run() {
-      long h = value;
-      value = 0;
-      if (h != 0) {
-        try {
-          QcNative.qc_comm_destroy(h);
-        } catch (QcException e) {
-          // qc_comm_destroy is local and does not fail for a valid handle.
-        }
-      }
-    }
-  }
-
-  private final Handle handle;
-  private final Cleaner.Cleanable cleanable;
+  private final NativeHandle handle;
   private final int rank;
   private final int size;
   private FloatBuffer scratch; // float[] overloads (guarded by this)
 
   private Comm(long h, int rank, int size) {
-    this.handle = new Handle(h);
-    this.cleanable = CLEANER.register(this, handle);
+    this.handle = new NativeHandle(this, h, QcNative::qc_comm_destroy);
     this.rank = rank;
     this.size = size;
   }
@@ -117,12 +90,7 @@ public final class Comm implements AutoCloseable {
 
   /** The handle, or IllegalStateException if closed. */
   long handle() {
-    synchronized (handle) {
-      if (handle.value == 0) {
-        throw new IllegalStateException("qc: Comm (rank " + rank + " of " + size + ") is closed");
-      }
-      return handle.value;
-    }
+    return handle.get("qc: Comm (rank " + rank + " of " + size + ") is closed");
   }
 
   /** This rank, 0..size()-1. */
@@ -139,9 +107,7 @@ public final class Comm implements AutoCloseable {
 
   /** Whether {@link #close()} was called. */
   public boolean isClosed() {
-    synchronized (handle) {
-      return handle.value == 0;
-    }
+    return handle.isClosed();
   }
 
   /**
@@ -151,7 +117,7 @@ public final class Comm implements AutoCloseable {
    */
   @Override
   public synchronized void close() {
-    cleanable.clean();
+    handle.close();
     scratch = null;
   }
 

@@ -1,6 +1,5 @@
 package org.qc;
 
-import java.lang.ref.Cleaner;
 import java.lang.ref.Reference;
 import java.nio.ByteBuffer;
 
@@ -19,36 +18,11 @@ import java.nio.ByteBuffer;
  * {@link #close()} cannot free the residuals under a running call.
  */
 public final class ErrorBuffer implements AutoCloseable {
-  private static final Cleaner CLEANER = Cleaner.create();
-
-  private static final class Handle implements Runnable {
-    private long value;
-
-    Handle(long value) {
-      this.value = value;
-    }
-
-    @Override
-    public synchronized void run() {
-      long h = value;
-      value = 0;
-      if (h != 0) {
-        try {
-          QcNative.qc_error_buffer_destroy(h);
-        } catch (QcException e) {
-          // destroy does not fail for a valid handle
-        }
-      }
-    }
-  }
-
-  private final Handle handle;
-  private final Cleaner.Cleanable cleanable;
+  private final NativeHandle handle;
   private final long count;
 
   private ErrorBuffer(long h, long count) {
-    this.handle = new Handle(h);
-    this.cleanable = CLEANER.register(this, handle);
+    this.handle = new NativeHandle(this, h, QcNative::qc_error_buffer_destroy);
     this.count = count;
   }
 
@@ -77,12 +51,7 @@ public final class ErrorBuffer implements AutoCloseable {
   }
 
   long handle() {
-    synchronized (handle) {
-      if (handle.value == 0) {
-        throw new IllegalStateException("qc: ErrorBuffer is closed");
-      }
-      return handle.value;
-    }
+    return handle.get("qc: ErrorBuffer is closed");
   }
 
   /** The number of residuals. */
@@ -185,15 +154,13 @@ public final class ErrorBuffer implements AutoCloseable {
 
   /** Whether {@link #close()} was called. */
   public boolean isClosed() {
-    synchronized (handle) {
-      return handle.value == 0;
-    }
+    return handle.isClosed();
   }
 
   /** Release the residuals; calling it again does nothing. */
   @Override
   public synchronized void close() {
-    cleanable.clean();
+    handle.close();
   }
 
   @Override

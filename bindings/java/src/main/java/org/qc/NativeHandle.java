@@ -1,0 +1,70 @@
+package org.qc;
+
+import java.lang.ref.Cleaner;
+
+/**
+ * Owns one qc handle (a communicator or an error buffer) for {@link Comm} and
+ * {@link ErrorBuffer}: freed once, by {@link #close()} or, if the owner is never
+ * closed, by the Cleaner when the owner becomes unreachable. The state lives in
+ * a separate object because a Cleaner action must not refer to its owner.
+ */
+final class NativeHandle {
+  /** Frees a handle; qc's destroy functions do not fail for a valid handle. */
+  interface Destroyer {
+    void destroy(long handle) throws QcException;
+  }
+
+  private static final Cleaner CLEANER = Cleaner.create();
+
+  private static final class State implements Runnable {
+    private long value;
+    private final Destroyer destroyer;
+
+    State(long value, Destroyer destroyer) {
+      this.value = value;
+      this.destroyer = destroyer;
+    }
+
+    @Override
+    public synchronized void run() {
+      long h = value;
+      value = 0;
+      if (h != 0) {
+        try {
+          destroyer.destroy(h);
+        } catch (QcException e) {
+          // not reachable for a live handle; nothing a Cleaner could report to
+        }
+      }
+    }
+  }
+
+  private final State state;
+  private final Cleaner.Cleanable cleanable;
+
+  NativeHandle(Object owner, long handle, Destroyer destroyer) {
+    this.state = new State(handle, destroyer);
+    this.cleanable = CLEANER.register(owner, state);
+  }
+
+  /** The handle, or IllegalStateException with {@code closedMessage} once closed. */
+  long get(String closedMessage) {
+    synchronized (state) {
+      if (state.value == 0) {
+        throw new IllegalStateException(closedMessage);
+      }
+      return state.value;
+    }
+  }
+
+  boolean isClosed() {
+    synchronized (state) {
+      return state.value == 0;
+    }
+  }
+
+  /** Frees the handle; later calls do nothing. */
+  void close() {
+    cleanable.clean();
+  }
+}
