@@ -170,7 +170,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 'P': {
         const qc_status_t s = qc_policy_preset(comm, "cgx", nullptr);
         QC_FUZZ_CHECK(s == QC_SUCCESS, "qc_policy_preset: %s", qc_status_string(s));
-        qc_policy_t base = model.resolve("*");
+        // the policy of the pattern "*" itself (qc.h), not what the name "*"
+        // resolves to: a later "*?*" also matches that name
+        qc_policy_t base = model.resolve(nullptr);
         if (base.min_compress_bytes < 16384) base.min_compress_bytes = 16384;
         const qc_policy_t full = qc::default_policy();
         table.set("*", base);
