@@ -53,11 +53,13 @@
 // pin the bucket to zero for the whole period).
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 
+#include "core/host_device.h"
 #include "cpu/random.h"
 #include "qc.h"
 
@@ -77,8 +79,8 @@ namespace cpu {
 struct MinmaxLevels {
   float lo, scale, f;
 };
-inline MinmaxLevels minmax_levels(float lo, float scale, float L) {
-  if (std::fabs(lo + L * scale) <= std::numeric_limits<float>::max()) return {lo, scale, 1.0f};
+QC_HOST_DEVICE inline MinmaxLevels minmax_levels(float lo, float scale, float L) {
+  if (fabsf(lo + L * scale) <= FLT_MAX) return {lo, scale, 1.0f};
   return {lo * 0.5f, scale * 0.5f, 2.0f};
 }
 

@@ -6,15 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/half_convert.h"
 #include "qc.h"
 
 namespace qc {
 namespace cpu {
 
-uint16_t float_to_half(float value);
-float half_to_float(uint16_t bits);
-uint16_t float_to_bfloat16(float value);
-float bfloat16_to_float(uint16_t bits);
+// float_to_half, half_to_float, float_to_bfloat16, bfloat16_to_float:
+// cpu/half_convert.h (shared with the CUDA kernels).
 
 // dst[i] = float(src[i]); src holds `count` elements of `dtype`.
 void to_float32(const void* src, qc_dtype_t dtype, float* dst, size_t count);

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace qc {
 namespace cpu {
 
@@ -24,19 +26,19 @@ struct RandomStream {
   uint32_t k1 = 0;
 };
 
-inline uint64_t splitmix64(uint64_t x) {
+QC_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-inline RandomStream make_random_stream(uint64_t seed, uint32_t rank, uint64_t call) {
+QC_HOST_DEVICE inline RandomStream make_random_stream(uint64_t seed, uint32_t rank, uint64_t call) {
   const uint64_t h = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(rank) ^ splitmix64(call)));
   return {static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
 }
 
-inline uint32_t lowbias32(uint32_t x) {
+QC_HOST_DEVICE inline uint32_t lowbias32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -45,14 +47,14 @@ inline uint32_t lowbias32(uint32_t x) {
   return x;
 }
 
-inline uint32_t random_bits(const RandomStream& s, uint64_t index) {
+QC_HOST_DEVICE inline uint32_t random_bits(const RandomStream& s, uint64_t index) {
   const uint32_t lo = static_cast<uint32_t>(index);
   const uint32_t hi = static_cast<uint32_t>(index >> 32);
   return lowbias32(lowbias32(lo ^ s.k0) ^ (hi ^ s.k1));
 }
 
 // Exactly representable in float: a multiple of 2^-24 below 1.
-inline float random_uniform(const RandomStream& s, uint64_t index) {
+QC_HOST_DEVICE inline float random_uniform(const RandomStream& s, uint64_t index) {
   return static_cast<float>(random_bits(s, index) >> 8) * (1.0f / 16777216.0f);
 }
 

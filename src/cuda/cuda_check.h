@@ -1,0 +1,43 @@
+// cudaError_t -> Status for the .cu files (this header includes the CUDA
+// runtime, so only CUDA translation units may include it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/status.h"
+
+namespace qc {
+namespace cuda {
+
+// A CUDA runtime error as a qc status: a device that is missing or cannot
+// run this build's code is QC_ERROR_UNSUPPORTED, an invalid pointer or
+// argument QC_ERROR_INVALID_ARGUMENT, everything else QC_ERROR_INTERNAL.
+inline Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  std::string m = std::string(what) + ": CUDA error " + cudaGetErrorName(err) + " (" +
+                  cudaGetErrorString(err) + ")";
+  switch (err) {
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+      return unsupported(std::move(m));
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidResourceHandle:
+      return invalid_argument(std::move(m));
+    default:
+      return internal_error(std::move(m));
+  }
+}
+
+// The launch status of the kernel just enqueued (configuration errors and
+// sticky errors from earlier kernels surface here).
+inline Status launch_status(const char* kernel) {
+  return cuda_status(cudaGetLastError(), kernel);
+}
+
+}  // namespace cuda
+}  // namespace qc

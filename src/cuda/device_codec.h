@@ -1,0 +1,65 @@
+// The CUDA codec kernels, as the host sees them. No CUDA type appears here:
+// every pointer is a device pointer (cudaMalloc'd, or managed) and `stream`
+// is a cudaStream_t passed as void* (NULL: the legacy default stream). Every
+// call only enqueues work on that stream and returns; a launch error comes
+// back as the Status, an error inside a kernel at the next synchronisation.
+//
+// The kernels write the same bytes as the CPU reference kernels
+// (cpu/codec_kernels.h, docs/wire-format.md): the same arithmetic with no
+// fused multiply-add (the .cu files are compiled with --fmad=false), the
+// canonical sum's 16 partial sums each kept by one lane in index order, the
+// same counter-based random bits (cpu/random.h, shared), the same tie rules
+// for min and max. tests/cuda compares them with the CPU byte for byte.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "cpu/random.h"
+#include "qc.h"
+
+namespace qc {
+namespace cuda {
+
+// Number of CUDA devices this process can use; 0 when there is no driver or
+// no device (then every other call here fails with QC_ERROR_UNSUPPORTED).
+int device_count();
+
+// One bucketed quantizing encode (minmax, qsgd, onebit), the device twin of
+// cpu::QuantArgs plus the codec.
+struct DeviceQuantArgs {
+  qc_codec_t codec = QC_CODEC_MINMAX;  // QC_CODEC_MINMAX, QC_CODEC_QSGD or QC_CODEC_ONEBIT
+  int bits = 4;
+  size_t bucket = 128;
+  bool stochastic = false;
+  cpu::RandomStream rng;
+  uint64_t index_base = 0;                  // global index of element 0 (random bits)
+  qc_dtype_t input_dtype = QC_DTYPE_FLOAT32;  // 16-bit input: plain encode only (e == nullptr)
+};
+
+// Encodes x[0..count) into meta (per-bucket metadata) and codes (the bit
+// stream), both inside one message buffer on the device. With e != nullptr
+// (float32 input only) the encode is error-compensated in the same pass:
+// z = x + e is encoded and e becomes z - decode(z).
+//
+// Buckets whose size is a multiple of 8 take the single-pass kernel: one team
+// of 4 lanes per bucket reads the bucket once for its statistics and again,
+// from L1/L2, to quantize it. Other bucket sizes take a two-kernel path
+// (statistics, then quantize per group of 8 elements), because their code
+// bytes straddle buckets. Both write identical bytes.
+Status quant_encode(const void* x, float* e, size_t count, const DeviceQuantArgs& args,
+                    uint8_t* meta, uint8_t* codes, void* stream);
+
+// dst = decode (or dst += decode with accumulate) of count values.
+Status quant_decode(qc_codec_t codec, const uint8_t* meta, const uint8_t* codes, size_t count,
+                    int bits, size_t bucket, float* dst, bool accumulate, void* stream);
+
+// fp16 / bf16 wire casts (codec QC_CODEC_FP16 or QC_CODEC_BF16): out holds
+// count little-endian 16-bit values at any alignment.
+Status cast_encode(qc_codec_t codec, const float* x, size_t count, uint8_t* out, void* stream);
+Status cast_decode(qc_codec_t codec, const uint8_t* in, size_t count, float* dst, bool accumulate,
+                   void* stream);
+
+}  // namespace cuda
+}  // namespace qc

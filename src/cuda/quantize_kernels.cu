@@ -1,0 +1,509 @@
+// minmax, qsgd and onebit on the device: the same bytes as the CPU
+// reference (cpu/kernels_scalar.cpp), written by kernels shaped for a GPU.
+//
+// Work split. A bucket is handled by a team of 4 lanes, 8 teams per warp.
+// The canonical sum (16 partial sums acc[i % 16], each added in index order,
+// then a fixed tree) is what fixes the team size: lane l of a team reads the
+// float4 at bucket offsets 16k + 4l, so it alone owns acc[4l .. 4l+3] and
+// adds to them in the CPU's order; the tree is two shuffles and two adds.
+// Min and max are order-free except for which of +0 / -0 wins a tie, so
+// they carry the element index and the lower index wins, as in the CPU's
+// left-to-right scan.
+//
+// Codes. Eight consecutive codes fill exactly `bits` bytes, so when the
+// bucket size is a multiple of 8 every bucket starts on a byte and each
+// even lane, holding 4 codes and its odd neighbour's 4, writes whole bytes
+// no other lane touches: the single-pass kernel (encode_fused_kernel). Other
+// bucket sizes put two buckets' codes in one byte; they take two kernels,
+// one for the statistics and one that quantizes per group of 8 elements.
+//
+// Rounding. The .cu files are compiled with --fmad=false (no contraction of
+// a * b + c), division and sqrt are IEEE (no fast math), and min/max follow
+// std::min/std::max exactly (ref_min/ref_max), so every value rounds as on
+// the CPU.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/codec_kernels.h"
+#include "cpu/half_convert.h"
+#include "cpu/random.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_codec.h"
+
+namespace qc {
+namespace cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kThreads = 256;
+constexpr int kTeamLanes = 4;
+constexpr int kTeamsPerWarp = 32 / kTeamLanes;
+constexpr int kTeamTile = 16;  // elements a team covers per step: 4 lanes x 4
+constexpr size_t kMaxBlocks = size_t{1} << 20;
+
+enum class Kind { kMinmax, kQsgd, kOnebit };
+
+// std::min(a, b) and std::max(a, b), which the CPU reference uses: the first
+// argument wins unless the second compares strictly less (greater), which
+// decides -0 vs +0 and keeps a NaN first argument.
+__device__ __forceinline__ float ref_min(float a, float b) { return (b < a) ? b : a; }
+__device__ __forceinline__ float ref_max(float a, float b) { return (a < b) ? b : a; }
+
+// Metadata is little-endian float32 at any alignment inside the message.
+__device__ __forceinline__ float load_meta(const uint8_t* p) {
+  float v;
+  memcpy(&v, p, 4);
+  return v;
+}
+__device__ __forceinline__ void store_meta(uint8_t* p, float v) { memcpy(p, &v, 4); }
+
+struct EncodeJob {
+  const void* x;
+  float* e;
+  size_t count;
+  size_t bucket;
+  int bits;
+  qc_dtype_t dtype;
+  bool stochastic;
+  cpu::RandomStream rng;
+  uint64_t index_base;
+  uint8_t* meta;
+  uint8_t* codes;
+  bool vector_io;  // float32 input, x and e 16-byte aligned: float4 loads/stores
+};
+
+__device__ __forceinline__ float load_input(const EncodeJob& j, size_t i) {
+  if (j.dtype == QC_DTYPE_FLOAT16) return cpu::half_to_float(static_cast<const uint16_t*>(j.x)[i]);
+  if (j.dtype == QC_DTYPE_BFLOAT16)
+    return cpu::bfloat16_to_float(static_cast<const uint16_t*>(j.x)[i]);
+  return static_cast<const float*>(j.x)[i];
+}
+
+// z = x + e (x alone without error feedback: -0 + 0 would be +0).
+__device__ __forceinline__ float load_z(const EncodeJob& j, size_t i) {
+  const float x = load_input(j, i);
+  return j.e != nullptr ? x + j.e[i] : x;
+}
+
+// The `valid` (0..4) values at i, i+1, ...; i is a multiple of 4.
+__device__ __forceinline__ void load_z4(const EncodeJob& j, size_t i, int valid, float z[4]) {
+  if (valid == 4 && j.vector_io) {
+    const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(j.x) + i);
+    z[0] = x.x, z[1] = x.y, z[2] = x.z, z[3] = x.w;
+    if (j.e != nullptr) {
+      const float4 e = *reinterpret_cast<const float4*>(j.e + i);
+      z[0] = z[0] + e.x, z[1] = z[1] + e.y, z[2] = z[2] + e.z, z[3] = z[3] + e.w;
+    }
+    return;
+  }
+  for (int c = 0; c < 4; ++c) z[c] = c < valid ? load_z(j, i + c) : 0.0f;
+}
+
+__device__ __forceinline__ void store_e4(const EncodeJob& j, size_t i, int valid, const float r[4]) {
+  if (valid == 4 && j.vector_io) {
+    *reinterpret_cast<float4*>(j.e + i) = make_float4(r[0], r[1], r[2], r[3]);
+    return;
+  }
+  for (int c = 0; c < valid; ++c) j.e[i + c] = r[c];
+}
+
+// ---- bucket statistics --------------------------------------------------------
+
+// What one lane has seen of its bucket.
+struct LaneStats {
+  int finite = 1;
+  int any = 0;  // minmax: lo/hi are set
+  float lo = 0.0f, hi = 0.0f;
+  uint32_t lo_at = 0, hi_at = 0;  // bucket-local index of lo / hi
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // canonical sum partials acc[4l + c]
+};
+
+template <Kind K>
+__device__ __forceinline__ void add_to_stats(LaneStats& s, float z, uint32_t at, int c) {
+  s.finite &= isfinite(z) ? 1 : 0;
+  if constexpr (K == Kind::kMinmax) {
+    if (!s.any) {
+      s.lo = s.hi = z;
+      s.lo_at = s.hi_at = at;
+      s.any = 1;
+    } else {
+      if (z < s.lo) s.lo = z, s.lo_at = at;  // strict: the first of equal values stays
+      if (s.hi < z) s.hi = z, s.hi_at = at;
+    }
+  } else if constexpr (K == Kind::kQsgd) {
+    const float sq = z * z;
+    s.acc[c] = s.acc[c] + sq;
+  } else {
+    s.acc[c] = s.acc[c] + fabsf(z);
+  }
+}
+
+// The bucket's metadata from its team's lane statistics (every lane of the
+// warp must call this: it shuffles). m1 is minmax's scale, else unused.
+template <Kind K>
+__device__ void team_meta(const LaneStats& s, size_t n, int bits, float* m0, float* m1) {
+  int finite = s.finite;
+  finite &= __shfl_xor_sync(kFullMask, finite, 1);
+  finite &= __shfl_xor_sync(kFullMask, finite, 2);
+  const float nan = __int_as_float(0x7fc00000);
+  *m1 = 0.0f;
+  if constexpr (K == Kind::kMinmax) {
+    float lo = s.lo, hi = s.hi;
+    uint32_t lo_at = s.lo_at, hi_at = s.hi_at;
+    int any = s.any;
+    for (int off = 1; off < kTeamLanes; off <<= 1) {
+      const float olo = __shfl_xor_sync(kFullMask, lo, off);
+      const float ohi = __shfl_xor_sync(kFullMask, hi, off);
+      const uint32_t olo_at = __shfl_xor_sync(kFullMask, lo_at, off);
+      const uint32_t ohi_at = __shfl_xor_sync(kFullMask, hi_at, off);
+      const int oany = __shfl_xor_sync(kFullMask, any, off);
+      if (oany && (!any || olo < lo || (olo == lo && olo_at < lo_at))) lo = olo, lo_at = olo_at;
+      if (oany && (!any || hi < ohi || (ohi == hi && ohi_at < hi_at))) hi = ohi, hi_at = ohi_at;
+      any |= oany;
+    }
+    const float L = static_cast<float>((1u << bits) - 1u);
+    *m0 = finite ? lo : nan;
+    *m1 = finite ? (hi - lo) / L : nan;
+  } else {
+    // cpu canonical_reduce16: acc[j] += acc[j + w] for w = 8, 4, 2, 1.
+    float a[4];
+    for (int c = 0; c < 4; ++c) a[c] = s.acc[c];
+    for (int c = 0; c < 4; ++c) a[c] = a[c] + __shfl_down_sync(kFullMask, a[c], 2, kTeamLanes);
+    for (int c = 0; c < 4; ++c) a[c] = a[c] + __shfl_down_sync(kFullMask, a[c], 1, kTeamLanes);
+    a[0] = a[0] + a[2];
+    a[1] = a[1] + a[3];
+    a[0] = a[0] + a[1];
+    const float sum = __shfl_sync(kFullMask, a[0], 0, kTeamLanes);
+    if constexpr (K == Kind::kQsgd) {
+      *m0 = finite ? sqrtf(sum) : nan;
+    } else {
+      *m0 = finite ? sum / static_cast<float>(n) : nan;
+    }
+  }
+}
+
+// ---- per-element arithmetic (encode and decode) -------------------------------
+
+// A bucket's quantizing constants, from its metadata (NaN metadata marks a
+// bucket that held a NaN or an infinity: codes 0, residual 0).
+struct BucketQuant {
+  bool nan;
+  float lo, inv, top;  // top: minmax L, qsgd M
+  float step;          // qsgd norm / M, onebit scale
+  cpu::MinmaxLevels levels;
+};
+
+template <Kind K>
+__device__ __forceinline__ BucketQuant bucket_quant(float m0, float m1, int bits) {
+  BucketQuant q{};
+  if constexpr (K == Kind::kMinmax) {
+    q.nan = isnan(m1) || isnan(m0);
+    q.top = static_cast<float>((1u << bits) - 1u);
+    q.lo = m0;
+    q.inv = m1 >= cpu::kMinInvertibleScale ? 1.0f / m1 : 0.0f;
+    q.levels = cpu::minmax_levels(m0, m1, q.top);
+  } else if constexpr (K == Kind::kQsgd) {
+    q.nan = isnan(m0);
+    q.top = static_cast<float>((1u << (bits - 1)) - 1u);
+    q.inv = m0 > 0 ? q.top / m0 : 0.0f;
+    q.step = m0 / q.top;
+  } else {
+    q.nan = isnan(m0);
+    q.step = m0;
+  }
+  return q;
+}
+
+template <Kind K>
+__device__ __forceinline__ BucketQuant bucket_quant_from_meta(const uint8_t* meta, size_t b,
+                                                              int bits) {
+  if constexpr (K == Kind::kMinmax) {
+    return bucket_quant<K>(load_meta(meta + 8 * b), load_meta(meta + 8 * b + 4), bits);
+  } else {
+    return bucket_quant<K>(load_meta(meta + 4 * b), 0.0f, bits);
+  }
+}
+
+__device__ __forceinline__ float minmax_level(const cpu::MinmaxLevels& m, float j) {
+  return ref_min((m.lo + j * m.scale) * m.f, FLT_MAX);
+}
+
+__device__ __forceinline__ float round_code(float t, const EncodeJob& j, uint64_t index) {
+  return j.stochastic ? floorf(t + cpu::random_uniform(j.rng, index)) : rintf(t);
+}
+
+// The code of z and, in *residual, z - decode(code).
+template <Kind K>
+__device__ __forceinline__ uint32_t quantize(const BucketQuant& q, float z, const EncodeJob& j,
+                                             uint64_t index, float* residual) {
+  if (q.nan) {
+    *residual = 0.0f;  // nothing sensible to carry forward
+    return 0;
+  }
+  if constexpr (K == Kind::kMinmax) {
+    const float t = (z - q.lo) * q.inv;
+    const float code = ref_min(ref_max(round_code(t, j, index), 0.0f), q.top);
+    *residual = z - minmax_level(q.levels, code);
+    return static_cast<uint32_t>(code);
+  } else if constexpr (K == Kind::kQsgd) {
+    const float t = fabsf(z) * q.inv;
+    const float level = ref_min(ref_max(round_code(t, j, index), 0.0f), q.top);
+    const bool negative = z < 0;
+    const float v = level * q.step;
+    *residual = z - (negative ? -v : v);
+    return (negative ? 1u << (j.bits - 1) : 0u) | static_cast<uint32_t>(level);
+  } else {
+    const bool negative = z < 0;
+    *residual = z - (negative ? -q.step : q.step);
+    return negative ? 1u : 0u;
+  }
+}
+
+template <Kind K>
+__device__ __forceinline__ float dequantize(const BucketQuant& q, uint32_t code, int bits) {
+  if constexpr (K == Kind::kMinmax) {
+    return minmax_level(q.levels, static_cast<float>(code));
+  } else if constexpr (K == Kind::kQsgd) {
+    const uint32_t sign_bit = 1u << (bits - 1);
+    const float v = static_cast<float>(code & (sign_bit - 1u)) * q.step;
+    return (code & sign_bit) ? -v : v;
+  } else {
+    return code ? -q.step : q.step;
+  }
+}
+
+// ---- kernels ------------------------------------------------------------------
+
+// One team of 4 lanes per bucket: statistics, then (kQuantize) the codes.
+// Loops are uniform across the warp (every team runs ceil(bucket / 16)
+// steps, idle lanes with no valid elements) because the statistics and the
+// code pairs are exchanged with full-warp shuffles.
+template <Kind K, bool kQuantize>
+__global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned team_lane = lane & (kTeamLanes - 1);
+  const unsigned team = lane / kTeamLanes;
+  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
+  const size_t nbuckets = (j.count + j.bucket - 1) / j.bucket;
+  const size_t steps = (j.bucket + kTeamTile - 1) / kTeamTile;
+
+  for (size_t first = warp * kTeamsPerWarp; first < nbuckets; first += warps * kTeamsPerWarp) {
+    const size_t b = first + team;
+    const bool active = b < nbuckets;
+    const size_t b0 = active ? b * j.bucket : 0;
+    const size_t n = active ? min(j.bucket, j.count - b0) : 0;
+
+    LaneStats s;
+    for (size_t k = 0; k < steps; ++k) {
+      const size_t i = k * kTeamTile + team_lane * 4;
+      const int valid = i < n ? static_cast<int>(min(size_t{4}, n - i)) : 0;
+      float z[4];
+      load_z4(j, b0 + i, valid, z);
+      for (int c = 0; c < valid; ++c) add_to_stats<K>(s, z[c], static_cast<uint32_t>(i + c), c);
+    }
+    float m0, m1;
+    team_meta<K>(s, n, j.bits, &m0, &m1);
+    if (active && team_lane == 0) {
+      if constexpr (K == Kind::kMinmax) {
+        store_meta(j.meta + 8 * b, m0);
+        store_meta(j.meta + 8 * b + 4, m1);
+      } else {
+        store_meta(j.meta + 4 * b, m0);
+      }
+    }
+    if constexpr (kQuantize) {
+      const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
+      for (size_t k = 0; k < steps; ++k) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        const int valid = i < n ? static_cast<int>(min(size_t{4}, n - i)) : 0;
+        float z[4], r[4];
+        load_z4(j, b0 + i, valid, z);
+        uint32_t packed = 0;  // 4 codes, 4 * bits <= 32 bits
+        for (int c = 0; c < valid; ++c)
+          packed |= quantize<K>(q, z[c], j, j.index_base + b0 + i + c, &r[c]) << (c * j.bits);
+        if (j.e != nullptr && valid > 0) store_e4(j, b0 + i, valid, r);
+        const uint32_t odd = __shfl_down_sync(kFullMask, packed, 1);
+        if ((team_lane & 1u) == 0 && valid > 0) {
+          // The pair's 8 elements start on a byte (bucket % 8 == 0) and lie
+          // in this bucket; at the tensor's end the high bits stay 0.
+          const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
+          const size_t in_pair = min(size_t{8}, n - i);
+          const size_t nbytes = (in_pair * j.bits + 7) / 8;
+          uint8_t* out = j.codes + (b0 + i) * j.bits / 8;
+          for (size_t t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
+        }
+      }
+    }
+  }
+}
+
+// The second kernel of the two-kernel path: one thread per group of 8
+// elements (whose codes are exactly `bits` whole bytes), any bucket size.
+template <Kind K>
+__global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) {
+  const size_t groups = (j.count + 7) / 8;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += stride) {
+    const size_t i0 = 8 * g;
+    const int valid = static_cast<int>(min(size_t{8}, j.count - i0));
+    size_t b = i0 / j.bucket;
+    size_t next = (b + 1) * j.bucket;
+    BucketQuant q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
+    uint64_t word = 0;
+    for (int c = 0; c < valid; ++c) {
+      const size_t i = i0 + c;
+      if (i >= next) {  // bucket >= 1, so one step reaches i's bucket
+        ++b;
+        next += j.bucket;
+        q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
+      }
+      float r;
+      word |= static_cast<uint64_t>(quantize<K>(q, load_z(j, i), j, j.index_base + i, &r))
+              << (c * j.bits);
+      if (j.e != nullptr) j.e[i] = r;
+    }
+    const int nbytes = (valid * j.bits + 7) / 8;
+    uint8_t* out = j.codes + g * j.bits;
+    for (int t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
+  }
+}
+
+struct DecodeJob {
+  const uint8_t* meta;
+  const uint8_t* codes;
+  size_t count;
+  size_t bucket;
+  int bits;
+  float* dst;
+  bool accumulate;
+  bool vector_io;  // dst 16-byte aligned
+};
+
+// One thread per group of 8 elements: `bits` code bytes in, 8 floats out
+// (two float4 stores when dst is aligned), any bucket size.
+template <Kind K>
+__global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
+  const size_t groups = (d.count + 7) / 8;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const uint32_t mask = (1u << d.bits) - 1u;
+  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += stride) {
+    const size_t i0 = 8 * g;
+    const int valid = static_cast<int>(min(size_t{8}, d.count - i0));
+    const int nbytes = (valid * d.bits + 7) / 8;
+    const uint8_t* in = d.codes + g * d.bits;
+    uint64_t word = 0;
+    for (int t = 0; t < nbytes; ++t) word |= static_cast<uint64_t>(in[t]) << (8 * t);
+    size_t b = i0 / d.bucket;
+    size_t next = (b + 1) * d.bucket;
+    BucketQuant q = bucket_quant_from_meta<K>(d.meta, b, d.bits);
+    float v[8];
+    for (int c = 0; c < valid; ++c) {
+      if (i0 + c >= next) {
+        ++b;
+        next += d.bucket;
+        q = bucket_quant_from_meta<K>(d.meta, b, d.bits);
+      }
+      v[c] = dequantize<K>(q, static_cast<uint32_t>(word >> (c * d.bits)) & mask, d.bits);
+    }
+    float* out = d.dst + i0;
+    if (valid == 8 && d.vector_io) {
+      float4* o = reinterpret_cast<float4*>(out);
+      float4 lo = make_float4(v[0], v[1], v[2], v[3]), hi = make_float4(v[4], v[5], v[6], v[7]);
+      if (d.accumulate) {
+        const float4 a = o[0], b4 = o[1];
+        lo = make_float4(a.x + lo.x, a.y + lo.y, a.z + lo.z, a.w + lo.w);
+        hi = make_float4(b4.x + hi.x, b4.y + hi.y, b4.z + hi.z, b4.w + hi.w);
+      }
+      o[0] = lo;
+      o[1] = hi;
+    } else {
+      for (int c = 0; c < valid; ++c) out[c] = d.accumulate ? out[c] + v[c] : v[c];
+    }
+  }
+}
+
+// ---- host side ----------------------------------------------------------------
+
+bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+unsigned blocks_for(size_t threads_needed) {
+  const size_t blocks = (threads_needed + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+Status check_bits(qc_codec_t codec, int bits) {
+  const int lo = codec == QC_CODEC_QSGD ? 2 : 1;
+  const int hi = codec == QC_CODEC_ONEBIT ? 1 : 8;
+  if (bits < lo || bits > hi)
+    return invalid_argument("cuda: bits " + std::to_string(bits) + " out of range for this codec");
+  return Status::ok();
+}
+
+template <Kind K>
+Status launch_encode(const EncodeJob& j, cudaStream_t s) {
+  const size_t nbuckets = (j.count + j.bucket - 1) / j.bucket;
+  const size_t threads = (nbuckets + kTeamsPerWarp - 1) / kTeamsPerWarp * 32;
+  if (j.bucket % 8 == 0) {
+    bucket_team_kernel<K, true><<<blocks_for(threads), kThreads, 0, s>>>(j);
+    return launch_status("cuda: quantize (single pass)");
+  }
+  bucket_team_kernel<K, false><<<blocks_for(threads), kThreads, 0, s>>>(j);
+  QC_RETURN_IF_ERROR(launch_status("cuda: bucket statistics"));
+  quantize_groups_kernel<K><<<blocks_for((j.count + 7) / 8), kThreads, 0, s>>>(j);
+  return launch_status("cuda: quantize groups");
+}
+
+template <Kind K>
+Status launch_decode(const DecodeJob& d, cudaStream_t s) {
+  decode_groups_kernel<K><<<blocks_for((d.count + 7) / 8), kThreads, 0, s>>>(d);
+  return launch_status("cuda: decode");
+}
+
+}  // namespace
+
+Status quant_encode(const void* x, float* e, size_t count, const DeviceQuantArgs& a,
+                    uint8_t* meta, uint8_t* codes, void* stream) {
+  QC_RETURN_IF_ERROR(check_bits(a.codec, a.bits));
+  if (a.bucket == 0 || a.bucket > UINT32_MAX) return invalid_argument("cuda: bucket size out of range");
+  if (a.input_dtype != QC_DTYPE_FLOAT32 && e != nullptr)
+    return invalid_argument("cuda: error feedback needs float32 input");
+  const size_t elem = a.input_dtype == QC_DTYPE_FLOAT32 ? 4 : 2;
+  if (!aligned(x, elem) || (e != nullptr && !aligned(e, 4)))
+    return invalid_argument("cuda: device input must be aligned to its element size");
+  if (count == 0) return Status::ok();
+  EncodeJob j{x, e, count, a.bucket, a.bits, a.input_dtype, a.stochastic, a.rng, a.index_base,
+              meta, codes, false};
+  j.vector_io = a.input_dtype == QC_DTYPE_FLOAT32 && aligned(x, 16) && (e == nullptr || aligned(e, 16));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (a.codec) {
+    case QC_CODEC_MINMAX: return launch_encode<Kind::kMinmax>(j, s);
+    case QC_CODEC_QSGD: return launch_encode<Kind::kQsgd>(j, s);
+    case QC_CODEC_ONEBIT: return launch_encode<Kind::kOnebit>(j, s);
+    default: return unsupported("cuda: quant_encode takes minmax, qsgd or onebit");
+  }
+}
+
+Status quant_decode(qc_codec_t codec, const uint8_t* meta, const uint8_t* codes, size_t count,
+                    int bits, size_t bucket, float* dst, bool accumulate, void* stream) {
+  QC_RETURN_IF_ERROR(check_bits(codec, bits));
+  if (bucket == 0) return invalid_argument("cuda: bucket size out of range");
+  if (!aligned(dst, 4)) return invalid_argument("cuda: device output must be 4-byte aligned");
+  if (count == 0) return Status::ok();
+  const DecodeJob d{meta, codes, count, bucket, bits, dst, accumulate, aligned(dst, 16)};
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (codec) {
+    case QC_CODEC_MINMAX: return launch_decode<Kind::kMinmax>(d, s);
+    case QC_CODEC_QSGD: return launch_decode<Kind::kQsgd>(d, s);
+    case QC_CODEC_ONEBIT: return launch_decode<Kind::kOnebit>(d, s);
+    default: return unsupported("cuda: quant_decode takes minmax, qsgd or onebit");
+  }
+}
+
+}  // namespace cuda
+}  // namespace qc
