@@ -73,7 +73,8 @@ Status cast_encode(qc_codec_t codec, const float* x, size_t count, uint8_t* out,
   QC_RETURN_IF_ERROR(check_cast(codec, x));
   if (count == 0) return Status::ok();
   const bool aligned2 = reinterpret_cast<uintptr_t>(out) % 2 == 0;
-  cast_encode_kernel<<<blocks_for(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  auto* kernel = &cast_encode_kernel;
+  QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(
       x, count, out, codec == QC_CODEC_BF16, aligned2);
   return launch_status("cuda: cast encode");
 }
@@ -83,7 +84,8 @@ Status cast_decode(qc_codec_t codec, const uint8_t* in, size_t count, float* dst
   QC_RETURN_IF_ERROR(check_cast(codec, dst));
   if (count == 0) return Status::ok();
   const bool aligned2 = reinterpret_cast<uintptr_t>(in) % 2 == 0;
-  cast_decode_kernel<<<blocks_for(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  auto* kernel = &cast_decode_kernel;
+  QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(
       in, count, dst, codec == QC_CODEC_BF16, accumulate, aligned2);
   return launch_status("cuda: cast decode");
 }

@@ -52,6 +52,8 @@ enum class Kind { kMinmax, kQsgd, kOnebit };
 __device__ __forceinline__ float ref_min(float a, float b) { return (b < a) ? b : a; }
 __device__ __forceinline__ float ref_max(float a, float b) { return (a < b) ? b : a; }
 
+__device__ __forceinline__ size_t size_min(size_t a, size_t b) { return a < b ? a : b; }
+
 // Metadata is little-endian float32 at any alignment inside the message.
 __device__ __forceinline__ float load_meta(const uint8_t* p) {
   float v;
@@ -72,7 +74,7 @@ struct EncodeJob {
   uint64_t index_base;
   uint8_t* meta;
   uint8_t* codes;
-  bool vector_io;  // float32 input, x and e 16-byte aligned: float4 loads/stores
+  bool vector_io;  // float32, x and e 16-byte aligned, bucket % 4 == 0: float4 loads/stores
 };
 
 __device__ __forceinline__ float load_input(const EncodeJob& j, size_t i) {
@@ -295,12 +297,12 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
     const size_t b = first + team;
     const bool active = b < nbuckets;
     const size_t b0 = active ? b * j.bucket : 0;
-    const size_t n = active ? min(j.bucket, j.count - b0) : 0;
+    const size_t n = active ? size_min(j.bucket, j.count - b0) : 0;
 
     LaneStats s;
     for (size_t k = 0; k < steps; ++k) {
       const size_t i = k * kTeamTile + team_lane * 4;
-      const int valid = i < n ? static_cast<int>(min(size_t{4}, n - i)) : 0;
+      const int valid = i < n ? static_cast<int>(size_min(4, n - i)) : 0;
       float z[4];
       load_z4(j, b0 + i, valid, z);
       for (int c = 0; c < valid; ++c) add_to_stats<K>(s, z[c], static_cast<uint32_t>(i + c), c);
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
       const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
       for (size_t k = 0; k < steps; ++k) {
         const size_t i = k * kTeamTile + team_lane * 4;
-        const int valid = i < n ? static_cast<int>(min(size_t{4}, n - i)) : 0;
+        const int valid = i < n ? static_cast<int>(size_min(4, n - i)) : 0;
         float z[4], r[4];
         load_z4(j, b0 + i, valid, z);
         uint32_t packed = 0;  // 4 codes, 4 * bits <= 32 bits
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
           // The pair's 8 elements start on a byte (bucket % 8 == 0) and lie
           // in this bucket; at the tensor's end the high bits stay 0.
           const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
-          const size_t in_pair = min(size_t{8}, n - i);
+          const size_t in_pair = size_min(8, n - i);
           const size_t nbytes = (in_pair * j.bits + 7) / 8;
           uint8_t* out = j.codes + (b0 + i) * j.bits / 8;
           for (size_t t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
@@ -350,7 +352,7 @@ __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) 
   for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += stride) {
     const size_t i0 = 8 * g;
-    const int valid = static_cast<int>(min(size_t{8}, j.count - i0));
+    const int valid = static_cast<int>(size_min(8, j.count - i0));
     size_t b = i0 / j.bucket;
     size_t next = (b + 1) * j.bucket;
     BucketQuant q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
@@ -394,7 +396,7 @@ __global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
   for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += stride) {
     const size_t i0 = 8 * g;
-    const int valid = static_cast<int>(min(size_t{8}, d.count - i0));
+    const int valid = static_cast<int>(size_min(8, d.count - i0));
     const int nbytes = (valid * d.bits + 7) / 8;
     const uint8_t* in = d.codes + g * d.bits;
     uint64_t word = 0;
@@ -450,18 +452,22 @@ Status launch_encode(const EncodeJob& j, cudaStream_t s) {
   const size_t nbuckets = (j.count + j.bucket - 1) / j.bucket;
   const size_t threads = (nbuckets + kTeamsPerWarp - 1) / kTeamsPerWarp * 32;
   if (j.bucket % 8 == 0) {
-    bucket_team_kernel<K, true><<<blocks_for(threads), kThreads, 0, s>>>(j);
+    auto* single_pass = &bucket_team_kernel<K, true>;
+    QC_LAUNCH(single_pass, blocks_for(threads), kThreads, s)(j);
     return launch_status("cuda: quantize (single pass)");
   }
-  bucket_team_kernel<K, false><<<blocks_for(threads), kThreads, 0, s>>>(j);
+  auto* statistics = &bucket_team_kernel<K, false>;
+  QC_LAUNCH(statistics, blocks_for(threads), kThreads, s)(j);
   QC_RETURN_IF_ERROR(launch_status("cuda: bucket statistics"));
-  quantize_groups_kernel<K><<<blocks_for((j.count + 7) / 8), kThreads, 0, s>>>(j);
+  auto* groups = &quantize_groups_kernel<K>;
+  QC_LAUNCH(groups, blocks_for((j.count + 7) / 8), kThreads, s)(j);
   return launch_status("cuda: quantize groups");
 }
 
 template <Kind K>
 Status launch_decode(const DecodeJob& d, cudaStream_t s) {
-  decode_groups_kernel<K><<<blocks_for((d.count + 7) / 8), kThreads, 0, s>>>(d);
+  auto* decode = &decode_groups_kernel<K>;
+  QC_LAUNCH(decode, blocks_for((d.count + 7) / 8), kThreads, s)(d);
   return launch_status("cuda: decode");
 }
 
@@ -479,7 +485,10 @@ Status quant_encode(const void* x, float* e, size_t count, const DeviceQuantArgs
   if (count == 0) return Status::ok();
   EncodeJob j{x, e, count, a.bucket, a.bits, a.input_dtype, a.stochastic, a.rng, a.index_base,
               meta, codes, false};
-  j.vector_io = a.input_dtype == QC_DTYPE_FLOAT32 && aligned(x, 16) && (e == nullptr || aligned(e, 16));
+  // A team's float4 at bucket offset 16k + 4l is 16-byte aligned only when
+  // bucket starts are (found by the warp emulator: bucket 5 faulted).
+  j.vector_io = a.input_dtype == QC_DTYPE_FLOAT32 && a.bucket % 4 == 0 && aligned(x, 16) &&
+                (e == nullptr || aligned(e, 16));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (a.codec) {
     case QC_CODEC_MINMAX: return launch_encode<Kind::kMinmax>(j, s);

@@ -1,0 +1,454 @@
+// The CUDA kernel tests, shared by the GPU run (test_cuda_codecs.cpp) and
+// the CPU warp-emulator run (test_cuda_emulated.cpp): the CUDA codec kernels
+// (src/cuda) against the CPU scalar reference (src/cpu/kernels_scalar.cpp),
+// byte for byte: metadata, codes and the error-feedback residual of every
+// encode; every float of decode and decode-accumulate; the fp16/bf16 casts.
+// Inputs: the golden vectors (tests/data) and seeded random tensors with
+// NaN, +-Inf, -0, denormals, ties and constant runs, bits 1..8, bucket sizes
+// that take the single-pass kernel (multiples of 8) and the two-kernel path
+// (others), float32 and 16-bit input, aligned and misaligned buffers,
+// stochastic rounding with element offsets past 2^32. Device buffers carry
+// canaries, so an out-of-bounds write fails the test.
+//
+// Under the emulator (32 coroutine lanes per warp on one CPU thread) the
+// tensors are kSizeScale times smaller and the widest sweep takes one data
+// kind per combination in turn; the kernels and paths covered are the same.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cpu/codec_kernels.h"
+#include "cpu/dtype_convert.h"
+#include "cpu/random.h"
+#include "cuda/device_codec.h"
+#include "golden_cases.h"
+#include "../unit/kernel_test_data.h"
+
+namespace {
+
+using namespace qc_kernel_test;
+
+#if defined(QC_CUDA_EMULATION)
+constexpr bool kEmulated = true;
+constexpr size_t kSizeScale = 4;
+#else
+constexpr bool kEmulated = false;
+constexpr size_t kSizeScale = 1;
+#endif
+constexpr uint8_t kCanary = 0xA5;
+constexpr size_t kGuard = 64;
+
+// Device memory: cudaMalloc'd on a GPU, 256-byte aligned host memory under
+// the emulator (cudaMalloc's alignment, so the float4 paths run there too).
+#if defined(QC_CUDA_EMULATION)
+void* dev_alloc(size_t n) { return std::aligned_alloc(256, (n + 255) / 256 * 256); }
+void dev_free(void* p) { std::free(p); }
+void dev_upload(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+void dev_download(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+void sync() {}
+#else
+void* dev_alloc(size_t n) {
+  void* p = nullptr;
+  return cudaMalloc(&p, n) == cudaSuccess ? p : nullptr;
+}
+void dev_free(void* p) { cudaFree(p); }
+void dev_upload(void* dst, const void* src, size_t n) {
+  EXPECT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), cudaSuccess);
+}
+void dev_download(void* dst, const void* src, size_t n) {
+  EXPECT_EQ(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+void sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
+#endif
+
+// A device allocation with canary bytes around the part in use, so a kernel
+// that writes out of bounds shows up as a changed canary.
+class DeviceBytes {
+ public:
+  // `size` usable bytes starting `offset` bytes into the allocation.
+  DeviceBytes(size_t size, size_t offset = 0) : size_(size), offset_(offset) {
+    total_ = offset + size + kGuard;
+    base_ = dev_alloc(total_);
+    EXPECT_NE(base_, nullptr);
+    std::vector<uint8_t> canary(total_, kCanary);
+    dev_upload(base_, canary.data(), total_);
+  }
+  ~DeviceBytes() { dev_free(base_); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+
+  uint8_t* data() { return static_cast<uint8_t*>(base_) + offset_; }
+  void upload(const void* src, size_t n) {
+    ASSERT_LE(n, size_);
+    dev_upload(data(), src, n);
+  }
+  std::vector<uint8_t> download() const {
+    std::vector<uint8_t> all(total_);
+    dev_download(all.data(), base_, total_);
+    return all;
+  }
+  // The bytes in use; fails the test when a canary around them changed.
+  std::vector<uint8_t> contents() const {
+    const std::vector<uint8_t> all = download();
+    for (size_t i = 0; i < offset_; ++i) EXPECT_EQ(all[i], kCanary) << "canary before, byte " << i;
+    for (size_t i = offset_ + size_; i < total_; ++i)
+      EXPECT_EQ(all[i], kCanary) << "canary after, byte " << i - offset_ - size_;
+    return std::vector<uint8_t>(all.begin() + offset_, all.begin() + offset_ + size_);
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t size_, offset_, total_;
+};
+
+std::vector<float> as_floats(const std::vector<uint8_t>& b) {
+  std::vector<float> f(b.size() / 4);
+  if (!f.empty()) std::memcpy(f.data(), b.data(), f.size() * 4);
+  return f;
+}
+
+
+const qc::cpu::KernelTable& ref() { return *qc::cpu::scalar_kernels(); }
+
+struct QuantFns {
+  qc::cpu::QuantEncodeFn enc;
+  qc::cpu::QuantDecodeFn dec;
+  size_t meta_floats;
+};
+QuantFns quant_fns(qc_codec_t c) {
+  switch (c) {
+    case QC_CODEC_MINMAX: return {ref().minmax_encode, ref().minmax_decode, 2};
+    case QC_CODEC_QSGD: return {ref().qsgd_encode, ref().qsgd_decode, 1};
+    default: return {ref().onebit_encode, ref().onebit_decode, 1};
+  }
+}
+
+struct QuantCase {
+  qc_codec_t codec;
+  int bits;
+  size_t bucket;
+  size_t count;
+  bool stochastic;
+  bool error_feedback;
+  qc_dtype_t dtype;
+  size_t misalign;  // elements (input) and bytes (message) off the allocation's alignment
+  uint64_t index_base;
+  Data data;
+  uint64_t seed;
+
+  std::string describe() const {
+    std::ostringstream os;
+    os << "codec " << codec << " bits " << bits << " bucket " << bucket << " count " << count
+       << (stochastic ? " stochastic" : " nearest") << (error_feedback ? " ef" : "") << " dtype "
+       << dtype << " misalign " << misalign << " index_base " << index_base << " data "
+       << static_cast<int>(data) << " seed " << seed;
+    return os.str();
+  }
+};
+
+// Encodes on both sides and compares metadata, codes and residual; then
+// decodes the CPU's message on the GPU (plain and accumulate) and compares.
+void check_quant(const QuantCase& c) {
+  SCOPED_TRACE(c.describe());
+  const QuantFns f = quant_fns(c.codec);
+  const std::vector<float> x32 = make_data(c.count, c.data, c.seed);
+  std::vector<uint16_t> x16(c.count);
+  if (c.dtype != QC_DTYPE_FLOAT32) {
+    for (size_t i = 0; i < c.count; ++i)
+      x16[i] = c.dtype == QC_DTYPE_FLOAT16 ? qc::cpu::float_to_half(x32[i])
+                                            : qc::cpu::float_to_bfloat16(x32[i]);
+  }
+  const void* x_host = c.dtype == QC_DTYPE_FLOAT32 ? static_cast<const void*>(x32.data())
+                                                   : static_cast<const void*>(x16.data());
+  const size_t elem = c.dtype == QC_DTYPE_FLOAT32 ? 4 : 2;
+  std::vector<float> e_cpu;
+  if (c.error_feedback) e_cpu = make_data(c.count, Data::kPlain, c.seed + 1000);
+
+  qc::cpu::QuantArgs a;
+  a.bits = c.bits;
+  a.bucket = c.bucket;
+  a.stochastic = c.stochastic;
+  a.rng = qc::cpu::make_random_stream(c.seed, static_cast<uint32_t>(c.seed % 5), c.seed % 3);
+  a.index_base = c.index_base;
+  a.input_dtype = c.dtype;
+  const size_t meta_bytes = qc::cpu::bucket_count(c.count, c.bucket) * f.meta_floats * 4;
+  const size_t code_bytes = qc::cpu::codes_bytes(c.count, c.bits);
+  std::vector<uint8_t> msg_cpu(meta_bytes + code_bytes);
+  std::vector<float> e_gpu_in = e_cpu;
+  f.enc(static_cast<const float*>(x_host), c.error_feedback ? e_cpu.data() : nullptr, c.count, a,
+        msg_cpu.data(), msg_cpu.data() + meta_bytes);
+
+  DeviceBytes x_dev(c.count * elem, c.misalign * elem);
+  x_dev.upload(x_host, c.count * elem);
+  DeviceBytes e_dev(c.count * 4, c.misalign * 4);
+  if (c.error_feedback) e_dev.upload(e_gpu_in.data(), c.count * 4);
+  // The payload sits at message offset 32 in real messages; misalign shifts
+  // the whole message so the metadata is unaligned too.
+  DeviceBytes msg_dev(meta_bytes + code_bytes, 32 + c.misalign);
+
+  qc::cuda::DeviceQuantArgs d;
+  d.codec = c.codec;
+  d.bits = c.bits;
+  d.bucket = c.bucket;
+  d.stochastic = c.stochastic;
+  d.rng = a.rng;
+  d.index_base = c.index_base;
+  d.input_dtype = c.dtype;
+  const qc::Status st =
+      qc::cuda::quant_encode(x_dev.data(), c.error_feedback ? reinterpret_cast<float*>(e_dev.data()) : nullptr,
+                             c.count, d, msg_dev.data(), msg_dev.data() + meta_bytes, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  sync();
+  const std::vector<uint8_t> msg_gpu = msg_dev.contents();
+  for (size_t i = 0; i < msg_cpu.size(); ++i) {
+    ASSERT_EQ(msg_gpu[i], msg_cpu[i])
+        << (i < meta_bytes ? "metadata" : "codes") << " byte "
+        << (i < meta_bytes ? i : i - meta_bytes) << " differs";
+  }
+  if (c.error_feedback) {
+    const long diff = first_float_diff(as_floats(e_dev.contents()), e_cpu);
+    ASSERT_EQ(diff, -1) << "residual element " << diff << " differs";
+  }
+
+  // Decode the CPU's message on the GPU: plain, then accumulate onto data.
+  std::vector<float> out_cpu(c.count);
+  f.dec(msg_cpu.data(), msg_cpu.data() + meta_bytes, c.count, c.bits, c.bucket, out_cpu.data(), false);
+  DeviceBytes src_dev(msg_cpu.size(), c.misalign);
+  src_dev.upload(msg_cpu.data(), msg_cpu.size());
+  DeviceBytes out_dev(c.count * 4, c.misalign * 4);
+  qc::Status ds = qc::cuda::quant_decode(c.codec, src_dev.data(), src_dev.data() + meta_bytes, c.count,
+                                         c.bits, c.bucket, reinterpret_cast<float*>(out_dev.data()),
+                                         false, nullptr);
+  ASSERT_TRUE(ds.is_ok()) << ds.message();
+  sync();
+  long diff = first_float_diff(as_floats(out_dev.contents()), out_cpu);
+  ASSERT_EQ(diff, -1) << "decoded element " << diff << " differs";
+
+  std::vector<float> acc_cpu = make_data(c.count, Data::kPlain, c.seed + 2000);
+  out_dev.upload(acc_cpu.data(), c.count * 4);
+  f.dec(msg_cpu.data(), msg_cpu.data() + meta_bytes, c.count, c.bits, c.bucket, acc_cpu.data(), true);
+  ds = qc::cuda::quant_decode(c.codec, src_dev.data(), src_dev.data() + meta_bytes, c.count, c.bits,
+                              c.bucket, reinterpret_cast<float*>(out_dev.data()), true, nullptr);
+  ASSERT_TRUE(ds.is_ok()) << ds.message();
+  sync();
+  diff = first_float_diff(as_floats(out_dev.contents()), acc_cpu);
+  ASSERT_EQ(diff, -1) << "accumulated element " << diff << " differs";
+}
+
+int min_bits(qc_codec_t c) { return c == QC_CODEC_QSGD ? 2 : 1; }
+int max_bits(qc_codec_t c) { return c == QC_CODEC_ONEBIT ? 1 : 8; }
+
+const qc_codec_t kQuantCodecs[] = {QC_CODEC_MINMAX, QC_CODEC_QSGD, QC_CODEC_ONEBIT};
+
+// Every width, both rounding modes, both kernel paths, every data kind.
+TEST(CudaQuant, EveryWidthAndBucketMatchesTheCpu) {
+  const size_t buckets[] = {8, 32, 128, 1000 /* multiple of 8 */, 1, 3, 100, 129};
+  const Data datas[] = {Data::kPlain, Data::kSpecial, Data::kTies, Data::kConstant};
+  uint64_t seed = 1;
+  for (qc_codec_t codec : kQuantCodecs)
+    for (int bits = min_bits(codec); bits <= max_bits(codec); ++bits)
+      for (size_t bucket : buckets)
+        for (bool stochastic : {false, true})
+          for (Data data : datas) {
+            // The emulator takes one data kind per combination, in turn.
+            if (kEmulated && static_cast<uint64_t>(data) != seed / 4 % 4) continue;
+            check_quant({codec, bits, bucket, 10007 / kSizeScale, stochastic, false,
+                         QC_DTYPE_FLOAT32, 0, 0, data, seed++});
+            if (HasFatalFailure()) return;
+          }
+}
+
+TEST(CudaQuant, ErrorFeedbackResidualMatchesTheCpu) {
+  uint64_t seed = 500;
+  for (qc_codec_t codec : kQuantCodecs)
+    for (int bits : {1, 2, 3, 4, 8})
+      for (size_t bucket : {size_t{128}, size_t{100}})
+        for (bool stochastic : {false, true})
+          for (Data data : {Data::kPlain, Data::kSpecial}) {
+            if (bits < min_bits(codec) || bits > max_bits(codec)) continue;
+            check_quant({codec, bits, bucket, 4099 / kSizeScale, stochastic, true, QC_DTYPE_FLOAT32, 0, 0, data,
+                         seed++});
+            if (HasFatalFailure()) return;
+          }
+}
+
+TEST(CudaQuant, SixteenBitInputMatchesTheCpu) {
+  uint64_t seed = 900;
+  for (qc_codec_t codec : kQuantCodecs)
+    for (qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16})
+      for (size_t bucket : {size_t{64}, size_t{7}}) {
+        check_quant({codec, codec == QC_CODEC_ONEBIT ? 1 : 4, bucket, 3001 / kSizeScale, true, false, dtype, 0, 0,
+                     Data::kSpecial, seed++});
+        if (HasFatalFailure()) return;
+      }
+}
+
+// Misaligned buffers take the scalar-load paths; tiny and odd counts end
+// inside a code byte; offsets past 2^32 use the high word of the random index.
+TEST(CudaQuant, EdgesMatchTheCpu) {
+  uint64_t seed = 1300;
+  for (qc_codec_t codec : kQuantCodecs)
+    for (size_t bucket : {size_t{16}, size_t{5}})
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{9}, size_t{17}, size_t{255}})
+        for (size_t misalign : {size_t{0}, size_t{1}, size_t{3}}) {
+          const int bits = codec == QC_CODEC_ONEBIT ? 1 : 3;
+          check_quant({codec, bits, bucket, count, true, true, QC_DTYPE_FLOAT32, misalign, 0,
+                       Data::kSpecial, seed++});
+          if (HasFatalFailure()) return;
+        }
+  for (qc_codec_t codec : kQuantCodecs) {
+    check_quant({codec, codec == QC_CODEC_ONEBIT ? 1 : 5, 256, 70000 / kSizeScale, true, true, QC_DTYPE_FLOAT32, 0,
+                 (uint64_t{1} << 32) - 30000, Data::kPlain, seed++});
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Large buckets (few teams, many steps each) and a tensor of 2^22 elements.
+TEST(CudaQuant, LargeTensorsMatchTheCpu) {
+  for (qc_codec_t codec : kQuantCodecs) {
+    const int bits = codec == QC_CODEC_ONEBIT ? 1 : 4;
+    check_quant({codec, bits, 65536, 300000 / kSizeScale, false, true, QC_DTYPE_FLOAT32, 0, 0, Data::kPlain, 77});
+    if (HasFatalFailure()) return;
+    check_quant({codec, bits, 128, (size_t{1} << 22) / kSizeScale, true, true, QC_DTYPE_FLOAT32, 0, 0, Data::kPlain,
+                 78});
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(CudaQuant, BadArgumentsAreRefused) {
+  DeviceBytes buf(4096);
+  float* f = reinterpret_cast<float*>(buf.data());
+  qc::cuda::DeviceQuantArgs d;
+  d.codec = QC_CODEC_QSGD;
+  d.bits = 1;  // qsgd needs 2..8
+  EXPECT_EQ(qc::cuda::quant_encode(f, nullptr, 10, d, buf.data(), buf.data() + 64, nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  d.bits = 4;
+  d.bucket = 0;
+  EXPECT_EQ(qc::cuda::quant_encode(f, nullptr, 10, d, buf.data(), buf.data() + 64, nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  d.bucket = 32;
+  d.input_dtype = QC_DTYPE_FLOAT16;  // error feedback needs float32
+  EXPECT_EQ(qc::cuda::quant_encode(f, f + 100, 10, d, buf.data(), buf.data() + 64, nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  d.input_dtype = QC_DTYPE_FLOAT32;
+  EXPECT_EQ(qc::cuda::quant_encode(buf.data() + 1, nullptr, 10, d, buf.data(), buf.data() + 64,
+                                   nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);  // float32 input at an odd address
+  d.codec = QC_CODEC_TOPK;
+  EXPECT_EQ(qc::cuda::quant_encode(f, nullptr, 10, d, buf.data(), buf.data() + 64, nullptr).code(),
+            QC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(qc::cuda::quant_decode(QC_CODEC_MINMAX, buf.data(), buf.data() + 64, 10, 4, 32,
+                                   reinterpret_cast<float*>(buf.data() + 2), false, nullptr)
+                .code(),
+            QC_ERROR_INVALID_ARGUMENT);
+}
+
+// ---- casts ------------------------------------------------------------------------
+
+TEST(CudaCast, Fp16AndBf16MatchTheCpu) {
+  for (qc_codec_t codec : {QC_CODEC_FP16, QC_CODEC_BF16}) {
+    const qc_dtype_t dtype = codec == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16;
+    for (size_t misalign : {size_t{0}, size_t{1}}) {
+      SCOPED_TRACE(std::string(codec == QC_CODEC_FP16 ? "fp16" : "bf16") + " misalign " +
+                   std::to_string(misalign));
+      std::vector<float> x = make_data(20011 / kSizeScale, Data::kSpecial, 31 + misalign);
+      // Values at the half's rounding and overflow edges.
+      const float edges[] = {65504.0f, 65519.99f, 65520.0f, 5.9604645e-8f, 2.9802322e-8f,
+                             2.9802326e-8f, 6.1035156e-5f, -0.0f, 1.0f + 1.0f / 2048};
+      for (size_t i = 0; i < sizeof edges / sizeof edges[0]; ++i) x[i] = edges[i];
+      const size_t n = x.size();
+      std::vector<uint8_t> wire_cpu(2 * n);
+      qc::cpu::from_float32(x.data(), dtype, wire_cpu.data(), n);
+
+      DeviceBytes x_dev(4 * n);
+      x_dev.upload(x.data(), 4 * n);
+      DeviceBytes wire_dev(2 * n, 32 + misalign);
+      qc::Status st = qc::cuda::cast_encode(codec, reinterpret_cast<float*>(x_dev.data()), n,
+                                            wire_dev.data(), nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sync();
+      ASSERT_EQ(wire_dev.contents(), wire_cpu);
+
+      std::vector<float> back_cpu(n);
+      qc::cpu::to_float32(wire_cpu.data(), dtype, back_cpu.data(), n);
+      DeviceBytes back_dev(4 * n);
+      st = qc::cuda::cast_decode(codec, wire_dev.data(), n, reinterpret_cast<float*>(back_dev.data()),
+                                 false, nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sync();
+      ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), back_cpu), -1);
+
+      std::vector<float> acc = make_data(n, Data::kPlain, 99);
+      back_dev.upload(acc.data(), 4 * n);
+      qc::cpu::accumulate_to_float32(wire_cpu.data(), dtype, acc.data(), n);
+      st = qc::cuda::cast_decode(codec, wire_dev.data(), n, reinterpret_cast<float*>(back_dev.data()),
+                                 true, nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sync();
+      ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), acc), -1);
+    }
+  }
+}
+
+// ---- golden vectors ---------------------------------------------------------------
+
+bool read_file(const std::string& path, std::vector<uint8_t>* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return true;
+}
+
+// The GPU payload of each golden case equals the checked-in message's bytes
+// after its 32-byte header (the header is the host's; the payload the GPU's).
+TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
+  const std::vector<float> x = qc_golden::golden_input();
+  const qc::cpu::RandomStream rng = qc::cpu::make_random_stream(qc_golden::kSeed, 0, 0);
+  int checked = 0;
+  for (const qc_golden::GoldenCase& g : qc_golden::golden_cases()) {
+    const bool quant = g.codec == QC_CODEC_MINMAX || g.codec == QC_CODEC_QSGD || g.codec == QC_CODEC_ONEBIT;
+    const bool cast = g.codec == QC_CODEC_FP16 || g.codec == QC_CODEC_BF16;
+    if (!quant && !cast) continue;  // none, topk and the global codecs have no CUDA kernel yet
+    SCOPED_TRACE(g.file);
+    std::vector<uint8_t> golden;
+    ASSERT_TRUE(read_file(std::string(QC_TEST_DATA_DIR) + "/" + g.file, &golden));
+    ASSERT_GT(golden.size(), 32u);
+    const std::vector<uint8_t> want(golden.begin() + 32, golden.end());
+
+    DeviceBytes x_dev(4 * x.size());
+    x_dev.upload(x.data(), 4 * x.size());
+    DeviceBytes payload(want.size(), 32);
+    qc::Status st;
+    if (quant) {
+      qc::cuda::DeviceQuantArgs d;
+      d.codec = g.codec;
+      d.bits = g.codec == QC_CODEC_ONEBIT ? 1 : g.bits;
+      d.bucket = static_cast<size_t>(g.bucket);
+      d.stochastic = g.rounding == QC_ROUND_STOCHASTIC;
+      d.rng = rng;
+      const size_t meta = qc::cpu::bucket_count(x.size(), d.bucket) * (g.codec == QC_CODEC_MINMAX ? 8 : 4);
+      st = qc::cuda::quant_encode(x_dev.data(), nullptr, x.size(), d, payload.data(),
+                                  payload.data() + meta, nullptr);
+    } else {
+      st = qc::cuda::cast_encode(g.codec, reinterpret_cast<float*>(x_dev.data()), x.size(),
+                                 payload.data(), nullptr);
+    }
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    sync();
+    ASSERT_EQ(payload.contents(), want);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);  // fp16, bf16, five minmax, two qsgd, one onebit
+}
+
+}  // namespace
