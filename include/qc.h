@@ -464,7 +464,10 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   included, so that over any number of calls the sum of the outputs plus
  *   every rank's final residuals equals the sum of the inputs, to float
  *   rounding. The residuals are updated only when the call succeeds.
- * stream: NULL for host memory (a CUDA stream once the CUDA build lands).
+ * stream: NULL. Collectives run on host memory: a CUDA build refuses a
+ *   stream, and sendbuf/recvbuf in CUDA device memory, with
+ *   QC_ERROR_UNSUPPORTED until its NCCL transport lands (qc_encode and
+ *   qc_decode already take device memory).
  *
  * A message below the policy's min_compress_bytes (default 16 KiB) goes with
  * codec none (and algorithm native, set for a global codec, with auto).
@@ -597,14 +600,23 @@ QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const vo
 QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count,
                                    size_t* max_bytes);
 
-/** Encode count elements of src with the policy's codec into dst. */
+/** Encode count elements of src with the policy's codec into dst.
+ *
+ *  src and dst are both host memory or, in a CUDA build, both CUDA device
+ *  memory (told apart with cudaPointerGetAttributes; managed memory counts
+ *  as device memory); one of each is QC_ERROR_INVALID_ARGUMENT. On the
+ *  device the CUDA kernels write exactly the bytes the CPU writes, for
+ *  minmax, qsgd and onebit (float32, float16 or bfloat16 input) and fp16 and
+ *  bf16 (float32 input); other codecs and dtypes there are
+ *  QC_ERROR_UNSUPPORTED. The call returns once the message is written. */
 QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t count,
                              qc_dtype_t dtype, void* dst, size_t capacity,
                              size_t* written);
 
 /** Decode a message from qc_encode into count elements of dtype. A count that
  *  differs from the message's gives QC_ERROR_MISMATCH; a damaged message
- *  QC_ERROR_CORRUPT_DATA. */
+ *  QC_ERROR_CORRUPT_DATA. src and dst may both be CUDA device memory, as for
+ *  qc_encode (there: the same codecs, dtype float32). */
 QC_API qc_status_t qc_decode(const void* src, size_t size, void* dst, size_t count,
                              qc_dtype_t dtype);
 

@@ -9,8 +9,38 @@
 #include "core/codecs/codec.h"
 #include "core/policy.h"
 #include "cpu/dtype_convert.h"
+#if defined(QC_HAVE_CUDA)
+#include "core/codecs/device_messages.h"
+#include "cuda/device_runtime.h"
+#endif
 
 using namespace qc;
+
+namespace {
+
+// Device memory goes to the CUDA kernels, host memory to the CPU; a call
+// that mixes them is refused (neither side can read the other's pointer).
+// Without a CUDA build (or device) every pointer is host memory.
+enum class Where { kHost, kDevice };
+
+Status locate(const void* a, const char* name_a, const void* b, const char* name_b, Where* where) {
+  *where = Where::kHost;
+#if defined(QC_HAVE_CUDA)
+  // A NULL pointer (count 0) takes the other's side.
+  const bool da = cuda::is_device_memory(a), db = cuda::is_device_memory(b);
+  if (a != nullptr && b != nullptr && da != db) {
+    return invalid_argument(std::string("argument '") + (da ? name_a : name_b) +
+                            "' is CUDA device memory but '" + (da ? name_b : name_a) +
+                            "' is host memory; pass both on the host or both on the device");
+  }
+  if (da || db) *where = Where::kDevice;
+#else
+  (void)a, (void)name_a, (void)b, (void)name_b;
+#endif
+  return Status::ok();
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -41,6 +71,13 @@ QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t 
     QC_RETURN_IF_ERROR(require_buffer(src, bytes, "src"));
     QC_RETURN_IF_ERROR(require(dst, "dst"));
     QC_RETURN_IF_ERROR(require(written, "written"));
+    Where where;
+    QC_RETURN_IF_ERROR(locate(src, "src", dst, "dst", &where));
+#if defined(QC_HAVE_CUDA)
+    if (where == Where::kDevice)
+      return encode_message_on_device(p, src, count, dtype, static_cast<uint8_t*>(dst), capacity,
+                                      written);
+#endif
     std::unique_ptr<Codec> codec;
     QC_RETURN_IF_ERROR(make_codec(p, dtype, &codec));
     RandomKey key;
@@ -72,6 +109,12 @@ QC_API qc_status_t qc_decode(const void* src, size_t size, void* dst, size_t cou
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
     QC_RETURN_IF_ERROR(require_buffer(dst, bytes, "dst"));
+    Where where;
+    QC_RETURN_IF_ERROR(locate(src, "src", dst, "dst", &where));
+#if defined(QC_HAVE_CUDA)
+    if (where == Where::kDevice)
+      return decode_message_on_device(static_cast<const uint8_t*>(src), size, dst, count, dtype);
+#endif
     WireHeader header;
     QC_RETURN_IF_ERROR(read_wire_header(static_cast<const uint8_t*>(src), size, &header));
     if (header.count != count) {

@@ -9,6 +9,9 @@
 #include "core/emulate.h"
 #include "core/error_buffer.h"
 #include "core/policy.h"
+#if defined(QC_HAVE_CUDA)
+#include "cuda/device_runtime.h"
+#endif
 
 using namespace qc;
 
@@ -20,10 +23,31 @@ Status check_op(qc_reduce_op_t op) {
                           "; expected QC_OP_SUM or QC_OP_AVG");
 }
 
-Status check_stream(const void* stream) {
+// The collectives run on host memory. A CUDA build already has the codec
+// kernels (qc_encode/qc_decode take device memory), but collectives on
+// device memory and streams need the NCCL transport or host staging, which
+// are not written yet: refuse them here, before any rank touches a byte.
+Status check_host_collective(const void* stream, const void* sendbuf, const void* recvbuf) {
+#if defined(QC_HAVE_CUDA)
+  if (stream != nullptr) {
+    return unsupported("argument 'stream' is not NULL, but this version of qc runs collectives "
+                       "on host memory only (no NCCL transport yet); pass NULL and host buffers");
+  }
+  for (const void* p : {sendbuf, recvbuf}) {
+    if (cuda::is_device_memory(p)) {
+      return unsupported(std::string("argument '") + (p == sendbuf ? "sendbuf" : "recvbuf") +
+                         "' is CUDA device memory, but this version of qc runs collectives on "
+                         "host memory only (no NCCL transport or host staging yet); copy it to "
+                         "host memory first");
+    }
+  }
+  return Status::ok();
+#else
+  (void)sendbuf, (void)recvbuf;
   if (stream == nullptr) return Status::ok();
   return unsupported("argument 'stream' is not NULL, but this build of qc has no CUDA support; "
                      "pass NULL for host memory");
+#endif
 }
 
 // Emulation checks every rank's error buffer before any rank starts.
@@ -124,7 +148,7 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
-    QC_RETURN_IF_ERROR(check_stream(stream));
+    QC_RETURN_IF_ERROR(check_host_collective(stream, sendbuf, recvbuf));
     return comm_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer);
   });
 }
@@ -146,7 +170,7 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
       total += counts[i];
     }
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, total, dtype, op, error_buffer));
-    QC_RETURN_IF_ERROR(check_stream(stream));
+    QC_RETURN_IF_ERROR(check_host_collective(stream, sendbuf, recvbuf));
     return comm_allreduce_segments(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype, op,
                                    error_buffer);
   });
@@ -159,7 +183,7 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
     QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(
         validate_alltoall(comm->transport->size(), sendbuf, recvbuf, count_per_rank, dtype));
-    QC_RETURN_IF_ERROR(check_stream(stream));
+    QC_RETURN_IF_ERROR(check_host_collective(stream, sendbuf, recvbuf));
     return comm_alltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer);
   });
 }

@@ -17,14 +17,11 @@
 
 #include "core/status.h"
 #include "cpu/random.h"
+#include "cuda/device_runtime.h"  // device_count, copies
 #include "qc.h"
 
 namespace qc {
 namespace cuda {
-
-// Number of CUDA devices this process can use; 0 when there is no driver or
-// no device (then every other call here fails with QC_ERROR_UNSUPPORTED).
-int device_count();
 
 // One bucketed quantizing encode (minmax, qsgd, onebit), the device twin of
 // cpu::QuantArgs plus the codec.

@@ -6,6 +6,115 @@
 #include <cuda_runtime.h>
 
 #include "cuda_codec_cases.h"
+#include "qc.h"
+
+namespace {
+
+// ---- the public API on device memory (needs the real CUDA runtime) ----------
+
+std::vector<uint8_t> host_encode(const qc_policy_t& p, const void* x, size_t n, qc_dtype_t dtype) {
+  size_t cap = 0, written = 0;
+  EXPECT_EQ(qc_encoded_size(&p, n, &cap), QC_SUCCESS);
+  std::vector<uint8_t> msg(cap);
+  EXPECT_EQ(qc_encode(&p, x, n, dtype, msg.data(), cap, &written), QC_SUCCESS) << qc_last_error();
+  msg.resize(written);
+  return msg;
+}
+
+// qc_encode / qc_decode with device pointers give the host's bytes and values.
+TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
+  const size_t n = 30011;
+  const std::vector<float> x = make_data(n, Data::kSpecial, 5);
+  std::vector<uint16_t> x16(n);
+  for (size_t i = 0; i < n; ++i) x16[i] = qc::cpu::float_to_half(x[i]);
+  struct Case {
+    qc_codec_t codec;
+    int bits;
+    int bucket;
+    qc_rounding_t rounding;
+    qc_dtype_t dtype;
+  } cases[] = {{QC_CODEC_MINMAX, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_MINMAX, 3, 100, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32},
+               {QC_CODEC_MINMAX, 8, 64, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT16},
+               {QC_CODEC_QSGD, 4, 128, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32},
+               {QC_CODEC_ONEBIT, 1, 512, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_FP16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("codec " + std::to_string(c.codec) + " bits " + std::to_string(c.bits) +
+                 " dtype " + std::to_string(c.dtype));
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = c.codec;
+    p.bits = c.bits;
+    p.bucket_size = c.bucket;
+    p.rounding = c.rounding;
+    p.seed = 1234;
+    const void* xh = c.dtype == QC_DTYPE_FLOAT32 ? static_cast<const void*>(x.data()) : x16.data();
+    const size_t in_bytes = n * (c.dtype == QC_DTYPE_FLOAT32 ? 4 : 2);
+    const std::vector<uint8_t> want = host_encode(p, xh, n, c.dtype);
+
+    DeviceBytes x_dev(in_bytes), msg_dev(want.size() + 16);
+    x_dev.upload(xh, in_bytes);
+    size_t written = 0;
+    ASSERT_EQ(qc_encode(&p, x_dev.data(), n, c.dtype, msg_dev.data(), want.size() + 16, &written),
+              QC_SUCCESS)
+        << qc_last_error();
+    ASSERT_EQ(written, want.size());
+    std::vector<uint8_t> got = msg_dev.contents();
+    got.resize(written);
+    ASSERT_EQ(got, want);
+
+    std::vector<float> back_host(n);
+    ASSERT_EQ(qc_decode(want.data(), want.size(), back_host.data(), n, QC_DTYPE_FLOAT32), QC_SUCCESS);
+    DeviceBytes back_dev(4 * n);
+    ASSERT_EQ(qc_decode(msg_dev.data(), written, back_dev.data(), n, QC_DTYPE_FLOAT32), QC_SUCCESS)
+        << qc_last_error();
+    ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), back_host), -1);
+  }
+}
+
+TEST(CudaApi, DeviceMemoryErrorsAreClear) {
+  const size_t n = 1000;
+  std::vector<float> host(n, 1.0f);
+  DeviceBytes x_dev(4 * n), msg_dev(8192), out_dev(4 * n);
+  x_dev.upload(host.data(), 4 * n);
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = QC_CODEC_MINMAX;
+  std::vector<uint8_t> msg_host(8192);
+  size_t written = 0;
+  // Host source, device destination: refused, naming both arguments.
+  EXPECT_EQ(qc_encode(&p, host.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
+            QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(qc_last_error(), "device memory"), nullptr) << qc_last_error();
+  // A codec without a kernel.
+  p.codec = QC_CODEC_TOPK;
+  EXPECT_EQ(qc_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
+            QC_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::strstr(qc_last_error(), "topk"), nullptr) << qc_last_error();
+  // Too small a destination.
+  p.codec = QC_CODEC_MINMAX;
+  EXPECT_EQ(qc_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 100, &written),
+            QC_ERROR_INVALID_ARGUMENT);
+  // A message whose payload length disagrees with its fields.
+  ASSERT_EQ(qc_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
+            QC_SUCCESS);
+  EXPECT_EQ(qc_decode(msg_dev.data(), written - 1, out_dev.data(), n, QC_DTYPE_FLOAT32),
+            QC_ERROR_CORRUPT_DATA);
+  EXPECT_EQ(qc_decode(msg_dev.data(), written, out_dev.data(), n + 1, QC_DTYPE_FLOAT32),
+            QC_ERROR_MISMATCH);
+  EXPECT_EQ(qc_decode(msg_dev.data(), written, out_dev.data(), n, QC_DTYPE_FLOAT16),
+            QC_ERROR_UNSUPPORTED);
+  // Collectives stay on the host until the NCCL transport lands.
+  qc_comm_t comm = nullptr;
+  ASSERT_EQ(qc_comm_create_local(1, &comm), QC_SUCCESS);
+  EXPECT_EQ(qc_allreduce(comm, x_dev.data(), out_dev.data(), n, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr,
+                         nullptr, nullptr),
+            QC_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::strstr(qc_last_error(), "sendbuf"), nullptr) << qc_last_error();
+  EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (qc::cuda::device_count() == 0) {

@@ -53,6 +53,17 @@ class Codec {
                                           const RandomKey& key, uint8_t* dst, size_t capacity,
                                           size_t* written) const;
 
+  // The header encode() writes for `count` elements, for codecs whose
+  // message layout is fixed by count alone (the bucketed and the cast
+  // codecs); false for the others. The CUDA path (device_messages.h) writes
+  // this header next to the payload its kernels produce, so a message
+  // encoded on the GPU carries the same header as one from the CPU.
+  virtual bool header_for(size_t count, WireHeader* header) const {
+    (void)count;
+    (void)header;
+    return false;
+  }
+
   // Scale reuse (policy.scale_update_period, paper 001 §3.2): true when
   // this codec's messages carry per-bucket scales that a later encode can
   // take over instead of computing them.

@@ -14,6 +14,16 @@ CastCodec::CastCodec(qc_codec_t codec) : codec_(codec) {
   bf16_widen_fn_ = k.bf16_decode;
 }
 
+bool CastCodec::header_for(size_t count, WireHeader* h) const {
+  *h = WireHeader();
+  h->codec = static_cast<uint8_t>(codec_);
+  h->bits = 16;
+  h->dtype = static_cast<uint8_t>(codec_ == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16);
+  h->count = count;
+  h->payload_bytes = 2 * count;
+  return true;
+}
+
 Status CastCodec::write_header(size_t count, uint8_t* dst, size_t capacity,
                                size_t* written) const {
   const size_t need = max_encoded_size(count);
@@ -22,11 +32,7 @@ Status CastCodec::write_header(size_t count, uint8_t* dst, size_t capacity,
                             " bytes) is too small; the message needs " + std::to_string(need));
   }
   WireHeader h;
-  h.codec = static_cast<uint8_t>(codec_);
-  h.bits = 16;
-  h.dtype = static_cast<uint8_t>(codec_ == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16);
-  h.count = count;
-  h.payload_bytes = 2 * count;
+  header_for(count, &h);
   write_wire_header(h, dst);
   *written = need;
   return Status::ok();

@@ -14,6 +14,7 @@ class CastCodec final : public Codec {
   qc_codec_t id() const override { return codec_; }
   bool is_lossless() const override { return false; }
   size_t max_encoded_size(size_t count) const override { return kWireHeaderBytes + 2 * count; }
+  bool header_for(size_t count, WireHeader* header) const override;
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;
   // 16-bit input in one pass: widened to float32 in L1-sized blocks and cast.

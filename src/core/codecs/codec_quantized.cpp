@@ -37,6 +37,17 @@ size_t QuantizedCodec::max_encoded_size(size_t count) const {
   return kWireHeaderBytes + meta_bytes(count) + cpu::codes_bytes(count, bits_);
 }
 
+bool QuantizedCodec::header_for(size_t count, WireHeader* h) const {
+  *h = WireHeader();
+  h->codec = static_cast<uint8_t>(codec_);
+  h->bits = static_cast<uint8_t>(bits_);
+  h->bucket_size = static_cast<uint32_t>(bucket_);
+  h->flags = stochastic_ ? kWireFlagStochastic : 0;
+  h->count = count;
+  h->payload_bytes = max_encoded_size(count) - kWireHeaderBytes;
+  return true;
+}
+
 Status QuantizedCodec::encode_impl(const void* src, qc_dtype_t dtype, float* e, size_t count,
                                    const RandomKey& key, uint8_t* dst, size_t capacity,
                                    size_t* written, const uint8_t* reuse_meta) const {
@@ -46,12 +57,7 @@ Status QuantizedCodec::encode_impl(const void* src, qc_dtype_t dtype, float* e, 
                             " bytes) is too small; the message needs " + std::to_string(need));
   }
   WireHeader h;
-  h.codec = static_cast<uint8_t>(codec_);
-  h.bits = static_cast<uint8_t>(bits_);
-  h.bucket_size = static_cast<uint32_t>(bucket_);
-  h.flags = stochastic_ ? kWireFlagStochastic : 0;
-  h.count = count;
-  h.payload_bytes = need - kWireHeaderBytes;
+  header_for(count, &h);
   write_wire_header(h, dst);
   cpu::QuantArgs args;
   args.bits = bits_;

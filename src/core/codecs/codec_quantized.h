@@ -32,6 +32,7 @@ class QuantizedCodec final : public Codec {
   Status encode_typed(const void* src, qc_dtype_t dtype, size_t count, const RandomKey& key,
                       uint8_t* dst, size_t capacity, size_t* written) const override;
 
+  bool header_for(size_t count, WireHeader* header) const override;
   bool has_scales() const override { return true; }
   Status encode_reusing_scales(const float* src, float* e, size_t count, const RandomKey& key,
                                const uint8_t* previous, size_t previous_size, uint8_t* dst,

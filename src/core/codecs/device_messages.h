@@ -1,0 +1,26 @@
+// qc_encode and qc_decode on device memory (CUDA builds only): the header is
+// the one the CPU codec writes (Codec::header_for), the payload comes from
+// the CUDA kernels (src/cuda/device_codec.h), which write the CPU's bytes.
+// Both calls are synchronous, like their host versions: on return the
+// message (or the decoded values) is in device memory.
+//
+// Covered: minmax, qsgd and onebit (float32, float16 or bfloat16 input;
+// float32 output) and fp16/bf16 (float32 input and output). Other codecs and
+// dtypes are QC_ERROR_UNSUPPORTED with a message saying to pass host memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+#include "qc.h"
+
+namespace qc {
+
+Status encode_message_on_device(const qc_policy_t& policy, const void* src, size_t count,
+                                qc_dtype_t dtype, uint8_t* dst, size_t capacity,
+                                size_t* written);
+Status decode_message_on_device(const uint8_t* src, size_t size, void* dst, size_t count,
+                                qc_dtype_t dtype);
+
+}  // namespace qc

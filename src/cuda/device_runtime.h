@@ -1,0 +1,31 @@
+// The CUDA runtime as the rest of qc uses it, without CUDA types: is there a
+// device, is a pointer device memory, copies and waits. Defined in
+// device_runtime.cu (only in a CUDA build; core code calls these under
+// QC_HAVE_CUDA).
+#pragma once
+
+#include <cstddef>
+
+#include "core/status.h"
+
+namespace qc {
+namespace cuda {
+
+// Number of CUDA devices this process can use; 0 when there is no driver or
+// no device. Asked once per process (CUDA does not hot-plug devices).
+int device_count();
+
+// True for memory a kernel reads in place: device memory (cudaMalloc) and
+// managed memory (cudaMallocManaged). False for host memory, pinned host
+// memory included (its bytes are read on the CPU path), and for every
+// pointer when there is no device.
+bool is_device_memory(const void* p);
+
+Status copy_to_device(void* dst, const void* src, size_t bytes);
+Status copy_to_host(void* dst, const void* src, size_t bytes);
+// Waits for the work enqueued on `stream` (a cudaStream_t; NULL: the
+// default stream) and reports an error a kernel hit.
+Status synchronize(void* stream);
+
+}  // namespace cuda
+}  // namespace qc
