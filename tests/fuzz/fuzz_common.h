@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "../unit/half_float.h"
 #include "qc.h"
 
 #define QC_FUZZ_CHECK(cond, ...)                                                         \
@@ -26,60 +27,20 @@
 
 namespace qc_fuzz {
 
-inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// fp16/bf16 reference conversions and bit casts: the unit tests' own
+// (written independently of the library's kernels).
+using qct::bf16_to_f32;
+using qct::bits_f32;
+using qct::f16_to_f32;
+using qct::f32_bits;
+using qct::f32_to_bf16;
+using qct::f32_to_f16;
 
 // Bitwise equality, every NaN equal to every other NaN.
 inline bool same_float(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
   return f32_bits(a) == f32_bits(b);
 }
-
-// IEEE binary16 <- float32, round to nearest even (independent of the
-// library's own conversion in src/cpu/dtype_convert.cpp).
-inline uint16_t f32_to_f16(float f) {
-  const uint32_t x = f32_bits(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  if (ax == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520
-  if (ax < 0x38800000u) {  // half subnormal or zero: units of 2^-24
-    const float scaled = bits_f32(ax) * 16777216.0f;  // exact
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled)));
-  }
-  uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13);
-  const uint32_t rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-
-inline float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1fu;
-  const uint32_t m = h & 0x3ffu;
-  if (e == 0) {
-    const float v = static_cast<float>(m) * (1.0f / 16777216.0f);
-    return sign ? -v : v;
-  }
-  if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13));
-  return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-inline uint16_t f32_to_bf16(float f) {
-  const uint32_t x = f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-inline float bf16_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
 
 inline float round_to_dtype(float f, qc_dtype_t d) {
   switch (d) {

@@ -12,18 +12,12 @@
 #include <limits>
 #include <vector>
 
+#include "half_float.h"
+
 namespace qc_kernel_test {
 
-inline uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using qct::bits_f32;
+using qct::f32_bits;
 
 struct Rng {
   uint64_t s;
@@ -62,10 +56,10 @@ inline std::vector<float> make_data(size_t n, Data kind, uint64_t seed) {
         else if (r == 1) v = kInf;
         else if (r == 2) v = -kInf;
         else if (r == 3) v = -0.0f;
-        else if (r == 4) v = from_bits(static_cast<uint32_t>(rng.next() % 0x7fffff) + 1);  // denormal
-        else if (r == 5) v = -from_bits(static_cast<uint32_t>(rng.next() % 0x7fffff) + 1);
+        else if (r == 4) v = bits_f32(static_cast<uint32_t>(rng.next() % 0x7fffff) + 1);  // denormal
+        else if (r == 5) v = -bits_f32(static_cast<uint32_t>(rng.next() % 0x7fffff) + 1);
         else if (r == 6) v = (rng.next() & 1 ? 1 : -1) * 3.0e38f;
-        else if (r == 7) v = from_bits(0x7fc00000u | static_cast<uint32_t>(rng.next() & 0x3fffff));  // NaN payload
+        else if (r == 7) v = bits_f32(0x7fc00000u | static_cast<uint32_t>(rng.next() & 0x3fffff));  // NaN payload
         break;
       }
       case Data::kTies:
@@ -89,7 +83,7 @@ inline std::vector<float> make_data(size_t n, Data kind, uint64_t seed) {
 inline long first_float_diff(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-    if (bits_of(a[i]) != bits_of(b[i])) return static_cast<long>(i);
+    if (f32_bits(a[i]) != f32_bits(b[i])) return static_cast<long>(i);
   }
   return -1;
 }

@@ -62,7 +62,7 @@ long first_byte_diff(const Out& a, const Out& b) {
 
 std::string hexf(float f) {
   std::ostringstream os;
-  os << f << " (0x" << std::hex << bits_of(f) << ")";
+  os << f << " (0x" << std::hex << f32_bits(f) << ")";
   return os.str();
 }
 
@@ -186,7 +186,7 @@ class KernelIdentity : public ::testing::TestWithParam<Isa> {
     Rng rng(seed + 3);
     Out gm(meta_bytes), gc(code_bytes);
     for (size_t i = 0; i < meta_bytes; i += 4) {
-      const float v = (rng.next() % 5 == 0) ? from_bits(static_cast<uint32_t>(rng.next()))
+      const float v = (rng.next() % 5 == 0) ? bits_f32(static_cast<uint32_t>(rng.next()))
                                             : rng.uniform() * 10;
       std::memcpy(gm.data() + i, &v, 4);
     }
@@ -310,7 +310,7 @@ TEST(MinmaxSubnormalRange, DecodesFiniteAndClose) {
     SCOPED_TRACE(t->name);
     for (size_t bucket : {size_t{4}, size_t{128}}) {
       std::vector<float> x(bucket);
-      for (size_t i = 0; i < bucket; ++i) x[i] = from_bits(static_cast<uint32_t>(i * 37 % 1000));
+      for (size_t i = 0; i < bucket; ++i) x[i] = bits_f32(static_cast<uint32_t>(i * 37 % 1000));
       x[1] = -x[2];
       for (int bits : {1, 4, 8}) {
         QuantArgs a;
@@ -424,7 +424,7 @@ TEST_P(KernelIdentity, Casts) {
         const uint32_t pick = static_cast<uint32_t>(rng.next() % 6);
         const uint32_t base[] = {0x477fe000u, 0x477ff000u, 0x38800000u, 0x33800000u,
                                  0x7f7f8000u, 0x3f808000u};
-        x[i] = from_bits(base[pick] + static_cast<uint32_t>(rng.next() % 3) - 1u);
+        x[i] = bits_f32(base[pick] + static_cast<uint32_t>(rng.next() % 3) - 1u);
         if (rng.next() & 1) x[i] = -x[i];
       }
       Out ro(2 * count), so(2 * count);
