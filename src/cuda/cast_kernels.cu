@@ -8,13 +8,13 @@
 #include "cpu/half_convert.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_codec.h"
+#include "cuda/kernel_common.cuh"
 
 namespace qc {
 namespace cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr size_t kMaxBlocks = size_t{1} << 20;
+using namespace kernel;
 
 // The wire's 16-bit values sit at offset 32 of a message, so the buffer is
 // usually 2-byte aligned; a message at an odd address is still accepted.
@@ -52,11 +52,6 @@ __global__ void __launch_bounds__(kThreads)
     const float v = bf16 ? cpu::bfloat16_to_float(h) : cpu::half_to_float(h);
     dst[i] = accumulate ? dst[i] + v : v;
   }
-}
-
-unsigned blocks_for(size_t n) {
-  const size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
 Status check_cast(qc_codec_t codec, const float* f32) {

@@ -42,6 +42,12 @@ Status copy_to_host(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cuda: copy to host");
 }
 
+Status copy_on_device(void* dst, const void* src, size_t bytes, void* stream) {
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                     static_cast<cudaStream_t>(stream)),
+                     "cuda: copy on device");
+}
+
 Status synchronize(void* stream) {
   return cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cuda: kernel");
 }

@@ -23,6 +23,8 @@ bool is_device_memory(const void* p);
 
 Status copy_to_device(void* dst, const void* src, size_t bytes);
 Status copy_to_host(void* dst, const void* src, size_t bytes);
+// Device to device, enqueued on `stream`.
+Status copy_on_device(void* dst, const void* src, size_t bytes, void* stream);
 // Waits for the work enqueued on `stream` (a cudaStream_t; NULL: the
 // default stream) and reports an error a kernel hit.
 Status synchronize(void* stream);

@@ -32,35 +32,19 @@
 #include "cpu/random.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_codec.h"
+#include "cuda/kernel_common.cuh"
 
 namespace qc {
 namespace cuda {
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kThreads = 256;
+using namespace kernel;
+
 constexpr int kTeamLanes = 4;
 constexpr int kTeamsPerWarp = 32 / kTeamLanes;
 constexpr int kTeamTile = 16;  // elements a team covers per step: 4 lanes x 4
-constexpr size_t kMaxBlocks = size_t{1} << 20;
 
 enum class Kind { kMinmax, kQsgd, kOnebit };
-
-// std::min(a, b) and std::max(a, b), which the CPU reference uses: the first
-// argument wins unless the second compares strictly less (greater), which
-// decides -0 vs +0 and keeps a NaN first argument.
-__device__ __forceinline__ float ref_min(float a, float b) { return (b < a) ? b : a; }
-__device__ __forceinline__ float ref_max(float a, float b) { return (a < b) ? b : a; }
-
-__device__ __forceinline__ size_t size_min(size_t a, size_t b) { return a < b ? a : b; }
-
-// Metadata is little-endian float32 at any alignment inside the message.
-__device__ __forceinline__ float load_meta(const uint8_t* p) {
-  float v;
-  memcpy(&v, p, 4);
-  return v;
-}
-__device__ __forceinline__ void store_meta(uint8_t* p, float v) { memcpy(p, &v, 4); }
 
 struct EncodeJob {
   const void* x;
@@ -334,9 +318,7 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
           // in this bucket; at the tensor's end the high bits stay 0.
           const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
           const size_t in_pair = size_min(8, n - i);
-          const size_t nbytes = (in_pair * j.bits + 7) / 8;
-          uint8_t* out = j.codes + (b0 + i) * j.bits / 8;
-          for (size_t t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
+          store_code_bytes(j.codes + (b0 + i) * j.bits / 8, word, (in_pair * j.bits + 7) / 8);
         }
       }
     }
@@ -369,9 +351,7 @@ __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) 
               << (c * j.bits);
       if (j.e != nullptr) j.e[i] = r;
     }
-    const int nbytes = (valid * j.bits + 7) / 8;
-    uint8_t* out = j.codes + g * j.bits;
-    for (int t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
+    store_code_bytes(j.codes + g * j.bits, word, (valid * j.bits + 7) / 8);
   }
 }
 
@@ -397,10 +377,7 @@ __global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
        g += stride) {
     const size_t i0 = 8 * g;
     const int valid = static_cast<int>(size_min(8, d.count - i0));
-    const int nbytes = (valid * d.bits + 7) / 8;
-    const uint8_t* in = d.codes + g * d.bits;
-    uint64_t word = 0;
-    for (int t = 0; t < nbytes; ++t) word |= static_cast<uint64_t>(in[t]) << (8 * t);
+    const uint64_t word = load_code_bytes(d.codes + g * d.bits, (valid * d.bits + 7) / 8);
     size_t b = i0 / d.bucket;
     size_t next = (b + 1) * d.bucket;
     BucketQuant q = bucket_quant_from_meta<K>(d.meta, b, d.bits);
@@ -433,11 +410,6 @@ __global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
 // ---- host side ----------------------------------------------------------------
 
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
-unsigned blocks_for(size_t threads_needed) {
-  const size_t blocks = (threads_needed + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
 
 Status check_bits(qc_codec_t codec, int bits) {
   const int lo = codec == QC_CODEC_QSGD ? 2 : 1;

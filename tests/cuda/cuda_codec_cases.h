@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/codecs/codec_global.h"
 #include "cpu/codec_kernels.h"
 #include "cpu/dtype_convert.h"
 #include "cpu/random.h"
@@ -353,6 +354,102 @@ TEST(CudaQuant, BadArgumentsAreRefused) {
             QC_ERROR_INVALID_ARGUMENT);
 }
 
+// ---- global codecs ------------------------------------------------------------------
+
+// The GPU's norm, codes and residual against the CPU codec (GlobalCodec),
+// then the GPU decoding the CPU's message.
+void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const std::vector<float>& x,
+                  uint64_t seed, uint64_t index_base) {
+  const size_t n = x.size();
+  SCOPED_TRACE("codec " + std::to_string(codec) + " bits " + std::to_string(bits) +
+               (stochastic ? " stochastic" : " nearest") + (ef ? " ef" : "") + " count " +
+               std::to_string(n) + " seed " + std::to_string(seed));
+  const qc::GlobalCodec ref(codec, bits, stochastic);
+  qc::RandomKey key;
+  key.seed = seed;
+  key.rank = static_cast<uint32_t>(seed % 3);
+  key.call = seed % 5;
+  key.element_offset = index_base;
+  std::vector<float> e_cpu = make_data(n, Data::kPlain, seed + 7);
+  for (float& v : e_cpu) v *= 0.01f;
+  const std::vector<float> e_in = e_cpu;
+  std::vector<uint8_t> msg(ref.max_encoded_size(n));
+  size_t written = 0;
+  const qc::Status cs = ef ? ref.encode_error_compensated(x.data(), e_cpu.data(), n, key, msg.data(),
+                                                          msg.size(), &written)
+                           : ref.encode(x.data(), n, key, msg.data(), msg.size(), &written);
+  ASSERT_TRUE(cs.is_ok()) << cs.message();
+  const std::vector<uint8_t> want(msg.begin() + 32, msg.end());
+
+  DeviceBytes x_dev(4 * n), e_dev(4 * n), payload(want.size(), 1);
+  x_dev.upload(x.data(), 4 * n);
+  e_dev.upload(e_in.data(), 4 * n);
+  const qc::Status gs = qc::cuda::global_encode(
+      codec, bits, stochastic, qc::cpu::make_random_stream(key.seed, key.rank, key.call), index_base,
+      reinterpret_cast<float*>(x_dev.data()), ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n,
+      payload.data(), payload.data() + 4, nullptr);
+  ASSERT_TRUE(gs.is_ok()) << gs.message();
+  sync();
+  const std::vector<uint8_t> got = payload.contents();
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << (i < 4 ? "norm" : "codes") << " byte " << i << " differs";
+  if (ef) {
+    const long diff = first_float_diff(as_floats(e_dev.contents()), e_cpu);
+    ASSERT_EQ(diff, -1) << "residual element " << diff << " differs";
+  }
+
+  for (bool accumulate : {false, true}) {
+    std::vector<float> out_cpu = make_data(n, Data::kPlain, seed + 9);
+    DeviceBytes out_dev(4 * n), src_dev(want.size(), 3);
+    out_dev.upload(out_cpu.data(), 4 * n);
+    src_dev.upload(want.data(), want.size());
+    const qc::Status ds = accumulate ? ref.decode_accumulate(msg.data(), written, out_cpu.data(), n)
+                                     : ref.decode(msg.data(), written, out_cpu.data(), n);
+    ASSERT_TRUE(ds.is_ok()) << ds.message();
+    const qc::Status gd = qc::cuda::global_decode(codec, bits, src_dev.data(), src_dev.data() + 4, n,
+                                                  reinterpret_cast<float*>(out_dev.data()),
+                                                  accumulate, nullptr);
+    ASSERT_TRUE(gd.is_ok()) << gd.message();
+    sync();
+    const long diff = first_float_diff(as_floats(out_dev.contents()), out_cpu);
+    ASSERT_EQ(diff, -1) << (accumulate ? "accumulated" : "decoded") << " element " << diff;
+  }
+}
+
+TEST(CudaGlobal, LinearAndExponentialMatchTheCpu) {
+  uint64_t seed = 3000;
+  for (qc_codec_t codec : {QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP})
+    for (int bits : {2, 3, 4, 8})
+      for (bool stochastic : {false, true})
+        for (bool ef : {false, true}) {
+          check_global(codec, bits, stochastic, ef, make_data(10007 / kSizeScale, Data::kPlain, seed),
+                       seed, 0);
+          ++seed;
+          if (HasFatalFailure()) return;
+        }
+}
+
+// A NaN anywhere makes the whole message NaN; an all-zero tensor has norm 0;
+// counts that end inside a byte; offsets past 2^32 for the random bits.
+TEST(CudaGlobal, EdgesMatchTheCpu) {
+  uint64_t seed = 4000;
+  for (qc_codec_t codec : {QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP}) {
+    check_global(codec, 4, true, true, make_data(3001 / kSizeScale, Data::kSpecial, seed), seed, 0);
+    if (HasFatalFailure()) return;
+    check_global(codec, 3, false, true, std::vector<float>(100, 0.0f), ++seed, 0);
+    if (HasFatalFailure()) return;
+    for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{17}}) {
+      ++seed;
+      check_global(codec, 5, true, false, make_data(n, Data::kPlain, seed), seed, 0);
+      if (HasFatalFailure()) return;
+    }
+    ++seed;
+    check_global(codec, 4, true, true, make_data(40000 / kSizeScale, Data::kTies, seed), seed,
+                 (uint64_t{1} << 32) - 1000);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // ---- casts ------------------------------------------------------------------------
 
 TEST(CudaCast, Fp16AndBf16MatchTheCpu) {
@@ -418,7 +515,8 @@ TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
   for (const qc_golden::GoldenCase& g : qc_golden::golden_cases()) {
     const bool quant = g.codec == QC_CODEC_MINMAX || g.codec == QC_CODEC_QSGD || g.codec == QC_CODEC_ONEBIT;
     const bool cast = g.codec == QC_CODEC_FP16 || g.codec == QC_CODEC_BF16;
-    if (!quant && !cast) continue;  // none, topk and the global codecs have no CUDA kernel yet
+    const bool global = g.codec == QC_CODEC_GLOBAL_LINEAR || g.codec == QC_CODEC_GLOBAL_EXP;
+    if (!quant && !cast && !global) continue;  // none is a copy; topk has no CUDA kernel
     SCOPED_TRACE(g.file);
     std::vector<uint8_t> golden;
     ASSERT_TRUE(read_file(std::string(QC_TEST_DATA_DIR) + "/" + g.file, &golden));
@@ -439,6 +537,10 @@ TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
       const size_t meta = qc::cpu::bucket_count(x.size(), d.bucket) * (g.codec == QC_CODEC_MINMAX ? 8 : 4);
       st = qc::cuda::quant_encode(x_dev.data(), nullptr, x.size(), d, payload.data(),
                                   payload.data() + meta, nullptr);
+    } else if (global) {
+      st = qc::cuda::global_encode(g.codec, g.bits, g.rounding == QC_ROUND_STOCHASTIC, rng, 0,
+                                   reinterpret_cast<float*>(x_dev.data()), nullptr, x.size(),
+                                   payload.data(), payload.data() + 4, nullptr);
     } else {
       st = qc::cuda::cast_encode(g.codec, reinterpret_cast<float*>(x_dev.data()), x.size(),
                                  payload.data(), nullptr);
@@ -448,7 +550,7 @@ TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
     ASSERT_EQ(payload.contents(), want);
     ++checked;
   }
-  EXPECT_EQ(checked, 10);  // fp16, bf16, five minmax, two qsgd, one onebit
+  EXPECT_EQ(checked, 12);  // fp16, bf16, five minmax, two qsgd, one onebit, two global
 }
 
 }  // namespace

@@ -39,7 +39,10 @@ TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
                {QC_CODEC_QSGD, 4, 128, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32},
                {QC_CODEC_ONEBIT, 1, 512, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
                {QC_CODEC_FP16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
-               {QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32}};
+               {QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_GLOBAL_LINEAR, 4, 128, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32},
+               {QC_CODEC_GLOBAL_EXP, 3, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_NONE, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32}};
   for (const Case& c : cases) {
     SCOPED_TRACE("codec " + std::to_string(c.codec) + " bits " + std::to_string(c.bits) +
                  " dtype " + std::to_string(c.dtype));

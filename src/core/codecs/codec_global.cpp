@@ -11,6 +11,7 @@
 #include "cpu/canonical_sum.h"
 #include "cpu/bitstream.h"
 #include "cpu/codec_kernels.h"
+#include "cpu/global_levels.h"
 #include "cpu/random.h"
 
 namespace qc {
@@ -31,39 +32,8 @@ bool all_finite(const float* t, const float* e, size_t n) {
   return true;
 }
 
-// value(m) of exponential dithering: 0, then 2^(m - M).
-inline float exp_value(int m, int M) { return m == 0 ? 0.0f : std::ldexp(1.0f, m - M); }
-
-// The exponential level of r = |z| / norm (r >= 0, not NaN).
-uint32_t exp_level(float r, int M, bool stochastic, const cpu::RandomStream& rng,
-                   uint64_t index) {
-  if (!(r > 0.0f)) return 0;
-  if (r >= 1.0f) return static_cast<uint32_t>(M);
-  int ex = 0;
-  std::frexp(r, &ex);  // r = f * 2^ex, f in [0.5, 1): floor(log2 r) = ex - 1
-  int m = ex - 1 + M;  // <= M - 1 because r < 1
-  float lo, hi;
-  if (m < 1) {
-    m = 0;
-    lo = 0.0f;
-    hi = exp_value(1, M);
-  } else {
-    lo = exp_value(m, M);
-    hi = exp_value(m + 1, M);
-  }
-  bool up;
-  if (stochastic) {
-    // r - lo and the division are exact (hi - lo is a power of two and r is
-    // within a factor two of it), so p is exact.
-    const float p = (r - lo) / (hi - lo);
-    up = cpu::random_uniform(rng, index) < p;
-  } else {
-    const float dlo = r - lo;
-    const float dhi = hi - r;
-    up = dhi < dlo || (dhi == dlo && (m & 1) != 0);
-  }
-  return static_cast<uint32_t>(up ? m + 1 : m);
-}
+using cpu::exp_level;
+using cpu::exp_value;
 
 }  // namespace
 
@@ -92,6 +62,17 @@ size_t GlobalCodec::max_encoded_size(size_t count) const {
   return kWireHeaderBytes + payload_bytes(count);
 }
 
+bool GlobalCodec::header_for(size_t count, WireHeader* h) const {
+  *h = WireHeader();
+  h->codec = static_cast<uint8_t>(codec_);
+  h->bits = static_cast<uint8_t>(bits_);
+  h->bucket_size = 1;  // no buckets; 1 keeps the header a valid policy
+  h->flags = stochastic_ ? kWireFlagStochastic : 0;
+  h->count = count;
+  h->payload_bytes = payload_bytes(count);
+  return true;
+}
+
 Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const RandomKey& key,
                                 uint8_t* dst, size_t capacity, size_t* written) const {
   const size_t need = max_encoded_size(count);
@@ -111,12 +92,7 @@ Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const 
   }
 
   WireHeader h;
-  h.codec = static_cast<uint8_t>(codec_);
-  h.bits = static_cast<uint8_t>(bits_);
-  h.bucket_size = 1;  // no buckets; 1 keeps the header a valid policy
-  h.flags = stochastic_ ? kWireFlagStochastic : 0;
-  h.count = count;
-  h.payload_bytes = need - kWireHeaderBytes;
+  header_for(count, &h);
   write_wire_header(h, dst);
   uint8_t* meta = dst + kWireHeaderBytes;
   uint8_t* codes = meta + 4;

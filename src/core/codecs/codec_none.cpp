@@ -12,6 +12,16 @@ size_t CodecNone::max_encoded_size(size_t count) const {
   return kWireHeaderBytes + count * dtype_size(wire_dtype_);
 }
 
+bool CodecNone::header_for(size_t count, WireHeader* h) const {
+  *h = WireHeader();
+  h->codec = QC_CODEC_NONE;
+  h->bits = static_cast<uint8_t>(8 * dtype_size(wire_dtype_));
+  h->dtype = static_cast<uint8_t>(wire_dtype_);
+  h->count = count;
+  h->payload_bytes = count * dtype_size(wire_dtype_);
+  return true;
+}
+
 Status CodecNone::encode(const float* src, size_t count, const RandomKey&, uint8_t* dst,
                          size_t capacity, size_t* written) const {
   const size_t need = max_encoded_size(count);
@@ -20,11 +30,7 @@ Status CodecNone::encode(const float* src, size_t count, const RandomKey&, uint8
                             " bytes) is too small; the message needs " + std::to_string(need));
   }
   WireHeader h;
-  h.codec = QC_CODEC_NONE;
-  h.bits = static_cast<uint8_t>(8 * dtype_size(wire_dtype_));
-  h.dtype = static_cast<uint8_t>(wire_dtype_);
-  h.count = count;
-  h.payload_bytes = need - kWireHeaderBytes;
+  header_for(count, &h);
   write_wire_header(h, dst);
   cpu::from_float32(src, wire_dtype_, dst + kWireHeaderBytes, count);
   *written = need;

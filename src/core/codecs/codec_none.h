@@ -12,6 +12,7 @@ class CodecNone final : public Codec {
   qc_codec_t id() const override { return QC_CODEC_NONE; }
   bool is_lossless() const override { return true; }
   size_t max_encoded_size(size_t count) const override;
+  bool header_for(size_t count, WireHeader* header) const override;
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;
   Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;

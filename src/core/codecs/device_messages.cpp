@@ -1,5 +1,6 @@
 #include "core/codecs/device_messages.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,29 @@ bool quantized(qc_codec_t c) {
   return c == QC_CODEC_MINMAX || c == QC_CODEC_QSGD || c == QC_CODEC_ONEBIT;
 }
 bool cast(qc_codec_t c) { return c == QC_CODEC_FP16 || c == QC_CODEC_BF16; }
+bool global(qc_codec_t c) { return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP; }
+
+// The global decoders' checks on the CPU (codec_global.cpp), with the two
+// payload bytes they need read back from the device: the norm is NaN or a
+// finite value >= 0, and the unused high bits of the last code byte are 0.
+Status check_global_payload(qc_codec_t c, const WireHeader& h, const uint8_t* payload) {
+  float norm;
+  QC_RETURN_IF_ERROR(cuda::copy_to_host(&norm, payload, 4));
+  if (!std::isnan(norm) && !(norm >= 0.0f && std::isfinite(norm))) {
+    return corrupt_data(std::string("codec ") + codec_name(c) + " message: norm " +
+                        std::to_string(norm) + " is neither NaN nor a finite value >= 0");
+  }
+  const size_t used_bits = (h.count * h.bits) % 8;
+  if (used_bits != 0) {
+    uint8_t last;
+    QC_RETURN_IF_ERROR(cuda::copy_to_host(&last, payload + h.payload_bytes - 1, 1));
+    if ((last >> used_bits) != 0) {
+      return corrupt_data(std::string("codec ") + codec_name(c) +
+                          " message: unused high bits of the last code byte are not zero");
+    }
+  }
+  return Status::ok();
+}
 
 Status no_kernel(qc_codec_t c, const char* what) {
   return unsupported(std::string("codec ") + codec_name(c) + " has no CUDA kernel for " + what +
@@ -36,9 +60,8 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
   QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
   const qc_codec_t c = codec->id();
   WireHeader h;
-  if (!(quantized(c) || cast(c)) || !codec->header_for(count, &h))
-    return no_kernel(c, "device memory");
-  if (cast(c) && dtype != QC_DTYPE_FLOAT32) return no_kernel(c, "16-bit device input");
+  if (c == QC_CODEC_TOPK || !codec->header_for(count, &h)) return no_kernel(c, "device memory");
+  if (!quantized(c) && dtype != QC_DTYPE_FLOAT32) return no_kernel(c, "16-bit device input");
   const size_t need = kWireHeaderBytes + h.payload_bytes;
   if (capacity < need) {
     return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
@@ -48,15 +71,23 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
   write_wire_header(h, header);
   QC_RETURN_IF_ERROR(cuda::copy_to_device(dst, header, kWireHeaderBytes));
   uint8_t* payload = dst + kWireHeaderBytes;
-  if (cast(c)) {
-    QC_RETURN_IF_ERROR(cuda::cast_encode(c, static_cast<const float*>(src), count, payload, nullptr));
+  const float* src32 = static_cast<const float*>(src);
+  const bool stochastic = (h.flags & kWireFlagStochastic) != 0;
+  const cpu::RandomStream rng = cpu::make_random_stream(policy.seed, 0, 0);  // as on the CPU
+  if (c == QC_CODEC_NONE) {
+    QC_RETURN_IF_ERROR(cuda::copy_on_device(payload, src, h.payload_bytes, nullptr));
+  } else if (cast(c)) {
+    QC_RETURN_IF_ERROR(cuda::cast_encode(c, src32, count, payload, nullptr));
+  } else if (global(c)) {
+    QC_RETURN_IF_ERROR(cuda::global_encode(c, h.bits, stochastic, rng, 0, src32, nullptr, count,
+                                           payload, payload + 4, nullptr));
   } else {
     cuda::DeviceQuantArgs a;
     a.codec = c;
     a.bits = h.bits;
     a.bucket = h.bucket_size;
-    a.stochastic = (h.flags & kWireFlagStochastic) != 0;
-    a.rng = cpu::make_random_stream(policy.seed, 0, 0);  // as qc_encode on the CPU
+    a.stochastic = stochastic;
+    a.rng = rng;
     a.input_dtype = dtype;
     QC_RETURN_IF_ERROR(
         cuda::quant_encode(src, nullptr, count, a, payload, payload + meta_bytes(h), nullptr));
@@ -80,17 +111,30 @@ Status decode_message_on_device(const uint8_t* src, size_t size, void* dst, size
   QC_RETURN_IF_ERROR(make_codec_for_header(h, &codec));
   const qc_codec_t c = codec->id();
   WireHeader expected;
-  if (!(quantized(c) || cast(c)) || !codec->header_for(count, &expected))
-    return no_kernel(c, "device memory");
+  if (c == QC_CODEC_TOPK || !codec->header_for(count, &expected)) return no_kernel(c, "device memory");
   if (dtype != QC_DTYPE_FLOAT32) return no_kernel(c, "16-bit device output");
-  if (expected.payload_bytes != h.payload_bytes) {
-    return corrupt_data("encoded message has a payload of " + std::to_string(h.payload_bytes) +
-                        " bytes; its header fields need " + std::to_string(expected.payload_bytes));
+  // Sizes come from the codec's own parameters, so a lying header cannot
+  // make a kernel read past the message (as on the CPU).
+  if (expected.payload_bytes != h.payload_bytes || expected.bucket_size != h.bucket_size) {
+    return corrupt_data("encoded message: payload of " + std::to_string(h.payload_bytes) +
+                        " bytes, bucket " + std::to_string(h.bucket_size) + ", where its fields need " +
+                        std::to_string(expected.payload_bytes) + " bytes, bucket " +
+                        std::to_string(expected.bucket_size));
   }
   const uint8_t* payload = src + kWireHeaderBytes;
   float* out = static_cast<float*>(dst);
-  if (cast(c)) {
+  if (c == QC_CODEC_NONE) {
+    if (h.dtype == QC_DTYPE_FLOAT32) {
+      QC_RETURN_IF_ERROR(cuda::copy_on_device(out, payload, h.payload_bytes, nullptr));
+    } else {  // 16-bit values widen exactly as the fp16/bf16 codecs decode
+      const qc_codec_t as = h.dtype == QC_DTYPE_FLOAT16 ? QC_CODEC_FP16 : QC_CODEC_BF16;
+      QC_RETURN_IF_ERROR(cuda::cast_decode(as, payload, count, out, false, nullptr));
+    }
+  } else if (cast(c)) {
     QC_RETURN_IF_ERROR(cuda::cast_decode(c, payload, count, out, false, nullptr));
+  } else if (global(c)) {
+    QC_RETURN_IF_ERROR(check_global_payload(c, h, payload));
+    QC_RETURN_IF_ERROR(cuda::global_decode(c, h.bits, payload, payload + 4, count, out, false, nullptr));
   } else {
     QC_RETURN_IF_ERROR(cuda::quant_decode(c, payload, payload + meta_bytes(h), count, h.bits,
                                           h.bucket_size, out, false, nullptr));

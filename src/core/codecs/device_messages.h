@@ -4,9 +4,10 @@
 // Both calls are synchronous, like their host versions: on return the
 // message (or the decoded values) is in device memory.
 //
-// Covered: minmax, qsgd and onebit (float32, float16 or bfloat16 input;
-// float32 output) and fp16/bf16 (float32 input and output). Other codecs and
-// dtypes are QC_ERROR_UNSUPPORTED with a message saying to pass host memory.
+// Covered: minmax, qsgd and onebit (float32, float16 or bfloat16 input),
+// fp16, bf16, global_linear, global_exp and none (float32 input); float32
+// output. topk and the other dtypes are QC_ERROR_UNSUPPORTED with a message
+// saying to pass host memory.
 #pragma once
 
 #include <cstddef>

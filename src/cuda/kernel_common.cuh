@@ -1,0 +1,53 @@
+// Small device helpers every CUDA kernel file uses.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace qc {
+namespace cuda {
+namespace kernel {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kThreads = 256;  // threads per block for every kernel here
+constexpr size_t kMaxBlocks = size_t{1} << 20;
+
+// Blocks for a grid-stride kernel that wants `threads_needed` threads.
+inline unsigned blocks_for(size_t threads_needed) {
+  const size_t blocks = (threads_needed + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+// std::min(a, b) and std::max(a, b), which the CPU reference uses: the first
+// argument wins unless the second compares strictly less (greater), which
+// decides -0 vs +0 and keeps a NaN first argument.
+__device__ __forceinline__ float ref_min(float a, float b) { return (b < a) ? b : a; }
+__device__ __forceinline__ float ref_max(float a, float b) { return (a < b) ? b : a; }
+
+__device__ __forceinline__ size_t size_min(size_t a, size_t b) { return a < b ? a : b; }
+
+// Metadata is little-endian float32 at any alignment inside the message.
+__device__ __forceinline__ float load_meta(const uint8_t* p) {
+  float v;
+  memcpy(&v, p, 4);
+  return v;
+}
+__device__ __forceinline__ void store_meta(uint8_t* p, float v) { memcpy(p, &v, 4); }
+
+// Writes the low `nbytes` bytes of `word`, the packed codes of one group of 8
+// elements (a group's codes are exactly `bits` whole bytes).
+__device__ __forceinline__ void store_code_bytes(uint8_t* out, uint64_t word, size_t nbytes) {
+  for (size_t t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
+}
+__device__ __forceinline__ uint64_t load_code_bytes(const uint8_t* in, size_t nbytes) {
+  uint64_t word = 0;
+  for (size_t t = 0; t < nbytes; ++t) word |= static_cast<uint64_t>(in[t]) << (8 * t);
+  return word;
+}
+
+}  // namespace kernel
+}  // namespace cuda
+}  // namespace qc
