@@ -53,8 +53,12 @@ constexpr size_t kGuard = 64;
 #if defined(QC_CUDA_EMULATION)
 void* dev_alloc(size_t n) { return std::aligned_alloc(256, (n + 255) / 256 * 256); }
 void dev_free(void* p) { std::free(p); }
-void dev_upload(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
-void dev_download(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+void dev_upload(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);  // an empty vector's data() may be NULL
+}
+void dev_download(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
 void sync() {}
 #else
 void* dev_alloc(size_t n) {
