@@ -8,6 +8,9 @@
 #include "core/dtype.h"
 #include "core/handle_registry.h"
 #include "core/status.h"
+#if defined(QC_HAVE_CUDA)
+#include "cuda/device_runtime.h"
+#endif
 
 namespace qc {
 
@@ -16,6 +19,24 @@ constexpr int kMaxLocalRanks = 4096;
 inline Status require(const void* pointer, const char* arg) {
   if (pointer != nullptr) return Status::ok();
   return invalid_argument(std::string("argument '") + arg + "' is NULL");
+}
+
+// Memory the CPU will read or write. In a CUDA build a device pointer here
+// would crash the process, so it is refused, naming the argument. (qc_encode
+// and qc_decode are the entry points that take device memory.)
+inline Status require_host_memory(const void* pointer, const std::string& arg) {
+#if defined(QC_HAVE_CUDA)
+  if (cuda::is_device_memory(pointer)) {
+    return unsupported("argument '" + arg +
+                       "' is CUDA device memory, but this entry point takes host memory in this "
+                       "version of qc (no NCCL transport or host staging yet; qc_encode and "
+                       "qc_decode take device memory); copy it to host memory first");
+  }
+#else
+  (void)pointer;
+  (void)arg;
+#endif
+  return Status::ok();
 }
 
 // A communicator argument: not NULL, and live (created by qc_comm_create*

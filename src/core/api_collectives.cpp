@@ -9,9 +9,6 @@
 #include "core/emulate.h"
 #include "core/error_buffer.h"
 #include "core/policy.h"
-#if defined(QC_HAVE_CUDA)
-#include "cuda/device_runtime.h"
-#endif
 
 using namespace qc;
 
@@ -28,26 +25,23 @@ Status check_op(qc_reduce_op_t op) {
 // device memory and streams need the NCCL transport or host staging, which
 // are not written yet: refuse them here, before any rank touches a byte.
 Status check_host_collective(const void* stream, const void* sendbuf, const void* recvbuf) {
-#if defined(QC_HAVE_CUDA)
   if (stream != nullptr) {
+#if defined(QC_HAVE_CUDA)
     return unsupported("argument 'stream' is not NULL, but this version of qc runs collectives "
                        "on host memory only (no NCCL transport yet); pass NULL and host buffers");
-  }
-  for (const void* p : {sendbuf, recvbuf}) {
-    if (cuda::is_device_memory(p)) {
-      return unsupported(std::string("argument '") + (p == sendbuf ? "sendbuf" : "recvbuf") +
-                         "' is CUDA device memory, but this version of qc runs collectives on "
-                         "host memory only (no NCCL transport or host staging yet); copy it to "
-                         "host memory first");
-    }
-  }
-  return Status::ok();
 #else
-  (void)sendbuf, (void)recvbuf;
-  if (stream == nullptr) return Status::ok();
-  return unsupported("argument 'stream' is not NULL, but this build of qc has no CUDA support; "
-                     "pass NULL for host memory");
+    return unsupported("argument 'stream' is not NULL, but this build of qc has no CUDA support; "
+                       "pass NULL for host memory");
 #endif
+  }
+  QC_RETURN_IF_ERROR(require_host_memory(sendbuf, "sendbuf"));
+  return require_host_memory(recvbuf, "recvbuf");
+}
+
+// The emulation's rank buffers are read by CPU threads: host memory only.
+Status check_emulation_host_buffers(const void* const* sendbufs, void* const* recvbufs, int r) {
+  QC_RETURN_IF_ERROR(require_host_memory(sendbufs[r], "sendbufs[" + std::to_string(r) + "]"));
+  return require_host_memory(recvbufs[r], "recvbufs[" + std::to_string(r) + "]");
 }
 
 // Emulation checks every rank's error buffer before any rank starts.
@@ -207,6 +201,7 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
       }
       Status s = validate_allreduce(nullptr, sendbufs[r], recvbufs[r], count, dtype, op, nullptr);
       if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+      QC_RETURN_IF_ERROR(check_emulation_host_buffers(sendbufs, recvbufs, r));
       const std::string name = "error_buffers[" + std::to_string(r) + "]";
       QC_RETURN_IF_ERROR(check_emulation_error_buffer(eb, r, nranks, count, name));
     }
@@ -227,6 +222,7 @@ QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
       QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count_per_rank));
       Status s = validate_alltoall(nranks, sendbufs[r], recvbufs[r], count_per_rank, dtype);
       if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+      QC_RETURN_IF_ERROR(check_emulation_host_buffers(sendbufs, recvbufs, r));
     }
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count_per_rank, dtype_size(dtype),

@@ -68,6 +68,7 @@ QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* ds
     const size_t need = error_buffer_image_size(*error_buffer);
     *size = need;
     if (dst == nullptr) return Status::ok();
+    QC_RETURN_IF_ERROR(require_host_memory(dst, "dst"));
     if (capacity < need) {
       return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
                               " bytes) is too small; the image needs " + std::to_string(need));
@@ -82,6 +83,7 @@ QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const vo
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
     QC_RETURN_IF_ERROR(require(src, "src"));
+    QC_RETURN_IF_ERROR(require_host_memory(src, "src"));
     return load_error_buffer(error_buffer, static_cast<const uint8_t*>(src), size);
   });
 }

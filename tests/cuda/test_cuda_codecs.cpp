@@ -115,6 +115,19 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
             QC_ERROR_UNSUPPORTED);
   EXPECT_NE(std::strstr(qc_last_error(), "sendbuf"), nullptr) << qc_last_error();
   EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
+  // So do the emulation and error-buffer checkpoints: refused, not a crash.
+  const void* sends[2] = {host.data(), x_dev.data()};
+  void* recvs[2] = {out_dev.data(), out_dev.data()};
+  qc_policy_t none = QC_POLICY_INIT;
+  EXPECT_EQ(qc_emulate_allreduce(2, sends, recvs, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, &none, nullptr),
+            QC_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::strstr(qc_last_error(), "device memory"), nullptr) << qc_last_error();
+  qc_error_buffer_t eb = nullptr;
+  ASSERT_EQ(qc_error_buffer_create(nullptr, 16, &eb), QC_SUCCESS);
+  size_t image = 0;
+  EXPECT_EQ(qc_error_buffer_save(eb, msg_dev.data(), 8192, &image), QC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(qc_error_buffer_load(eb, msg_dev.data(), 64), QC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(qc_error_buffer_destroy(eb), QC_SUCCESS);
 }
 
 }  // namespace
