@@ -70,12 +70,7 @@ __global__ void __launch_bounds__(kThreads) global_quantize_kernel(GlobalJob j) 
   const float M = static_cast<float>(Mi);
   const float inv = norm > 0 ? M / norm : 0.0f;
   const float step = norm / M;
-  const size_t groups = (j.count + 7) / 8;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += stride) {
-    const size_t i0 = 8 * g;
-    const int valid = static_cast<int>(size_min(8, j.count - i0));
+  for_each_group_of_8(j.count, [&](size_t g, size_t i0, int valid) {
     uint64_t word = 0;
     for (int c = 0; c < valid; ++c) {
       const size_t i = i0 + c;
@@ -103,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) global_quantize_kernel(GlobalJob j) 
       if (j.e != nullptr) j.e[i] = z - (negative ? -v : v);
     }
     store_code_bytes(j.codes + g * j.bits, word, (valid * j.bits + 7) / 8);
-  }
+  });
 }
 
 struct GlobalDecodeJob {
@@ -122,12 +117,7 @@ __global__ void __launch_bounds__(kThreads) global_decode_kernel(GlobalDecodeJob
   const int Mi = static_cast<int>(sign_bit - 1u);
   const float step = norm / static_cast<float>(Mi);
   const uint32_t mask = (1u << d.bits) - 1u;
-  const size_t groups = (d.count + 7) / 8;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += stride) {
-    const size_t i0 = 8 * g;
-    const int valid = static_cast<int>(size_min(8, d.count - i0));
+  for_each_group_of_8(d.count, [&](size_t g, size_t i0, int valid) {
     const uint64_t word = load_code_bytes(d.codes + g * d.bits, (valid * d.bits + 7) / 8);
     for (int c = 0; c < valid; ++c) {
       const uint32_t code = static_cast<uint32_t>(word >> (c * d.bits)) & mask;
@@ -138,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) global_decode_kernel(GlobalDecodeJob
       float* out = d.dst + i0 + c;
       *out = d.accumulate ? *out + s : s;
     }
-  }
+  });
 }
 
 Status check_global(qc_codec_t codec, int bits) {

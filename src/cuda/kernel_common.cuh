@@ -37,6 +37,21 @@ __device__ __forceinline__ float load_meta(const uint8_t* p) {
 }
 __device__ __forceinline__ void store_meta(uint8_t* p, float v) { memcpy(p, &v, 4); }
 
+// Grid-stride loop over groups of 8 consecutive elements, the unit of the
+// per-element kernels (8 codes are exactly `bits` whole bytes, so groups
+// never share a code byte): body(g, i0, valid) for group g, whose elements
+// are i0 = 8g .. i0 + valid - 1 (valid < 8 only for the last group).
+template <class Body>
+__device__ __forceinline__ void for_each_group_of_8(size_t count, Body&& body) {
+  const size_t groups = (count + 7) / 8;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += stride) {
+    const size_t i0 = 8 * g;
+    body(g, i0, static_cast<int>(size_min(8, count - i0)));
+  }
+}
+
 // Writes the low `nbytes` bytes of `word`, the packed codes of one group of 8
 // elements (a group's codes are exactly `bits` whole bytes).
 __device__ __forceinline__ void store_code_bytes(uint8_t* out, uint64_t word, size_t nbytes) {

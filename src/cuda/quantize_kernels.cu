@@ -329,12 +329,7 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
 // elements (whose codes are exactly `bits` whole bytes), any bucket size.
 template <Kind K>
 __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) {
-  const size_t groups = (j.count + 7) / 8;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += stride) {
-    const size_t i0 = 8 * g;
-    const int valid = static_cast<int>(size_min(8, j.count - i0));
+  for_each_group_of_8(j.count, [&](size_t g, size_t i0, int valid) {
     size_t b = i0 / j.bucket;
     size_t next = (b + 1) * j.bucket;
     BucketQuant q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
@@ -352,7 +347,7 @@ __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) 
       if (j.e != nullptr) j.e[i] = r;
     }
     store_code_bytes(j.codes + g * j.bits, word, (valid * j.bits + 7) / 8);
-  }
+  });
 }
 
 struct DecodeJob {
@@ -370,13 +365,8 @@ struct DecodeJob {
 // (two float4 stores when dst is aligned), any bucket size.
 template <Kind K>
 __global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
-  const size_t groups = (d.count + 7) / 8;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const uint32_t mask = (1u << d.bits) - 1u;
-  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += stride) {
-    const size_t i0 = 8 * g;
-    const int valid = static_cast<int>(size_min(8, d.count - i0));
+  for_each_group_of_8(d.count, [&](size_t g, size_t i0, int valid) {
     const uint64_t word = load_code_bytes(d.codes + g * d.bits, (valid * d.bits + 7) / 8);
     size_t b = i0 / d.bucket;
     size_t next = (b + 1) * d.bucket;
@@ -404,7 +394,7 @@ __global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
     } else {
       for (int c = 0; c < valid; ++c) out[c] = d.accumulate ? out[c] + v[c] : v[c];
     }
-  }
+  });
 }
 
 // ---- host side ----------------------------------------------------------------
