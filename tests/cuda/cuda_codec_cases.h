@@ -510,6 +510,13 @@ bool read_file(const std::string& path, std::vector<uint8_t>* out) {
   return true;
 }
 
+// The golden files: where the build saw them, unless QC_TEST_DATA_DIR says
+// otherwise (a test binary carried to a GPU machine runs from another tree).
+std::string test_data_dir() {
+  const char* env = std::getenv("QC_TEST_DATA_DIR");
+  return env != nullptr && *env != '\0' ? env : QC_TEST_DATA_DIR;
+}
+
 // The GPU payload of each golden case equals the checked-in message's bytes
 // after its 32-byte header (the header is the host's; the payload the GPU's).
 TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
@@ -523,7 +530,7 @@ TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
     if (!quant && !cast && !global) continue;  // none is a copy; topk has no CUDA kernel
     SCOPED_TRACE(g.file);
     std::vector<uint8_t> golden;
-    ASSERT_TRUE(read_file(std::string(QC_TEST_DATA_DIR) + "/" + g.file, &golden));
+    ASSERT_TRUE(read_file(test_data_dir() + "/" + g.file, &golden)) << test_data_dir();
     ASSERT_GT(golden.size(), 32u);
     const std::vector<uint8_t> want(golden.begin() + 32, golden.end());
 
