@@ -275,6 +275,28 @@ QC_API qc_status_t qc_comm_destroy(qc_comm_t comm);
 QC_API qc_status_t qc_comm_rank(qc_comm_t comm, int* rank);
 QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size);
 
+/**
+ * The failure, if any, that has broken this communicator's group, including
+ * one discovered after the call that met it returned: a peer's call failed
+ * (timeout, mismatch, corrupt data), a peer destroyed its communicator
+ * during a call, the transport failed. A collective can succeed on some
+ * ranks and fail on others; polling this after a collective tells a rank
+ * that its group is no longer usable before it starts the next one.
+ *
+ * *async_error gets QC_SUCCESS while the group is healthy. Otherwise it gets
+ * the status that broke the group (the one every later collective on this
+ * communicator returns) and qc_last_error() describes it, although the
+ * function itself returns QC_SUCCESS. The return value is about the query:
+ * QC_ERROR_INVALID_ARGUMENT for NULL `async_error` or a communicator that is
+ * not live.
+ *
+ * Never blocks and never talks to peers, so it may be called from any
+ * thread, also while another thread is blocked in a collective on `comm`
+ * (a watchdog), like ncclCommGetAsyncError. A broken group stays broken:
+ * destroy the communicator and create a new one.
+ */
+QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_error);
+
 /*
  * Counters since the communicator was created, for this rank.
  * logical_bytes: count x dtype size of every collective's input.

@@ -297,6 +297,8 @@ def kind_of(h: Header, ctype: str) -> Tuple[str, str]:
             return ("struct_in" if ctype.startswith("const ") else "struct_inout"), base
         if base in SCALARS:
             return ("scalar_array_in" if ctype.startswith("const ") else "scalar_out"), base
+        if base in h.enum_typedefs() and not ctype.startswith("const "):
+            return "enum_out", base
     raise HeaderError(f"no binding rule for C type '{ctype}'")
 
 
@@ -477,6 +479,10 @@ def _f_interface(h: Header, fn: Function) -> List[str]:
             decl, kind = _f_scalar(h, base)
             decls.append(f"{decl}, intent(out) :: {p.name}")
             imports.add(kind)
+        elif cat == "enum_out":  # C enums are int-sized: an integer(c_int) out
+            decl, kind = _f_scalar(h, "int")
+            decls.append(f"{decl}, intent(out) :: {p.name}")
+            imports.add(kind)
         elif cat == "scalar_array_in":
             decl, kind = _f_scalar(h, base)
             decls.append(f"{decl}, intent(in) :: {p.name}(*)")
@@ -527,6 +533,7 @@ def _j_type(h: Header, ctype: str) -> str:
         "struct_in": f"Ptr{{{base}}}",
         "struct_inout": f"Ptr{{{base}}}",
         "scalar_out": f"Ptr{{{J_SCALAR.get(base, base)}}}",
+        "enum_out": f"Ptr{{{base}}}",
         "scalar_array_in": f"Ptr{{{J_SCALAR.get(base, base)}}}",
     }[cat]
 

@@ -101,7 +101,7 @@ module qc
   public :: qc_version_number, qc_version_string, qc_status_string, qc_last_error_message
   public :: qc_policy_init, qc_comm_config_init
   public :: qc_comm_create, qc_comm_create_mpi, qc_comm_create_local, qc_comm_create_local_with_config
-  public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_stats
+  public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_async_error, qc_comm_get_stats
   public :: qc_comm_get_layer_stats, qc_comm_layer_count, qc_comm_layer_name
   public :: qc_set_layer_policy, qc_get_layer_policy, qc_policy_preset, qc_adapt_policies
   public :: qc_allreduce, qc_allreduce_inplace, qc_allreduce_segments, qc_allreduce_segments_inplace
@@ -399,6 +399,19 @@ contains
     call finish(qc_comm_size_c(comm%ptr, n), 'qc_comm_size', ierr)
     size = int(n)
   end subroutine qc_comm_size
+
+  !> The failure that broke the communicator's group (QC_SUCCESS while it is
+  !> healthy); qc_last_error_message() then describes it. ierr is about the
+  !> query itself.
+  subroutine qc_comm_get_async_error(comm, async_error, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer, intent(out) :: async_error
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: e
+    e = QC_SUCCESS
+    call finish(qc_comm_get_async_error_c(comm%ptr, e), 'qc_comm_get_async_error', ierr)
+    async_error = int(e)
+  end subroutine qc_comm_get_async_error
 
   !> Counters since the communicator was created (sets struct_size).
   subroutine qc_comm_get_stats(comm, stats, ierr)

@@ -210,6 +210,13 @@ module qc_c_api
       integer(c_int), intent(out) :: size
       integer(c_int) :: res
     end function
+    function qc_comm_get_async_error_c(comm, async_error) bind(c, &
+        name="qc_comm_get_async_error") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int), intent(out) :: async_error
+      integer(c_int) :: res
+    end function
     function qc_comm_get_stats_c(comm, stats) bind(c, name="qc_comm_get_stats") result(res)
       import :: c_int, c_ptr, qc_stats_t
       type(c_ptr), value :: comm
@@ -422,11 +429,11 @@ module qc_c_api
   public :: qc_layer_stats_t, qc_adapt_config_t, qc_adapt_report_t, qc_version_number_c
   public :: qc_version_string_c, qc_status_string_c, qc_last_error_c, qc_policy_init_c
   public :: qc_comm_config_init_c, qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c
-  public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_stats_c
-  public :: qc_comm_get_layer_stats_c, qc_comm_layer_count_c, qc_comm_layer_name_c, qc_set_layer_policy_c
-  public :: qc_get_layer_policy_c, qc_policy_preset_c, qc_adapt_policies_c, qc_allreduce_c
-  public :: qc_allreduce_segments_c, qc_alltoall_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c
-  public :: qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c
-  public :: qc_encoded_size_c, qc_encode_c, qc_decode_c, qc_emulate_allreduce_c
-  public :: qc_emulate_alltoall_c
+  public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
+  public :: qc_comm_get_stats_c, qc_comm_get_layer_stats_c, qc_comm_layer_count_c, qc_comm_layer_name_c
+  public :: qc_set_layer_policy_c, qc_get_layer_policy_c, qc_policy_preset_c, qc_adapt_policies_c
+  public :: qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c, qc_error_buffer_create_c
+  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
+  public :: qc_error_buffer_load_c, qc_encoded_size_c, qc_encode_c, qc_decode_c
+  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c
 end module qc_c_api

@@ -24,6 +24,8 @@ program test_qc_fortran
   type(qc_adapt_config_t) :: acfg
   type(qc_adapt_report_t), target :: report
   type(qc_comm) :: solo(1)
+  type(qc_comm) :: pair(2)
+  integer :: async
   character(len=8), parameter :: seg_names(2) = [character(len=8) :: 'seg.a', 'seg.b']
   character(len=:), allocatable :: lname
   integer :: nlayers
@@ -169,6 +171,19 @@ program test_qc_fortran
              'size mismatch caught in Fortran: ' // msg)
   call qc_comm_get_stats(comms(1), stats)
   call check(stats%calls == 3 .and. stats%logical_bytes == 3 * 4 * n, 'stats count the calls')
+  call qc_comm_get_async_error(comms(1), async)
+  call check(async == QC_SUCCESS, 'a healthy group has no async error')
+  ! A peer that left breaks the group; the failure stays visible afterwards.
+  call qc_comm_create_local(pair, ierr)
+  call check(ierr == QC_SUCCESS, 'qc_comm_create_local, two ranks')
+  call qc_comm_destroy(pair(2))
+  call qc_allreduce(pair(1), x, y, QC_OP_SUM, ierr=ierr)
+  call check(ierr == QC_ERROR_TRANSPORT, 'allreduce with a departed peer')
+  call qc_comm_get_async_error(pair(1), async, ierr)
+  msg = qc_last_error_message()
+  call check(ierr == QC_SUCCESS .and. async == QC_ERROR_TRANSPORT .and. &
+             index(msg, 'qc_comm_get_async_error') > 0, 'async error of the broken group: ' // msg)
+  call qc_comm_destroy(pair(1))
   call qc_error_buffer_destroy(eb)
   call qc_comm_destroy(comms(1))
   call qc_comm_destroy(comms(1))   ! NULL: does nothing

@@ -443,6 +443,15 @@ qc_rc qcj_comm_create_local(int nranks, double timeout_seconds, jlong* handles, 
   return st;
 }
 
+/* qc_comm_get_async_error as one status: the group's failure, which the
+ * qc_rc typemap throws with the message the library set, or the query's own
+ * failure. Comm.asyncError() catches it and returns it. */
+qc_rc qcj_comm_async_error(qc_comm_t comm) {
+  qc_status_t failure = QC_SUCCESS;
+  qc_status_t st = qc_comm_get_async_error(comm, &failure);
+  return st != QC_SUCCESS ? st : failure;
+}
+
 qc_rc qcj_error_buffer_create(qc_comm_t comm, size_t count, long long* out) {
   qc_error_buffer_t eb = NULL;
   qc_status_t st = qc_error_buffer_create(comm, count, &eb);

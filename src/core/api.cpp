@@ -163,6 +163,19 @@ QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size) {
   });
 }
 
+QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_error) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require_comm(comm));
+    QC_RETURN_IF_ERROR(require(async_error, "async_error"));
+    const Status failure = comm->transport->failure();
+    *async_error = failure.code();
+    // The query succeeded, so the guard records nothing: the message of the
+    // failure it reports is set here, as the header promises.
+    if (!failure) set_last_error("qc_comm_get_async_error: " + failure.message());
+    return Status::ok();
+  });
+}
+
 QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_comm(comm));

@@ -298,6 +298,37 @@ static void test_comm_rank_size_of_three_rank_group(void** state) {
   QCT_OK(qc_comm_destroy(comms[2]));
 }
 
+/* ---- qc_comm_get_async_error --------------------------------------------- */
+
+static void test_comm_get_async_error_null_arguments(void** state) {
+  qc_comm_t comm = (qc_comm_t)*state;
+  qc_status_t e = QC_ERROR_INTERNAL;
+  QCT_INVALID(qc_comm_get_async_error(NULL, &e), "qc_comm_get_async_error", "comm");
+  QCT_INVALID(qc_comm_get_async_error(comm, NULL), "qc_comm_get_async_error", "async_error");
+  assert_int_equal(e, QC_ERROR_INTERNAL); /* untouched on a failed query */
+  QCT_OK(qc_comm_get_async_error(comm, &e));
+  assert_int_equal(e, QC_SUCCESS);
+}
+
+static void test_comm_get_async_error_reports_the_broken_group(void** state) {
+  qc_comm_t comms[2] = {NULL, NULL};
+  float x[4] = {1, 2, 3, 4};
+  float y[4];
+  qc_status_t e = QC_ERROR_INTERNAL;
+  (void)state;
+  QCT_OK(qc_comm_create_local(2, comms));
+  QCT_OK(qc_comm_destroy(comms[1]));
+  /* the call fails on the departed peer and breaks the group for good */
+  assert_int_equal(qc_allreduce(comms[0], x, y, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL),
+                   QC_ERROR_TRANSPORT);
+  QCT_OK(qc_comm_get_async_error(comms[0], &e));
+  assert_int_equal(e, QC_ERROR_TRANSPORT);
+  assert_non_null(strstr(qc_last_error(), "qc_comm_get_async_error: "));
+  QCT_OK(qc_comm_destroy(comms[0]));
+  /* a destroyed communicator is not live: the query itself fails */
+  QCT_INVALID(qc_comm_get_async_error(comms[0], &e), "qc_comm_get_async_error", "comm");
+}
+
 /* ---- qc_comm_get_stats --------------------------------------------------- */
 
 static void test_comm_get_stats_null_arguments(void** state) {
@@ -367,6 +398,8 @@ int main(void) {
       cmocka_unit_test(test_comm_destroy_null_is_success),
       WITH_COMM(test_comm_rank_size_null_arguments),
       cmocka_unit_test(test_comm_rank_size_of_three_rank_group),
+      WITH_COMM(test_comm_get_async_error_null_arguments),
+      cmocka_unit_test(test_comm_get_async_error_reports_the_broken_group),
       WITH_COMM(test_comm_get_stats_null_arguments),
       WITH_COMM(test_comm_get_stats_struct_size),
       WITH_COMM(test_comm_get_stats_start_at_zero),

@@ -323,6 +323,113 @@ TEST(DestroyedPeerAlltoall, TransportError) {
 }
 
 // ---------------------------------------------------------------------------
+// (f) qc_comm_get_async_error: a rank learns that its group broke without
+// making a call, and a watchdog thread can poll while a call is blocked
+// ---------------------------------------------------------------------------
+qc_status_t async_error_of(qc_comm_t comm, std::string* message = nullptr) {
+  qc_status_t e = QC_ERROR_INTERNAL;
+  const qc_status_t s = qc_comm_get_async_error(comm, &e);
+  EXPECT_EQ(s, QC_SUCCESS) << qc_last_error();
+  if (message != nullptr) *message = qc_last_error();
+  return e;
+}
+
+TEST(AsyncError, HealthyGroupReportsSuccessAndKeepsTheLastError) {
+  const int n = 3;
+  Group g(n, 5.0);
+  ASSERT_TRUE(g.ok());
+  const auto bytes = encode_all(random_inputs(n, 64, 1), QC_DTYPE_FLOAT32);
+  std::vector<Bytes> out(n, Bytes(64 * 4));
+  const Outcome o = run_timed(n, [&](int r) {
+    return qc_allreduce(g[r], bytes[r].data(), out[r].data(), 64, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                        nullptr, nullptr, nullptr);
+  });
+  for (int r = 0; r < n; ++r) ASSERT_EQ(o.status[r], QC_SUCCESS) << o.describe();
+  // A failed call on this thread sets the last error; a healthy query must
+  // leave it alone (a success never clears it, like errno).
+  ASSERT_EQ(qc_comm_rank(g[0], nullptr), QC_ERROR_INVALID_ARGUMENT);
+  const std::string before = qc_last_error();
+  for (int r = 0; r < n; ++r) {
+    std::string message;
+    EXPECT_EQ(async_error_of(g[r], &message), QC_SUCCESS) << "rank " << r;
+    EXPECT_EQ(message, before);
+  }
+}
+
+TEST(AsyncError, RankThatNeverCalledLearnsOfThePeersTimeout) {
+  const int n = 3;
+  Group g(n, kShortTimeout);
+  ASSERT_TRUE(g.ok());
+  const auto bytes = encode_all(random_inputs(n, 100, 1), QC_DTYPE_FLOAT32);
+  std::vector<Bytes> out(n, Bytes(100 * 4));
+  EXPECT_EQ(async_error_of(g[2]), QC_SUCCESS);
+  const Outcome o = run_timed(n - 1, [&](int r) {
+    return qc_allreduce(g[r], bytes[r].data(), out[r].data(), 100, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                        nullptr, nullptr, nullptr);
+  });
+  for (int r = 0; r < n - 1; ++r) ASSERT_EQ(o.status[r], QC_ERROR_TIMEOUT) << o.describe();
+  std::string message;
+  EXPECT_EQ(async_error_of(g[2], &message), QC_ERROR_TIMEOUT);
+  EXPECT_NE(message.find("qc_comm_get_async_error: "), std::string::npos) << message;
+  EXPECT_GT(message.size(), std::string("qc_comm_get_async_error: ").size()) << message;
+  // What it reported is what the rank's next collective returns, at once.
+  const auto t0 = Clock::now();
+  EXPECT_EQ(qc_allreduce(g[2], bytes[2].data(), out[2].data(), 100, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                         nullptr, nullptr, nullptr),
+            QC_ERROR_TIMEOUT);
+  EXPECT_LT(seconds_since(t0), 0.4);
+}
+
+TEST(AsyncError, WatchdogPollsWhileACallIsBlocked) {
+  Group g(2, 2.0);
+  ASSERT_TRUE(g.ok());
+  std::vector<float> in(100, 1.0f), out(100);
+  std::atomic<bool> returned{false};
+  qc_status_t s = QC_ERROR_INTERNAL;
+  std::thread caller([&] {
+    s = qc_allreduce(g[0], in.data(), out.data(), in.size(), QC_DTYPE_FLOAT32, QC_OP_SUM,
+                     nullptr, nullptr, nullptr);
+    returned.store(true);
+  });
+  // Rank 1 never calls. While rank 0 waits the group is still healthy, and
+  // polling it neither blocks nor disturbs the waiting call.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int healthy_polls = 0;
+  while (!returned.load()) {
+    const auto t0 = Clock::now();
+    const qc_status_t e = async_error_of(g[0]);
+    EXPECT_LT(seconds_since(t0), 0.1) << "qc_comm_get_async_error must not block";
+    if (e != QC_SUCCESS) {
+      EXPECT_EQ(e, QC_ERROR_TIMEOUT);
+      break;
+    }
+    ++healthy_polls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  caller.join();
+  EXPECT_GT(healthy_polls, 0);
+  EXPECT_EQ(s, QC_ERROR_TIMEOUT) << st(s);
+  EXPECT_EQ(async_error_of(g[0]), QC_ERROR_TIMEOUT);
+}
+
+TEST(AsyncError, MismatchBreaksEveryRank) {
+  const int n = 3;
+  Group g(n, 5.0);
+  ASSERT_TRUE(g.ok());
+  const auto bytes = encode_all(random_inputs(n, 16, 1), QC_DTYPE_FLOAT32);
+  std::vector<Bytes> out(n, Bytes(16 * 4));
+  const Outcome o = run_timed(n, [&](int r) {
+    return qc_allreduce(g[r], bytes[r].data(), out[r].data(), r == 1 ? 15 : 16,
+                        QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr, nullptr);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(o.status[r], QC_ERROR_MISMATCH) << o.describe();
+    std::string message;
+    EXPECT_EQ(async_error_of(g[r], &message), QC_ERROR_MISMATCH) << "rank " << r;
+  }
+}
+
+// ---------------------------------------------------------------------------
 // invalid arguments: an error status and a message, no waiting, and the
 // communicator stays usable (it is not one of the breaking failures)
 // ---------------------------------------------------------------------------

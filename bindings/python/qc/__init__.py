@@ -720,6 +720,16 @@ class Comm:
             raise ValueError(f"method must be 'kmeans' or 'linear', not {method!r}")
         return self._h.adapt_policies(_ADAPT_METHODS[method], float(alpha), [int(b) for b in allowed_bits])
 
+    def async_error(self) -> Optional[Error]:
+        """The failure that broke this communicator's group, or None while it
+        is healthy (qc_comm_get_async_error). Returned, not raised: the
+        qc.Error subclass of the status, with the library's message. It may
+        be called from another thread while a collective is blocked (a
+        watchdog); a broken group stays broken, so close the communicator
+        and create a new one."""
+        status, message = self._h.async_error()
+        return None if status == 0 else error_class(status)(status, message)
+
     # ---- statistics ----
     def stats(self) -> Dict[str, Union[int, float]]:
         """Counters of this rank since creation: calls, logical_bytes,

@@ -384,6 +384,16 @@ PYBIND11_MODULE(_qc, m) {
         call([&] { return qc_comm_size(h, &s); });
         return s;
       })
+      // Not guarded by InUse: a watchdog thread may poll while another is
+      // blocked in a collective (qc.h). Holds the GIL, so close() cannot run
+      // at the same time; the C call never blocks.
+      .def("async_error", [](Comm& c) {
+        qc_status_t e = QC_SUCCESS;
+        qc_comm_t h = c.handle();
+        call([&] { return qc_comm_get_async_error(h, &e); });
+        return std::make_pair(static_cast<int>(e),
+                              std::string(e == QC_SUCCESS ? "" : qc_last_error()));
+      })
       .def("allreduce",
            [](Comm& c, std::uintptr_t send, std::uintptr_t recv, size_t count, int dtype, int op,
               std::optional<std::string> layer, ErrorBuffer* eb) {

@@ -273,6 +273,21 @@ def test_timeout_and_departed_peer():
     a.close()
 
 
+def test_async_error_reports_the_broken_group():
+    a, b = qc.Comm.local(2, timeout=0.3)
+    assert a.async_error() is None and b.async_error() is None
+    with pytest.raises(qc.QcTimeoutError):
+        a.allreduce(np.ones(8, np.float32))
+    # b never called, yet learns that its group broke, with the message
+    err = b.async_error()
+    assert isinstance(err, qc.QcTimeoutError) and err.status == 6
+    assert "qc_comm_get_async_error" in err.message
+    a.close()
+    b.close()
+    with pytest.raises(qc.InvalidArgumentError, match="closed"):
+        b.async_error()
+
+
 def test_error_classes_one_per_status():
     failures = [s for s in qc.STATUS_NAMES if s != 0]  # generated from qc.h
     classes = {qc.error_class(s) for s in failures}

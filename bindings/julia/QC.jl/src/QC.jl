@@ -541,6 +541,22 @@ function nranks(c::Comm)
     return Int(r[])
 end
 
+"""
+    QC.async_error(comm) -> Union{Nothing, QCError}
+
+The failure that broke the communicator's group, or `nothing` while it is
+healthy (`qc_comm_get_async_error`). The error is returned, not thrown. Safe
+to call from another task or thread while a collective is blocked; a broken
+group stays broken, so close the communicator and create a new one.
+"""
+function async_error(c::Comm)
+    e = Ref{qc_status_t}(QC_SUCCESS)
+    check(qc_comm_get_async_error(_handle(c), e))
+    # On a failure the library set qc_last_error() to its message; read it
+    # before anything can yield.
+    return e[] == QC_SUCCESS ? nothing : QCError(e[])
+end
+
 function Base.show(io::IO, c::Comm)
     if isopen(c)
         print(io, "QC.Comm(rank ", rank(c), " of ", nranks(c), ", ", c.transport, ")")

@@ -246,6 +246,9 @@ qc_comm_rank(comm, rank) =
 qc_comm_size(comm, size) =
     @ccall libqc.qc_comm_size(comm::qc_comm_t, size::Ptr{Cint})::qc_status_t
 
+qc_comm_get_async_error(comm, async_error) =
+    @ccall libqc.qc_comm_get_async_error(comm::qc_comm_t, async_error::Ptr{qc_status_t})::qc_status_t
+
 qc_comm_get_stats(comm, stats) =
     @ccall libqc.qc_comm_get_stats(comm::qc_comm_t, stats::Ptr{qc_stats_t})::qc_status_t
 

@@ -47,6 +47,7 @@ small_integers(n, r) = Float32[(i * (r + 2)) % 13 - 6 for i in 1:n]
         with_group() do comms
             @test [QC.rank(c) for c in comms] == collect(0:NRANKS-1)
             @test all(nranks(c) == NRANKS for c in comms)
+            @test all(QC.async_error(c) === nothing for c in comms)
         end
     end
 
@@ -219,6 +220,10 @@ small_integers(n, r) = Float32[(i * (r + 2)) % 13 - 6 for i in 1:n]
         end
         @test err isa QCError && err.status == QC.QC_ERROR_TIMEOUT
         @test time() - t0 < 30
+        # rank 1 never called, yet learns that its group broke
+        late = QC.async_error(comms[2])
+        @test late isa QCError && late.status == QC.QC_ERROR_TIMEOUT
+        @test occursin("qc_comm_get_async_error", late.message)
         foreach(close, comms)
     end
 

@@ -4,6 +4,7 @@ import static org.junit.Assert.assertArrayEquals;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertFalse;
 import static org.junit.Assert.assertNotNull;
+import static org.junit.Assert.assertNull;
 import static org.junit.Assert.assertSame;
 import static org.junit.Assert.assertThrows;
 import static org.junit.Assert.assertTrue;
@@ -335,8 +336,16 @@ public class CommTest {
   @Test
   public void missingPeerTimesOut() throws Exception {
     comms = Comm.createLocal(2, 0.5);
+    assertNull(comms[1].asyncError());
     QcException e = assertThrows(QcException.class, () -> comms[0].allreduce(new float[8]));
     assertSame(Status.TIMEOUT, e.getStatus());
+    // rank 1 never called, yet learns that its group broke
+    QcException late = comms[1].asyncError();
+    assertNotNull(late);
+    assertSame(Status.TIMEOUT, late.getStatus());
+    assertTrue(late.getDetail(), late.getDetail().contains("qc_comm_get_async_error"));
+    comms[1].close();
+    assertThrows(IllegalStateException.class, () -> comms[1].asyncError());
   }
 
   @Test

@@ -121,6 +121,25 @@ public final class Comm implements AutoCloseable {
     scratch = null;
   }
 
+  /**
+   * The failure that broke this communicator's group, or {@code null} while it is
+   * healthy (qc_comm_get_async_error). The exception is returned, not thrown: a
+   * rank learns that a peer's call failed without making a call itself. Not
+   * synchronized, so a watchdog thread may poll while another thread is blocked
+   * in a collective on this communicator. A broken group stays broken: close the
+   * communicator and create a new one.
+   */
+  public QcException asyncError() {
+    return handle.withHandle("qc: Comm (rank " + rank + " of " + size + ") is closed", h -> {
+      try {
+        QcNative.qcj_comm_async_error(h);
+        return null;
+      } catch (QcException e) {
+        return e;
+      }
+    });
+  }
+
   // ---- allreduce ----------------------------------------------------------
 
   /**

@@ -57,6 +57,20 @@ final class NativeHandle {
     }
   }
 
+  /**
+   * Runs {@code use} on the handle while holding the lock that {@link #close()}
+   * takes, so the handle cannot be freed during the call. Only for calls that
+   * never block (a blocking call here would also block close()).
+   */
+  <T> T withHandle(String closedMessage, java.util.function.LongFunction<T> use) {
+    synchronized (state) {
+      if (state.value == 0) {
+        throw new IllegalStateException(closedMessage);
+      }
+      return use.apply(state.value);
+    }
+  }
+
   boolean isClosed() {
     synchronized (state) {
       return state.value == 0;
