@@ -474,9 +474,10 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  * Reduce `count` elements over all ranks; every rank receives the same result,
  * bit for bit.
  *
- * sendbuf, recvbuf: host memory of count elements of dtype; they may be the
- *   same pointer (in place) but must not otherwise overlap. They may be NULL
- *   only when count is 0.
+ * sendbuf, recvbuf: count elements of dtype, both in host memory or (in a
+ *   CUDA build) both in CUDA device memory; one of each is
+ *   QC_ERROR_INVALID_ARGUMENT. They may be the same pointer (in place) but
+ *   must not otherwise overlap. They may be NULL only when count is 0.
  * dtype: inputs and outputs; sums are accumulated in float32.
  * layer: name whose policy applies (see qc_set_layer_policy); NULL means "*".
  * error_buffer: residuals kept between calls for error feedback, or NULL. It
@@ -486,10 +487,15 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   included, so that over any number of calls the sum of the outputs plus
  *   every rank's final residuals equals the sum of the inputs, to float
  *   rounding. The residuals are updated only when the call succeeds.
- * stream: NULL. Collectives run on host memory: a CUDA build refuses a
- *   stream, and sendbuf/recvbuf in CUDA device memory, with
- *   QC_ERROR_UNSUPPORTED until its NCCL transport lands (qc_encode and
- *   qc_decode already take device memory).
+ * stream: NULL for host memory. With device buffers, a cudaStream_t (NULL:
+ *   the default stream) whose earlier work produces sendbuf: the local and
+ *   MPI transports copy the input to page-locked host memory after that
+ *   work, run the collective on the host and copy the result back on the
+ *   same stream, and the call returns once recvbuf holds it, as with host
+ *   memory. The result is the host call's bit for bit (so several processes
+ *   sharing one GPU can use the MPI transport). A failed copy breaks the
+ *   group (peers fail at once; see qc_comm_get_async_error). A stream with
+ *   host buffers, or in a build without CUDA, is QC_ERROR_UNSUPPORTED.
  *
  * A message below the policy's min_compress_bytes (default 16 KiB) goes with
  * codec none (and algorithm native, set for a global codec, with auto).
@@ -553,6 +559,7 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
  * receiver (a rank's block to itself takes the same path, so every block is
  * treated alike). sendbuf and recvbuf may be the same pointer (in place) but
  * must not otherwise overlap; they may be NULL only when count_per_rank is 0.
+ * Host or CUDA device memory, with `stream`, as for qc_allreduce.
  */
 QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
                                size_t count_per_rank, qc_dtype_t dtype,

@@ -3,21 +3,32 @@
 # The lent GPU machines have nvcc, CMake and ninja but no GoogleTest, so the
 # programs are built here and carried there:
 #
-#   bash scripts/gpu_check.sh build   # here: Release build of the two GPU
+#   bash scripts/gpu_check.sh build   # here: Release build of the GPU
 #                                     # programs into build-gpu/ (git-ignored)
 #   bash scripts/gpu_check.sh run     # there, with build-gpu carried: the GPU
 #                                     # tests, compute-sanitizer memcheck on a
-#                                     # subset, the 256 MiB kernel table; logs
-#                                     # and tables go to $OUT (or ./gpu-out)
+#                                     # subset, 2-4 MPI processes on the one
+#                                     # GPU (if that machine has mpirun), the
+#                                     # 256 MiB kernel table; logs and tables
+#                                     # go to $OUT (or ./gpu-out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   build)
+    # $ORIGIN run paths: the tree is carried to another path on that machine.
     cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQC_WITH_CUDA=ON \
-      -DQC_WITH_MPI=OFF -DQC_WITH_PYTHON=OFF -DQC_WITH_JAVA=OFF -DQC_WITH_FORTRAN=OFF
-    cmake --build build-gpu --target qc_test_cuda_codecs qc-cuda-bench
-    strip build-gpu/tests/cuda/qc_test_cuda_codecs build-gpu/tools/qc-cuda-bench/qc-cuda-bench
-    du -ch build-gpu/tests/cuda/qc_test_cuda_codecs build-gpu/tools/qc-cuda-bench/qc-cuda-bench
+      -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
+      -DQC_WITH_PYTHON=OFF -DQC_WITH_JAVA=OFF -DQC_WITH_FORTRAN=OFF
+    targets=(qc_test_cuda_codecs qc-cuda-bench)
+    programs=(build-gpu/tests/cuda/qc_test_cuda_codecs build-gpu/tools/qc-cuda-bench/qc-cuda-bench)
+    if grep -q qc_test_mpi_device_collectives build-gpu/build.ninja; then  # built with MPI
+      targets+=(qc_test_mpi_device_collectives)
+      programs+=(build-gpu/tests/mpi/qc_test_mpi_device_collectives)
+    fi
+    cmake --build build-gpu --target "${targets[@]}"
+    [ -e build-gpu/src/libqc.so ] && programs+=("$(readlink -f build-gpu/src/libqc.so)")
+    strip "${programs[@]}"
+    du -chL "${programs[@]}"
     ;;
   run)
     out="${OUT:-gpu-out}"
@@ -28,9 +39,22 @@ case "${1:-}" in
     build-gpu/tests/cuda/qc_test_cuda_codecs 2>&1 | tee "$out/cuda_tests.log" || status=1
     if command -v compute-sanitizer > /dev/null; then
       compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/tests/cuda/qc_test_cuda_codecs \
-        --gtest_filter='CudaGolden.*:CudaQuant.EdgesMatchTheCpu:CudaGlobal.EdgesMatchTheCpu:CudaApi.*' \
+        --gtest_filter='CudaGolden.*:CudaQuant.EdgesMatchTheCpu:CudaGlobal.EdgesMatchTheCpu:CudaApi.*:CudaStaging.*' \
         > "$out/memcheck.log" 2>&1 || status=1
       tail -3 "$out/memcheck.log"
+    fi
+    mpi_test=build-gpu/tests/mpi/qc_test_mpi_device_collectives
+    if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
+       ! ldd "$mpi_test" | grep -q 'not found'; then
+      for np in 2 3 4; do
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+          mpirun -np "$np" --oversubscribe "$mpi_test" --device \
+          > "$out/mpi_device_np$np.log" 2>&1 || status=1
+        tail -4 "$out/mpi_device_np$np.log"
+      done
+    else
+      echo "no mpirun or libmpi here (or no MPI build): the multi-process device test did not run" \
+        | tee "$out/mpi_device.log"
     fi
     build-gpu/tools/qc-cuda-bench/qc-cuda-bench --size 256 -i 20 --check \
       2>&1 | tee "$out/cuda_bench.txt" || status=1

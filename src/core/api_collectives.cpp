@@ -8,6 +8,7 @@
 #include "core/communicator.h"
 #include "core/emulate.h"
 #include "core/error_buffer.h"
+#include "core/host_staging.h"
 #include "core/policy.h"
 
 using namespace qc;
@@ -18,24 +19,6 @@ Status check_op(qc_reduce_op_t op) {
   if (op == QC_OP_SUM || op == QC_OP_AVG) return Status::ok();
   return invalid_argument("argument 'op' is " + std::to_string(static_cast<int>(op)) +
                           "; expected QC_OP_SUM or QC_OP_AVG");
-}
-
-// The collectives run on host memory. A CUDA build already has the codec
-// kernels (qc_encode/qc_decode take device memory), but collectives on
-// device memory and streams need the NCCL transport or host staging, which
-// are not written yet: refuse them here, before any rank touches a byte.
-Status check_host_collective(const void* stream, const void* sendbuf, const void* recvbuf) {
-  if (stream != nullptr) {
-#if defined(QC_HAVE_CUDA)
-    return unsupported("argument 'stream' is not NULL, but this version of qc runs collectives "
-                       "on host memory only (no NCCL transport yet); pass NULL and host buffers");
-#else
-    return unsupported("argument 'stream' is not NULL, but this build of qc has no CUDA support; "
-                       "pass NULL for host memory");
-#endif
-  }
-  QC_RETURN_IF_ERROR(require_host_memory(sendbuf, "sendbuf"));
-  return require_host_memory(recvbuf, "recvbuf");
 }
 
 // The emulation's rank buffers are read by CPU threads: host memory only.
@@ -142,8 +125,12 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
-    QC_RETURN_IF_ERROR(check_host_collective(stream, sendbuf, recvbuf));
-    return comm_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer);
+    const size_t bytes = count * dtype_size(dtype);
+    return run_on_placed_buffers(
+        comm, cuda_device_memory(), stream, sendbuf, bytes, recvbuf, bytes,
+        [&](const void* send, void* recv) {
+          return comm_allreduce(comm, send, recv, count, dtype, op, layer, error_buffer);
+        });
   });
 }
 
@@ -164,9 +151,13 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
       total += counts[i];
     }
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, total, dtype, op, error_buffer));
-    QC_RETURN_IF_ERROR(check_host_collective(stream, sendbuf, recvbuf));
-    return comm_allreduce_segments(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype, op,
-                                   error_buffer);
+    const size_t bytes = total * dtype_size(dtype);
+    return run_on_placed_buffers(
+        comm, cuda_device_memory(), stream, sendbuf, bytes, recvbuf, bytes,
+        [&](const void* send, void* recv) {
+          return comm_allreduce_segments(comm, send, recv, nsegments, counts, layers, dtype, op,
+                                         error_buffer);
+        });
   });
 }
 
@@ -175,10 +166,14 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
                                void* stream) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_comm(comm));
-    QC_RETURN_IF_ERROR(
-        validate_alltoall(comm->transport->size(), sendbuf, recvbuf, count_per_rank, dtype));
-    QC_RETURN_IF_ERROR(check_host_collective(stream, sendbuf, recvbuf));
-    return comm_alltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer);
+    const int n = comm->transport->size();
+    QC_RETURN_IF_ERROR(validate_alltoall(n, sendbuf, recvbuf, count_per_rank, dtype));
+    const size_t bytes = count_per_rank * dtype_size(dtype) * static_cast<size_t>(n);
+    return run_on_placed_buffers(
+        comm, cuda_device_memory(), stream, sendbuf, bytes, recvbuf, bytes,
+        [&](const void* send, void* recv) {
+          return comm_alltoall(comm, send, recv, count_per_rank, dtype, layer);
+        });
   });
 }
 

@@ -156,11 +156,6 @@ Status check_error_buffer_binding(const qc_error_buffer_s& eb, int rank, int siz
   return Status::ok();
 }
 
-Status check_healthy(const qc_comm_s* comm) {
-  Status failure = comm->transport->failure();
-  return failure ? Status::ok() : broken_status(failure);
-}
-
 // Copies the error buffer's residuals into comm->residual_work for a call
 // on `grid`, after checking that the buffer fits; a buffer computed on
 // another grid starts from zero, with a warning naming `what`.
@@ -208,6 +203,11 @@ void finish_allreduce(float* work, size_t count, qc_dtype_t dtype, qc_reduce_op_
 }
 
 }  // namespace
+
+Status check_healthy(const qc_comm_s* comm) {
+  Status failure = comm->transport->failure();
+  return failure ? Status::ok() : broken_status(failure);
+}
 
 double squared_norm(const float* x, size_t count) {
   // Four partial sums: independent chains the compiler can overlap.

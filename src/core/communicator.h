@@ -12,6 +12,7 @@
 
 #include "core/collective_context.h"
 #include "core/handle_registry.h"
+#include "core/host_staging.h"
 #include "core/policy_table.h"
 #include "core/transports/transport.h"
 
@@ -37,6 +38,8 @@ struct qc_comm_s {
   // The residuals a call works on; swapped with the error buffer's only when
   // the call succeeds, so a failed call leaves the buffer as it was.
   std::vector<float> residual_work;
+  // Page-locked host copies of device buffers (core/host_staging.h).
+  qc::HostStaging staging;
   // policy.scale_update_period's kept scales, per collective kind and layer
   // (one entry per layer, restarted when the layer's call shape changes).
   std::map<std::string, qc::ScaleMemory> scale_memory;
@@ -49,6 +52,10 @@ struct qc_comm_s {
 };
 
 namespace qc {
+
+// QC_SUCCESS while the group is healthy, else the status that broke it, in
+// the words every later call gives ("the communicator is broken by ...").
+Status check_healthy(const qc_comm_s* comm);
 
 // Arguments are validated by the API layer before these run.
 Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "cuda/cuda_check.h"
 
 namespace qc {
@@ -40,6 +42,44 @@ Status copy_to_device(void* dst, const void* src, size_t bytes) {
 
 Status copy_to_host(void* dst, const void* src, size_t bytes) {
   return cuda_status(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cuda: copy to host");
+}
+
+namespace {
+
+// An async copy on `stream`, then a wait for that stream: the copy runs after
+// the caller's earlier work there, and the bytes are in place on return.
+Status copy_after(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, void* stream,
+                  const char* what) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  QC_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst, src, bytes, kind, s), what));
+  return cuda_status(cudaStreamSynchronize(s), what);
+}
+
+}  // namespace
+
+Status copy_to_host_after(void* dst, const void* src, size_t bytes, void* stream) {
+  return copy_after(dst, src, bytes, cudaMemcpyDeviceToHost, stream,
+                    "cuda: copy of the device input to host memory");
+}
+
+Status copy_to_device_after(void* dst, const void* src, size_t bytes, void* stream) {
+  return copy_after(dst, src, bytes, cudaMemcpyHostToDevice, stream,
+                    "cuda: copy of the result to device memory");
+}
+
+Status alloc_pinned(size_t bytes, void** p) {
+  *p = nullptr;
+  const cudaError_t err = cudaMallocHost(p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return Status(QC_ERROR_OUT_OF_MEMORY, "cuda: no " + std::to_string(bytes) +
+                                              " bytes of page-locked host memory");
+  }
+  return cuda_status(err, "cuda: page-locked host memory");
+}
+
+void free_pinned(void* p) {
+  if (p != nullptr) (void)cudaFreeHost(p);
 }
 
 Status copy_on_device(void* dst, const void* src, size_t bytes, void* stream) {

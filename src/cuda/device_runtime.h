@@ -23,6 +23,14 @@ bool is_device_memory(const void* p);
 
 Status copy_to_device(void* dst, const void* src, size_t bytes);
 Status copy_to_host(void* dst, const void* src, size_t bytes);
+// Copies ordered after the work already enqueued on `stream` (a
+// cudaStream_t; NULL: the default stream); they return once `dst` holds the
+// bytes. Host memory may be pageable; pinned memory (alloc_pinned) is faster.
+Status copy_to_host_after(void* dst, const void* src, size_t bytes, void* stream);
+Status copy_to_device_after(void* dst, const void* src, size_t bytes, void* stream);
+// Page-locked host memory (cudaMallocHost); free with free_pinned.
+Status alloc_pinned(size_t bytes, void** p);
+void free_pinned(void* p);
 // Device to device, enqueued on `stream`.
 Status copy_on_device(void* dst, const void* src, size_t bytes, void* stream);
 // Waits for the work enqueued on `stream` (a cudaStream_t; NULL: the

@@ -5,6 +5,9 @@
 // the warp emulator (test_cuda_emulated.cpp).
 #include <cuda_runtime.h>
 
+#include <memory>
+#include <thread>
+
 #include "cuda_codec_cases.h"
 #include "qc.h"
 
@@ -107,15 +110,18 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
             QC_ERROR_MISMATCH);
   EXPECT_EQ(qc_decode(msg_dev.data(), written, out_dev.data(), n, QC_DTYPE_FLOAT16),
             QC_ERROR_UNSUPPORTED);
-  // Collectives stay on the host until the NCCL transport lands.
+  // Collectives take device buffers (host-staged), but not mixed with host ones.
   qc_comm_t comm = nullptr;
   ASSERT_EQ(qc_comm_create_local(1, &comm), QC_SUCCESS);
-  EXPECT_EQ(qc_allreduce(comm, x_dev.data(), out_dev.data(), n, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr,
+  EXPECT_EQ(qc_allreduce(comm, x_dev.data(), host.data(), n, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr,
                          nullptr, nullptr),
-            QC_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::strstr(qc_last_error(), "sendbuf"), nullptr) << qc_last_error();
+            QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(qc_last_error(), "'recvbuf' is host memory"), nullptr) << qc_last_error();
+  EXPECT_EQ(qc_alltoall(comm, host.data(), out_dev.data(), n, QC_DTYPE_FLOAT32, nullptr, nullptr),
+            QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(qc_last_error(), "'sendbuf' is host memory"), nullptr) << qc_last_error();
   EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
-  // So do the emulation and error-buffer checkpoints: refused, not a crash.
+  // The emulation and error-buffer checkpoints stay on the host: refused, not a crash.
   const void* sends[2] = {host.data(), x_dev.data()};
   void* recvs[2] = {out_dev.data(), out_dev.data()};
   qc_policy_t none = QC_POLICY_INIT;
@@ -128,6 +134,116 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
   EXPECT_EQ(qc_error_buffer_save(eb, msg_dev.data(), 8192, &image), QC_ERROR_UNSUPPORTED);
   EXPECT_EQ(qc_error_buffer_load(eb, msg_dev.data(), 64), QC_ERROR_UNSUPPORTED);
   EXPECT_EQ(qc_error_buffer_destroy(eb), QC_SUCCESS);
+}
+
+// Collectives on device buffers: host-staged (src/core/host_staging.h), so
+// the results are the emulation's bit for bit, on the caller's stream, in
+// place or not, for allreduce, fused segments and alltoall.
+TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
+  const int n = 3;
+  const size_t count = 20011;
+  struct Case {
+    qc_codec_t codec;
+    int bits;
+    qc_algorithm_t algo;
+    bool in_place;
+  } cases[] = {{QC_CODEC_MINMAX, 4, QC_ALGO_RING, false},
+               {QC_CODEC_QSGD, 4, QC_ALGO_SRA, true},
+               {QC_CODEC_ONEBIT, 1, QC_ALGO_TREE, false},
+               {QC_CODEC_GLOBAL_LINEAR, 4, QC_ALGO_NATIVE, false},
+               {QC_CODEC_MINMAX, 2, QC_ALGO_RECURSIVE_DOUBLING, true},
+               {QC_CODEC_NONE, 4, QC_ALGO_AUTO, false}};
+  std::vector<std::vector<float>> x(n);
+  for (int r = 0; r < n; ++r) x[r] = make_data(count, Data::kPlain, 40 + r);
+  std::vector<cudaStream_t> streams(n);
+  for (auto& s : streams) ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  for (const Case& c : cases) {
+    SCOPED_TRACE("codec " + std::to_string(c.codec) + " algorithm " + std::to_string(c.algo));
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = c.codec;
+    p.bits = c.bits;
+    p.algorithm = c.algo;
+    p.min_compress_bytes = 0;
+    p.seed = 5;
+    std::vector<std::vector<float>> want(n, std::vector<float>(count));
+    std::vector<const void*> sp(n);
+    std::vector<void*> rp(n);
+    for (int r = 0; r < n; ++r) {
+      sp[r] = x[r].data();
+      rp[r] = want[r].data();
+    }
+    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM, &p,
+                                   nullptr),
+              QC_SUCCESS)
+        << qc_last_error();
+    std::vector<qc_comm_t> comms(n);
+    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
+    for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
+    std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
+    for (int r = 0; r < n; ++r) {
+      in_dev[r] = std::make_unique<DeviceBytes>(4 * count);
+      in_dev[r]->upload(x[r].data(), 4 * count);
+      if (!c.in_place) out_dev[r] = std::make_unique<DeviceBytes>(4 * count);
+    }
+    std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        void* out = c.in_place ? in_dev[r]->data() : out_dev[r]->data();
+        status[r] = qc_allreduce(comms[r], in_dev[r]->data(), out, count, QC_DTYPE_FLOAT32,
+                                 QC_OP_SUM, nullptr, nullptr, streams[r]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
+      const auto got = (c.in_place ? in_dev[r] : out_dev[r])->contents();
+      EXPECT_EQ(first_float_diff(as_floats(got), want[r]), -1) << "rank " << r;
+    }
+    for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
+  }
+  for (auto s : streams) cudaStreamDestroy(s);
+}
+
+TEST(CudaStaging, AlltoallOnDeviceBuffersMatchesTheEmulation) {
+  const int n = 3;
+  const size_t cpr = 5003;
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = QC_CODEC_MINMAX;
+  p.bits = 4;
+  p.min_compress_bytes = 0;
+  std::vector<std::vector<float>> x(n), want(n, std::vector<float>(cpr * n));
+  std::vector<const void*> sp(n);
+  std::vector<void*> rp(n);
+  for (int r = 0; r < n; ++r) {
+    x[r] = make_data(cpr * n, Data::kPlain, 70 + r);
+    sp[r] = x[r].data();
+    rp[r] = want[r].data();
+  }
+  ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &p), QC_SUCCESS);
+  std::vector<qc_comm_t> comms(n);
+  ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
+  for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
+  std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
+  for (int r = 0; r < n; ++r) {
+    in_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
+    in_dev[r]->upload(x[r].data(), 4 * cpr * n);
+    out_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
+  }
+  std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      status[r] = qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr,
+                              QC_DTYPE_FLOAT32, nullptr, nullptr);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
+    EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1) << "rank " << r;
+  }
+  for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
 }
 
 }  // namespace

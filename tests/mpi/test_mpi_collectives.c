@@ -3,9 +3,14 @@
  * deterministic), runs qc_emulate_allreduce on them itself and checks that
  * its MPI result is the emulated one bit for bit: "emulation = distribution".
  *
- * Usage: test_mpi_collectives [--peer-death]
+ * Usage: test_mpi_collectives [--peer-death | --device]
  *   --peer-death: the last rank skips a collective; the others must return
  *                 QC_ERROR_TIMEOUT within the timeout + 1 s.
+ *   --device:     (the build with QC_TEST_DEVICE) every collective takes CUDA
+ *                 device buffers and a stream, which qc stages through host
+ *                 memory; all processes share GPU 0, and the results must
+ *                 still be the emulation's bit for bit. Without a device
+ *                 every rank prints "no CUDA device" and the test is skipped.
  * Prints one line per check; exits 1 on the first failure (after telling
  * MPI, so that no rank hangs). */
 #include <mpi.h>
@@ -17,10 +22,14 @@
 #include <string.h>
 
 #include "qc.h"
+#if defined(QC_TEST_DEVICE)
+#include <cuda_runtime.h>
+#endif
 
 static int g_rank = 0;
 static int g_size = 1;
 static int g_failed = 0;
+static int g_device = 0; /* --device: collectives on device buffers */
 
 #define CHECK(cond, ...)                                                   \
   do {                                                                     \
@@ -44,6 +53,56 @@ static void fill_input(float* x, size_t count, int r, int t) {
     z ^= z >> 31;
     x[i] = (float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
   }
+}
+
+#if defined(QC_TEST_DEVICE)
+static cudaStream_t g_stream = NULL;
+
+static void* device_copy_of(const void* host, size_t bytes) {
+  void* d = NULL;
+  CHECK(cudaMalloc(&d, bytes ? bytes : 1) == cudaSuccess, "cudaMalloc of %zu bytes", bytes);
+  if (bytes) CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+  return d;
+}
+#endif
+
+/* qc_allreduce (QC_OP_AVG, float32) of host `in` into host `out`; with
+ * --device through device copies of both and the rank's stream. */
+static qc_status_t allreduce_here(qc_comm_t comm, const float* in, float* out, size_t count,
+                                  const char* layer, qc_error_buffer_t eb) {
+#if defined(QC_TEST_DEVICE)
+  if (g_device) {
+    const size_t bytes = sizeof(float) * count;
+    void* d_in = device_copy_of(in, bytes);
+    void* d_out = device_copy_of(out, bytes);
+    qc_status_t s =
+        qc_allreduce(comm, d_in, d_out, count, QC_DTYPE_FLOAT32, QC_OP_AVG, layer, eb, g_stream);
+    if (s == QC_SUCCESS && bytes)
+      CHECK(cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
+    cudaFree(d_in);
+    cudaFree(d_out);
+    return s;
+  }
+#endif
+  return qc_allreduce(comm, in, out, count, QC_DTYPE_FLOAT32, QC_OP_AVG, layer, eb, NULL);
+}
+
+static qc_status_t alltoall_here(qc_comm_t comm, const float* in, float* out, size_t cpr,
+                                 const char* layer) {
+#if defined(QC_TEST_DEVICE)
+  if (g_device) {
+    const size_t bytes = sizeof(float) * cpr * (size_t)g_size;
+    void* d_in = device_copy_of(in, bytes);
+    void* d_out = device_copy_of(out, bytes);
+    qc_status_t s = qc_alltoall(comm, d_in, d_out, cpr, QC_DTYPE_FLOAT32, layer, g_stream);
+    if (s == QC_SUCCESS)
+      CHECK(cudaMemcpy(out, d_out, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
+    cudaFree(d_in);
+    cudaFree(d_out);
+    return s;
+  }
+#endif
+  return qc_alltoall(comm, in, out, cpr, QC_DTYPE_FLOAT32, layer, NULL);
 }
 
 static qc_comm_t make_comm(double timeout) {
@@ -94,8 +153,8 @@ static void check_transport_sum(qc_comm_t comm, const qc_policy_t* p, const floa
   size_t i;
   int r;
   CHECK(qc_error_buffer_create(NULL, count, &eb) == QC_SUCCESS, "eb");
-  CHECK(qc_allreduce(comm, in + (size_t)g_rank * count, out, count, QC_DTYPE_FLOAT32, QC_OP_AVG,
-                     "grad", p->error_feedback ? eb : NULL, NULL) == QC_SUCCESS,
+  CHECK(allreduce_here(comm, in + (size_t)g_rank * count, out, count, "grad",
+                       p->error_feedback ? eb : NULL) == QC_SUCCESS,
         "transport sum, algorithm %d: %s", (int)p->algorithm, qc_last_error());
   for (i = 0; i < count; ++i) {
     double exact = 0, mag = 0;
@@ -162,15 +221,14 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
     if (algo == QC_ALGO_NATIVE && cc->codec != QC_CODEC_GLOBAL_LINEAR &&
         cc->codec != QC_CODEC_GLOBAL_EXP) {
       CHECK(s == QC_ERROR_UNSUPPORTED, "emulated native with %s", cc->name);
-      CHECK(qc_allreduce(comm, in + (size_t)g_rank * count, out, count, QC_DTYPE_FLOAT32,
-                         QC_OP_AVG, "grad", eb, NULL) == QC_ERROR_UNSUPPORTED,
+      CHECK(allreduce_here(comm, in + (size_t)g_rank * count, out, count, "grad", eb) ==
+                QC_ERROR_UNSUPPORTED,
             "MPI native with %s", cc->name);
       qc_comm_destroy(comm);
       break;
     }
     CHECK(s == QC_SUCCESS, "emulation %s", cc->name);
-    s = qc_allreduce(comm, in + (size_t)g_rank * count, out, count, QC_DTYPE_FLOAT32, QC_OP_AVG,
-                     "grad", eb, NULL);
+    s = allreduce_here(comm, in + (size_t)g_rank * count, out, count, "grad", eb);
     CHECK(s == QC_SUCCESS, "allreduce %s: %s", cc->name, qc_status_string(s));
     for (i = 0; i < count; ++i) {
       CHECK(memcmp(&out[i], &emu[(size_t)g_rank * count + i], 4) == 0,
@@ -222,8 +280,8 @@ static void check_alltoall_layers(void) {
     }
     CHECK(qc_emulate_alltoall(n, sp, rp, cpr, QC_DTYPE_FLOAT32, pass ? &bwd : &fwd) == QC_SUCCESS,
           "emulated alltoall");
-    CHECK(qc_alltoall(comm, in + (size_t)g_rank * total, out, cpr, QC_DTYPE_FLOAT32,
-                      pass ? "emb_bwd" : "emb_fwd", NULL) == QC_SUCCESS,
+    CHECK(alltoall_here(comm, in + (size_t)g_rank * total, out, cpr,
+                        pass ? "emb_bwd" : "emb_fwd") == QC_SUCCESS,
           "alltoall");
     CHECK(memcmp(out, emu + (size_t)g_rank * total, sizeof(float) * total) == 0,
           "alltoall pass %d differs from emulation", pass);
@@ -313,10 +371,46 @@ static void check_peer_death(void) {
   qc_comm_destroy(comm);
 }
 
+#if defined(QC_TEST_DEVICE)
+/* Device and host buffers mixed in one call: a clear local error that does
+ * not break the communicator (no rank has sent anything). */
+static void check_device_buffer_errors(void) {
+  float host[8] = {0};
+  void* dev = device_copy_of(host, sizeof host);
+  qc_comm_t comm = make_comm(60.0);
+  qc_status_t e = QC_ERROR_INTERNAL;
+  CHECK(qc_allreduce(comm, dev, host, 8, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, g_stream) ==
+            QC_ERROR_INVALID_ARGUMENT && strstr(qc_last_error(), "'recvbuf' is host memory"),
+        "device sendbuf with host recvbuf");
+  CHECK(qc_alltoall(comm, host, dev, 8 / (size_t)g_size, QC_DTYPE_FLOAT32, NULL, g_stream) ==
+            QC_ERROR_INVALID_ARGUMENT && strstr(qc_last_error(), "'sendbuf' is host memory"),
+        "host sendbuf with device recvbuf");
+  CHECK(qc_allreduce(comm, host, host, 8, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, g_stream) ==
+            QC_ERROR_UNSUPPORTED && strstr(qc_last_error(), "'stream'"),
+        "a stream with host buffers");
+  CHECK(qc_comm_get_async_error(comm, &e) == QC_SUCCESS && e == QC_SUCCESS,
+        "argument errors leave the group healthy");
+  /* in place on the device: the sum of every rank's ones */
+  {
+    float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float back[8];
+    int i;
+    CHECK(cudaMemcpy(dev, ones, sizeof ones, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+    CHECK(qc_allreduce(comm, dev, dev, 8, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, g_stream) ==
+              QC_SUCCESS, "in place on the device");
+    CHECK(cudaMemcpy(back, dev, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
+    for (i = 0; i < 8; ++i) CHECK(back[i] == (float)g_size, "in place: %g", back[i]);
+  }
+  qc_comm_destroy(comm);
+  cudaFree(dev);
+}
+#endif
+
 int main(int argc, char** argv) {
   const size_t counts[] = {1, 1000, 20011};
   size_t c, a, k;
   int peer_death = argc > 1 && strcmp(argv[1], "--peer-death") == 0;
+  g_device = argc > 1 && strcmp(argv[1], "--device") == 0;
 
   /* Before MPI_Init: a clear error, and qc does not initialize MPI. */
   {
@@ -351,6 +445,23 @@ int main(int argc, char** argv) {
     CHECK(qc_comm_create(&cfg, &comm) == QC_ERROR_INVALID_ARGUMENT, "an out-of-range handle");
   }
 
+  if (g_device) {
+#if defined(QC_TEST_DEVICE)
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      if (g_rank == 0) printf("no CUDA device: the device-buffer MPI test is skipped\n");
+      MPI_Finalize();
+      return 0;
+    }
+    CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+    CHECK(cudaStreamCreate(&g_stream) == cudaSuccess, "cudaStreamCreate");
+    check_device_buffer_errors();
+    if (g_rank == 0) printf("device buffers: mixing and host-only entry points refused\n");
+#else
+    if (g_rank == 0) fprintf(stderr, "FAILED: --device needs the QC_TEST_DEVICE build\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  }
   if (peer_death) {
     check_peer_death();
   } else {
@@ -367,6 +478,9 @@ int main(int argc, char** argv) {
     check_mismatch(QC_CODEC_MINMAX); /* qc's own messages */
     if (g_rank == 0) printf("count mismatch -> QC_ERROR_MISMATCH on every rank\n");
   }
+#if defined(QC_TEST_DEVICE)
+  if (g_stream != NULL) cudaStreamDestroy(g_stream);
+#endif
   MPI_Finalize();
   return g_failed;
 }

@@ -1,0 +1,91 @@
+// Collectives on CUDA device memory over the transports that move host bytes
+// (local, MPI). The input is copied to page-locked host memory after the work
+// already enqueued on the caller's stream, the host collective runs on that
+// copy, and the result is copied back on the same stream; the call returns
+// with the result in recvbuf, exactly as a call on host memory does. The
+// values are those of the same call on host memory (and of the emulation),
+// bit for bit, because the host collective is the one that computes them.
+// This is how several processes that share one GPU run every algorithm: NCCL
+// refuses two ranks on one device.
+//
+// The device side sits behind DeviceMemory so that the staging logic (which
+// bytes go where, in place, failures that must break the group) is tested on
+// machines without a GPU (tests/unit/test_host_staging.cpp, with a fake).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "core/status.h"
+
+struct qc_comm_s;
+
+namespace qc {
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // Memory a kernel reads in place (device or managed); false for host memory.
+  virtual bool is_device(const void* p) const = 0;
+  // Copies ordered after the work already on `stream`; `dst` holds the bytes
+  // when they return.
+  virtual Status to_host(void* dst, const void* src, size_t bytes, void* stream) const = 0;
+  virtual Status to_device(void* dst, const void* src, size_t bytes, void* stream) const = 0;
+  // Host memory that copies are fast from (page-locked), and its release.
+  virtual Status alloc_host(size_t bytes, void** p) const = 0;
+  virtual void free_host(void* p) const = 0;
+};
+
+// The CUDA runtime's DeviceMemory; nullptr in a build without CUDA.
+const DeviceMemory* cuda_device_memory();
+
+// One communicator's staging memory, kept from call to call (a communicator
+// serves one thread at a time). Grows to the largest call; freed with the
+// communicator.
+class HostStaging {
+ public:
+  HostStaging() = default;
+  ~HostStaging() { release(); }
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+
+  // At least `bytes` of host memory from `mem`, 64-byte aligned.
+  Status reserve(const DeviceMemory& mem, size_t bytes, unsigned char** p);
+  size_t capacity() const { return size_; }
+
+ private:
+  void release();
+
+  const DeviceMemory* mem_ = nullptr;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+enum class BufferPlace { kHost, kDevice };
+
+// Where a collective's buffers are: both host memory (then `stream` must be
+// NULL) or both device memory. A NULL buffer (count 0) goes with the other
+// one. `mem` is nullptr in a build without CUDA.
+Status place_collective_buffers(const DeviceMemory* mem, const void* stream, const void* sendbuf,
+                                const void* recvbuf, BufferPlace* place);
+
+// A collective on host memory (comm_allreduce, comm_alltoall, ...).
+using HostCollective = std::function<Status(const void* sendbuf, void* recvbuf)>;
+
+// Runs `collective` on host copies of the device buffers `sendbuf`
+// (send_bytes read) and `recvbuf` (recv_bytes written); the same pointer for
+// both is in place. Failing to copy the input breaks the group before this
+// rank sends a byte, so its peers fail at once rather than wait for it until
+// the timeout; failing to copy the result back breaks it too, so that peers
+// whose calls succeeded learn of it (qc_comm_get_async_error).
+Status run_staged(qc_comm_s* comm, const DeviceMemory& mem, void* stream, const void* sendbuf,
+                  size_t send_bytes, void* recvbuf, size_t recv_bytes,
+                  const HostCollective& collective);
+
+// The entry points' dispatch: host buffers run `collective` directly, device
+// buffers through run_staged.
+Status run_on_placed_buffers(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
+                             const void* sendbuf, size_t send_bytes, void* recvbuf,
+                             size_t recv_bytes, const HostCollective& collective);
+
+}  // namespace qc
