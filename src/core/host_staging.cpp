@@ -99,6 +99,8 @@ Status run_staged(qc_comm_s* comm, const DeviceMemory& mem, void* stream, const 
                   const HostCollective& collective) {
   // A broken group fails at once, as on host memory, without copying.
   QC_RETURN_IF_ERROR(check_healthy(comm));
+  // Nothing to copy (count 0): the collective reads and writes no element.
+  if (send_bytes == 0 && recv_bytes == 0) return collective(sendbuf, recvbuf);
   const bool in_place = sendbuf == recvbuf;
   const size_t recv_at = in_place ? 0 : align_up(send_bytes);
   unsigned char* host = nullptr;

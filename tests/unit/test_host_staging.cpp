@@ -339,6 +339,11 @@ TEST(Staged, HostBufferIsReusedGrownAndFreedWithTheCommunicator) {
     ASSERT_TRUE(staged_allreduce(g[0], dev, c, d, 10000, QC_DTYPE_FLOAT32));
     EXPECT_EQ(dev.host_allocations, 2) << "a larger call grows it";
     EXPECT_EQ(dev.live_host.load(), 1) << "the old one is freed when it grows";
+    // Count 0 copies nothing and allocates nothing, device pointers or not.
+    const int copies = dev.copies_to_host + dev.copies_to_device;
+    ASSERT_TRUE(staged_allreduce(g[0], dev, a, b, 0, QC_DTYPE_FLOAT32));
+    EXPECT_EQ(dev.copies_to_host + dev.copies_to_device, copies);
+    EXPECT_EQ(dev.host_allocations, 2);
     // A one-rank sum is the input itself.
     const Bytes in = dev.download(c, 40000);
     EXPECT_EQ(dev.download(d, 40000), in);
