@@ -377,7 +377,7 @@ TEST(AsyncError, RankThatNeverCalledLearnsOfThePeersTimeout) {
   EXPECT_EQ(qc_allreduce(g[2], bytes[2].data(), out[2].data(), 100, QC_DTYPE_FLOAT32, QC_OP_SUM,
                          nullptr, nullptr, nullptr),
             QC_ERROR_TIMEOUT);
-  EXPECT_LT(seconds_since(t0), 0.4);
+  EXPECT_LT(seconds_since(t0), 0.4) << "a broken group fails at once, not after the 0.5 s timeout";
 }
 
 TEST(AsyncError, WatchdogPollsWhileACallIsBlocked) {
@@ -398,7 +398,9 @@ TEST(AsyncError, WatchdogPollsWhileACallIsBlocked) {
   while (!returned.load()) {
     const auto t0 = Clock::now();
     const qc_status_t e = async_error_of(g[0]);
-    EXPECT_LT(seconds_since(t0), 0.1) << "qc_comm_get_async_error must not block";
+    // Generous for loaded sanitizer runs; a blocking query would wait for
+    // the 2 s timeout.
+    EXPECT_LT(seconds_since(t0), 1.0) << "qc_comm_get_async_error must not block";
     if (e != QC_SUCCESS) {
       EXPECT_EQ(e, QC_ERROR_TIMEOUT);
       break;
