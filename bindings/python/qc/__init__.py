@@ -22,9 +22,10 @@ Quick start::
     [t.start() for t in ts]; [t.join() for t in ts]
     [c.close() for c in comms]
 
-Arrays are numpy arrays (float32, float16) or torch CPU tensors (float32,
-float16, bfloat16), C-contiguous; they are passed to the library without a
-copy, and ``out=x`` works in place. The GIL is released while qc works.
+Arrays are numpy arrays (float32, float16) or torch CPU or CUDA tensors
+(float32, float16, bfloat16), C-contiguous; they are passed to the library
+without a copy, and ``out=x`` works in place (CUDA tensors are staged
+through host memory by a CUDA build of the library). The GIL is released while qc works.
 Failures raise ``qc.Error`` subclasses carrying ``.status`` and the library's
 message. See docs/python.md.
 """
@@ -32,6 +33,7 @@ message. See docs/python.md.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import sys
 import threading
 import weakref
@@ -89,7 +91,7 @@ __all__ = [
 #: Version of this package (the qc project version it was built from).
 __version__: str = _qc.PACKAGE_VERSION
 
-#: Anything the collectives accept: a numpy array or a torch CPU tensor.
+#: Anything the collectives accept: a numpy array or a torch CPU or CUDA tensor.
 ArrayLike = Any
 
 
@@ -377,22 +379,27 @@ def _policy_tuple(policy: Any, what: str = "policy") -> tuple:
 
 
 # ---------------------------------------------------------------------------
-# Arrays: numpy and torch CPU tensors, zero copy
+# Arrays: numpy arrays and torch CPU or CUDA tensors, zero copy
 # ---------------------------------------------------------------------------
 
 
 class _Buffer:
     """Address, element count and dtype of an array (which it keeps alive)."""
 
-    __slots__ = ("obj", "ptr", "count", "dtype", "itemsize", "is_torch")
+    __slots__ = ("obj", "ptr", "count", "dtype", "itemsize", "is_torch", "cuda_device", "stream")
 
-    def __init__(self, obj: Any, ptr: int, count: int, dtype: int, itemsize: int, is_torch: bool) -> None:
+    def __init__(self, obj: Any, ptr: int, count: int, dtype: int, itemsize: int, is_torch: bool,
+                 cuda_device: Optional[int] = None, stream: int = 0) -> None:
         self.obj = obj
         self.ptr = ptr
         self.count = count
         self.dtype = dtype
         self.itemsize = itemsize
         self.is_torch = is_torch
+        #: the CUDA device index of a torch CUDA tensor, None for host memory
+        self.cuda_device = cuda_device
+        #: its device's current stream (a cudaStream_t as int), 0 for host memory
+        self.stream = stream
 
     @property
     def nbytes(self) -> int:
@@ -431,8 +438,8 @@ def _as_buffer(x: Any, what: str, writable: bool = False) -> _Buffer:
             raise TypeError(
                 f"{what}: unsupported dtype {x.dtype} (qc takes torch.float32, torch.float16 or torch.bfloat16)"
             )
-        if x.device.type != "cpu":
-            raise ValueError(f"{what}: the tensor is on {x.device}; qc takes CPU tensors (host memory)")
+        if x.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{what}: the tensor is on {x.device}; qc takes CPU and CUDA tensors")
         if x.layout != torch.strided:
             raise ValueError(f"{what}: the tensor has layout {x.layout}; qc takes dense (strided) tensors")
         if not x.is_contiguous():
@@ -440,8 +447,23 @@ def _as_buffer(x: Any, what: str, writable: bool = False) -> _Buffer:
                 f"{what}: the tensor is not contiguous (strides {tuple(x.stride())}); qc does not copy "
                 "silently: pass x.contiguous()"
             )
+        if x.device.type == "cuda":
+            # The collective is ordered after the work already queued on the
+            # device's current stream (which produced x), as torch's own
+            # collectives are; qc stages it through host memory (qc.h).
+            stream = int(torch.cuda.current_stream(x.device).cuda_stream)
+            return _Buffer(x, int(x.data_ptr()), int(x.numel()), codes[x.dtype], int(x.element_size()),
+                           True, int(x.device.index), stream)
         return _Buffer(x, int(x.data_ptr()), int(x.numel()), codes[x.dtype], int(x.element_size()), True)
-    raise TypeError(f"{what}: expected a numpy array or a torch CPU tensor, not {type(x).__name__}")
+    raise TypeError(f"{what}: expected a numpy array or a torch tensor, not {type(x).__name__}")
+
+
+def _device_scope(buf: _Buffer) -> Any:
+    """The CUDA device of a CUDA tensor made current for the call (qc's
+    copies run on the current device), else nothing."""
+    if buf.cuda_device is None:
+        return contextlib.nullcontext()
+    return _torch_module().cuda.device(buf.cuda_device)
 
 
 def _empty_like(src: _Buffer) -> Any:
@@ -456,6 +478,10 @@ def _output(src: _Buffer, out: Any, count: Optional[int] = None) -> Tuple[Any, _
     if out is None:
         out = _empty_like(src)
     dst = _as_buffer(out, "out", writable=True)
+    if dst.cuda_device != src.cuda_device:
+        def where(b: _Buffer) -> str:
+            return "host memory" if b.cuda_device is None else f"cuda:{b.cuda_device}"
+        raise ValueError(f"out is in {where(dst)} but x in {where(src)}; qc needs both in one place")
     if dst.dtype != src.dtype:
         raise TypeError(
             f"out: dtype {_dtype_name(dst.dtype)} differs from the input's {_dtype_name(src.dtype)}"
@@ -610,9 +636,12 @@ class Comm:
         """Reduce x over all ranks; every rank gets the same result, bit for bit.
 
         Args:
-            x: numpy array (float32, float16) or torch CPU tensor (float32,
-                float16, bfloat16), C-contiguous; any shape (flattened). Not
-                copied.
+            x: numpy array (float32, float16) or torch CPU or CUDA tensor
+                (float32, float16, bfloat16), C-contiguous; any shape
+                (flattened). Not copied. A CUDA tensor (in a CUDA build of
+                qc) is read after the work queued on its device's current
+                stream and staged through host memory; the call returns with
+                the result in out, as for host memory.
             out: where the result goes: None (a new array/tensor like x),
                 x itself (in place), or an array of the same dtype and
                 element count that does not overlap x.
@@ -640,7 +669,8 @@ class Comm:
         src = _as_buffer(x, "x")
         out, dst = _output(src, out)
         eb = _error_buffer_handle(error_buffer)
-        self._h.allreduce(src.ptr, dst.ptr, src.count, src.dtype, _op(op), _layer(layer), eb)
+        with _device_scope(src):
+            self._h.allreduce(src.ptr, dst.ptr, src.count, src.dtype, _op(op), _layer(layer), eb, src.stream)
         return out
 
     def allreduce_segments(
@@ -673,7 +703,8 @@ class Comm:
             raise ValueError(f"sum(counts) = {sum(counts)} but x has {src.count} elements")
         out, dst = _output(src, out)
         eb = _error_buffer_handle(error_buffer)
-        self._h.allreduce_segments(src.ptr, dst.ptr, counts, layers, src.dtype, _op(op), eb)
+        with _device_scope(src):
+            self._h.allreduce_segments(src.ptr, dst.ptr, counts, layers, src.dtype, _op(op), eb, src.stream)
         return out
 
     def alltoall(self, x: ArrayLike, out: Optional[ArrayLike] = None, layer: Optional[str] = None) -> ArrayLike:
@@ -686,7 +717,8 @@ class Comm:
         if src.count % self._size:
             raise ValueError(f"x has {src.count} elements, not a multiple of the group size {self._size}")
         out, dst = _output(src, out)
-        self._h.alltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer))
+        with _device_scope(src):
+            self._h.alltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer), src.stream)
         return out
 
     # ---- policies ----

@@ -396,7 +396,7 @@ PYBIND11_MODULE(_qc, m) {
       })
       .def("allreduce",
            [](Comm& c, std::uintptr_t send, std::uintptr_t recv, size_t count, int dtype, int op,
-              std::optional<std::string> layer, ErrorBuffer* eb) {
+              std::optional<std::string> layer, ErrorBuffer* eb, std::uintptr_t stream) {
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              std::optional<InUse> use_eb;
@@ -408,14 +408,15 @@ PYBIND11_MODULE(_qc, m) {
              call_nogil([&] {
                return qc_allreduce(h, ptr<const void>(send), ptr<void>(recv), count,
                                    static_cast<qc_dtype_t>(dtype), static_cast<qc_reduce_op_t>(op),
-                                   opt_cstr(layer), ebh, nullptr);
+                                   opt_cstr(layer), ebh, ptr<void>(stream));
              });
            },
            py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op"),
-           py::arg("layer").none(true), py::arg("error_buffer").none(true))
+           py::arg("layer").none(true), py::arg("error_buffer").none(true), py::arg("stream") = 0)
       .def("allreduce_segments",
            [](Comm& c, std::uintptr_t send, std::uintptr_t recv, std::vector<size_t> counts,
-              std::vector<std::optional<std::string>> layers, int dtype, int op, ErrorBuffer* eb) {
+              std::vector<std::optional<std::string>> layers, int dtype, int op, ErrorBuffer* eb,
+              std::uintptr_t stream) {
              if (layers.size() != counts.size())
                fail(QC_ERROR_INVALID_ARGUMENT, "argument 'layers' must have one entry per segment");
              InUse use(c.busy(), "the qc.Comm");
@@ -432,23 +433,24 @@ PYBIND11_MODULE(_qc, m) {
              call_nogil([&] {
                return qc_allreduce_segments(h, ptr<const void>(send), ptr<void>(recv), counts.size(),
                                             counts.data(), names.data(), static_cast<qc_dtype_t>(dtype),
-                                            static_cast<qc_reduce_op_t>(op), ebh, nullptr);
+                                            static_cast<qc_reduce_op_t>(op), ebh, ptr<void>(stream));
              });
            },
            py::arg("send"), py::arg("recv"), py::arg("counts"), py::arg("layers"), py::arg("dtype"),
-           py::arg("op"), py::arg("error_buffer").none(true))
+           py::arg("op"), py::arg("error_buffer").none(true), py::arg("stream") = 0)
       .def("alltoall",
            [](Comm& c, std::uintptr_t send, std::uintptr_t recv, size_t count_per_rank, int dtype,
-              std::optional<std::string> layer) {
+              std::optional<std::string> layer, std::uintptr_t stream) {
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              call_nogil([&] {
                return qc_alltoall(h, ptr<const void>(send), ptr<void>(recv), count_per_rank,
-                                  static_cast<qc_dtype_t>(dtype), opt_cstr(layer), nullptr);
+                                  static_cast<qc_dtype_t>(dtype), opt_cstr(layer),
+                                  ptr<void>(stream));
              });
            },
            py::arg("send"), py::arg("recv"), py::arg("count_per_rank"), py::arg("dtype"),
-           py::arg("layer").none(true))
+           py::arg("layer").none(true), py::arg("stream") = 0)
       .def("set_layer_policy",
            [](Comm& c, const std::string& pattern, const py::tuple& t) {
              InUse use(c.busy(), "the qc.Comm");

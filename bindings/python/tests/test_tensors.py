@@ -1,4 +1,5 @@
-"""torch CPU tensors through the qc API (skipped without torch)."""
+"""torch tensors through the qc API (skipped without torch; the CUDA ones
+without a CUDA device)."""
 
 import numpy as np
 import pytest
@@ -78,6 +79,52 @@ def test_tensor_errors():
             c.allreduce(torch.zeros(8), out=torch.zeros(8, dtype=torch.bfloat16))
         with pytest.raises(ValueError, match="layout"):
             c.allreduce(torch.zeros(4, 4).to_sparse())
+
+
+def test_tensor_on_another_device_is_refused():
+    (c,) = qc.Comm.local(1)
+    with c:
+        with pytest.raises(ValueError, match="meta.*CPU and CUDA tensors"):
+            c.allreduce(torch.empty(8, device="meta"))
+
+
+def test_stream_reaches_the_library():
+    # Host buffers with a stream: the library refuses it (a stream orders
+    # device work), which shows the binding passes the stream through.
+    (c,) = qc.Comm.local(1)
+    with c:
+        x = np.ones(8, np.float32)
+        ptr = x.__array_interface__["data"][0]
+        with pytest.raises(qc.UnsupportedError, match="stream"):
+            c._h.allreduce(ptr, ptr, 8, 0, 0, None, None, 0x5eed)
+        with pytest.raises(qc.UnsupportedError, match="stream"):
+            c._h.alltoall(ptr, ptr, 8, 0, None, 0x5eed)
+        with pytest.raises(qc.UnsupportedError, match="stream"):
+            c._h.allreduce_segments(ptr, ptr, [8], [None], 0, 0, None, 0x5eed)
+        c._h.allreduce(ptr, ptr, 8, 0, 0, None, None, 0)  # stream 0: host memory
+        np.testing.assert_array_equal(x, np.ones(8))
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@cuda
+def test_cuda_tensors_equal_the_cpu_result(local3):
+    policy = qc.Policy(codec="minmax", bits=4, min_compress_bytes=0)
+    for c in local3:
+        c.set_layer_policy("*", policy)
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(5000, generator=g) for _ in range(3)]
+    on_cpu = check_ok(run_ranks(local3, lambda c: c.allreduce(xs[c.rank])))
+    xs_dev = [x.cuda() for x in xs]
+    on_gpu = check_ok(run_ranks(local3, lambda c: c.allreduce(xs_dev[c.rank])))
+    for a, b in zip(on_cpu, on_gpu):
+        assert b.is_cuda and torch.equal(a.view(torch.int32), b.cpu().view(torch.int32))
+    in_place = check_ok(run_ranks(local3, lambda c: c.allreduce(xs_dev[c.rank], out=xs_dev[c.rank])))
+    for a, b in zip(on_cpu, in_place):
+        assert torch.equal(a.view(torch.int32), b.cpu().view(torch.int32))
+    with pytest.raises(ValueError, match="host memory"):
+        local3[0].allreduce(xs_dev[0], out=torch.empty(5000))
 
 
 def test_encode_decode_tensors():
