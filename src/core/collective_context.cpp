@@ -139,7 +139,8 @@ Status CollectiveContext::post_recv(int peer, uint32_t step, Message* msg, Reque
   return transport_.post_recv(peer, tag(step), msg->bytes_.data(), msg->bytes_.size(), req);
 }
 
-Status CollectiveContext::check_envelope(const Message& msg, size_t received, int peer) const {
+Status CollectiveContext::check_envelope(const Message& msg, size_t received, int peer,
+                                         uint64_t tag) const {
   const uint8_t* env = msg.bytes_.data();
   const std::string from = " from rank " + std::to_string(peer) + " to rank " + std::to_string(rank_);
   if (received < kEnvelopeBytes) return corrupt_data("truncated message" + from);
@@ -155,6 +156,15 @@ Status CollectiveContext::check_envelope(const Message& msg, size_t received, in
                     " comes from a different collective: the ranks disagree on the count, "
                     "dtype, op, layer or policy of this call");
   }
+  // The transport matched the tag, but a transport may keep fewer tag bits
+  // than qc's 64 (MPI: a 15-bit hash), so the envelope's step is compared
+  // too: a message of another step must never be read as this one's data.
+  const uint32_t step = load_le32(env + 4);
+  const uint32_t expected = static_cast<uint32_t>(tag) & kTagStepMask;
+  if ((step & kTagStepMask) != expected) {
+    return mismatch("message" + from + " is step " + std::to_string(step) +
+                    " of its call, but the receiver expects step " + std::to_string(expected));
+  }
   return Status::ok();
 }
 
@@ -168,7 +178,7 @@ Status CollectiveContext::wait(Request* reqs, size_t count, Message* const* recv
   for (size_t i = 0; i < count && r < recv_count; ++i) {
     if (reqs[i].kind != Request::Kind::kRecv) continue;
     Message* msg = recv_msgs[r++];
-    QC_RETURN_IF_ERROR(check_envelope(*msg, reqs[i].bytes, reqs[i].peer));
+    QC_RETURN_IF_ERROR(check_envelope(*msg, reqs[i].bytes, reqs[i].peer, reqs[i].tag));
     msg->set_payload_size(reqs[i].bytes - kEnvelopeBytes);
   }
   return Status::ok();

@@ -151,8 +151,11 @@ class CollectiveContext {
                    uint32_t step);
 
  private:
-  uint64_t tag(uint32_t step) const { return (sequence_ << 20) | (step & 0xfffffu); }
-  Status check_envelope(const Message& msg, size_t received, int peer) const;
+  // A transport tag is the call's sequence number and the step's low 20 bits.
+  static constexpr uint32_t kTagStepMask = 0xfffffu;
+  uint64_t tag(uint32_t step) const { return (sequence_ << 20) | (step & kTagStepMask); }
+  // `tag`: the receive's transport tag, whose step the envelope must repeat.
+  Status check_envelope(const Message& msg, size_t received, int peer, uint64_t tag) const;
 
   Transport& transport_;
   const Codec& codec_;
