@@ -15,18 +15,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   build)
+    # Two builds: build-gpu/ without MPI (the codec tests and the bench start on
+    # any GPU machine, with or without libmpi there) and build-gpu/mpi/ for the
+    # multi-process device test (runs only where that machine has Open MPI).
     # $ORIGIN run paths: the tree is carried to another path on that machine.
-    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQC_WITH_CUDA=ON \
-      -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
-      -DQC_WITH_PYTHON=OFF -DQC_WITH_JAVA=OFF -DQC_WITH_FORTRAN=OFF
-    targets=(qc_test_cuda_codecs qc-cuda-bench)
+    configure() {  # $1: build dir, $2: QC_WITH_MPI
+      cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQC_WITH_CUDA=ON \
+        -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DQC_WITH_MPI="$2" \
+        -DQC_WITH_PYTHON=OFF -DQC_WITH_JAVA=OFF -DQC_WITH_FORTRAN=OFF > /dev/null
+    }
+    configure build-gpu OFF
+    cmake --build build-gpu --target qc_test_cuda_codecs qc-cuda-bench
     programs=(build-gpu/tests/cuda/qc_test_cuda_codecs build-gpu/tools/qc-cuda-bench/qc-cuda-bench)
-    if grep -q qc_test_mpi_device_collectives build-gpu/build.ninja; then  # built with MPI
-      targets+=(qc_test_mpi_device_collectives)
-      programs+=(build-gpu/tests/mpi/qc_test_mpi_device_collectives)
+    configure build-gpu/mpi AUTO
+    if grep -q qc_test_mpi_device_collectives build-gpu/mpi/build.ninja; then  # MPI found here
+      cmake --build build-gpu/mpi --target qc_test_mpi_device_collectives
+      programs+=(build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
+                 "$(readlink -f build-gpu/mpi/src/libqc.so)")
     fi
-    cmake --build build-gpu --target "${targets[@]}"
-    [ -e build-gpu/src/libqc.so ] && programs+=("$(readlink -f build-gpu/src/libqc.so)")
     strip "${programs[@]}"
     du -chL "${programs[@]}"
     ;;
@@ -43,7 +49,7 @@ case "${1:-}" in
         > "$out/memcheck.log" 2>&1 || status=1
       tail -3 "$out/memcheck.log"
     fi
-    mpi_test=build-gpu/tests/mpi/qc_test_mpi_device_collectives
+    mpi_test=build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
     if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
        ! ldd "$mpi_test" | grep -q 'not found'; then
       for np in 2 3 4; do
