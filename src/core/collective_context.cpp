@@ -117,7 +117,14 @@ Status CollectiveContext::decode_accumulate(const uint8_t* data, size_t size, fl
   return s;
 }
 
-Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, Request* req) {
+Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, size_t frame,
+                                     Request* req) {
+  if (msg->payload_size() > frame) {
+    return internal_error("step " + std::to_string(step) + ": a " +
+                          std::to_string(msg->payload_size()) +
+                          "-byte payload exceeds its receiver's capacity of " +
+                          std::to_string(frame) + " bytes");
+  }
   const auto start = Clock::now();
   uint8_t* env = msg->bytes_.data();
   uint8_t envelope[kEnvelopeBytes];
@@ -129,7 +136,7 @@ Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, Reque
   // being read, so a repost must not write to it, not even the same bytes.
   if (std::memcmp(env, envelope, kEnvelopeBytes) != 0) std::memcpy(env, envelope, kEnvelopeBytes);
   const size_t bytes = kEnvelopeBytes + msg->payload_size();
-  Status s = transport_.post_send(peer, tag(step), env, bytes, req);
+  Status s = transport_.post_send(peer, tag(step), env, bytes, kEnvelopeBytes + frame, req);
   counters_.wire_bytes += bytes;
   counters_.transport_seconds += seconds_since(start);
   return s;
@@ -179,6 +186,16 @@ Status CollectiveContext::wait(Request* reqs, size_t count, Message* const* recv
     if (reqs[i].kind != Request::Kind::kRecv) continue;
     Message* msg = recv_msgs[r++];
     QC_RETURN_IF_ERROR(check_envelope(*msg, reqs[i].bytes, reqs[i].peer, reqs[i].tag));
+    // Same call on both sides (the envelope says so), so a frame other than
+    // this receive's capacity is qc's own disagreement about a message size:
+    // harmless where sizes may differ, a hang on NCCL, hence checked here.
+    if (reqs[i].frame != 0 && reqs[i].frame != reqs[i].capacity) {
+      return internal_error("step " + std::to_string(reqs[i].tag & kTagStepMask) + ": rank " +
+                            std::to_string(reqs[i].peer) + " framed its message for " +
+                            std::to_string(reqs[i].frame) + " bytes, rank " +
+                            std::to_string(rank_) + " posted " +
+                            std::to_string(reqs[i].capacity));
+    }
     msg->set_payload_size(reqs[i].bytes - kEnvelopeBytes);
   }
   return Status::ok();
@@ -212,9 +229,9 @@ Status CollectiveContext::agree() {
   return s;
 }
 
-Status CollectiveContext::send(int peer, uint32_t step, Message* msg) {
+Status CollectiveContext::send(int peer, uint32_t step, Message* msg, size_t frame) {
   Request req;
-  QC_RETURN_IF_ERROR(post_send(peer, step, msg, &req));
+  QC_RETURN_IF_ERROR(post_send(peer, step, msg, frame, &req));
   return wait(&req, 1, nullptr, 0);
 }
 
@@ -224,10 +241,10 @@ Status CollectiveContext::recv(int peer, uint32_t step, Message* msg) {
   return wait(&req, 1, &msg, 1);
 }
 
-Status CollectiveContext::send_recv(int send_peer, Message* send_msg, int recv_peer,
-                                    Message* recv_msg, uint32_t step) {
+Status CollectiveContext::send_recv(int send_peer, Message* send_msg, size_t send_frame,
+                                    int recv_peer, Message* recv_msg, uint32_t step) {
   Request reqs[2];
-  QC_RETURN_IF_ERROR(post_send(send_peer, step, send_msg, &reqs[0]));
+  QC_RETURN_IF_ERROR(post_send(send_peer, step, send_msg, send_frame, &reqs[0]));
   QC_RETURN_IF_ERROR(post_recv(recv_peer, step, recv_msg, &reqs[1]));
   return wait(reqs, 2, &recv_msg, 1);
 }

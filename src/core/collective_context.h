@@ -118,8 +118,11 @@ class CollectiveContext {
 
   // Non-blocking point to point. `step` names the message within the call;
   // sender and receiver must use the same step. The message must stay alive
-  // and unchanged until wait() returns.
-  Status post_send(int peer, uint32_t step, Message* msg, Request* req);
+  // and unchanged until wait() returns. `frame` is the payload capacity the
+  // receiver posts for this message (its reserve_payload), which the sender
+  // computes from the call's shape just as the receiver does: a transport
+  // that needs exact receive sizes (NCCL) sends the payload padded to it.
+  Status post_send(int peer, uint32_t step, Message* msg, size_t frame, Request* req);
   // Receives into msg (capacity: msg's payload capacity).
   Status post_recv(int peer, uint32_t step, Message* msg, Request* req);
   // Waits for every request; then checks the envelopes of the received
@@ -145,10 +148,10 @@ class CollectiveContext {
   Status native_allreduce_float(const float* send, float* recv, size_t count);
 
   // Shorthands for the common patterns.
-  Status send(int peer, uint32_t step, Message* msg);
+  Status send(int peer, uint32_t step, Message* msg, size_t frame);
   Status recv(int peer, uint32_t step, Message* msg);
-  Status send_recv(int send_peer, Message* send_msg, int recv_peer, Message* recv_msg,
-                   uint32_t step);
+  Status send_recv(int send_peer, Message* send_msg, size_t send_frame, int recv_peer,
+                   Message* recv_msg, uint32_t step);
 
  private:
   // A transport tag is the call's sequence number and the step's low 20 bits.

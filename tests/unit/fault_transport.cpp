@@ -70,7 +70,7 @@ const uint8_t* FaultTransport::keep_copy(const void* data, size_t bytes, bool co
 }
 
 Status FaultTransport::post_send(int peer, uint64_t tag, const void* data, size_t bytes,
-                                 Request* req) {
+                                 size_t frame, Request* req) {
   const long index = next_index_++;
   const bool hit = !killed_ && matches(index, peer, tag);
   log_.push_back({index, peer, tag, bytes, hit});
@@ -78,7 +78,7 @@ Status FaultTransport::post_send(int peer, uint64_t tag, const void* data, size_
     swallow(peer, tag, bytes, req);
     return Status::ok();
   }
-  if (!hit) return inner_->post_send(peer, tag, data, bytes, req);
+  if (!hit) return inner_->post_send(peer, tag, data, bytes, frame, req);
   fired_.fetch_add(1);
   switch (plan_.kind) {
     case FaultKind::kNone:
@@ -99,29 +99,29 @@ Status FaultTransport::post_send(int peer, uint64_t tag, const void* data, size_
       break;
     }
     case FaultKind::kDuplicate: {
-      Status s = inner_->post_send(peer, tag, data, bytes, req);
+      Status s = inner_->post_send(peer, tag, data, bytes, frame, req);
       if (!s) return s;
       const uint8_t* copy = keep_copy(data, bytes, false);
       owned_requests_.emplace_back();
       // Nobody waits for the copy: a network that duplicates a packet does
       // not make the sender wait for the second arrival either.
-      return inner_->post_send(peer, tag, copy, bytes, &owned_requests_.back());
+      return inner_->post_send(peer, tag, copy, bytes, frame, &owned_requests_.back());
     }
     case FaultKind::kTruncate: {
       size_t keep = plan_.keep_bytes >= 0 ? static_cast<size_t>(plan_.keep_bytes)
                                           : (bytes > plan_.cut_bytes ? bytes - plan_.cut_bytes : 0);
       if (keep > bytes) keep = bytes;
-      return inner_->post_send(peer, tag, data, keep, req);
+      return inner_->post_send(peer, tag, data, keep, frame, req);
     }
     case FaultKind::kCorrupt:
-      return inner_->post_send(peer, tag, keep_copy(data, bytes, true), bytes, req);
+      return inner_->post_send(peer, tag, keep_copy(data, bytes, true), bytes, frame, req);
     case FaultKind::kKill:
       killed_ = true;
       kill_index_ = index;
       swallow(peer, tag, bytes, req);
       return Status::ok();
   }
-  return inner_->post_send(peer, tag, data, bytes, req);
+  return inner_->post_send(peer, tag, data, bytes, frame, req);
 }
 
 Status FaultTransport::post_recv(int peer, uint64_t tag, void* buffer, size_t capacity,

@@ -106,7 +106,7 @@ class FaultTransport final : public qc::Transport {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
 
-  qc::Status post_send(int peer, uint64_t tag, const void* data, size_t bytes,
+  qc::Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, size_t frame,
                        qc::Request* req) override;
   qc::Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity,
                        qc::Request* req) override;

@@ -26,7 +26,8 @@ Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                                   to * count_per_rank, &out[to]));
     if (to == r) continue;
     reqs.emplace_back();
-    QC_RETURN_IF_ERROR(ctx.post_send(to, kExchange, &out[to], &reqs.back()));
+    QC_RETURN_IF_ERROR(ctx.post_send(to, kExchange, &out[to], ctx.max_encoded_size(count_per_rank),
+                                     &reqs.back()));
   }
   for (int k = 1; k < n; ++k) {
     const int from = (r - k + n) % n;

@@ -71,7 +71,8 @@ Status allreduce_integers(CollectiveContext& ctx, int64_t* values, size_t count,
     pack(values + send.begin, send.count, width, out.payload());
     out.set_payload_size(packed_bytes(send.count, width));
     in.reserve_payload(packed_bytes(recv.count, width));
-    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, left, &in, tag_step));
+    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, packed_bytes(send.count, width), left, &in,
+                                     tag_step));
     if (in.payload_size() != packed_bytes(recv.count, width)) {
       return corrupt_data("integer allreduce: a message of " + std::to_string(in.payload_size()) +
                           " bytes where " + std::to_string(recv.count) + " values of " +

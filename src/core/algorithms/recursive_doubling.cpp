@@ -51,7 +51,7 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
   // 0. Extra ranks hand their data to a core rank and wait for the result.
   if (r >= M) {
     QC_RETURN_IF_ERROR(ctx.encode(data, count, 0, &out));
-    QC_RETURN_IF_ERROR(ctx.send(r - M, kFold, &out));
+    QC_RETURN_IF_ERROR(ctx.send(r - M, kFold, &out, ctx.max_encoded_size(count)));
     in.reserve_payload(BlockBlobs::pack_capacity(
         nblocks, ctx.max_encoded_size(block_range(count, nblocks, 0).count)));
     QC_RETURN_IF_ERROR(ctx.recv(r - M, kUnfold, &in));
@@ -86,7 +86,8 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
                                     static_cast<size_t>(peer + 1) * P);
       QC_RETURN_IF_ERROR(ctx.encode(data + pr.begin, pr.count, pr.begin, &outs[peer]));
       reqs.emplace_back();
-      QC_RETURN_IF_ERROR(ctx.post_send(group_base + peer, kIntraReduce, &outs[peer], &reqs.back()));
+      QC_RETURN_IF_ERROR(ctx.post_send(group_base + peer, kIntraReduce, &outs[peer],
+                                       ctx.max_encoded_size(pr.count), &reqs.back()));
     }
     for (int k = 1; k < G; ++k) {
       const int peer = (l - k + G) % G;
@@ -117,7 +118,8 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
                                   : blocks_range(count, nblocks, lo, mid);
     QC_RETURN_IF_ERROR(ctx.encode(data + give.begin, give.count, give.begin, &out));
     in.reserve_payload(ctx.max_encoded_size(keep.count));
-    QC_RETURN_IF_ERROR(ctx.send_recv(partner, &out, partner, &in, kHalving + level));
+    QC_RETURN_IF_ERROR(ctx.send_recv(partner, &out, ctx.max_encoded_size(give.count), partner, &in,
+                                     kHalving + level));
     QC_RETURN_IF_ERROR(ctx.decode_accumulate(in.payload(), in.payload_size(),
                                              data + keep.begin, keep.count));
     if (keep_upper) lo = mid; else hi = mid;
@@ -136,7 +138,8 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
     blobs.pack(lo, hi, &out);
     const size_t held = hi - lo;
     in.reserve_payload(BlockBlobs::pack_capacity(held, max_blob));
-    QC_RETURN_IF_ERROR(ctx.send_recv(partner, &out, partner, &in, kDoubling + level));
+    QC_RETURN_IF_ERROR(ctx.send_recv(partner, &out, BlockBlobs::pack_capacity(held, max_blob), partner,
+                                     &in, kDoubling + level));
     QC_RETURN_IF_ERROR(blobs.unpack(in));
     if ((g & d) != 0) lo -= held; else hi += held;
     for (size_t b = lo; b < hi; ++b)
@@ -150,7 +153,8 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
     blobs.pack(lo, hi, &out);
     for (int k = 1; k < G; ++k) {
       reqs.emplace_back();
-      QC_RETURN_IF_ERROR(ctx.post_send(group_base + (l + k) % G, kIntraGather, &out, &reqs.back()));
+      QC_RETURN_IF_ERROR(ctx.post_send(group_base + (l + k) % G, kIntraGather, &out,
+                                       BlockBlobs::pack_capacity(P, max_blob), &reqs.back()));
     }
     for (int k = 1; k < G; ++k) {
       const int peer = (l - k + G) % G;
@@ -168,7 +172,7 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
   // 3c. Back to the extra rank folded into this one.
   if (has_extra) {
     blobs.pack(0, nblocks, &out);
-    QC_RETURN_IF_ERROR(ctx.send(r + M, kUnfold, &out));
+    QC_RETURN_IF_ERROR(ctx.send(r + M, kUnfold, &out, BlockBlobs::pack_capacity(nblocks, max_blob)));
   }
   return blobs.decode_all(ctx, data, count);
 }

@@ -29,7 +29,8 @@ Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count) {
     const Range recv = block_range(count, n, mod(r - s - 1, n));
     QC_RETURN_IF_ERROR(ctx.encode(data + send.begin, send.count, send.begin, &out));
     in.reserve_payload(ctx.max_encoded_size(recv.count));
-    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, left, &in, kReduceScatter + s));
+    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, ctx.max_encoded_size(send.count), left, &in,
+                                     kReduceScatter + s));
     QC_RETURN_IF_ERROR(ctx.decode_accumulate(in.payload(), in.payload_size(),
                                              data + recv.begin, recv.count));
   }
@@ -45,9 +46,11 @@ Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count) {
     const size_t send_block = mod(r + 1 - s, n);
     const size_t recv_block = mod(r - s, n);
     blobs.pack(send_block, send_block + 1, &out);
+    const size_t send_frame = BlockBlobs::pack_capacity(
+        1, ctx.max_encoded_size(block_range(count, n, send_block).count));
     in.reserve_payload(BlockBlobs::pack_capacity(
         1, ctx.max_encoded_size(block_range(count, n, recv_block).count)));
-    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, left, &in, kAllgather + s));
+    QC_RETURN_IF_ERROR(ctx.send_recv(right, &out, send_frame, left, &in, kAllgather + s));
     QC_RETURN_IF_ERROR(blobs.unpack(in));
     if (!blobs.has(recv_block)) return corrupt_data("ring allgather: expected block missing");
   }

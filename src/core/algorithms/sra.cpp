@@ -32,7 +32,8 @@ Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count) {
     const Range b = block_range(count, n, to);
     QC_RETURN_IF_ERROR(ctx.encode(data + b.begin, b.count, b.begin, &out[to]));
     reqs.emplace_back();
-    QC_RETURN_IF_ERROR(ctx.post_send(to, kScatter, &out[to], &reqs.back()));
+    QC_RETURN_IF_ERROR(ctx.post_send(to, kScatter, &out[to], ctx.max_encoded_size(b.count),
+                                     &reqs.back()));
   }
   for (int k = 1; k < n; ++k) {
     const int from = (r - k + n) % n;
@@ -59,11 +60,13 @@ Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count) {
   QC_RETURN_IF_ERROR(ctx.encode(sum, mine.count, mine.begin, &result));
   blobs.set(r, result.payload(), result.payload_size());
   blobs.pack(r, r + 1, &result);
+  const size_t result_frame = BlockBlobs::pack_capacity(1, ctx.max_encoded_size(mine.count));
   reqs.clear();
   recv_msgs.clear();
   for (int k = 1; k < n; ++k) {
     reqs.emplace_back();
-    QC_RETURN_IF_ERROR(ctx.post_send((r + k) % n, kAllgather, &result, &reqs.back()));
+    QC_RETURN_IF_ERROR(
+        ctx.post_send((r + k) % n, kAllgather, &result, result_frame, &reqs.back()));
   }
   for (int k = 1; k < n; ++k) {
     const int from = (r - k + n) % n;

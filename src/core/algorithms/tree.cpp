@@ -21,7 +21,8 @@ Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count) {
   for (; mask < n; mask <<= 1) {
     if (r & mask) {
       QC_RETURN_IF_ERROR(ctx.encode(data, count, 0, &out));
-      QC_RETURN_IF_ERROR(ctx.send(r - mask, kReduce + static_cast<uint32_t>(mask), &out));
+      QC_RETURN_IF_ERROR(ctx.send(r - mask, kReduce + static_cast<uint32_t>(mask), &out,
+                                  ctx.max_encoded_size(count)));
       break;
     }
     if (r + mask < n) {
@@ -42,7 +43,8 @@ Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count) {
   }
   // For the root `mask` ended as the first power of two >= n.
   for (int child = mask >> 1; child >= 1; child >>= 1) {
-    if (r + child < n) QC_RETURN_IF_ERROR(ctx.send(r + child, kBroadcast, &result));
+    if (r + child < n) QC_RETURN_IF_ERROR(ctx.send(r + child, kBroadcast, &result,
+                                                     ctx.max_encoded_size(count)));
   }
   return ctx.decode(result.payload(), result.payload_size(), data, count);
 }

@@ -49,18 +49,20 @@ LocalTransport::LocalTransport(std::shared_ptr<LocalGroup> group, int rank)
 LocalTransport::~LocalTransport() { group_->depart(rank_); }
 
 Status LocalTransport::post_send(int peer, uint64_t tag, const void* data, size_t bytes,
-                                 Request* req) {
+                                 size_t frame, Request* req) {
   *req = Request();
   req->kind = Request::Kind::kSend;
   req->peer = peer;
   req->tag = tag;
   req->bytes = bytes;
+  req->frame = frame;
   auto state = std::make_shared<LocalGroup::SendState>();
   req->transport_state = state;
   LocalGroup::Mailbox& box = group_->mailbox(peer);
   {
     std::lock_guard<std::mutex> lock(box.mutex);
-    box.queue.push_back({rank_, tag, static_cast<const uint8_t*>(data), bytes, std::move(state)});
+    box.queue.push_back(
+        {rank_, tag, static_cast<const uint8_t*>(data), bytes, frame, std::move(state)});
   }
   box.changed.notify_all();
   return Status::ok();
@@ -98,6 +100,7 @@ Status LocalTransport::try_receive(std::deque<LocalGroup::Message>& queue, Reque
     // still queued, so its buffer is never freed under this copy.
     if (it->bytes > 0) std::memcpy(req.buffer, it->data, it->bytes);
     req.bytes = it->bytes;
+    req.frame = it->frame;
     req.done = true;
     *consumed_state = std::move(it->state);
     queue.erase(it);

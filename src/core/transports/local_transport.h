@@ -34,6 +34,7 @@ class LocalGroup {
     uint64_t tag;
     const uint8_t* data;
     size_t bytes;
+    size_t frame;  // the capacity the sender expects the receive to have
     std::shared_ptr<SendState> state;
   };
   // A rank's mailbox: messages queued for it, and the condition variable it
@@ -70,7 +71,8 @@ class LocalTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
 
-  Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, Request* req) override;
+  Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, size_t frame,
+                   Request* req) override;
   Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) override;
   Status wait_all(Request* reqs, size_t count, Deadline deadline) override;
   void abort(const Status& reason) override;

@@ -206,7 +206,7 @@ bool MpiTransport::poll_abort() {
 }
 
 Status MpiTransport::post_send(int peer, uint64_t tag, const void* data, size_t bytes,
-                               Request* req) {
+                               size_t frame, Request* req) {
   if (bytes > static_cast<size_t>(INT_MAX)) {
     return unsupported("the MPI transport sends at most 2 GiB per message; this one has " +
                        std::to_string(bytes) + " bytes");
@@ -216,6 +216,7 @@ Status MpiTransport::post_send(int peer, uint64_t tag, const void* data, size_t 
   req->peer = peer;
   req->tag = tag;
   req->bytes = bytes;
+  req->frame = frame;
   req->done = false;
   const int rc = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag(tag), data_,
                            &state->request);

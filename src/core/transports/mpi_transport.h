@@ -53,7 +53,8 @@ class MpiTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, Request* req) override;
+  Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, size_t frame,
+                   Request* req) override;
   Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) override;
   Status wait_all(Request* reqs, size_t count, Deadline deadline) override;
   bool has_native_integer_allreduce() const override { return true; }

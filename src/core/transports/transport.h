@@ -32,6 +32,7 @@ struct Request {
   void* buffer = nullptr;  // receive destination
   size_t capacity = 0;     // receive capacity
   size_t bytes = 0;        // bytes sent, or received once done
+  size_t frame = 0;        // send: the frame; receive: the sender's, where known (0: unknown)
   bool done = false;
   std::shared_ptr<void> transport_state;  // the transport's own bookkeeping
 };
@@ -44,8 +45,14 @@ class Transport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // `data` must stay valid until the request completes.
-  virtual Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, Request* req) = 0;
+  // `data` must stay valid until the request completes. `frame` (>= bytes)
+  // is the capacity the receiver posts for this message; the sender knows it
+  // from the call's shape. Transports whose receives must name the exact
+  // size (NCCL) send `frame` bytes; the others send `bytes`, and the local
+  // transport checks that `frame` equals the receive's capacity, so every
+  // test run proves the algorithms agree on it.
+  virtual Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, size_t frame,
+                           Request* req) = 0;
   // A message longer than `capacity`, or with another tag than the next one
   // from `peer`, fails the wait with QC_ERROR_MISMATCH.
   virtual Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) = 0;
