@@ -1,4 +1,5 @@
 #include "core/transports/mpi_transport.h"
+#include "core/transports/backoff.h"
 
 #include <unistd.h>
 
@@ -45,29 +46,6 @@ MpiRequestState* state_of(Request& req) {
   return static_cast<MpiRequestState*>(req.transport_state.get());
 }
 
-// Pauses between polling rounds. MPI progresses only inside MPI calls, so a
-// rank that sleeps also stalls its peers' transfers: poll with yields for the
-// first few milliseconds of a wait (messages usually arrive by then), and
-// only then sleep, growing to 1 ms, so that a long wait costs little CPU.
-class Backoff {
- public:
-  void pause() {
-    const auto waited = Clock::now() - start_;
-    // Small messages complete within microseconds if we keep driving MPI's
-    // progress; even a yield (a system call) would double their latency.
-    if (waited < std::chrono::microseconds(200)) return;
-    if (waited < std::chrono::milliseconds(5)) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-    sleep_us_ = std::min(1000, sleep_us_ * 2);
-  }
-
- private:
-  Clock::time_point start_ = Clock::now();
-  int sleep_us_ = 20;
-};
 
 }  // namespace
 

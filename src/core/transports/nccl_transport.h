@@ -1,0 +1,83 @@
+// The NCCL transport: qc's point-to-point messages moved by ncclSend/ncclRecv.
+//
+// NCCL differs from the other transports in two ways that shape this file:
+//  - A receive must name exactly the sender's count (a larger one hangs or
+//    corrupts). So every message travels as a frame of the size the receiver
+//    posts, which the sender knows from the call's shape (Request::frame),
+//    with a 16-byte header in front: the qc tag and the true length.
+//  - NCCL calls are grouped and stream-ordered. One wait_all is one NCCL
+//    group (every request of the wait, in the order given), polled until it
+//    finishes or the deadline passes; then the group is aborted, as NCCL's
+//    own watchdogs do, and the peers' waits time out in turn.
+// Everything NCCL- or CUDA-specific sits behind NcclBackend: the real one
+// (src/cuda/nccl_backend.cpp) over a communicator split from the caller's,
+// and a fake in the unit tests that runs ranks as threads and checks that
+// every send is matched by a receive of exactly its size.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/transports/transport.h"
+
+namespace qc {
+
+// One ncclSend or ncclRecv of a group: `bytes` at `offset` in the wait's
+// message image.
+struct NcclOp {
+  bool send = false;
+  int peer = -1;
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+class NcclBackend {
+ public:
+  virtual ~NcclBackend() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Starts one group: the send ops' bytes are taken from `image` (a host
+  // buffer laid out like the device buffer the ops use) before this returns.
+  // `image` stays alive and untouched by the caller until poll says done.
+  virtual Status start(uint8_t* image, size_t image_bytes, const std::vector<NcclOp>& ops) = 0;
+  // *done once every op of the group has finished and the receive ops' bytes
+  // are back in `image`; an error status when NCCL or CUDA reported one.
+  virtual Status poll(bool* done) = 0;
+  // ncclCommAbort: unblocks this rank's pending operations. After it, start
+  // and poll fail.
+  virtual void abort() = 0;
+};
+
+class NcclTransport final : public Transport {
+ public:
+  explicit NcclTransport(std::unique_ptr<NcclBackend> backend);
+  ~NcclTransport() override;
+
+  const char* name() const override { return "nccl"; }
+  int rank() const override { return backend_->rank(); }
+  int size() const override { return backend_->size(); }
+
+  Status post_send(int peer, uint64_t tag, const void* data, size_t bytes, size_t frame,
+                   Request* req) override;
+  Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) override;
+  Status wait_all(Request* reqs, size_t count, Deadline deadline) override;
+  void abort(const Status& reason) override;
+  Status failure() const override;
+
+  // The header in front of every frame: the qc tag, then the payload length
+  // (little endian), so a receiver can tell a wrong message from its own.
+  static constexpr size_t kFrameHeader = 16;
+
+ private:
+  Status check_peer(int peer) const;
+  Status fail(Request* reqs, size_t count, const Status& status);
+
+  std::unique_ptr<NcclBackend> backend_;
+  std::vector<uint8_t> image_;  // the wait's frames, host side
+  std::vector<NcclOp> ops_;
+  mutable std::mutex failure_mutex_;  // qc_comm_get_async_error reads from any thread
+  Status failure_;
+};
+
+}  // namespace qc

@@ -1,0 +1,122 @@
+#include "fake_nccl.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace qcfake {
+
+class FakeNcclBackend final : public qc::NcclBackend {
+ public:
+  FakeNcclBackend(std::shared_ptr<FakeNcclWorld> world, int rank)
+      : world_(std::move(world)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_->nranks_; }
+
+  qc::Status start(uint8_t* image, size_t image_bytes,
+                   const std::vector<qc::NcclOp>& ops) override {
+    std::lock_guard<std::mutex> lock(world_->mutex_);
+    if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
+    group_.clear();
+    ++world_->groups_[rank_];
+    for (const qc::NcclOp& op : ops) {
+      if (op.offset + op.bytes > image_bytes || op.peer < 0 || op.peer >= size() ||
+          op.peer == rank_) {
+        return qc::internal_error("fake NCCL: an op outside the image or to a bad peer");
+      }
+      auto o = std::make_shared<FakeNcclWorld::Op>(FakeNcclWorld::Op{rank_, op, image});
+      const int n = size();
+      if (op.send) {
+        world_->sends_[static_cast<size_t>(rank_ * n + op.peer)].push_back(o);
+      } else {
+        world_->recvs_[static_cast<size_t>(op.peer * n + rank_)].push_back(o);
+      }
+      group_.push_back(std::move(o));
+    }
+    return qc::Status::ok();
+  }
+
+  qc::Status poll(bool* done) override {
+    std::lock_guard<std::mutex> lock(world_->mutex_);
+    if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
+    if (!world_->size_mismatch_.empty()) {
+      return qc::internal_error("fake NCCL: " + world_->size_mismatch_);
+    }
+    world_->match_locked();
+    *done = std::all_of(group_.begin(), group_.end(),
+                        [](const std::shared_ptr<FakeNcclWorld::Op>& o) { return o->done; });
+    return qc::Status::ok();
+  }
+
+  void abort() override {
+    std::lock_guard<std::mutex> lock(world_->mutex_);
+    world_->aborted_[rank_] = true;
+    // Like ncclCommAbort: this rank's pending operations vanish; its peers'
+    // matching operations never complete (they time out in turn).
+    auto mine = [this](const std::shared_ptr<FakeNcclWorld::Op>& o) { return o->rank == rank_; };
+    for (auto& q : world_->sends_) q.erase(std::remove_if(q.begin(), q.end(), mine), q.end());
+    for (auto& q : world_->recvs_) q.erase(std::remove_if(q.begin(), q.end(), mine), q.end());
+    group_.clear();
+  }
+
+ private:
+  std::shared_ptr<FakeNcclWorld> world_;
+  int rank_;
+  std::vector<std::shared_ptr<FakeNcclWorld::Op>> group_;
+};
+
+std::shared_ptr<FakeNcclWorld> FakeNcclWorld::create(int nranks) {
+  return std::shared_ptr<FakeNcclWorld>(new FakeNcclWorld(nranks));
+}
+
+FakeNcclWorld::FakeNcclWorld(int nranks)
+    : nranks_(nranks),
+      sends_(static_cast<size_t>(nranks * nranks)),
+      recvs_(static_cast<size_t>(nranks * nranks)),
+      groups_(static_cast<size_t>(nranks), 0),
+      aborted_(static_cast<size_t>(nranks), false) {}
+
+std::unique_ptr<qc::NcclBackend> FakeNcclWorld::backend(int rank) {
+  return std::make_unique<FakeNcclBackend>(shared_from_this(), rank);
+}
+
+void FakeNcclWorld::match_locked() {
+  for (size_t c = 0; c < sends_.size(); ++c) {
+    auto& sq = sends_[c];
+    auto& rq = recvs_[c];
+    while (!sq.empty() && !rq.empty()) {
+      Op& s = *sq.front();
+      Op& r = *rq.front();
+      if (s.op.bytes != r.op.bytes) {
+        if (size_mismatch_.empty()) {
+          size_mismatch_ = "rank " + std::to_string(s.rank) + " sent " +
+                           std::to_string(s.op.bytes) + " bytes to rank " +
+                           std::to_string(r.rank) + ", which received " +
+                           std::to_string(r.op.bytes);
+        }
+        return;
+      }
+      std::memcpy(r.image + r.op.offset, s.image + s.op.offset, s.op.bytes);
+      s.done = r.done = true;
+      sq.pop_front();
+      rq.pop_front();
+    }
+  }
+}
+
+std::string FakeNcclWorld::size_mismatch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return size_mismatch_;
+}
+
+long FakeNcclWorld::groups(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return groups_[static_cast<size_t>(rank)];
+}
+
+bool FakeNcclWorld::aborted(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return aborted_[static_cast<size_t>(rank)];
+}
+
+}  // namespace qcfake

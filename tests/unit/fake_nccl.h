@@ -1,0 +1,61 @@
+// A stand-in for NCCL in the unit tests (qc::NcclBackend): the ranks of one
+// "communicator" are threads, and the "device buffer" of a group is the
+// transport's host image itself, so the NCCL transport's framing, grouping,
+// timeouts and aborts run in CI without a GPU.
+//
+// It is stricter than NCCL where NCCL would hang or corrupt memory instead of
+// reporting: a send matched with a receive of another size is recorded
+// (size_mismatch()) and fails both ranks' groups. Sends complete only when
+// their receive is posted (rendezvous), the most deadlock-prone behaviour
+// real NCCL can show, so a schedule that passes here cannot deadlock there
+// for want of buffering.
+#ifndef QC_TESTS_UNIT_FAKE_NCCL_H
+#define QC_TESTS_UNIT_FAKE_NCCL_H
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/transports/nccl_transport.h"
+
+namespace qcfake {
+
+class FakeNcclWorld : public std::enable_shared_from_this<FakeNcclWorld> {
+ public:
+  static std::shared_ptr<FakeNcclWorld> create(int nranks);
+
+  std::unique_ptr<qc::NcclBackend> backend(int rank);
+  int size() const { return nranks_; }
+  // "" unless a send met a receive of another size (the first such pair).
+  std::string size_mismatch() const;
+  // Groups started by `rank` so far (one per transport wait with messages).
+  long groups(int rank) const;
+  bool aborted(int rank) const;
+
+ private:
+  explicit FakeNcclWorld(int nranks);
+  friend class FakeNcclBackend;
+
+  struct Op {
+    int rank;
+    qc::NcclOp op;
+    uint8_t* image;
+    bool done = false;
+  };
+  // Under mutex_: pairs the oldest pending send and receive of each channel.
+  void match_locked();
+
+  int nranks_;
+  mutable std::mutex mutex_;
+  // Channel (from, to): sends posted by `from`, receives posted by `to`.
+  std::vector<std::deque<std::shared_ptr<Op>>> sends_, recvs_;
+  std::vector<long> groups_;
+  std::vector<bool> aborted_;
+  std::string size_mismatch_;
+};
+
+}  // namespace qcfake
+
+#endif  // QC_TESTS_UNIT_FAKE_NCCL_H
