@@ -107,7 +107,7 @@ QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* com
       case QC_TRANSPORT_MPI:
         return create_mpi_comm(c.mpi_comm, c.timeout_seconds, comm);
       case QC_TRANSPORT_NCCL:
-        return unsupported("argument 'config': this build of qc has no NCCL transport");
+        return create_nccl_comm(c.nccl_comm, c.timeout_seconds, comm);
     }
     return internal_error("unreachable transport");
   });

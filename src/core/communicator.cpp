@@ -15,6 +15,10 @@
 #include "core/policy.h"
 #include "core/transports/local_transport.h"
 #include "cpu/dtype_convert.h"
+#if QC_HAVE_NCCL
+#include "core/transports/nccl_transport.h"
+#include "cuda/nccl_backend.h"
+#endif
 #if QC_HAVE_MPI
 #include "core/transports/mpi_transport.h"
 #endif
@@ -521,6 +525,28 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t
   (void)comm;
   return unsupported("argument 'config': this build of qc has no MPI transport (configure with "
                      "an MPI library installed, or -DQC_WITH_MPI=ON to require one)");
+#endif
+}
+
+Status create_nccl_comm(void* nccl_comm, double timeout_seconds, qc_comm_t* comm) {
+#if QC_HAVE_NCCL
+  qc_policy_t star;
+  QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
+  std::unique_ptr<NcclBackend> backend;
+  QC_RETURN_IF_ERROR(cuda::make_nccl_backend(nccl_comm, &backend));
+  auto made = std::make_unique<qc_comm_s>();
+  made->transport = std::make_unique<NcclTransport>(std::move(backend));
+  made->timeout_seconds = timeout_seconds;
+  made->policies.set("*", star);
+  made->stats.struct_size = sizeof(qc_stats_t);
+  *comm = made.release();
+  return Status::ok();
+#else
+  (void)nccl_comm;
+  (void)timeout_seconds;
+  (void)comm;
+  return unsupported("argument 'config': this build of qc has no NCCL transport (it needs a "
+                     "CUDA build with NCCL's header: -DQC_WITH_CUDA=ON, NCCL_ROOT)");
 #endif
 }
 

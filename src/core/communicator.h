@@ -94,5 +94,8 @@ Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms);
 // handle is `fortran_handle` (collective over its ranks). QC_ERROR_UNSUPPORTED
 // in a build without MPI.
 Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t* comm);
+// Over qc's own communicator split from `nccl_comm` (an ncclComm_t):
+// collective over its ranks. UNSUPPORTED in builds without NCCL.
+Status create_nccl_comm(void* nccl_comm, double timeout_seconds, qc_comm_t* comm);
 
 }  // namespace qc
