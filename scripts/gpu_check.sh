@@ -25,8 +25,9 @@ case "${1:-}" in
         -DQC_WITH_PYTHON=OFF -DQC_WITH_JAVA=OFF -DQC_WITH_FORTRAN=OFF > /dev/null
     }
     configure build-gpu OFF
-    cmake --build build-gpu --target qc_test_cuda_codecs qc-cuda-bench
-    programs=(build-gpu/tests/cuda/qc_test_cuda_codecs build-gpu/tools/qc-cuda-bench/qc-cuda-bench)
+    cmake --build build-gpu --target qc_test_cuda_codecs qc-cuda-bench qc_test_cuda_nccl
+    programs=(build-gpu/tests/cuda/qc_test_cuda_codecs build-gpu/tools/qc-cuda-bench/qc-cuda-bench
+              build-gpu/tests/cuda/qc_test_cuda_nccl)
     configure build-gpu/mpi AUTO
     if grep -q qc_test_mpi_device_collectives build-gpu/mpi/build.ninja; then  # MPI found here
       cmake --build build-gpu/mpi --target qc_test_mpi_device_collectives
@@ -49,6 +50,10 @@ case "${1:-}" in
         > "$out/memcheck.log" 2>&1 || status=1
       tail -3 "$out/memcheck.log"
     fi
+    # NCCL's library: the system's, else the one PyTorch's wheels bring.
+    nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+    (LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}" build-gpu/tests/cuda/qc_test_cuda_nccl
+     rc=$?; [ "$rc" = 77 ] && rc=0; exit "$rc") 2>&1 | tee "$out/nccl_smoke.log" || status=1
     mpi_test=build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
     if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
        ! ldd "$mpi_test" | grep -q 'not found'; then
