@@ -246,6 +246,11 @@ QC_API qc_status_t qc_comm_config_init(qc_comm_config_t* config);
  * For an in-process group use qc_comm_create_local (a local group needs all of
  * its ranks created at once). Transports missing from this build return
  * QC_ERROR_UNSUPPORTED.
+ * NCCL (config->nccl_comm, an ncclComm_t): collective over its ranks; qc
+ * splits its own communicator off it (ncclCommSplit, NCCL >= 2.18), so the
+ * caller's stays untouched and is destroyed by the caller. libnccl.so.2 is
+ * opened at this call (the copy already loaded, if any). A collective that
+ * times out aborts qc's communicator, not the caller's.
  */
 QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* comm);
 
