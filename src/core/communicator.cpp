@@ -483,6 +483,18 @@ Status environment_defaults(double* timeout_seconds, qc_policy_t* star) {
   return Status::ok();
 }
 
+// A communicator around `transport` with the settings every transport starts
+// from: the timeout (after QC_TIMEOUT_SECONDS) and the "*" policy.
+std::unique_ptr<qc_comm_s> make_comm(std::unique_ptr<Transport> transport, double timeout_seconds,
+                                     const qc_policy_t& star) {
+  auto comm = std::make_unique<qc_comm_s>();
+  comm->transport = std::move(transport);
+  comm->timeout_seconds = timeout_seconds;
+  comm->policies.set("*", star);
+  comm->stats.struct_size = sizeof(qc_stats_t);
+  return comm;
+}
+
 }  // namespace
 
 Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) {
@@ -492,12 +504,7 @@ Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) 
   std::vector<std::unique_ptr<qc_comm_s>> made;
   made.reserve(nranks);
   for (int r = 0; r < nranks; ++r) {
-    auto comm = std::make_unique<qc_comm_s>();
-    comm->transport = std::make_unique<LocalTransport>(group, r);
-    comm->timeout_seconds = timeout_seconds;
-    comm->policies.set("*", star);
-    comm->stats.struct_size = sizeof(qc_stats_t);
-    made.push_back(std::move(comm));
+    made.push_back(make_comm(std::make_unique<LocalTransport>(group, r), timeout_seconds, star));
   }
   for (int r = 0; r < nranks; ++r) comms[r] = made[r].release();
   return Status::ok();
@@ -512,12 +519,9 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t
   }
   qc_policy_t star;
   QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
-  auto made = std::make_unique<qc_comm_s>();
-  QC_RETURN_IF_ERROR(MpiTransport::create(static_cast<MPI_Fint>(fortran_handle), &made->transport));
-  made->timeout_seconds = timeout_seconds;
-  made->policies.set("*", star);
-  made->stats.struct_size = sizeof(qc_stats_t);
-  *comm = made.release();
+  std::unique_ptr<Transport> transport;
+  QC_RETURN_IF_ERROR(MpiTransport::create(static_cast<MPI_Fint>(fortran_handle), &transport));
+  *comm = make_comm(std::move(transport), timeout_seconds, star).release();
   return Status::ok();
 #else
   (void)fortran_handle;
@@ -534,12 +538,8 @@ Status create_nccl_comm(void* nccl_comm, double timeout_seconds, qc_comm_t* comm
   QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
   std::unique_ptr<NcclBackend> backend;
   QC_RETURN_IF_ERROR(cuda::make_nccl_backend(nccl_comm, &backend));
-  auto made = std::make_unique<qc_comm_s>();
-  made->transport = std::make_unique<NcclTransport>(std::move(backend));
-  made->timeout_seconds = timeout_seconds;
-  made->policies.set("*", star);
-  made->stats.struct_size = sizeof(qc_stats_t);
-  *comm = made.release();
+  *comm = make_comm(std::make_unique<NcclTransport>(std::move(backend)), timeout_seconds, star)
+              .release();
   return Status::ok();
 #else
   (void)nccl_comm;

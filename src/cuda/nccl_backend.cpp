@@ -26,6 +26,7 @@ struct NcclApi {
   decltype(&ncclGroupEnd) group_end = nullptr;
   decltype(&ncclSend) send = nullptr;
   decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
 };
 
 // Loaded under a mutex, once: the table never changes after it (the library
@@ -66,6 +67,7 @@ Status load_nccl(const NcclApi** api) {
       get(&table.group_end, "ncclGroupEnd");
       get(&table.send, "ncclSend");
       get(&table.recv, "ncclRecv");
+      get(&table.all_reduce, "ncclAllReduce");
       loaded = all ? Status::ok()
                    : unsupported("the loaded NCCL lacks " + missing +
                                  " (the NCCL transport needs NCCL 2.18 or later)");
@@ -81,6 +83,28 @@ Status nccl_status(const NcclApi& api, ncclResult_t r, const char* what) {
 
 Status cuda_status(cudaError_t e, const char* what) {
   return transport_error(std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+// Calls fn(offset, bytes) once per run of consecutive ops of one direction
+// whose frames are adjacent in the image (up to the alignment padding between
+// them), so a wait of many small messages costs a few copies, not one each.
+// The padding copied with a run is the image's own bytes, never read.
+template <typename Fn>
+Status for_each_run(const std::vector<NcclOp>& ops, bool send, Fn&& fn) {
+  size_t begin = 0, end = 0;
+  bool open = false;
+  for (const NcclOp& op : ops) {
+    if (op.send != send) {
+      if (open) QC_RETURN_IF_ERROR(fn(begin, end - begin));
+      open = false;
+      continue;
+    }
+    if (!open) begin = op.offset;
+    open = true;
+    end = op.offset + op.bytes;
+  }
+  if (open) QC_RETURN_IF_ERROR(fn(begin, end - begin));
+  return Status::ok();
 }
 
 // Makes `device` current for a scope and restores the caller's device, so
@@ -122,20 +146,13 @@ class RealNcclBackend final : public NcclBackend {
     std::lock_guard<std::mutex> lock(mutex_);
     if (aborted_) return transport_error("the NCCL communicator was aborted");
     DeviceScope scope(device_);
-    if (arena_bytes_ < image_bytes) {
-      if (arena_ != nullptr) cudaFree(arena_);
-      arena_ = nullptr;
-      arena_bytes_ = 0;
-      cudaError_t e = cudaMalloc(&arena_, image_bytes);
-      if (e != cudaSuccess) return cuda_status(e, "cudaMalloc for the NCCL frames");
-      arena_bytes_ = image_bytes;
-    }
-    for (const NcclOp& op : ops) {
-      if (!op.send) continue;
-      cudaError_t e = cudaMemcpyAsync(arena_ + op.offset, image + op.offset, op.bytes,
+    QC_RETURN_IF_ERROR(reserve_arena(image_bytes));
+    Status copied = for_each_run(ops, /*send=*/true, [&](size_t offset, size_t bytes) {
+      cudaError_t e = cudaMemcpyAsync(arena_ + offset, image + offset, bytes,
                                       cudaMemcpyHostToDevice, stream_);
-      if (e != cudaSuccess) return cuda_status(e, "cudaMemcpyAsync of an NCCL frame");
-    }
+      return e == cudaSuccess ? Status::ok() : cuda_status(e, "cudaMemcpyAsync of NCCL frames");
+    });
+    QC_RETURN_IF_ERROR(copied);
     ncclResult_t r = api_.group_start();
     if (r != ncclSuccess) return nccl_status(api_, r, "ncclGroupStart");
     for (const NcclOp& op : ops) {
@@ -148,8 +165,34 @@ class RealNcclBackend final : public NcclBackend {
     }
     r = api_.group_end();
     if (r != ncclSuccess) return nccl_status(api_, r, "ncclGroupEnd");
-    image_ = image;
-    ops_ = &ops;
+    copy_back_.clear();
+    (void)for_each_run(ops, /*send=*/false, [&](size_t offset, size_t bytes) {
+      copy_back_.push_back({image + offset, arena_ + offset, bytes});
+      return Status::ok();
+    });
+    copied_back_ = false;
+    return Status::ok();
+  }
+
+  Status start_allreduce(void* data, size_t count, NcclReduction reduction) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) return transport_error("the NCCL communicator was aborted");
+    DeviceScope scope(device_);
+    const size_t bytes = count * element_bytes(reduction);
+    QC_RETURN_IF_ERROR(reserve_arena(bytes));
+    cudaError_t e = cudaMemcpyAsync(arena_, data, bytes, cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess) return cuda_status(e, "cudaMemcpyAsync of the allreduce's input");
+    ncclDataType_t type = ncclFloat32;
+    ncclRedOp_t op = ncclSum;
+    switch (reduction) {
+      case NcclReduction::kSumInt32: type = ncclInt32; break;
+      case NcclReduction::kSumInt64: type = ncclInt64; break;
+      case NcclReduction::kSumFloat32: type = ncclFloat32; break;
+      case NcclReduction::kMinUint64: type = ncclUint64; op = ncclMin; break;
+    }
+    ncclResult_t r = api_.all_reduce(arena_, arena_, count, type, op, comm_, stream_);
+    if (r != ncclSuccess) return nccl_status(api_, r, "ncclAllReduce");
+    copy_back_.assign(1, {static_cast<uint8_t*>(data), arena_, bytes});
     copied_back_ = false;
     return Status::ok();
   }
@@ -169,10 +212,9 @@ class RealNcclBackend final : public NcclBackend {
       cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaErrorNotReady) return Status::ok();
       if (e != cudaSuccess) return cuda_status(e, "the NCCL group's stream");
-      for (const NcclOp& op : *ops_) {
-        if (op.send) continue;
-        e = cudaMemcpy(image_ + op.offset, arena_ + op.offset, op.bytes, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) return cuda_status(e, "cudaMemcpy of a received NCCL frame");
+      for (const CopyBack& c : copy_back_) {
+        e = cudaMemcpy(c.host, c.device, c.bytes, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) return cuda_status(e, "cudaMemcpy of NCCL's results");
       }
       copied_back_ = true;
     }
@@ -189,6 +231,19 @@ class RealNcclBackend final : public NcclBackend {
   }
 
  private:
+  // The device buffer every group and allreduce works in, grown as needed;
+  // the stream is idle when this is called (the previous poll said done).
+  Status reserve_arena(size_t bytes) {
+    if (arena_bytes_ >= bytes) return Status::ok();
+    if (arena_ != nullptr) cudaFree(arena_);
+    arena_ = nullptr;
+    arena_bytes_ = 0;
+    cudaError_t e = cudaMalloc(&arena_, bytes);
+    if (e != cudaSuccess) return cuda_status(e, "cudaMalloc for NCCL's device buffer");
+    arena_bytes_ = bytes;
+    return Status::ok();
+  }
+
   const NcclApi& api_;
   ncclComm_t comm_;
   int rank_;
@@ -201,8 +256,14 @@ class RealNcclBackend final : public NcclBackend {
   bool aborted_ = false;
   uint8_t* arena_ = nullptr;
   size_t arena_bytes_ = 0;
-  uint8_t* image_ = nullptr;
-  const std::vector<NcclOp>* ops_ = nullptr;
+  // What poll copies back to the host once the stream is done: the started
+  // group's receive runs, or the allreduce's result.
+  struct CopyBack {
+    uint8_t* host;
+    const uint8_t* device;
+    size_t bytes;
+  };
+  std::vector<CopyBack> copy_back_;
   bool copied_back_ = true;
 };
 

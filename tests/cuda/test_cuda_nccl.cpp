@@ -2,17 +2,23 @@
 // the test, handed to qc_comm_create, allreduces on host and device memory.
 // One GPU allows only one rank (NCCL refuses two ranks on one device), so
 // no message moves here: this checks the real backend's set-up (dlopen,
-// ncclCommSplit, stream) and tear-down; the framing and grouping are tested
-// over a fake NCCL in tests/unit/test_nccl_transport.cpp. Exits 77
+// ncclCommSplit, stream) and tear-down, and its ncclAllReduce of each
+// reduction qc uses (a one-rank sum or minimum is the input); the framing,
+// grouping and multi-rank sums are tested over a fake NCCL in
+// tests/unit/test_nccl_transport.cpp. Exits 77
 // (skipped) without a CUDA device or without libnccl.so.2.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "cuda/nccl_backend.h"
 #include "qc.h"
 
 namespace {
@@ -26,6 +32,28 @@ void check(bool ok, const char* what) {
   } else {
     std::printf("ok: %s\n", what);
   }
+}
+
+// The real backend's ncclAllReduce, started and polled as the transport
+// does, on `bytes` of host data that one rank's reduction leaves unchanged.
+void check_backend_allreduce(qc::NcclBackend& backend, qc::NcclReduction reduction,
+                             const char* what) {
+  const size_t count = 1000;
+  std::vector<uint8_t> data(count * qc::element_bytes(reduction));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 3);
+  if (reduction == qc::NcclReduction::kSumFloat32) {
+    for (size_t i = 0; i < count; ++i) {
+      const float v = static_cast<float>(i) * 0.5f - 100.0f;
+      std::memcpy(data.data() + 4 * i, &v, 4);
+    }
+  }
+  const std::vector<uint8_t> want = data;
+  qc::Status s = backend.start_allreduce(data.data(), count, reduction);
+  bool done = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (s.is_ok() && !done && std::chrono::steady_clock::now() < deadline) s = backend.poll(&done);
+  if (!s.is_ok()) std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
+  check(s.is_ok() && done && data == want, what);
 }
 
 }  // namespace
@@ -90,6 +118,17 @@ int main() {
     check(qc_comm_destroy(comm) == QC_SUCCESS, "qc_comm_destroy");
     cudaFree(dx);
     cudaFree(dy);
+  }
+  {
+    std::unique_ptr<qc::NcclBackend> backend;
+    const qc::Status made = qc::cuda::make_nccl_backend(user, &backend);
+    check(made.is_ok(), "the NCCL backend on its own");
+    if (backend != nullptr) {
+      check_backend_allreduce(*backend, qc::NcclReduction::kSumFloat32, "ncclAllReduce float sum");
+      check_backend_allreduce(*backend, qc::NcclReduction::kSumInt32, "ncclAllReduce int32 sum");
+      check_backend_allreduce(*backend, qc::NcclReduction::kSumInt64, "ncclAllReduce int64 sum");
+      check_backend_allreduce(*backend, qc::NcclReduction::kMinUint64, "ncclAllReduce uint64 min");
+    }
   }
   // qc split its own communicator off: the caller's is still usable.
   check(destroy(user) == ncclSuccess, "the caller's communicator outlives qc's");

@@ -18,6 +18,7 @@ class FakeNcclBackend final : public qc::NcclBackend {
     std::lock_guard<std::mutex> lock(world_->mutex_);
     if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
     group_.clear();
+    allreduce_.reset();
     ++world_->groups_[rank_];
     for (const qc::NcclOp& op : ops) {
       if (op.offset + op.bytes > image_bytes || op.peer < 0 || op.peer >= size() ||
@@ -36,6 +37,17 @@ class FakeNcclBackend final : public qc::NcclBackend {
     return qc::Status::ok();
   }
 
+  qc::Status start_allreduce(void* data, size_t count, qc::NcclReduction reduction) override {
+    std::lock_guard<std::mutex> lock(world_->mutex_);
+    if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
+    group_.clear();
+    allreduce_ = std::make_shared<FakeNcclWorld::Allreduce>(
+        FakeNcclWorld::Allreduce{rank_, data, count, reduction});
+    world_->allreduces_[static_cast<size_t>(rank_)].push_back(allreduce_);
+    ++world_->allreduce_counts_[static_cast<size_t>(rank_)][static_cast<size_t>(reduction)];
+    return qc::Status::ok();
+  }
+
   qc::Status poll(bool* done) override {
     std::lock_guard<std::mutex> lock(world_->mutex_);
     if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
@@ -43,8 +55,10 @@ class FakeNcclBackend final : public qc::NcclBackend {
       return qc::internal_error("fake NCCL: " + world_->size_mismatch_);
     }
     world_->match_locked();
+    world_->reduce_locked();
     *done = std::all_of(group_.begin(), group_.end(),
-                        [](const std::shared_ptr<FakeNcclWorld::Op>& o) { return o->done; });
+                        [](const std::shared_ptr<FakeNcclWorld::Op>& o) { return o->done; }) &&
+            (allreduce_ == nullptr || allreduce_->done);
     return qc::Status::ok();
   }
 
@@ -56,13 +70,16 @@ class FakeNcclBackend final : public qc::NcclBackend {
     auto mine = [this](const std::shared_ptr<FakeNcclWorld::Op>& o) { return o->rank == rank_; };
     for (auto& q : world_->sends_) q.erase(std::remove_if(q.begin(), q.end(), mine), q.end());
     for (auto& q : world_->recvs_) q.erase(std::remove_if(q.begin(), q.end(), mine), q.end());
+    world_->allreduces_[static_cast<size_t>(rank_)].clear();
     group_.clear();
+    allreduce_.reset();
   }
 
  private:
   std::shared_ptr<FakeNcclWorld> world_;
   int rank_;
   std::vector<std::shared_ptr<FakeNcclWorld::Op>> group_;
+  std::shared_ptr<FakeNcclWorld::Allreduce> allreduce_;
 };
 
 std::shared_ptr<FakeNcclWorld> FakeNcclWorld::create(int nranks) {
@@ -73,7 +90,9 @@ FakeNcclWorld::FakeNcclWorld(int nranks)
     : nranks_(nranks),
       sends_(static_cast<size_t>(nranks * nranks)),
       recvs_(static_cast<size_t>(nranks * nranks)),
+      allreduces_(static_cast<size_t>(nranks)),
       groups_(static_cast<size_t>(nranks), 0),
+      allreduce_counts_(static_cast<size_t>(nranks), std::vector<long>(4, 0)),
       aborted_(static_cast<size_t>(nranks), false) {}
 
 std::unique_ptr<qc::NcclBackend> FakeNcclWorld::backend(int rank) {
@@ -102,6 +121,69 @@ void FakeNcclWorld::match_locked() {
       rq.pop_front();
     }
   }
+}
+
+namespace {
+
+// Element i of every rank's buffer, combined in rank order (float sums are
+// not associative: rank order is one fixed order, as NCCL's is for a fixed
+// ring), written back to every rank.
+template <typename T, typename Combine>
+void reduce_all(const std::vector<std::shared_ptr<FakeNcclWorld::Allreduce>>& ops, Combine f) {
+  const size_t count = ops.front()->count;
+  for (size_t i = 0; i < count; ++i) {
+    T acc = static_cast<const T*>(ops.front()->data)[i];
+    for (size_t r = 1; r < ops.size(); ++r) acc = f(acc, static_cast<const T*>(ops[r]->data)[i]);
+    for (const auto& op : ops) static_cast<T*>(op->data)[i] = acc;
+  }
+}
+
+}  // namespace
+
+void FakeNcclWorld::reduce_locked() {
+  for (;;) {
+    std::vector<std::shared_ptr<Allreduce>> front;
+    for (auto& q : allreduces_) {
+      if (q.empty()) return;
+      front.push_back(q.front());
+    }
+    const Allreduce& first = *front.front();
+    for (const auto& op : front) {
+      if (op->count != first.count || op->reduction != first.reduction) {
+        if (size_mismatch_.empty()) {
+          size_mismatch_ = "rank " + std::to_string(op->rank) + " started an allreduce of " +
+                           std::to_string(op->count) + " elements (reduction " +
+                           std::to_string(static_cast<int>(op->reduction)) + "), rank 0 of " +
+                           std::to_string(first.count) + " (reduction " +
+                           std::to_string(static_cast<int>(first.reduction)) + ")";
+        }
+        return;
+      }
+    }
+    switch (first.reduction) {
+      case qc::NcclReduction::kSumInt32:
+        reduce_all<int32_t>(front, [](int32_t a, int32_t b) { return a + b; });
+        break;
+      case qc::NcclReduction::kSumInt64:
+        reduce_all<int64_t>(front, [](int64_t a, int64_t b) { return a + b; });
+        break;
+      case qc::NcclReduction::kSumFloat32:
+        reduce_all<float>(front, [](float a, float b) { return a + b; });
+        break;
+      case qc::NcclReduction::kMinUint64:
+        reduce_all<uint64_t>(front, [](uint64_t a, uint64_t b) { return std::min(a, b); });
+        break;
+    }
+    for (auto& q : allreduces_) {
+      q.front()->done = true;
+      q.pop_front();
+    }
+  }
+}
+
+long FakeNcclWorld::allreduces(int rank, qc::NcclReduction reduction) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return allreduce_counts_[static_cast<size_t>(rank)][static_cast<size_t>(reduction)];
 }
 
 std::string FakeNcclWorld::size_mismatch() const {

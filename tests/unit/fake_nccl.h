@@ -4,8 +4,10 @@
 // timeouts and aborts run in CI without a GPU.
 //
 // It is stricter than NCCL where NCCL would hang or corrupt memory instead of
-// reporting: a send matched with a receive of another size is recorded
-// (size_mismatch()) and fails both ranks' groups. Sends complete only when
+// reporting: a send matched with a receive of another size, or allreduces of
+// another count or type on different ranks, are recorded (size_mismatch())
+// and fail the ranks' groups. An allreduce completes once every rank has
+// started its own, and sums in rank order. Sends complete only when
 // their receive is posted (rendezvous), the most deadlock-prone behaviour
 // real NCCL can show, so a schedule that passes here cannot deadlock there
 // for want of buffering.
@@ -32,7 +34,18 @@ class FakeNcclWorld : public std::enable_shared_from_this<FakeNcclWorld> {
   std::string size_mismatch() const;
   // Groups started by `rank` so far (one per transport wait with messages).
   long groups(int rank) const;
+  // Allreduces started by `rank` so far, of each reduction.
+  long allreduces(int rank, qc::NcclReduction reduction) const;
   bool aborted(int rank) const;
+
+  // One rank's started allreduce, until every rank has started its own.
+  struct Allreduce {
+    int rank;
+    void* data;
+    size_t count;
+    qc::NcclReduction reduction;
+    bool done = false;
+  };
 
  private:
   explicit FakeNcclWorld(int nranks);
@@ -44,14 +57,18 @@ class FakeNcclWorld : public std::enable_shared_from_this<FakeNcclWorld> {
     uint8_t* image;
     bool done = false;
   };
-  // Under mutex_: pairs the oldest pending send and receive of each channel.
+  // Under mutex_: pairs the oldest pending send and receive of each channel,
+  // and completes the oldest allreduce once every rank has started it.
   void match_locked();
+  void reduce_locked();
 
   int nranks_;
   mutable std::mutex mutex_;
   // Channel (from, to): sends posted by `from`, receives posted by `to`.
   std::vector<std::deque<std::shared_ptr<Op>>> sends_, recvs_;
+  std::vector<std::deque<std::shared_ptr<Allreduce>>> allreduces_;  // per rank, in order
   std::vector<long> groups_;
+  std::vector<std::vector<long>> allreduce_counts_;  // [rank][reduction]
   std::vector<bool> aborted_;
   std::string size_mismatch_;
 };

@@ -5,6 +5,8 @@
 // statuses instead of hangs. Real NCCL needs GPUs: see docs/cuda.md.
 #include <gtest/gtest.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -111,9 +113,38 @@ TEST_P(NcclTransportSweep, SameBytesAsTheLocalTransportAndExactSizes) {
     const std::vector<Bytes> got = run(nccl.group, p, count, alltoall, &s_nccl);
     EXPECT_EQ(nccl.world->size_mismatch(), "");
     ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i;
+    // AUTO hands codec none to NCCL's own float sum (docs/algorithms.md),
+    // whose order differs from qc's algorithms: the same to float rounding,
+    // and the same bytes on every rank. Everything else, the global codecs'
+    // integer sums included, is the local transport's bit for bit.
+    const bool float_sum = !alltoall && codec.codec == QC_CODEC_NONE &&
+                           std::get<1>(GetParam()) == QC_ALGO_AUTO;
+    if (float_sum) {
+      const size_t calls = got.size() / static_cast<size_t>(n);
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i], got[i % calls]) << "output " << i << " differs from rank 0's";
+        const float* g = reinterpret_cast<const float*>(got[i].data());
+        const float* w = reinterpret_cast<const float*>(want[i].data());
+        for (size_t k = 0; k < count; ++k) {
+          ASSERT_NEAR(g[k], w[k], 4.0f * static_cast<float>(n) * FLT_EPSILON * (1 + std::fabs(w[k])))
+              << "output " << i << " element " << k;
+        }
+      }
+    } else {
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i;
+    }
+    // The path taken: NCCL groups for qc's messages, ncclAllReduce for the
+    // native sums (float for codec none; int32 codes for global_linear).
+    const bool integer_sum = !alltoall && codec.codec == QC_CODEC_GLOBAL_LINEAR &&
+                             std::get<1>(GetParam()) == QC_ALGO_AUTO;
     for (int r = 0; r < n; ++r) {
-      EXPECT_GT(nccl.world->groups(r), 0) << "rank " << r << " never used NCCL";
+      SCOPED_TRACE("rank " + std::to_string(r));
+      EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kSumFloat32) > 0, float_sum);
+      EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kSumInt32) > 0, integer_sum);
+      EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kMinUint64) > 0, float_sum);
+      if (!float_sum) {
+        EXPECT_GT(nccl.world->groups(r), 0) << "never used NCCL's point to point";
+      }
     }
   }
 }
@@ -228,6 +259,115 @@ TEST(NcclTransport, WrongFrameOrTagFailsBothRanks) {
     }
     EXPECT_FALSE(t1.failure().is_ok());
   }
+}
+
+// The native collectives on their own: int32 and int64 code sums (the
+// int64 path for sums wider than 31 bits), float sums in and out of place,
+// and the agreement that comes before a native collective.
+TEST(NcclNative, IntegerFloatAndAgreement) {
+  const int n = 3;
+  auto world = qcfake::FakeNcclWorld::create(n);
+  std::vector<std::unique_ptr<qc::NcclTransport>> t;
+  for (int r = 0; r < n; ++r) t.push_back(std::make_unique<qc::NcclTransport>(world->backend(r)));
+  const auto deadline = qc::Clock::now() + std::chrono::seconds(10);
+  std::vector<std::vector<int64_t>> narrow(n), wide(n);
+  std::vector<std::vector<float>> fsend(n), frecv(n), finplace(n);
+  std::vector<qc::Status> s(static_cast<size_t>(n) * 5);
+  qct::run_ranks(n, [&](int r) {
+    narrow[r] = {r + 1, -(r + 1) * 1000, (int64_t{1} << 29) * (r == 0 ? 1 : 0)};
+    wide[r] = {(int64_t{1} << 38) + r, -(int64_t{1} << 36) * (r + 1)};
+    fsend[r] = {0.5f * static_cast<float>(r), -1.25f, 3.0f};
+    frecv[r].assign(3, -7.0f);
+    finplace[r] = {1.0f, static_cast<float>(r), 0.25f};
+    s[r * 5 + 0] = t[r]->allreduce_int64(narrow[r].data(), narrow[r].size(), 31, deadline);
+    s[r * 5 + 1] = t[r]->allreduce_int64(wide[r].data(), wide[r].size(), 40, deadline);
+    s[r * 5 + 2] = t[r]->allreduce_float(fsend[r].data(), frecv[r].data(), 3, deadline);
+    s[r * 5 + 3] = t[r]->allreduce_float(finplace[r].data(), finplace[r].data(), 3, deadline);
+    s[r * 5 + 4] = t[r]->agree(0x1234abcdu, deadline);
+  });
+  for (size_t i = 0; i < s.size(); ++i) ASSERT_TRUE(s[i].is_ok()) << i << ": " << s[i].message();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(narrow[r], (std::vector<int64_t>{6, -6000, int64_t{1} << 29}));
+    EXPECT_EQ(wide[r], (std::vector<int64_t>{3 * (int64_t{1} << 38) + 3, -6 * (int64_t{1} << 36)}));
+    EXPECT_EQ(frecv[r], (std::vector<float>{1.5f, -3.75f, 9.0f}));
+    EXPECT_EQ(fsend[r][0], 0.5f * static_cast<float>(r)) << "the send buffer must stay as given";
+    EXPECT_EQ(finplace[r], (std::vector<float>{3.0f, 3.0f, 0.75f}));
+    EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kSumInt32), 1);
+    EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kSumInt64), 1);
+    EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kSumFloat32), 2);
+    EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kMinUint64), 1);
+    EXPECT_EQ(world->groups(r), 0);
+  }
+  EXPECT_EQ(world->size_mismatch(), "");
+
+  // One rank passes another value: every rank sees the MISMATCH.
+  qct::run_ranks(n, [&](int r) { s[r] = t[r]->agree(r == 1 ? 5u : 4u, deadline); });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(s[r].code(), QC_ERROR_MISMATCH) << s[r].message();
+}
+
+// A native collective that a peer never joins times out and aborts, like a
+// group; a one-rank communicator needs no NCCL call at all.
+TEST(NcclNative, AMissingRankTimesOutAndOneRankCallsNothing) {
+  auto world = qcfake::FakeNcclWorld::create(2);
+  qc::NcclTransport t0(world->backend(0));
+  int64_t v[2] = {1, 2};
+  const qc::Status s =
+      t0.allreduce_int64(v, 2, 20, qc::Clock::now() + std::chrono::milliseconds(200));
+  EXPECT_EQ(s.code(), QC_ERROR_TIMEOUT) << s.message();
+  EXPECT_NE(s.message().find("NCCL integer allreduce"), std::string::npos) << s.message();
+  EXPECT_TRUE(world->aborted(0));
+  EXPECT_EQ(t0.failure().code(), QC_ERROR_TIMEOUT);
+
+  auto solo = qcfake::FakeNcclWorld::create(1);
+  qc::NcclTransport t(solo->backend(0));
+  float x[2] = {1.5f, 2.5f}, y[2] = {0, 0};
+  const auto deadline = qc::Clock::now() + std::chrono::seconds(10);
+  EXPECT_TRUE(t.allreduce_float(x, y, 2, deadline).is_ok());
+  EXPECT_EQ(y[0], 1.5f);
+  EXPECT_EQ(y[1], 2.5f);
+  EXPECT_TRUE(t.agree(9, deadline).is_ok());
+  EXPECT_TRUE(t.allreduce_int64(v, 2, 20, deadline).is_ok());
+  EXPECT_EQ(solo->allreduces(0, qc::NcclReduction::kSumFloat32) +
+                solo->allreduces(0, qc::NcclReduction::kMinUint64) +
+                solo->allreduces(0, qc::NcclReduction::kSumInt32),
+            0);
+}
+
+// Through qc_allreduce: explicit native with codec none runs on NCCL (the
+// local transport refuses it), averages, and ranks that disagree on the
+// count fail with MISMATCH at the agreement, before NCCL sees the data.
+TEST(NcclNative, CodecNoneThroughTheApi) {
+  const int n = 3;
+  NcclGroup nccl(n, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl.group.ok());
+  qc_policy_t p = QC_POLICY_INIT;
+  p.algorithm = QC_ALGO_NATIVE;
+  ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS) << qc_last_error();
+  std::vector<qc_status_t> s(n);
+  std::vector<std::vector<float>> y(n, std::vector<float>(4));
+  qct::run_ranks(n, [&](int r) {
+    const std::vector<float> x = {1.0f * r, 2.0f, -4.0f, 0.5f};
+    s[r] = qc_allreduce(nccl.group[r], x.data(), y[r].data(), 4, QC_DTYPE_FLOAT32, QC_OP_AVG,
+                        nullptr, nullptr, nullptr);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(s[r], QC_SUCCESS) << qc_last_error();
+    EXPECT_EQ(y[r], (std::vector<float>{1.0f, 2.0f, -4.0f, 0.5f}));
+  }
+
+  std::vector<std::string> e(n);
+  qct::run_ranks(n, [&](int r) {
+    const std::vector<float> x(8, 1.0f);
+    std::vector<float> out(8);
+    s[r] = qc_allreduce(nccl.group[r], x.data(), out.data(), r == 2 ? 8 : 6, QC_DTYPE_FLOAT32,
+                        QC_OP_SUM, nullptr, nullptr, nullptr);
+    e[r] = qc_last_error();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(s[r], QC_ERROR_MISMATCH) << e[r];
+    EXPECT_NE(e[r].find("disagree"), std::string::npos) << e[r];
+  }
+  EXPECT_EQ(nccl.world->size_mismatch(), "") << "the data allreduce must not have started";
 }
 
 }  // namespace

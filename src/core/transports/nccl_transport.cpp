@@ -1,6 +1,8 @@
 #include "core/transports/nccl_transport.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "core/byte_order.h"
@@ -80,7 +82,9 @@ Status NcclTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
     Status failed = failure();
     if (!failed) return fail(reqs, count, failed);
   }
-  // Lay the frames out: [tag | length | payload, zero padded to the frame].
+  // Lay the frames out and fill the send frames in one pass:
+  // [tag | length | payload, zero padded to the frame]. The image only grows,
+  // so after the first calls of a given shape nothing is allocated here.
   size_t total = 0;
   ops_.clear();
   for (size_t i = 0; i < count; ++i) {
@@ -91,15 +95,9 @@ Status NcclTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
     const size_t wire = kFrameHeader + (send ? req.frame : req.capacity);
     op->offset = total;
     ops_.push_back({send, req.peer, total, wire});
-    total = align_up(total + wire);
-  }
-  if (ops_.empty()) return Status::ok();
-  if (image_.size() < total) image_.resize(total);
-  for (size_t i = 0; i < count; ++i) {
-    Request& req = reqs[i];
-    PendingOp* op = pending_of(req);
-    if (req.done || op == nullptr) continue;
-    if (req.kind == Request::Kind::kSend) {
+    const size_t end = align_up(total + wire);
+    if (image_.size() < end) image_.resize(std::max(end, 2 * image_.size()));
+    if (send) {
       uint8_t* frame = image_.data() + op->offset;
       store_le64(frame, req.tag);
       store_le64(frame + 8, req.bytes);
@@ -107,34 +105,20 @@ Status NcclTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
       // Padding is sent too: zero it so no stale bytes leave the process.
       std::memset(frame + kFrameHeader + req.bytes, 0, req.frame - req.bytes);
     }
+    total = end;
   }
+  if (ops_.empty()) return Status::ok();
   Status s = backend_->start(image_.data(), total, ops_);
   if (!s) return fail(reqs, count, s);
-
-  Backoff backoff;
-  for (;;) {
-    bool done = false;
-    s = backend_->poll(&done);
-    if (!s) return fail(reqs, count, s);
-    if (done) break;
-    {
-      Status failed = failure();  // another thread's abort()
-      if (!failed) return fail(reqs, count, failed);
+  s = await(deadline, [this] {
+    std::string peers;
+    for (const NcclOp& op : ops_) {
+      const std::string p = std::to_string(op.peer);
+      if (peers.find(p) == std::string::npos) peers += (peers.empty() ? "" : ", ") + p;
     }
-    if (Clock::now() >= deadline) {
-      std::string peers;
-      for (const NcclOp& op : ops_) {
-        const std::string p = std::to_string(op.peer);
-        if (peers.find(p) == std::string::npos) peers += (peers.empty() ? "" : ", ") + p;
-      }
-      return fail(reqs, count,
-                  timeout_error("rank " + std::to_string(rank()) +
-                                " timed out in an NCCL group with rank(s) " + peers +
-                                " (a peer is gone, stuck or much slower); the NCCL "
-                                "communicator is aborted"));
-    }
-    backoff.pause();
-  }
+    return "an NCCL group with rank(s) " + peers;
+  });
+  if (!s) return fail(reqs, count, s);
 
   for (size_t i = 0; i < count; ++i) {
     Request& req = reqs[i];
@@ -161,6 +145,75 @@ Status NcclTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
     }
     req.done = true;
     req.transport_state.reset();
+  }
+  return Status::ok();
+}
+
+Status NcclTransport::await(Deadline deadline, const std::function<std::string()>& what) {
+  Backoff backoff;
+  for (;;) {
+    bool done = false;
+    Status s = backend_->poll(&done);
+    if (!s) return s;
+    if (done) return Status::ok();
+    {
+      Status failed = failure();  // another thread's abort()
+      if (!failed) return failed;
+    }
+    if (Clock::now() >= deadline) {
+      return timeout_error("rank " + std::to_string(rank()) + " timed out in " + what() +
+                           " (a peer is gone, stuck or much slower); the NCCL communicator is "
+                           "aborted");
+    }
+    backoff.pause();
+  }
+}
+
+Status NcclTransport::native_allreduce(void* data, size_t count, NcclReduction reduction,
+                                       Deadline deadline, const char* what) {
+  Status s = failure();
+  if (s) s = backend_->start_allreduce(data, count, reduction);
+  if (s) s = await(deadline, [what] { return std::string(what); });
+  if (!s) {
+    abort(s);
+    return failure();
+  }
+  return Status::ok();
+}
+
+Status NcclTransport::allreduce_int64(int64_t* values, size_t count, int width,
+                                      Deadline deadline) {
+  if (count == 0 || size() == 1) return failure();
+  // int32 when the sums fit (half the bytes), else int64, as on MPI.
+  if (width > 31) {
+    return native_allreduce(values, count, NcclReduction::kSumInt64, deadline,
+                            "the NCCL integer allreduce");
+  }
+  narrow_.assign(values, values + count);
+  QC_RETURN_IF_ERROR(native_allreduce(narrow_.data(), count, NcclReduction::kSumInt32, deadline,
+                                      "the NCCL integer allreduce"));
+  std::copy(narrow_.begin(), narrow_.end(), values);
+  return Status::ok();
+}
+
+Status NcclTransport::allreduce_float(const float* send, float* recv, size_t count,
+                                      Deadline deadline) {
+  if (send != recv && count > 0) std::memcpy(recv, send, count * sizeof(float));
+  if (count == 0 || size() == 1) return failure();
+  return native_allreduce(recv, count, NcclReduction::kSumFloat32, deadline,
+                          "the NCCL float allreduce");
+}
+
+Status NcclTransport::agree(uint64_t value, Deadline deadline) {
+  if (size() == 1) return failure();
+  // min(v) == v and min(~v) == ~v (so max(v) == v) on a rank means every
+  // rank passed v; all ranks get the same minima, so all see a difference.
+  uint64_t lanes[2] = {value, ~value};
+  QC_RETURN_IF_ERROR(native_allreduce(lanes, 2, NcclReduction::kMinUint64, deadline,
+                                      "the NCCL call agreement"));
+  if (lanes[0] != value || lanes[1] != ~value) {
+    return mismatch("the ranks disagree on the count, dtype, op, layer or policy of this call "
+                    "(checked before NCCL's own allreduce)");
   }
   return Status::ok();
 }

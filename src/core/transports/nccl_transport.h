@@ -15,8 +15,11 @@
 // every send is matched by a receive of exactly its size.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/transports/transport.h"
@@ -32,6 +35,16 @@ struct NcclOp {
   size_t bytes = 0;
 };
 
+// The element types and reductions of the native collectives qc asks of
+// NCCL: integer code sums (global codecs), float sums (codec none), and the
+// minimum of two words that checks every rank is in the same call.
+enum class NcclReduction { kSumInt32, kSumInt64, kSumFloat32, kMinUint64 };
+
+// Bytes of one element of `r`.
+inline size_t element_bytes(NcclReduction r) {
+  return r == NcclReduction::kSumInt32 || r == NcclReduction::kSumFloat32 ? 4 : 8;
+}
+
 class NcclBackend {
  public:
   virtual ~NcclBackend() = default;
@@ -41,8 +54,14 @@ class NcclBackend {
   // buffer laid out like the device buffer the ops use) before this returns.
   // `image` stays alive and untouched by the caller until poll says done.
   virtual Status start(uint8_t* image, size_t image_bytes, const std::vector<NcclOp>& ops) = 0;
-  // *done once every op of the group has finished and the receive ops' bytes
-  // are back in `image`; an error status when NCCL or CUDA reported one.
+  // Starts one ncclAllReduce, in place, of `count` elements at `data` (host
+  // memory, count * element_bytes(reduction) bytes, taken before this
+  // returns). `data` stays alive and untouched by the caller until poll says
+  // done; the result is then in `data`, the same on every rank.
+  virtual Status start_allreduce(void* data, size_t count, NcclReduction reduction) = 0;
+  // *done once every op of the started group or allreduce has finished and
+  // its results are back in host memory; an error status when NCCL or CUDA
+  // reported one.
   virtual Status poll(bool* done) = 0;
   // ncclCommAbort: unblocks this rank's pending operations. After it, start
   // and poll fail.
@@ -62,6 +81,17 @@ class NcclTransport final : public Transport {
                    Request* req) override;
   Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) override;
   Status wait_all(Request* reqs, size_t count, Deadline deadline) override;
+
+  // ncclAllReduce on host data, copied through the device like the frames.
+  // The ranks' agreement on the call (agree) comes first, as on MPI: a native
+  // collective carries no envelope, and NCCL would hang or mix up data of
+  // calls that differ.
+  bool has_native_integer_allreduce() const override { return true; }
+  Status allreduce_int64(int64_t* values, size_t count, int width, Deadline deadline) override;
+  bool has_native_float_allreduce() const override { return true; }
+  Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) override;
+  Status agree(uint64_t value, Deadline deadline) override;
+
   void abort(const Status& reason) override;
   Status failure() const override;
 
@@ -72,10 +102,18 @@ class NcclTransport final : public Transport {
  private:
   Status check_peer(int peer) const;
   Status fail(Request* reqs, size_t count, const Status& status);
+  // Polls the started group or allreduce until it is done, the deadline
+  // passes (QC_ERROR_TIMEOUT naming `what`, and an abort) or another thread
+  // aborts the group.
+  Status await(Deadline deadline, const std::function<std::string()>& what);
+  // One in-place native allreduce, started and awaited; aborts on failure.
+  Status native_allreduce(void* data, size_t count, NcclReduction reduction, Deadline deadline,
+                          const char* what);
 
   std::unique_ptr<NcclBackend> backend_;
   std::vector<uint8_t> image_;  // the wait's frames, host side
   std::vector<NcclOp> ops_;
+  std::vector<int32_t> narrow_;  // allreduce_int64's values as int32, when they fit
   mutable std::mutex failure_mutex_;  // qc_comm_get_async_error reads from any thread
   Status failure_;
 };

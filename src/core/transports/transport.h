@@ -63,7 +63,8 @@ class Transport {
   // over point-to-point messages (algorithms/integer_allreduce.cpp).
   // `values`: count integers whose sums over all ranks fit in `width` bits.
   virtual bool has_native_integer_allreduce() const { return false; }
-  virtual Status allreduce_int64(int64_t* values, size_t count, int width, Deadline deadline) {
+  virtual Status allreduce_int64(int64_t* /*values*/, size_t /*count*/, int /*width*/,
+                                 Deadline /*deadline*/) {
     return unsupported(std::string("the ") + name() + " transport has no native integer allreduce");
   }
 
@@ -73,13 +74,14 @@ class Transport {
   // `send` == `recv` sums in place. Before it, agree() must have shown that
   // every rank is in the same call: a native collective has no envelope.
   virtual bool has_native_float_allreduce() const { return false; }
-  virtual Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) {
+  virtual Status allreduce_float(const float* /*send*/, float* /*recv*/, size_t /*count*/,
+                                 Deadline /*deadline*/) {
     return unsupported(std::string("the ") + name() + " transport has no native float allreduce");
   }
   // Collective check that every rank passed the same `value` (the call's
   // signature): QC_ERROR_MISMATCH on every rank otherwise. Only transports
   // with a native float allreduce need it.
-  virtual Status agree(uint64_t value, Deadline deadline) {
+  virtual Status agree(uint64_t /*value*/, Deadline /*deadline*/) {
     return unsupported(std::string("the ") + name() + " transport has no native agreement");
   }
 
