@@ -499,16 +499,31 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   same stream, and the call returns once recvbuf holds it, as with host
  *   memory. The result is the host call's bit for bit (so several processes
  *   sharing one GPU can use the MPI transport). A failed copy breaks the
- *   group (peers fail at once; see qc_comm_get_async_error). A stream with
- *   host buffers, or in a build without CUDA, is QC_ERROR_UNSUPPORTED.
+ *   group (peers fail at once; see qc_comm_get_async_error). The NCCL
+ *   transport stages every call the same way but one: float32 with codec
+ *   none under auto or native and no error feedback is NCCL's own
+ *   allreduce on sendbuf and recvbuf, enqueued on `stream` after a check
+ *   that every rank is in the same call, and the call returns without
+ *   waiting for it (stream-ordered, as NCCL's calls are; QC_OP_AVG is
+ *   NCCL's average). Its errors found later show in
+ *   qc_comm_get_async_error. Its buffers must be memory of the NCCL
+ *   communicator's device (else QC_ERROR_INVALID_ARGUMENT, and every peer
+ *   fails the check with MISMATCH), and every rank of such a call must
+ *   pass device buffers: ranks that mix host and device buffers in one
+ *   call get MISMATCH. NCCL runs a communicator's operations in the order
+ *   they were enqueued, so the next call's check waits for this one to run
+ *   on its stream, and that wait counts against the next call's timeout.
+ *   A stream with host buffers, or in a build without CUDA, is
+ *   QC_ERROR_UNSUPPORTED.
  *
  * A message below the policy's min_compress_bytes (default 16 KiB) goes with
  * codec none (and algorithm native, set for a global codec, with auto).
  * QC_ALGO_AUTO then chooses per call (docs/algorithms.md): one
  * rank needs no algorithm; codec none on a transport with its own float sum
- * (MPI) uses native, i.e. MPI_Allreduce after a 16-byte check that every
- * rank is in the same call (its summation order is MPI's, so results match
- * qc_emulate_allreduce to float rounding, not bit for bit); global_linear,
+ * (MPI, NCCL) uses native, i.e. MPI_Allreduce or ncclAllReduce after a
+ * 16-byte check that every rank is in the same call (its summation order is
+ * the transport's, so results match qc_emulate_allreduce to float rounding,
+ * not bit for bit); global_linear,
  * and global_exp with bits <= 5, use native (one
  * agreed norm, integer codes summed exactly, no requantization); otherwise a
  * per-rank message below 64 KiB uses recursive doubling (fewest steps) and

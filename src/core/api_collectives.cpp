@@ -125,12 +125,8 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
-    const size_t bytes = count * dtype_size(dtype);
-    return run_on_placed_buffers(
-        comm, cuda_device_memory(), stream, sendbuf, bytes, recvbuf, bytes,
-        [&](const void* send, void* recv) {
-          return comm_allreduce(comm, send, recv, count, dtype, op, layer, error_buffer);
-        });
+    return allreduce_placed(comm, cuda_device_memory(), stream, sendbuf, recvbuf, count, dtype,
+                            op, layer, error_buffer);
   });
 }
 

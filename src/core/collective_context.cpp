@@ -221,6 +221,20 @@ Status CollectiveContext::native_allreduce_float(const float* send, float* recv,
   return s;
 }
 
+Status CollectiveContext::enqueue_device_allreduce_float(const float* send, float* recv,
+                                                         size_t count, bool average,
+                                                         void* stream) {
+  const auto start = Clock::now();
+  const Status usable = transport_.check_device_buffers(send, recv);
+  // Any other value fails every rank's agreement with MISMATCH.
+  Status s = transport_.agree(usable ? signature_ : ~signature_, deadline_);
+  if (!usable) s = usable;
+  if (s) s = transport_.enqueue_device_allreduce_float(send, recv, count, average, stream);
+  counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * (count * 4 + 16) / size_ : 0;
+  counters_.transport_seconds += seconds_since(start);
+  return s;
+}
+
 Status CollectiveContext::agree() {
   const auto start = Clock::now();
   Status s = transport_.agree(signature_, deadline_);

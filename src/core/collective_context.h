@@ -146,6 +146,11 @@ class CollectiveContext {
   // native steps that send no envelope of their own.
   Status agree();
   Status native_allreduce_float(const float* send, float* recv, size_t count);
+  // The transport's float sum (or average) of device buffers, enqueued on
+  // `stream` after the agreement: a rank whose buffers the transport cannot
+  // take says so in the agreement, so every rank fails it and none enqueues.
+  Status enqueue_device_allreduce_float(const float* send, float* recv, size_t count,
+                                        bool average, void* stream);
 
   // Shorthands for the common patterns.
   Status send(int peer, uint32_t step, Message* msg, size_t frame);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -93,7 +94,12 @@ Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
     ls.codec_seconds += c.codec_seconds * share.weight;
     ls.transport_seconds += c.transport_seconds * share.weight;
     ls.last_rel_error = !single ? -1.0 : codec.is_lossless() ? 0.0 : ctx.error_estimate();
-    ls.mean_sq_norm += (share.sq_norm - ls.mean_sq_norm) / double(ls.calls);
+    // A call that did not read its input on the host (a device allreduce
+    // enqueued on the caller's stream) has no norm: NaN, left out of the mean.
+    if (!std::isnan(share.sq_norm)) {
+      const uint64_t samples = ++comm->layer_norm_samples[share.name];
+      ls.mean_sq_norm += (share.sq_norm - ls.mean_sq_norm) / double(samples);
+    }
   }
   return status;
 }
@@ -227,25 +233,93 @@ double squared_norm(const float* x, size_t count) {
   return (a + b) + (c + d);
 }
 
-Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
-                      qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
-                      qc_error_buffer_s* error_buffer) {
-  QC_RETURN_IF_ERROR(check_healthy(comm));
-  const qc_policy_t policy =
-      effective_policy(comm->policies.resolve(layer), count * dtype_size(dtype));
+namespace {
+
+// What an allreduce of this shape does under its layer's policy.
+struct AllreducePlan {
+  qc_policy_t policy;
   std::unique_ptr<Codec> codec;
-  QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
-  const int n = comm->transport->size();
+  qc_algorithm_t algorithm = QC_ALGO_AUTO;
+  bool native_float = false;  // native with codec none: the transport's own float sum
+};
+
+Status plan_allreduce(const qc_comm_s* comm, size_t count, qc_dtype_t dtype, const char* layer,
+                      AllreducePlan* plan) {
+  plan->policy = effective_policy(comm->policies.resolve(layer), count * dtype_size(dtype));
+  QC_RETURN_IF_ERROR(make_codec(plan->policy, dtype, &plan->codec));
   const bool float_sum = comm->transport->has_native_float_allreduce();
-  const qc_algorithm_t algorithm = select_allreduce_algorithm(
-      policy.algorithm, policy, n, count * dtype_size(dtype), float_sum);
-  // Native with codec none: the transport's own float sum (see transport.h).
-  const bool native_float = algorithm == QC_ALGO_NATIVE && policy.codec == QC_CODEC_NONE;
-  if (native_float && !float_sum) {
+  plan->algorithm = select_allreduce_algorithm(plan->policy.algorithm, plan->policy,
+                                               comm->transport->size(),
+                                               count * dtype_size(dtype), float_sum);
+  plan->native_float = plan->algorithm == QC_ALGO_NATIVE && plan->policy.codec == QC_CODEC_NONE;
+  if (plan->native_float && !float_sum) {
     return unsupported(std::string("algorithm 'native' with codec none hands the sum to the "
                                    "transport's own float allreduce, and the ") +
                        comm->transport->name() + " transport has none; use auto or ring");
   }
+  return Status::ok();
+}
+
+// Device calls enqueued on the caller's stream run another protocol than the
+// host ones (NCCL's average instead of a sum scaled on the host): ranks that
+// mix the two in one call fail the agreement with MISMATCH.
+constexpr uint64_t kEnqueuedOnDevice = 0x6a09e667f3bcc909ull;
+
+}  // namespace
+
+Status comm_allreduce_on_device(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
+                                size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+                                const char* layer, qc_error_buffer_s* error_buffer, void* stream,
+                                bool* ran) {
+  *ran = false;
+  if (!comm->transport->has_device_float_allreduce() || dtype != QC_DTYPE_FLOAT32) {
+    return Status::ok();
+  }
+  QC_RETURN_IF_ERROR(check_healthy(comm));
+  AllreducePlan plan;
+  QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
+  if (!plan.native_float || (plan.policy.error_feedback != 0 && error_buffer != nullptr)) {
+    return Status::ok();
+  }
+  *ran = true;
+  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
+                                            plan.policy, plan.algorithm) ^ kEnqueuedOnDevice;
+  const double unknown_norm = std::numeric_limits<double>::quiet_NaN();
+  return run_collective(comm, *plan.codec, signature, count * 4,
+                        one_layer(layer, count, count * 4, unknown_norm),
+                        [&](CollectiveContext& ctx) {
+    return ctx.enqueue_device_allreduce_float(static_cast<const float*>(sendbuf),
+                                              static_cast<float*>(recvbuf), count,
+                                              op == QC_OP_AVG, stream);
+  });
+}
+
+Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
+                        const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
+                        qc_reduce_op_t op, const char* layer, qc_error_buffer_s* error_buffer) {
+  const size_t bytes = count * dtype_size(dtype);
+  return run_on_placed_buffers(
+      comm, mem, stream, sendbuf, bytes, recvbuf, bytes,
+      [&](const void* send, void* recv) {
+        return comm_allreduce(comm, send, recv, count, dtype, op, layer, error_buffer);
+      },
+      [&](const void* send, void* recv, void* on_stream, bool* ran) {
+        return comm_allreduce_on_device(comm, send, recv, count, dtype, op, layer, error_buffer,
+                                        on_stream, ran);
+      });
+}
+
+Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
+                      qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                      qc_error_buffer_s* error_buffer) {
+  QC_RETURN_IF_ERROR(check_healthy(comm));
+  AllreducePlan plan;
+  QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
+  const qc_policy_t& policy = plan.policy;
+  std::unique_ptr<Codec>& codec = plan.codec;
+  const qc_algorithm_t algorithm = plan.algorithm;
+  const bool native_float = plan.native_float;
+  const int n = comm->transport->size();
   GlobalCodec* global = nullptr;
   if (algorithm == QC_ALGO_NATIVE && !native_float) {
     global = dynamic_cast<GlobalCodec*>(codec.get());

@@ -122,10 +122,16 @@ Status run_staged(qc_comm_s* comm, const DeviceMemory& mem, void* stream, const 
 
 Status run_on_placed_buffers(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
                              const void* sendbuf, size_t send_bytes, void* recvbuf,
-                             size_t recv_bytes, const HostCollective& collective) {
+                             size_t recv_bytes, const HostCollective& collective,
+                             const DeviceCollective& on_device) {
   BufferPlace place = BufferPlace::kHost;
   QC_RETURN_IF_ERROR(place_collective_buffers(mem, stream, sendbuf, recvbuf, &place));
   if (place == BufferPlace::kHost) return collective(sendbuf, recvbuf);
+  if (on_device) {
+    bool ran = false;
+    Status s = on_device(sendbuf, recvbuf, stream, &ran);
+    if (ran || !s) return s;
+  }
   return run_staged(comm, *mem, stream, sendbuf, send_bytes, recvbuf, recv_bytes, collective);
 }
 

@@ -82,10 +82,17 @@ Status run_staged(qc_comm_s* comm, const DeviceMemory& mem, void* stream, const 
                   size_t send_bytes, void* recvbuf, size_t recv_bytes,
                   const HostCollective& collective);
 
-// The entry points' dispatch: host buffers run `collective` directly, device
-// buffers through run_staged.
+// A collective that runs on the device buffers themselves, on `stream`
+// (comm_allreduce_on_device); *ran false when it does not take this call.
+using DeviceCollective =
+    std::function<Status(const void* sendbuf, void* recvbuf, void* stream, bool* ran)>;
+
+// The entry points' dispatch: host buffers run `collective` directly; device
+// buffers run `on_device` when it is given and takes the call, else
+// `collective` through run_staged.
 Status run_on_placed_buffers(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
                              const void* sendbuf, size_t send_bytes, void* recvbuf,
-                             size_t recv_bytes, const HostCollective& collective);
+                             size_t recv_bytes, const HostCollective& collective,
+                             const DeviceCollective& on_device = nullptr);
 
 }  // namespace qc

@@ -197,6 +197,51 @@ class RealNcclBackend final : public NcclBackend {
     return Status::ok();
   }
 
+  Status enqueue_allreduce(const float* send, float* recv, size_t count, bool average,
+                           void* stream) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) return transport_error("the NCCL communicator was aborted");
+    DeviceScope scope(device_);
+    ncclResult_t r = api_.all_reduce(send, recv, count, ncclFloat32, average ? ncclAvg : ncclSum,
+                                     comm_, static_cast<cudaStream_t>(stream));
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_status(api_, r, "ncclAllReduce");
+    return Status::ok();
+  }
+
+  Status check_device_buffers(const void* send, const void* recv) override {
+    for (const auto& [p, name] : {std::pair<const void*, const char*>{send, "sendbuf"},
+                                  std::pair<const void*, const char*>{recv, "recvbuf"}}) {
+      cudaPointerAttributes a{};
+      if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();  // not sticky; leave no error for the caller's next CUDA call
+        return invalid_argument(std::string("argument '") + name + "' is not CUDA memory");
+      }
+      if (a.type == cudaMemoryTypeManaged) continue;
+      if (a.type != cudaMemoryTypeDevice) {
+        return invalid_argument(std::string("argument '") + name + "' is not CUDA device memory");
+      }
+      if (a.device != device_) {
+        return invalid_argument(std::string("argument '") + name + "' is on CUDA device " +
+                                std::to_string(a.device) + ", but the NCCL communicator is on "
+                                "device " + std::to_string(device_) +
+                                "; pass buffers of the communicator's device");
+      }
+    }
+    return Status::ok();
+  }
+
+  Status async_error() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) return Status::ok();  // the transport recorded why it aborted
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = api_.comm_get_async_error(comm_, &async);
+    if (r != ncclSuccess) return nccl_status(api_, r, "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress) {
+      return nccl_status(api_, async, "an NCCL operation");
+    }
+    return Status::ok();
+  }
+
   Status poll(bool* done) override {
     std::lock_guard<std::mutex> lock(mutex_);
     *done = false;
@@ -287,7 +332,12 @@ Status make_nccl_backend(void* user_comm, std::unique_ptr<NcclBackend>* out) {
   }
   DeviceScope scope(device);
   ncclComm_t own = nullptr;
-  r = api->comm_split(user, 0, rank, &own, nullptr);
+  // Blocking, whatever the caller's communicator is: a split inherits a
+  // non-blocking parent's config, and then every call could return
+  // ncclInProgress, which qc's waits do not expect.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  r = api->comm_split(user, 0, rank, &own, &config);
   if (r != ncclSuccess) return nccl_status(*api, r, "ncclCommSplit of the caller's communicator");
   cudaStream_t stream = nullptr;
   cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);

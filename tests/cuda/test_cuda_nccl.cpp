@@ -112,6 +112,22 @@ int main() {
           "device allreduce");
     cudaMemcpy(back.data(), dy, x.size() * 4, cudaMemcpyDeviceToHost);
     check(back == x, "device allreduce of one rank returns the input");
+    // The stream-ordered path: codec none with native on float32 device
+    // buffers is ncclAllReduce enqueued on the caller's stream.
+    qc_policy_t none = QC_POLICY_INIT;
+    none.algorithm = QC_ALGO_NATIVE;
+    check(qc_set_layer_policy(comm, "*", &none) == QC_SUCCESS, "a native policy with codec none");
+    cudaStream_t stream = nullptr;
+    cudaStreamCreate(&stream);
+    cudaMemset(dy, 0, x.size() * 4);
+    check(qc_allreduce(comm, dx, dy, x.size(), QC_DTYPE_FLOAT32, QC_OP_AVG, nullptr, nullptr,
+                       stream) == QC_SUCCESS,
+          "device allreduce enqueued on the caller's stream");
+    cudaStreamSynchronize(stream);
+    back.assign(x.size(), -1.0f);
+    cudaMemcpy(back.data(), dy, x.size() * 4, cudaMemcpyDeviceToHost);
+    check(back == x, "the enqueued average of one rank is the input");
+    cudaStreamDestroy(stream);
     qc_status_t async = QC_ERROR_INTERNAL;
     check(qc_comm_get_async_error(comm, &async) == QC_SUCCESS && async == QC_SUCCESS,
           "no asynchronous error");

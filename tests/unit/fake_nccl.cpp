@@ -42,10 +42,36 @@ class FakeNcclBackend final : public qc::NcclBackend {
     if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
     group_.clear();
     allreduce_ = std::make_shared<FakeNcclWorld::Allreduce>(
-        FakeNcclWorld::Allreduce{rank_, data, count, reduction});
+        FakeNcclWorld::Allreduce{rank_, data, data, count, reduction});
     world_->allreduces_[static_cast<size_t>(rank_)].push_back(allreduce_);
     ++world_->allreduce_counts_[static_cast<size_t>(rank_)][static_cast<size_t>(reduction)];
     return qc::Status::ok();
+  }
+
+  qc::Status enqueue_allreduce(const float* send, float* recv, size_t count, bool average,
+                               void* stream) override {
+    std::lock_guard<std::mutex> lock(world_->mutex_);
+    if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
+    world_->allreduces_[static_cast<size_t>(rank_)].push_back(
+        std::make_shared<FakeNcclWorld::Allreduce>(FakeNcclWorld::Allreduce{
+            rank_, send, recv, count, qc::NcclReduction::kSumFloat32, average}));
+    ++world_->enqueued_[static_cast<size_t>(rank_)];
+    world_->last_stream_[static_cast<size_t>(rank_)] = stream;
+    world_->reduce_locked();  // "the stream" runs it once every rank has it
+    return qc::Status::ok();
+  }
+
+  qc::Status check_device_buffers(const void* send, const void* recv) override {
+    std::lock_guard<std::mutex> lock(world_->mutex_);
+    if (world_->foreign_ != nullptr && (send == world_->foreign_ || recv == world_->foreign_)) {
+      return qc::invalid_argument("fake NCCL: a buffer on another device");
+    }
+    return qc::Status::ok();
+  }
+
+  qc::Status async_error() override {
+    std::lock_guard<std::mutex> lock(world_->mutex_);
+    return world_->async_errors_[static_cast<size_t>(rank_)];
   }
 
   qc::Status poll(bool* done) override {
@@ -93,6 +119,9 @@ FakeNcclWorld::FakeNcclWorld(int nranks)
       allreduces_(static_cast<size_t>(nranks)),
       groups_(static_cast<size_t>(nranks), 0),
       allreduce_counts_(static_cast<size_t>(nranks), std::vector<long>(4, 0)),
+      enqueued_(static_cast<size_t>(nranks), 0),
+      last_stream_(static_cast<size_t>(nranks), nullptr),
+      async_errors_(static_cast<size_t>(nranks)),
       aborted_(static_cast<size_t>(nranks), false) {}
 
 std::unique_ptr<qc::NcclBackend> FakeNcclWorld::backend(int rank) {
@@ -131,10 +160,12 @@ namespace {
 template <typename T, typename Combine>
 void reduce_all(const std::vector<std::shared_ptr<FakeNcclWorld::Allreduce>>& ops, Combine f) {
   const size_t count = ops.front()->count;
+  const bool average = ops.front()->average;
   for (size_t i = 0; i < count; ++i) {
-    T acc = static_cast<const T*>(ops.front()->data)[i];
-    for (size_t r = 1; r < ops.size(); ++r) acc = f(acc, static_cast<const T*>(ops[r]->data)[i]);
-    for (const auto& op : ops) static_cast<T*>(op->data)[i] = acc;
+    T acc = static_cast<const T*>(ops.front()->send)[i];
+    for (size_t r = 1; r < ops.size(); ++r) acc = f(acc, static_cast<const T*>(ops[r]->send)[i]);
+    if (average) acc = static_cast<T>(acc / static_cast<T>(ops.size()));
+    for (const auto& op : ops) static_cast<T*>(op->recv)[i] = acc;
   }
 }
 
@@ -149,7 +180,8 @@ void FakeNcclWorld::reduce_locked() {
     }
     const Allreduce& first = *front.front();
     for (const auto& op : front) {
-      if (op->count != first.count || op->reduction != first.reduction) {
+      if (op->count != first.count || op->reduction != first.reduction ||
+          op->average != first.average) {
         if (size_mismatch_.empty()) {
           size_mismatch_ = "rank " + std::to_string(op->rank) + " started an allreduce of " +
                            std::to_string(op->count) + " elements (reduction " +
@@ -184,6 +216,26 @@ void FakeNcclWorld::reduce_locked() {
 long FakeNcclWorld::allreduces(int rank, qc::NcclReduction reduction) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return allreduce_counts_[static_cast<size_t>(rank)][static_cast<size_t>(reduction)];
+}
+
+long FakeNcclWorld::enqueued(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return enqueued_[static_cast<size_t>(rank)];
+}
+
+void* FakeNcclWorld::last_stream(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_stream_[static_cast<size_t>(rank)];
+}
+
+void FakeNcclWorld::set_foreign_buffer(const void* p) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  foreign_ = p;
+}
+
+void FakeNcclWorld::set_async_error(int rank, const qc::Status& error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  async_errors_[static_cast<size_t>(rank)] = error;
 }
 
 std::string FakeNcclWorld::size_mismatch() const {

@@ -36,14 +36,25 @@ class FakeNcclWorld : public std::enable_shared_from_this<FakeNcclWorld> {
   long groups(int rank) const;
   // Allreduces started by `rank` so far, of each reduction.
   long allreduces(int rank, qc::NcclReduction reduction) const;
+  // Allreduces of device buffers enqueued by `rank` so far, and the stream
+  // of its last one. "Device" buffers are host memory here; an enqueued
+  // allreduce completes when the last rank enqueues its own.
+  long enqueued(int rank) const;
+  void* last_stream(int rank) const;
+  // What check_device_buffers says of `p`: on another device.
+  void set_foreign_buffer(const void* p);
+  // What async_error reports on `rank` from now on.
+  void set_async_error(int rank, const qc::Status& error);
   bool aborted(int rank) const;
 
   // One rank's started allreduce, until every rank has started its own.
   struct Allreduce {
     int rank;
-    void* data;
+    const void* send;
+    void* recv;  // the same as send for the backend's in-place allreduces
     size_t count;
     qc::NcclReduction reduction;
+    bool average = false;
     bool done = false;
   };
 
@@ -69,6 +80,10 @@ class FakeNcclWorld : public std::enable_shared_from_this<FakeNcclWorld> {
   std::vector<std::deque<std::shared_ptr<Allreduce>>> allreduces_;  // per rank, in order
   std::vector<long> groups_;
   std::vector<std::vector<long>> allreduce_counts_;  // [rank][reduction]
+  std::vector<long> enqueued_;
+  std::vector<void*> last_stream_;
+  const void* foreign_ = nullptr;
+  std::vector<qc::Status> async_errors_;
   std::vector<bool> aborted_;
   std::string size_mismatch_;
 };

@@ -12,6 +12,7 @@
 #include "core/communicator.h"
 #include "core/error_buffer.h"
 #include "core/host_staging.h"
+#include "fake_device.h"
 #include "test_util.h"
 
 using namespace qct;
@@ -19,88 +20,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-class FakeDevice final : public qc::DeviceMemory {
- public:
-  // A "device" block of `bytes`, filled with `fill`.
-  void* alloc(size_t bytes, unsigned char fill = 0xEE) {
-    blocks_.emplace_back(bytes == 0 ? 1 : bytes, fill);
-    return blocks_.back().data();
-  }
-  // A device block holding `host`'s bytes.
-  void* upload(const Bytes& host) {
-    void* p = alloc(host.size());
-    std::memcpy(p, host.data(), host.size());
-    return p;
-  }
-  Bytes download(const void* p, size_t bytes) const {
-    const auto* b = static_cast<const uint8_t*>(p);
-    return Bytes(b, b + bytes);
-  }
-
-  bool is_device(const void* p) const override { return block_of(p, 1) != nullptr; }
-
-  qc::Status to_host(void* dst, const void* src, size_t bytes, void* stream) const override {
-    return copy("to_host", dst, src, bytes, stream, fail_to_host, /*src_on_device=*/true);
-  }
-  qc::Status to_device(void* dst, const void* src, size_t bytes, void* stream) const override {
-    return copy("to_device", dst, src, bytes, stream, fail_to_device, /*src_on_device=*/false);
-  }
-  qc::Status alloc_host(size_t bytes, void** p) const override {
-    ++host_allocations;
-    ++live_host;
-    *p = std::malloc(bytes == 0 ? 1 : bytes);
-    return qc::Status::ok();
-  }
-  void free_host(void* p) const override {
-    --live_host;
-    std::free(p);
-  }
-
-  bool fail_to_host = false;
-  bool fail_to_device = false;
-  mutable int copies_to_host = 0;
-  mutable int copies_to_device = 0;
-  mutable int host_allocations = 0;
-  mutable std::atomic<int> live_host{0};
-  mutable std::vector<void*> streams;  // the stream of every copy
-
- private:
-  const std::vector<unsigned char>* block_of(const void* p, size_t bytes) const {
-    const auto a = reinterpret_cast<uintptr_t>(p);
-    for (const auto& b : blocks_) {
-      const auto lo = reinterpret_cast<uintptr_t>(b.data());
-      if (a >= lo && a + bytes <= lo + b.size()) return &b;
-    }
-    return nullptr;
-  }
-
-  qc::Status copy(const char* what, void* dst, const void* src, size_t bytes, void* stream,
-                  bool fail, bool src_on_device) const {
-    streams.push_back(stream);
-    ++(src_on_device ? copies_to_host : copies_to_device);
-    if (fail) return qc::internal_error(std::string("fake ") + what + " failed");
-    const void* dev = src_on_device ? src : dst;
-    const void* host = src_on_device ? dst : src;
-    if (block_of(dev, bytes) == nullptr) ADD_FAILURE() << what << ": not " << bytes << " device bytes";
-    if (is_device(host)) ADD_FAILURE() << what << ": the host side is device memory";
-    std::memcpy(dst, src, bytes);
-    return qc::Status::ok();
-  }
-
-  std::deque<std::vector<unsigned char>> blocks_;
-};
+using qcfake::FakeDevice;
 
 void* const kStream = reinterpret_cast<void*>(0x5eed);
 
 // qc_allreduce's dispatch with the fake in place of the CUDA runtime.
 qc::Status staged_allreduce(qc_comm_t comm, const FakeDevice& dev, const void* send, void* recv,
                             size_t count, qc_dtype_t dtype, qc_error_buffer_t eb = nullptr) {
-  const size_t bytes = count * dtype_size(dtype);
-  return qc::run_on_placed_buffers(comm, &dev, kStream, send, bytes, recv, bytes,
-                                   [&](const void* s, void* r) {
-                                     return qc::comm_allreduce(comm, s, r, count, dtype, QC_OP_SUM,
-                                                               nullptr, eb);
-                                   });
+  return qc::allreduce_placed(comm, &dev, kStream, send, recv, count, dtype, QC_OP_SUM, nullptr,
+                              eb);
 }
 
 qc_policy_t policy_of(qc_codec_t codec, int bits, qc_algorithm_t algo) {

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/host_staging.h"
 #include "core/transports/nccl_transport.h"
+#include "fake_device.h"
 #include "fake_nccl.h"
 #include "test_util.h"
 
@@ -368,6 +370,249 @@ TEST(NcclNative, CodecNoneThroughTheApi) {
     EXPECT_NE(e[r].find("disagree"), std::string::npos) << e[r];
   }
   EXPECT_EQ(nccl.world->size_mismatch(), "") << "the data allreduce must not have started";
+}
+
+// ---------------------------------------------------------------------------
+// Device buffers: qc_allreduce's dispatch with a fake device in place of the
+// CUDA runtime (fake_device.h), one per rank.
+// ---------------------------------------------------------------------------
+void* stream_of(int r) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x5000 + r)); }
+
+qc::Status device_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev, int r,
+                            const void* send, void* recv, size_t count, qc_reduce_op_t op,
+                            qc_dtype_t dtype = QC_DTYPE_FLOAT32, qc_error_buffer_t eb = nullptr) {
+  return qc::allreduce_placed(comm, &dev, stream_of(r), send, recv, count, dtype, op, nullptr,
+                              eb);
+}
+
+std::vector<float> floats_of(const std::vector<uint8_t>& b) {
+  std::vector<float> f(b.size() / 4);
+  std::memcpy(f.data(), b.data(), f.size() * 4);
+  return f;
+}
+
+std::vector<uint8_t> bytes_of(const std::vector<float>& f) {
+  std::vector<uint8_t> b(f.size() * 4);
+  std::memcpy(b.data(), f.data(), b.size());
+  return b;
+}
+
+// Codec none under AUTO on float32 device buffers is NCCL's own allreduce on
+// the caller's buffers and stream: one agreement, then ncclAllReduce
+// enqueued, no staging copy, no host-image allreduce; sums and averages, in
+// and out of place, the same bytes on every rank.
+TEST(NcclDevice, CodecNoneIsEnqueuedOnTheCallersStreamWithoutCopies) {
+  const int n = 3;
+  const size_t count = 1001;
+  for (qc_reduce_op_t op : {QC_OP_SUM, QC_OP_AVG}) {
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(std::string(op == QC_OP_SUM ? "sum" : "avg") + (in_place ? ", in place" : ""));
+      std::vector<qcfake::FakeDevice> dev(n);  // outlives the communicators
+      NcclGroup nccl(n, qct::kTimeoutSeconds);
+      ASSERT_TRUE(nccl.group.ok());
+      const auto in = qct::random_inputs(n, count, 7);
+      std::vector<void*> send(n), recv(n);
+      for (int r = 0; r < n; ++r) {
+        send[r] = dev[r].upload(bytes_of(in[r]));
+        recv[r] = in_place ? send[r] : dev[r].alloc(count * 4);
+      }
+      std::vector<qc::Status> s(n);
+      qct::run_ranks(n, [&](int r) {
+        s[r] = device_allreduce(nccl.group[r], dev[r], r, send[r], recv[r], count, op);
+      });
+      std::vector<float> want(count);
+      for (size_t i = 0; i < count; ++i) {
+        float acc = in[0][i];
+        for (int r = 1; r < n; ++r) acc += in[r][i];
+        want[i] = op == QC_OP_AVG ? acc / static_cast<float>(n) : acc;
+      }
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_TRUE(s[r].is_ok()) << s[r].message();
+        EXPECT_EQ(floats_of(dev[r].download(recv[r], count * 4)), want);
+        EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing is staged";
+        EXPECT_EQ(dev[r].host_allocations, 0);
+        EXPECT_EQ(nccl.world->enqueued(r), 1);
+        EXPECT_EQ(nccl.world->last_stream(r), stream_of(r)) << "the caller's stream";
+        EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kMinUint64), 1) << "one agreement";
+        EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kSumFloat32), 0);
+        EXPECT_EQ(nccl.world->groups(r), 0);
+        qc_stats_t st{};
+        st.struct_size = sizeof st;
+        ASSERT_EQ(qc_comm_get_stats(nccl.group[r], &st), QC_SUCCESS);
+        EXPECT_EQ(st.calls, 1u);
+        EXPECT_EQ(st.logical_bytes, count * 4);
+      }
+      EXPECT_EQ(nccl.world->size_mismatch(), "");
+    }
+  }
+}
+
+// Every other call on device buffers is staged and runs qc's algorithms (or
+// the host image's allreduce) on the host copy: compressed codecs, 16-bit
+// data, and codec none with error feedback.
+TEST(NcclDevice, OtherCallsAreStagedAndMatchTheHostPath) {
+  const int n = 3;
+  const size_t count = 600;
+  struct Case {
+    const char* name;
+    qc_codec_t codec;
+    qc_dtype_t dtype;
+    bool feedback;
+  };
+  for (const Case& c : {Case{"minmax", QC_CODEC_MINMAX, QC_DTYPE_FLOAT32, false},
+                        Case{"none fp16", QC_CODEC_NONE, QC_DTYPE_FLOAT16, false},
+                        Case{"none with feedback", QC_CODEC_NONE, QC_DTYPE_FLOAT32, true}}) {
+    SCOPED_TRACE(c.name);
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = c.codec;
+    p.error_feedback = c.feedback ? 1 : 0;
+    p.min_compress_bytes = 0;
+    std::vector<qcfake::FakeDevice> dev(n);  // outlives the communicators, which stage through it
+    NcclGroup on_device(n, qct::kTimeoutSeconds), on_host(n, qct::kTimeoutSeconds);
+    ASSERT_TRUE(on_device.group.ok() && on_host.group.ok());
+    ASSERT_EQ(on_device.group.set_policy("*", p), QC_SUCCESS);
+    ASSERT_EQ(on_host.group.set_policy("*", p), QC_SUCCESS);
+    const auto in = qct::random_inputs(n, count, 11, c.dtype);
+    std::vector<Bytes> host_in(n), host_out(n, Bytes(count * qct::dtype_size(c.dtype)));
+    std::vector<void*> send(n), recv(n);
+    std::vector<qc_error_buffer_t> eb_dev(n, nullptr), eb_host(n, nullptr);
+    for (int r = 0; r < n; ++r) {
+      host_in[r] = qct::encode(in[r], c.dtype);
+      send[r] = dev[r].upload(host_in[r]);
+      recv[r] = dev[r].alloc(host_in[r].size());
+      if (c.feedback) {
+        ASSERT_EQ(qc_error_buffer_create(on_device.group[r], count, &eb_dev[r]), QC_SUCCESS);
+        ASSERT_EQ(qc_error_buffer_create(on_host.group[r], count, &eb_host[r]), QC_SUCCESS);
+      }
+    }
+    std::vector<qc::Status> sd(n);
+    std::vector<qc_status_t> sh(n);
+    qct::run_ranks(n, [&](int r) {
+      sd[r] = device_allreduce(on_device.group[r], dev[r], r, send[r], recv[r], count, QC_OP_SUM,
+                               c.dtype, eb_dev[r]);
+    });
+    qct::run_ranks(n, [&](int r) {
+      sh[r] = qc_allreduce(on_host.group[r], host_in[r].data(), host_out[r].data(), count,
+                           c.dtype, QC_OP_SUM, nullptr, eb_host[r], nullptr);
+    });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(sd[r].is_ok()) << sd[r].message();
+      ASSERT_EQ(sh[r], QC_SUCCESS);
+      EXPECT_EQ(dev[r].download(recv[r], host_out[r].size()), host_out[r]);
+      EXPECT_EQ(on_device.world->enqueued(r), 0) << "not enqueued";
+      EXPECT_GT(dev[r].copies_to_host, 0) << "staged";
+      if (eb_dev[r] != nullptr) qc_error_buffer_destroy(eb_dev[r]);
+      if (eb_host[r] != nullptr) qc_error_buffer_destroy(eb_host[r]);
+    }
+  }
+}
+
+// A rank whose buffers are on another device than its communicator's says
+// so in the agreement: it gets INVALID_ARGUMENT, every peer MISMATCH, and no
+// rank enqueues an allreduce that would wait on its stream for ever.
+TEST(NcclDevice, BuffersOnAnotherDeviceFailEveryRankBeforeAnyEnqueue) {
+  const int n = 3;
+  std::vector<qcfake::FakeDevice> dev(n);  // outlives the communicators
+  NcclGroup nccl(n, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl.group.ok());
+  std::vector<void*> buf(n);
+  for (int r = 0; r < n; ++r) buf[r] = dev[r].alloc(64 * 4);
+  nccl.world->set_foreign_buffer(buf[1]);
+  std::vector<qc::Status> s(n);
+  qct::run_ranks(n, [&](int r) {
+    s[r] = device_allreduce(nccl.group[r], dev[r], r, buf[r], buf[r], 64, QC_OP_SUM);
+  });
+  EXPECT_EQ(s[1].code(), QC_ERROR_INVALID_ARGUMENT) << s[1].message();
+  EXPECT_NE(s[1].message().find("another device"), std::string::npos) << s[1].message();
+  for (int r : {0, 2}) EXPECT_EQ(s[r].code(), QC_ERROR_MISMATCH) << s[r].message();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(nccl.world->enqueued(r), 0);
+}
+
+// One rank on device buffers, the others on host buffers: two protocols
+// (NCCL's average on the device, a host sum scaled after), told apart by
+// the agreement.
+TEST(NcclDevice, MixingDeviceAndHostRanksIsAMismatch) {
+  const int n = 3;
+  qcfake::FakeDevice dev;  // outlives the communicators
+  NcclGroup nccl(n, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl.group.ok());
+  void* d = dev.alloc(32 * 4, 0);
+  std::vector<std::vector<float>> h(n, std::vector<float>(32, 1.0f));
+  std::vector<qc_status_t> s(n);
+  std::vector<std::string> e(n);
+  qct::run_ranks(n, [&](int r) {
+    s[r] = r == 0 ? device_allreduce(nccl.group[r], dev, r, d, d, 32, QC_OP_AVG).code()
+                  : qc_allreduce(nccl.group[r], h[r].data(), h[r].data(), 32, QC_DTYPE_FLOAT32,
+                                 QC_OP_AVG, nullptr, nullptr, nullptr);
+    e[r] = r == 0 ? "" : qc_last_error();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(s[r], QC_ERROR_MISMATCH) << "rank " << r << ": " << e[r];
+    EXPECT_EQ(nccl.world->enqueued(r), 0);
+  }
+}
+
+// An error NCCL finds after the call returned (an enqueued allreduce that
+// failed) breaks the group: qc_comm_get_async_error reports it, qc aborts
+// its NCCL communicator, and the next call fails at once.
+TEST(NcclDevice, AnAsynchronousNcclErrorBreaksTheGroup) {
+  const int n = 2;
+  std::vector<qcfake::FakeDevice> dev(n);  // outlives the communicators
+  NcclGroup nccl(n, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl.group.ok());
+  std::vector<void*> buf(n);
+  for (int r = 0; r < n; ++r) buf[r] = dev[r].alloc(16 * 4, 0);
+  std::vector<qc::Status> s(n);
+  qct::run_ranks(n, [&](int r) {
+    s[r] = device_allreduce(nccl.group[r], dev[r], r, buf[r], buf[r], 16, QC_OP_SUM);
+  });
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(s[r].is_ok()) << s[r].message();
+  qc_status_t async = QC_ERROR_INTERNAL;
+  ASSERT_EQ(qc_comm_get_async_error(nccl.group[1], &async), QC_SUCCESS);
+  EXPECT_EQ(async, QC_SUCCESS);
+
+  nccl.world->set_async_error(1, qc::transport_error("fake NCCL: remote process exited"));
+  ASSERT_EQ(qc_comm_get_async_error(nccl.group[1], &async), QC_SUCCESS);
+  EXPECT_EQ(async, QC_ERROR_TRANSPORT);
+  const std::string why = qc_last_error();
+  EXPECT_NE(why.find("after a call returned"), std::string::npos) << why;
+  EXPECT_NE(why.find("remote process exited"), std::string::npos) << why;
+  EXPECT_TRUE(nccl.world->aborted(1));
+  const qc::Status next =
+      device_allreduce(nccl.group[1], dev[1], 1, buf[1], buf[1], 16, QC_OP_SUM);
+  EXPECT_EQ(next.code(), QC_ERROR_TRANSPORT) << next.message();
+  EXPECT_NE(next.message().find("broken"), std::string::npos) << next.message();
+  EXPECT_EQ(nccl.world->enqueued(1), 1);
+}
+
+// A device call reads no input on the host, so it has no norm: the layer's
+// mean_sq_norm (what adaptive bit widths use) averages the host calls only.
+TEST(NcclDevice, LayerNormsAverageOnlyTheCallsThatMeasuredOne) {
+  qcfake::FakeDevice dev;  // outlives the communicator
+  NcclGroup nccl(1, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl.group.ok());
+  // One rank: AUTO would pick ring (and stage); native keeps NCCL's sum.
+  qc_policy_t p = QC_POLICY_INIT;
+  p.algorithm = QC_ALGO_NATIVE;
+  ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+  void* d = dev.alloc(4 * 4, 0);
+  const qc::Status s = device_allreduce(nccl.group[0], dev, 0, d, d, 4, QC_OP_SUM);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(nccl.world->enqueued(0), 1);
+  qc_layer_stats_t ls{};
+  ls.struct_size = sizeof ls;
+  ASSERT_EQ(qc_comm_get_layer_stats(nccl.group[0], nullptr, &ls), QC_SUCCESS);
+  EXPECT_EQ(ls.calls, 1u);
+  EXPECT_EQ(ls.mean_sq_norm, 0.0);
+  std::vector<float> x = {3.0f, 4.0f}, y(2);
+  ASSERT_EQ(qc_allreduce(nccl.group[0], x.data(), y.data(), 2, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                         nullptr, nullptr, nullptr),
+            QC_SUCCESS);
+  ASSERT_EQ(qc_comm_get_layer_stats(nccl.group[0], nullptr, &ls), QC_SUCCESS);
+  EXPECT_EQ(ls.calls, 2u);
+  EXPECT_EQ(ls.mean_sq_norm, 25.0) << "the host call's norm alone, not (0 + 25) / 2";
 }
 
 }  // namespace

@@ -218,6 +218,17 @@ Status NcclTransport::agree(uint64_t value, Deadline deadline) {
   return Status::ok();
 }
 
+Status NcclTransport::enqueue_device_allreduce_float(const float* send, float* recv,
+                                                     size_t count, bool average, void* stream) {
+  Status s = failure();
+  if (s && count > 0) s = backend_->enqueue_allreduce(send, recv, count, average, stream);
+  if (!s) {
+    abort(s);
+    return failure();
+  }
+  return Status::ok();
+}
+
 void NcclTransport::abort(const Status& reason) {
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -229,6 +240,13 @@ void NcclTransport::abort(const Status& reason) {
 
 Status NcclTransport::failure() const {
   std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (!failure_) return failure_;
+  const Status async = backend_->async_error();
+  if (async) return Status::ok();
+  // NCCL asks for an abort after an asynchronous error, like any failure.
+  failure_ = Status(async.code(), "NCCL reported an error after a call returned: " +
+                                      async.message());
+  backend_->abort();
   return failure_;
 }
 

@@ -59,6 +59,18 @@ class NcclBackend {
   // returns). `data` stays alive and untouched by the caller until poll says
   // done; the result is then in `data`, the same on every rank.
   virtual Status start_allreduce(void* data, size_t count, NcclReduction reduction) = 0;
+  // Enqueues ncclAllReduce of `count` floats from `send` to `recv` (device
+  // memory of the communicator's device; the same pointer is in place), a
+  // sum or NCCL's average, on the caller's `stream`, and returns without
+  // waiting for it.
+  virtual Status enqueue_allreduce(const float* send, float* recv, size_t count, bool average,
+                                   void* stream) = 0;
+  // INVALID_ARGUMENT unless `send` and `recv` are memory that NCCL can use
+  // on the communicator's device.
+  virtual Status check_device_buffers(const void* send, const void* recv) = 0;
+  // An error NCCL found in the background (ncclCommGetAsyncError): a
+  // collective enqueued earlier that failed. OK while there is none.
+  virtual Status async_error() = 0;
   // *done once every op of the started group or allreduce has finished and
   // its results are back in host memory; an error status when NCCL or CUDA
   // reported one.
@@ -91,8 +103,20 @@ class NcclTransport final : public Transport {
   bool has_native_float_allreduce() const override { return true; }
   Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) override;
   Status agree(uint64_t value, Deadline deadline) override;
+  // ncclAllReduce on the caller's device buffers and stream: no copy, no
+  // wait. NCCL keeps the order in which a communicator's operations were
+  // enqueued, across streams, so the agreement of the next call waits for
+  // this one to run on its stream: that wait counts against its deadline.
+  bool has_device_float_allreduce() const override { return true; }
+  Status check_device_buffers(const float* send, const float* recv) const override {
+    return backend_->check_device_buffers(send, recv);
+  }
+  Status enqueue_device_allreduce_float(const float* send, float* recv, size_t count,
+                                        bool average, void* stream) override;
 
   void abort(const Status& reason) override;
+  // Also asks NCCL for an error found since the last call (an enqueued
+  // allreduce that failed): such an error breaks the group like any other.
   Status failure() const override;
 
   // The header in front of every frame: the qc tag, then the payload length
@@ -115,7 +139,7 @@ class NcclTransport final : public Transport {
   std::vector<NcclOp> ops_;
   std::vector<int32_t> narrow_;  // allreduce_int64's values as int32, when they fit
   mutable std::mutex failure_mutex_;  // qc_comm_get_async_error reads from any thread
-  Status failure_;
+  mutable Status failure_;  // failure() records NCCL's asynchronous errors
 };
 
 }  // namespace qc

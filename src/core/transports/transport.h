@@ -78,6 +78,27 @@ class Transport {
                                  Deadline /*deadline*/) {
     return unsupported(std::string("the ") + name() + " transport has no native float allreduce");
   }
+  // A float32 sum (or average) of CUDA device buffers, enqueued on the
+  // caller's `stream`; it returns once enqueued, and the result is in `recv`
+  // when the stream gets there (stream-ordered, as NCCL's own calls are).
+  // Only transports whose collectives run on the device (NCCL). Before it,
+  // agree() must have shown that every rank is in the same call. Failures
+  // found after it returned break the group (failure(), and so
+  // qc_comm_get_async_error).
+  virtual bool has_device_float_allreduce() const { return false; }
+  // Whether enqueue_device_allreduce_float may take these buffers (the
+  // communicator's device): QC_ERROR_INVALID_ARGUMENT naming the one that
+  // may not. Checked before the agreement, so that a rank whose buffers are
+  // wrong makes every rank fail it instead of leaving its peers' allreduces
+  // waiting on their streams.
+  virtual Status check_device_buffers(const float* /*send*/, const float* /*recv*/) const {
+    return Status::ok();
+  }
+  virtual Status enqueue_device_allreduce_float(const float* /*send*/, float* /*recv*/,
+                                                size_t /*count*/, bool /*average*/,
+                                                void* /*stream*/) {
+    return unsupported(std::string("the ") + name() + " transport has no device float allreduce");
+  }
   // Collective check that every rank passed the same `value` (the call's
   // signature): QC_ERROR_MISMATCH on every rank otherwise. Only transports
   // with a native float allreduce need it.
