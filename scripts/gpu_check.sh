@@ -8,11 +8,29 @@
 #   bash scripts/gpu_check.sh run     # there, with build-gpu carried: the GPU
 #                                     # tests, compute-sanitizer memcheck on a
 #                                     # subset, 2-4 MPI processes on the one
-#                                     # GPU (if that machine has mpirun), the
-#                                     # 256 MiB kernel table; logs and tables
-#                                     # go to $OUT (or ./gpu-out)
+#                                     # GPU (with that machine's Open MPI, or
+#                                     # the one carried in build-gpu/ompi-debs),
+#                                     # the 256 MiB kernel table; logs and
+#                                     # tables go to $OUT (or ./gpu-out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What Debian's libmpi.so.40 and mpirun need beyond glibc, zlib and libudev.
+ompi_packages=(openmpi-bin openmpi-common libopenmpi3 libhwloc15 libevent-core-2.1-7
+               libevent-pthreads-2.1-7 libpmix2)
+
+# Unpacks the carried Open MPI into $1 and points PATH, the loader and Open
+# MPI's relocation variables at it (OPAL_PREFIX moves every path under /usr;
+# the MCA parameter file lives in etc/).
+use_carried_mpi() {
+  local root=$1
+  rm -rf "$root" && mkdir -p "$root"
+  local deb
+  for deb in build-gpu/ompi-debs/*.deb; do dpkg -x "$deb" "$root"; done
+  export OPAL_PREFIX="$root/usr" PATH="$root/usr/bin:$PATH"
+  export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export OMPI_MCA_mca_base_param_files="$root/etc/openmpi/openmpi-mca-params.conf"
+  export PMIX_MCA_pcompress_base_silence_warning=1
+}
 case "${1:-}" in
   build)
     # Two builds: build-gpu/ without MPI (the codec tests and the bench start on
@@ -33,6 +51,13 @@ case "${1:-}" in
       cmake --build build-gpu/mpi --target qc_test_mpi_device_collectives
       programs+=(build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
                  "$(readlink -f build-gpu/mpi/src/libqc.so)")
+      # Open MPI itself, for a GPU machine without it (the lent ones have
+      # none): this machine's Debian packages, unpacked there into a private
+      # prefix by `run` (3.7 MB on 2026-11-25).
+      rm -rf build-gpu/ompi-debs && mkdir -p build-gpu/ompi-debs
+      (cd build-gpu/ompi-debs && apt-get download -q "${ompi_packages[@]}" > /dev/null 2>&1) ||
+        echo "apt-get download of Open MPI failed: the MPI device test runs only where mpirun is" >&2
+      du -ch build-gpu/ompi-debs | tail -1
     fi
     strip "${programs[@]}"
     du -chL "${programs[@]}"
@@ -55,6 +80,13 @@ case "${1:-}" in
     (LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}" build-gpu/tests/cuda/qc_test_cuda_nccl
      rc=$?; [ "$rc" = 77 ] && rc=0; exit "$rc") 2>&1 | tee "$out/nccl_smoke.log" || status=1
     mpi_test=build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
+    # The machine's own Open MPI if it has one (QC_GPU_CHECK_CARRIED_MPI=1
+    # takes the carried one anyway), else the carried packages.
+    if { [ "${QC_GPU_CHECK_CARRIED_MPI:-0}" = 1 ] || ! command -v mpirun > /dev/null; } &&
+       compgen -G 'build-gpu/ompi-debs/*.deb' > /dev/null; then
+      use_carried_mpi /tmp/qc-carried-mpi
+      echo "Open MPI: the carried packages, unpacked in /tmp/qc-carried-mpi" | tee "$out/mpi_device.log"
+    fi
     if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
        ! ldd "$mpi_test" | grep -q 'not found'; then
       for np in 2 3 4; do
