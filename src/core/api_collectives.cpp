@@ -164,12 +164,8 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
     QC_RETURN_IF_ERROR(require_comm(comm));
     const int n = comm->transport->size();
     QC_RETURN_IF_ERROR(validate_alltoall(n, sendbuf, recvbuf, count_per_rank, dtype));
-    const size_t bytes = count_per_rank * dtype_size(dtype) * static_cast<size_t>(n);
-    return run_on_placed_buffers(
-        comm, cuda_device_memory(), stream, sendbuf, bytes, recvbuf, bytes,
-        [&](const void* send, void* recv) {
-          return comm_alltoall(comm, send, recv, count_per_rank, dtype, layer);
-        });
+    return alltoall_placed(comm, cuda_device_memory(), cuda_message_codec(), stream, sendbuf,
+                           recvbuf, count_per_rank, dtype, layer);
   });
 }
 

@@ -32,11 +32,7 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
   const auto start = Clock::now();
   const size_t capacity = codec_.max_encoded_size(count);
   if (msg->payload_capacity() < capacity) msg->reserve_payload(capacity);
-  RandomKey key;
-  key.seed = seed_;
-  key.rank = static_cast<uint32_t>(rank_);
-  key.call = sequence_;
-  key.element_offset = element_offset;
+  const RandomKey key = random_key(element_offset);
   size_t written = 0;
   Status s;
   float* slots = nullptr;  // this block's residuals, with error feedback
@@ -94,6 +90,15 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
   }
   counters_.codec_seconds += seconds_since(start);
   return s;
+}
+
+RandomKey CollectiveContext::random_key(uint64_t element_offset) const {
+  RandomKey key;
+  key.seed = seed_;
+  key.rank = static_cast<uint32_t>(rank_);
+  key.call = sequence_;
+  key.element_offset = element_offset;
+  return key;
 }
 
 double CollectiveContext::error_estimate() const {

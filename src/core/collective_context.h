@@ -113,6 +113,11 @@ class CollectiveContext {
   // element_offset is the values' position in the tensor: it keys the
   // random bits of stochastic rounding and, with error feedback, the slots.
   Status encode(const float* src, size_t count, uint64_t element_offset, Message* msg);
+  // The random key encode() uses for the block starting at element_offset,
+  // for codecs that run elsewhere (on the device) and must draw the same bits.
+  RandomKey random_key(uint64_t element_offset) const;
+  // Codec time spent outside encode/decode (device kernels), for the stats.
+  void add_codec_seconds(double seconds) { counters_.codec_seconds += seconds; }
   Status decode(const uint8_t* data, size_t size, float* dst, size_t count);
   Status decode_accumulate(const uint8_t* data, size_t size, float* dst, size_t count);
 

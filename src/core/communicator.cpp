@@ -9,6 +9,7 @@
 #include "core/algorithms/algorithm.h"
 #include "core/codecs/segmented_codec.h"
 #include "core/collective_context.h"
+#include "core/device_staging.h"
 #include "core/dtype.h"
 #include "core/error_buffer.h"
 #include "core/log.h"
@@ -503,13 +504,36 @@ Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvb
   return Status::ok();
 }
 
+namespace {
+
+// The policy, codec and signature of an alltoall of this shape. The
+// algorithm field does not apply to alltoall, so it is left out of the
+// signature: ranks may differ there without harm.
+struct AlltoallPlan {
+  qc_policy_t policy;
+  std::unique_ptr<Codec> codec;
+  uint64_t signature = 0;
+};
+
+Status plan_alltoall(const qc_comm_s* comm, size_t count_per_rank, qc_dtype_t dtype,
+                     const char* layer, AlltoallPlan* plan) {
+  QC_RETURN_IF_ERROR(check_healthy(comm));
+  plan->policy =
+      effective_policy(comm->policies.resolve(layer), count_per_rank * dtype_size(dtype));
+  QC_RETURN_IF_ERROR(make_codec(plan->policy, dtype, &plan->codec));
+  plan->signature = call_signature(CollectiveKind::kAlltoall, count_per_rank, dtype, 0, layer,
+                                   plan->policy, QC_ALGO_AUTO);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer) {
-  QC_RETURN_IF_ERROR(check_healthy(comm));
-  const qc_policy_t policy =
-      effective_policy(comm->policies.resolve(layer), count_per_rank * dtype_size(dtype));
-  std::unique_ptr<Codec> codec;
-  QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
+  AlltoallPlan plan;
+  QC_RETURN_IF_ERROR(plan_alltoall(comm, count_per_rank, dtype, layer, &plan));
+  const qc_policy_t& policy = plan.policy;
+  const uint64_t signature = plan.signature;
   const int n = comm->transport->size();
   const size_t total = count_per_rank * static_cast<size_t>(n);
   std::vector<float>& send = comm->work;
@@ -517,24 +541,70 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
   send.resize(total);
   recv.resize(total);
   cpu::to_float32(sendbuf, dtype, send.data(), total);
-  // The algorithm field does not apply to alltoall, so it is left out of
-  // the signature: ranks may differ there without harm.
-  const uint64_t signature = call_signature(CollectiveKind::kAlltoall, count_per_rank, dtype, 0,
-                                            layer, policy, QC_ALGO_AUTO);
   const auto layers = one_layer(layer, total, total * dtype_size(dtype),
                                 squared_norm(send.data(), total));
   bool refresh = true;
   ScaleMemory* scales = scale_memory_for(comm, CollectiveKind::kAlltoall, layer, signature,
                                          policy, &refresh);
-  QC_RETURN_IF_ERROR(run_collective(comm, *codec, with_refresh(signature, scales, refresh),
+  QC_RETURN_IF_ERROR(run_collective(comm, *plan.codec, with_refresh(signature, scales, refresh),
                                     total * dtype_size(dtype), layers,
                                     [&](CollectiveContext& ctx) {
+    ctx.set_seed(policy.seed);
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     return alltoall_pairwise(ctx, send.data(), recv.data(), count_per_rank);
   }));
   if (scales != nullptr) scales->calls += 1;
   cpu::from_float32(recv.data(), dtype, recvbuf, total);
   return Status::ok();
+}
+
+Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
+                               const DeviceMessageCodec& device_codec, const void* sendbuf,
+                               void* recvbuf, size_t count_per_rank, qc_dtype_t dtype,
+                               const char* layer, void* stream, bool* ran) {
+  *ran = false;
+  if (dtype != QC_DTYPE_FLOAT32) return Status::ok();  // the kernels write float32 only
+  AlltoallPlan plan;
+  QC_RETURN_IF_ERROR(plan_alltoall(comm, count_per_rank, dtype, layer, &plan));
+  const Codec& codec = *plan.codec;
+  WireHeader header;
+  if (!alltoall_stages_compressed(plan.policy, codec, count_per_rank, &header)) {
+    return Status::ok();
+  }
+  *ran = true;
+  const size_t total = count_per_rank * static_cast<size_t>(comm->transport->size());
+  // The same signature as the host path: the same messages travel, so
+  // ranks on device and host memory may meet in one call. The input is not
+  // read on the host, so the layer gets no norm from this call.
+  return run_collective(comm, codec, plan.signature, total * 4,
+                        one_layer(layer, total, total * 4,
+                                  std::numeric_limits<double>::quiet_NaN()),
+                        [&](CollectiveContext& ctx) {
+    ctx.set_seed(plan.policy.seed);
+    return alltoall_with_device_codec(ctx, codec, header, mem, device_codec, comm->staging,
+                                      static_cast<const float*>(sendbuf),
+                                      static_cast<float*>(recvbuf), count_per_rank, stream);
+  });
+}
+
+Status alltoall_placed(qc_comm_s* comm, const DeviceMemory* mem,
+                       const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
+                       void* recvbuf, size_t count_per_rank, qc_dtype_t dtype, const char* layer) {
+  const size_t bytes =
+      count_per_rank * dtype_size(dtype) * static_cast<size_t>(comm->transport->size());
+  DeviceCollective on_device;
+  if (mem != nullptr && device_codec != nullptr) {
+    on_device = [&](const void* send, void* recv, void* on_stream, bool* ran) {
+      return comm_alltoall_on_device(comm, *mem, *device_codec, send, recv, count_per_rank, dtype,
+                                     layer, on_stream, ran);
+    };
+  }
+  return run_on_placed_buffers(
+      comm, mem, stream, sendbuf, bytes, recvbuf, bytes,
+      [&](const void* send, void* recv) {
+        return comm_alltoall(comm, send, recv, count_per_rank, dtype, layer);
+      },
+      on_device);
 }
 
 namespace {

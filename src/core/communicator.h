@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/codecs/device_message_codec.h"
 #include "core/collective_context.h"
 #include "core/handle_registry.h"
 #include "core/host_staging.h"
@@ -93,6 +94,19 @@ Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvb
 Status comm_allreduce_exact(qc_comm_s* comm, float* values, size_t count, uint64_t signature);
 Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer);
+// An alltoall of float32 device buffers with the codec on the device and
+// only compressed bytes staged (device_staging.h), when its policy allows
+// (alltoall_stages_compressed); *ran is false, and nothing done, otherwise.
+Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
+                               const DeviceMessageCodec& device_codec, const void* sendbuf,
+                               void* recvbuf, size_t count_per_rank, qc_dtype_t dtype,
+                               const char* layer, void* stream, bool* ran);
+// qc_alltoall after its argument checks: host buffers run comm_alltoall;
+// device buffers comm_alltoall_on_device when `device_codec` is given and
+// takes the call, else comm_alltoall on staged host copies.
+Status alltoall_placed(qc_comm_s* comm, const DeviceMemory* mem,
+                       const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
+                       void* recvbuf, size_t count_per_rank, qc_dtype_t dtype, const char* layer);
 
 // What one call contributes to a layer's counters (see qc_layer_stats_t).
 struct LayerShare {

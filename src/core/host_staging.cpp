@@ -26,6 +26,10 @@ class CudaDeviceMemory final : public DeviceMemory {
   }
   Status alloc_host(size_t bytes, void** p) const override { return cuda::alloc_pinned(bytes, p); }
   void free_host(void* p) const override { cuda::free_pinned(p); }
+  Status alloc_device(size_t bytes, void** p) const override {
+    return cuda::alloc_device(bytes, p);
+  }
+  void free_device(void* p) const override { cuda::free_device(p); }
 };
 #endif
 
@@ -51,14 +55,20 @@ const DeviceMemory* cuda_device_memory() {
 
 void HostStaging::release() {
   if (data_ != nullptr) mem_->free_host(data_);
+  if (device_data_ != nullptr) mem_->free_device(device_data_);
   data_ = nullptr;
   size_ = 0;
+  device_data_ = nullptr;
+  device_size_ = 0;
   mem_ = nullptr;
 }
 
 Status HostStaging::reserve(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
-  if (mem_ != &mem || size_ < bytes) {
-    release();
+  if (mem_ != &mem) release();  // all of it comes from one DeviceMemory
+  if (size_ < bytes) {
+    if (data_ != nullptr) mem.free_host(data_);
+    data_ = nullptr;
+    size_ = 0;
     void* fresh = nullptr;
     QC_RETURN_IF_ERROR(mem.alloc_host(bytes, &fresh));
     mem_ = &mem;
@@ -66,6 +76,22 @@ Status HostStaging::reserve(const DeviceMemory& mem, size_t bytes, unsigned char
     size_ = bytes;
   }
   *p = static_cast<unsigned char*>(data_);
+  return Status::ok();
+}
+
+Status HostStaging::reserve_device(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
+  if (mem_ != &mem) release();
+  if (device_size_ < bytes) {
+    if (device_data_ != nullptr) mem.free_device(device_data_);
+    device_data_ = nullptr;
+    device_size_ = 0;
+    void* fresh = nullptr;
+    QC_RETURN_IF_ERROR(mem.alloc_device(bytes, &fresh));
+    mem_ = &mem;
+    device_data_ = fresh;
+    device_size_ = bytes;
+  }
+  *p = static_cast<unsigned char*>(device_data_);
   return Status::ok();
 }
 

@@ -34,6 +34,9 @@ class DeviceMemory {
   // Host memory that copies are fast from (page-locked), and its release.
   virtual Status alloc_host(size_t bytes, void** p) const = 0;
   virtual void free_host(void* p) const = 0;
+  // Device memory (of the calling thread's current device), and its release.
+  virtual Status alloc_device(size_t bytes, void** p) const = 0;
+  virtual void free_device(void* p) const = 0;
 };
 
 // The CUDA runtime's DeviceMemory; nullptr in a build without CUDA.
@@ -41,7 +44,8 @@ const DeviceMemory* cuda_device_memory();
 
 // One communicator's staging memory, kept from call to call (a communicator
 // serves one thread at a time). Grows to the largest call; freed with the
-// communicator.
+// communicator. Page-locked host memory, and device memory for the
+// compressed messages of device_staging.h.
 class HostStaging {
  public:
   HostStaging() = default;
@@ -51,7 +55,11 @@ class HostStaging {
 
   // At least `bytes` of host memory from `mem`, 64-byte aligned.
   Status reserve(const DeviceMemory& mem, size_t bytes, unsigned char** p);
+  // At least `bytes` of device memory from `mem` (256-byte aligned, as
+  // cudaMalloc's).
+  Status reserve_device(const DeviceMemory& mem, size_t bytes, unsigned char** p);
   size_t capacity() const { return size_; }
+  size_t device_capacity() const { return device_size_; }
 
  private:
   void release();
@@ -59,6 +67,8 @@ class HostStaging {
   const DeviceMemory* mem_ = nullptr;
   void* data_ = nullptr;
   size_t size_ = 0;
+  void* device_data_ = nullptr;
+  size_t device_size_ = 0;
 };
 
 enum class BufferPlace { kHost, kDevice };

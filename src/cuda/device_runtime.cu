@@ -82,6 +82,21 @@ void free_pinned(void* p) {
   if (p != nullptr) (void)cudaFreeHost(p);
 }
 
+Status alloc_device(size_t bytes, void** p) {
+  *p = nullptr;
+  const cudaError_t err = cudaMalloc(p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return Status(QC_ERROR_OUT_OF_MEMORY, "cuda: no " + std::to_string(bytes) +
+                                              " bytes of device memory");
+  }
+  return cuda_status(err, "cuda: device memory");
+}
+
+void free_device(void* p) {
+  if (p != nullptr) (void)cudaFree(p);
+}
+
 Status copy_on_device(void* dst, const void* src, size_t bytes, void* stream) {
   return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
                                      static_cast<cudaStream_t>(stream)),

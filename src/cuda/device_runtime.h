@@ -28,6 +28,9 @@ Status copy_to_host(void* dst, const void* src, size_t bytes);
 // bytes. Host memory may be pageable; pinned memory (alloc_pinned) is faster.
 Status copy_to_host_after(void* dst, const void* src, size_t bytes, void* stream);
 Status copy_to_device_after(void* dst, const void* src, size_t bytes, void* stream);
+// Device memory of the current device (cudaMalloc); free with free_device.
+Status alloc_device(size_t bytes, void** p);
+void free_device(void* p);
 // Page-locked host memory (cudaMallocHost); free with free_pinned.
 Status alloc_pinned(size_t bytes, void** p);
 void free_pinned(void* p);

@@ -205,45 +205,67 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
   for (auto s : streams) cudaStreamDestroy(s);
 }
 
+// Alltoall with the codec on the device (core/device_staging.h: only the
+// compressed payloads are staged) for each codec it takes, stochastic
+// rounding included, against the emulation on the CPU.
 TEST(CudaStaging, AlltoallOnDeviceBuffersMatchesTheEmulation) {
   const int n = 3;
   const size_t cpr = 5003;
-  qc_policy_t p = QC_POLICY_INIT;
-  p.codec = QC_CODEC_MINMAX;
-  p.bits = 4;
-  p.min_compress_bytes = 0;
-  std::vector<std::vector<float>> x(n), want(n, std::vector<float>(cpr * n));
-  std::vector<const void*> sp(n);
-  std::vector<void*> rp(n);
-  for (int r = 0; r < n; ++r) {
-    x[r] = make_data(cpr * n, Data::kPlain, 70 + r);
-    sp[r] = x[r].data();
-    rp[r] = want[r].data();
+  struct Case {
+    qc_codec_t codec;
+    int bits;
+    int bucket;
+    qc_rounding_t rounding;
+  };
+  for (const Case& c : {Case{QC_CODEC_MINMAX, 4, 128, QC_ROUND_NEAREST_EVEN},
+                        Case{QC_CODEC_MINMAX, 2, 37, QC_ROUND_STOCHASTIC},
+                        Case{QC_CODEC_QSGD, 4, 128, QC_ROUND_STOCHASTIC},
+                        Case{QC_CODEC_ONEBIT, 1, 64, QC_ROUND_NEAREST_EVEN},
+                        Case{QC_CODEC_FP16, 4, 128, QC_ROUND_NEAREST_EVEN},
+                        Case{QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN}}) {
+    SCOPED_TRACE("codec " + std::to_string(c.codec) + " bits " + std::to_string(c.bits));
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = c.codec;
+    p.bits = c.bits;
+    p.bucket_size = c.bucket;
+    p.rounding = c.rounding;
+    p.seed = 7;
+    p.min_compress_bytes = 0;
+    std::vector<std::vector<float>> x(n), want(n, std::vector<float>(cpr * n));
+    std::vector<const void*> sp(n);
+    std::vector<void*> rp(n);
+    for (int r = 0; r < n; ++r) {
+      x[r] = make_data(cpr * n, Data::kPlain, 70 + r);
+      sp[r] = x[r].data();
+      rp[r] = want[r].data();
+    }
+    ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &p),
+              QC_SUCCESS);
+    std::vector<qc_comm_t> comms(n);
+    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
+    for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
+    std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
+    for (int r = 0; r < n; ++r) {
+      in_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
+      in_dev[r]->upload(x[r].data(), 4 * cpr * n);
+      out_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
+    }
+    std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        status[r] = qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr,
+                                QC_DTYPE_FLOAT32, nullptr, nullptr);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r << ": " << qc_last_error();
+      EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1)
+          << "rank " << r;
+    }
+    for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
   }
-  ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &p), QC_SUCCESS);
-  std::vector<qc_comm_t> comms(n);
-  ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
-  for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
-  std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
-  for (int r = 0; r < n; ++r) {
-    in_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
-    in_dev[r]->upload(x[r].data(), 4 * cpr * n);
-    out_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
-  }
-  std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      status[r] = qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr,
-                              QC_DTYPE_FLOAT32, nullptr, nullptr);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
-    EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1) << "rank " << r;
-  }
-  for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ namespace qcfake {
 class FakeDevice final : public qc::DeviceMemory {
  public:
   // A "device" block of `bytes`, filled with `fill`.
-  void* alloc(size_t bytes, unsigned char fill = 0xEE) {
+  void* alloc(size_t bytes, unsigned char fill = 0xEE) const {
     blocks_.emplace_back(bytes == 0 ? 1 : bytes, fill);
     return blocks_.back().data();
   }
@@ -55,11 +55,23 @@ class FakeDevice final : public qc::DeviceMemory {
     --live_host;
     std::free(p);
   }
+  qc::Status alloc_device(size_t bytes, void** p) const override {
+    ++live_device;
+    *p = alloc(bytes);
+    return qc::Status::ok();
+  }
+  void free_device(void* p) const override {
+    --live_device;
+    (void)p;  // blocks live as long as the fake
+  }
 
   bool fail_to_host = false;
   bool fail_to_device = false;
   mutable int copies_to_host = 0;
   mutable int copies_to_device = 0;
+  mutable size_t bytes_to_host = 0;
+  mutable size_t bytes_to_device = 0;
+  mutable std::atomic<int> live_device{0};
   mutable int host_allocations = 0;
   mutable std::atomic<int> live_host{0};
   mutable std::vector<void*> streams;  // the stream of every copy
@@ -78,6 +90,7 @@ class FakeDevice final : public qc::DeviceMemory {
                   bool fail, bool src_on_device) const {
     streams.push_back(stream);
     ++(src_on_device ? copies_to_host : copies_to_device);
+    (src_on_device ? bytes_to_host : bytes_to_device) += bytes;
     if (fail) return qc::internal_error(std::string("fake ") + what + " failed");
     const void* dev = src_on_device ? src : dst;
     const void* host = src_on_device ? dst : src;
@@ -87,7 +100,7 @@ class FakeDevice final : public qc::DeviceMemory {
     return qc::Status::ok();
   }
 
-  std::deque<std::vector<unsigned char>> blocks_;
+  mutable std::deque<std::vector<unsigned char>> blocks_;  // never moved: a deque
 };
 
 }  // namespace qcfake

@@ -133,6 +133,42 @@ TEST(AlltoallLossy, EmulationMatchesThreads) {
   }
 }
 
+// Stochastic rounding draws its bits from the policy's seed (DESIGN promise
+// 4): the same seed gives the same bytes, another seed other bytes, in the
+// emulation and on threads alike. (Alltoall used to key its bits with seed
+// 0 whatever the policy said.)
+TEST(AlltoallLossy, StochasticRoundingFollowsThePolicySeed) {
+  const int n = 3;
+  const size_t cpr = 400;
+  const auto in = encode_all(random_inputs(n, n * cpr, 5), QC_DTYPE_FLOAT32);
+  auto run = [&](uint64_t seed) {
+    qc_policy_t pol = make_policy();
+    pol.codec = QC_CODEC_MINMAX;
+    pol.bits = 2;
+    pol.rounding = QC_ROUND_STOCHASTIC;
+    pol.seed = seed;
+    Group g(n);
+    EXPECT_TRUE(g.ok());
+    EXPECT_EQ(g.set_policy("*", pol), QC_SUCCESS);
+    const auto res = alltoall_on(g, in, cpr, QC_DTYPE_FLOAT32);
+    EXPECT_TRUE(res.all_ok()) << res.describe();
+    std::vector<Bytes> emu(n, Bytes(n * cpr * 4));
+    std::vector<const void*> sp(n);
+    std::vector<void*> rp(n);
+    for (int r = 0; r < n; ++r) {
+      sp[r] = in[r].data();
+      rp[r] = emu[r].data();
+    }
+    EXPECT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &pol),
+              QC_SUCCESS);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(emu[r], res.out[r]) << "seed " << seed << " rank " << r;
+    return res.out;
+  };
+  const auto a = run(1), again = run(1), b = run(2);
+  EXPECT_EQ(a, again) << "the same seed, the same bytes";
+  EXPECT_NE(a, b) << "another seed, other random bits";
+}
+
 // ===========================================================================
 // Alltoall with codecs (paper 000 3.3): the layer name picks the policy, so
 // the forward and backward exchanges of an embedding can use different

@@ -11,6 +11,7 @@
 
 #include "core/communicator.h"
 #include "core/error_buffer.h"
+#include "core/codecs/device_message_codec.h"
 #include "core/host_staging.h"
 #include "fake_device.h"
 #include "test_util.h"
@@ -245,6 +246,285 @@ TEST(Staged, AlltoallAndSegmentsMatchTheHostPath) {
     EXPECT_EQ(dev[r].download(recv[r], bytes), want.out[r]) << "alltoall, rank " << r;
     EXPECT_EQ(dev[r].download(seg[r], 750 * 4), seg_host[r]) << "segments, rank " << r;
   }
+}
+
+// ---------------------------------------------------------------------------
+// alltoall with the codec on the device: only compressed bytes staged
+// (core/device_staging.h)
+// ---------------------------------------------------------------------------
+
+// The CPU codecs standing in for the CUDA kernels (which write the CPU's
+// bytes: tests/cuda), over the fake device's memory. One per rank.
+class CpuMessageCodec final : public qc::DeviceMessageCodec {
+ public:
+  qc::Status encode(const qc::Codec& codec, const qc::WireHeader& h, const float* src,
+                    const qc::RandomKey& key, uint8_t* payload, void* stream) const override {
+    ++encodes;
+    streams.push_back(stream);
+    std::vector<uint8_t> msg(codec.max_encoded_size(h.count));
+    size_t written = 0;
+    QC_RETURN_IF_ERROR(codec.encode(src, h.count, key, msg.data(), msg.size(), &written));
+    if (written != qc::kWireHeaderBytes + h.payload_bytes) {
+      return qc::internal_error("the header promised another payload size");
+    }
+    std::memcpy(payload, msg.data() + qc::kWireHeaderBytes, h.payload_bytes);
+    return qc::Status::ok();
+  }
+  qc::Status decode(const qc::Codec& codec, const qc::WireHeader& h, const uint8_t* payload,
+                    float* dst, void* stream) const override {
+    ++decodes;
+    streams.push_back(stream);
+    std::vector<uint8_t> msg(qc::kWireHeaderBytes + h.payload_bytes);
+    qc::write_wire_header(h, msg.data());
+    std::memcpy(msg.data() + qc::kWireHeaderBytes, payload, h.payload_bytes);
+    return codec.decode(msg.data(), msg.size(), dst, h.count);
+  }
+  qc::Status synchronize(void* stream) const override {
+    ++synchronizations;
+    streams.push_back(stream);
+    return qc::Status::ok();
+  }
+
+  mutable int encodes = 0, decodes = 0, synchronizations = 0;
+  mutable std::vector<void*> streams;
+};
+
+qc::Status device_alltoall(qc_comm_t comm, const FakeDevice& dev, const CpuMessageCodec* codec,
+                           const void* send, void* recv, size_t count_per_rank,
+                           qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
+  return qc::alltoall_placed(comm, &dev, codec, kStream, send, recv, count_per_rank, dtype,
+                             nullptr);
+}
+
+struct CompressedCase {
+  const char* name;
+  qc_codec_t codec;
+  int bits;
+  int bucket;
+  qc_rounding_t rounding;
+  double max_ratio;  // staged bytes per rank at most this fraction of the uncompressed
+};
+
+class CompressedAlltoall : public ::testing::TestWithParam<CompressedCase> {};
+
+// Two calls (the random bits depend on the call) of every rank on device
+// memory: the host path's bytes exactly, the same wire bytes, every block
+// encoded and decoded by the device codec on the caller's stream, and one
+// copy each way of only the compressed payloads.
+TEST_P(CompressedAlltoall, EqualsTheHostPathAndStagesOnlyCompressedBytes) {
+  const CompressedCase& c = GetParam();
+  const int n = 3;
+  const size_t cpr = 1000;  // not a multiple of the buckets
+  qc_policy_t p = policy_of(c.codec, c.bits, QC_ALGO_AUTO);
+  p.bucket_size = c.bucket;
+  p.rounding = c.rounding;
+  p.seed = 42;
+  std::vector<FakeDevice> dev(n);  // outlives the groups, whose staging it holds
+  std::vector<CpuMessageCodec> mc(n);
+  Group host(n), device(n);
+  ASSERT_TRUE(host.ok() && device.ok());
+  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+  ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+  const size_t bytes = cpr * n * 4;
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const auto in = encode_all(random_inputs(n, cpr * n, 20 + call), QC_DTYPE_FLOAT32);
+    const RunResult want = alltoall_on(host, in, cpr, QC_DTYPE_FLOAT32);
+    ASSERT_TRUE(want.all_ok()) << want.describe();
+    std::vector<void*> send(n), recv(n);
+    for (int r = 0; r < n; ++r) {
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = dev[r].alloc(bytes);
+      dev[r].bytes_to_host = dev[r].bytes_to_device = 0;
+      dev[r].copies_to_host = dev[r].copies_to_device = 0;
+      mc[r].encodes = mc[r].decodes = mc[r].synchronizations = 0;
+      mc[r].streams.clear();
+      dev[r].streams.clear();
+    }
+    std::vector<qc::Status> s(n);
+    run_ranks(n, [&](int r) {
+      s[r] = device_alltoall(device[r], dev[r], &mc[r], send[r], recv[r], cpr);
+    });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(s[r]) << s[r].message();
+      EXPECT_EQ(dev[r].download(recv[r], bytes), want.out[r]);
+      EXPECT_EQ(mc[r].encodes, n);
+      EXPECT_EQ(mc[r].decodes, n);
+      EXPECT_EQ(mc[r].synchronizations, 1) << "the call returns with the result";
+      EXPECT_EQ(dev[r].copies_to_host, 1);
+      EXPECT_EQ(dev[r].copies_to_device, 1);
+      EXPECT_LE(static_cast<double>(dev[r].bytes_to_host), c.max_ratio * bytes)
+          << "staged " << dev[r].bytes_to_host << " of " << bytes << " bytes";
+      EXPECT_LE(static_cast<double>(dev[r].bytes_to_device), c.max_ratio * bytes);
+      for (void* st : mc[r].streams) EXPECT_EQ(st, kStream);
+      for (void* st : dev[r].streams) EXPECT_EQ(st, kStream);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    qc_stats_t sh{}, sd{};
+    sh.struct_size = sd.struct_size = sizeof(qc_stats_t);
+    ASSERT_EQ(qc_comm_get_stats(host[r], &sh), QC_SUCCESS);
+    ASSERT_EQ(qc_comm_get_stats(device[r], &sd), QC_SUCCESS);
+    EXPECT_EQ(sd.calls, sh.calls);
+    EXPECT_EQ(sd.wire_bytes, sh.wire_bytes) << "the same messages travel";
+    qc_layer_stats_t ls{};
+    ls.struct_size = sizeof ls;
+    ASSERT_EQ(qc_comm_get_layer_stats(device[r], nullptr, &ls), QC_SUCCESS);
+    EXPECT_EQ(ls.mean_sq_norm, 0.0) << "the input was never read on the host";
+    EXPECT_EQ(ls.last_rel_error, -1.0) << "not measured";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, CompressedAlltoall,
+    ::testing::Values(CompressedCase{"Minmax4", QC_CODEC_MINMAX, 4, 128, QC_ROUND_NEAREST_EVEN, 0.16},
+                      CompressedCase{"Minmax2Bucket37", QC_CODEC_MINMAX, 2, 37,
+                                     QC_ROUND_STOCHASTIC, 0.16},
+                      CompressedCase{"Qsgd4", QC_CODEC_QSGD, 4, 128, QC_ROUND_STOCHASTIC, 0.16},
+                      CompressedCase{"Onebit", QC_CODEC_ONEBIT, 1, 128, QC_ROUND_NEAREST_EVEN,
+                                     0.1},
+                      CompressedCase{"Fp16", QC_CODEC_FP16, 4, 128, QC_ROUND_NEAREST_EVEN, 0.6},
+                      CompressedCase{"Bf16", QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN, 0.6}),
+    [](const ::testing::TestParamInfo<CompressedCase>& info) { return info.param.name; });
+
+// The messages are the host path's, so one rank on device memory and its
+// peers on host memory meet in one call.
+TEST(CompressedAlltoallMixed, DeviceAndHostRanksMeetInOneCall) {
+  const int n = 3;
+  const size_t cpr = 300;
+  FakeDevice dev;  // outlives the groups
+  CpuMessageCodec mc;
+  Group host(n), mixed(n);
+  ASSERT_TRUE(host.ok() && mixed.ok());
+  const qc_policy_t p = policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_AUTO);
+  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+  ASSERT_EQ(mixed.set_policy("*", p), QC_SUCCESS);
+  const auto in = encode_all(random_inputs(n, cpr * n, 5), QC_DTYPE_FLOAT32);
+  const RunResult want = alltoall_on(host, in, cpr, QC_DTYPE_FLOAT32);
+  ASSERT_TRUE(want.all_ok()) << want.describe();
+  void* send0 = dev.upload(in[0]);
+  void* recv0 = dev.alloc(cpr * n * 4);
+  std::vector<Bytes> out(n, Bytes(cpr * n * 4));
+  std::vector<qc::Status> s(n);
+  run_ranks(n, [&](int r) {
+    s[r] = r == 0 ? device_alltoall(mixed[r], dev, &mc, send0, recv0, cpr)
+                  : qc::alltoall_placed(mixed[r], &dev, &mc, nullptr, in[r].data(),
+                                        out[r].data(), cpr, QC_DTYPE_FLOAT32, nullptr);
+  });
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(s[r]) << "rank " << r << ": " << s[r].message();
+  EXPECT_EQ(mc.encodes, n) << "rank 0's blocks were encoded on its device";
+  EXPECT_EQ(dev.download(recv0, cpr * n * 4), want.out[0]);
+  for (int r = 1; r < n; ++r) EXPECT_EQ(out[r], want.out[r]) << "rank " << r;
+}
+
+// In place: every block is encoded before any is decoded into the buffer.
+TEST(CompressedAlltoallInPlace, SameBufferGivesTheHostPathsBlocks) {
+  const int n = 3;
+  const size_t cpr = 500;
+  std::vector<FakeDevice> dev(n);  // outlives the groups
+  std::vector<CpuMessageCodec> mc(n);
+  Group host(n), device(n);
+  ASSERT_TRUE(host.ok() && device.ok());
+  const qc_policy_t p = policy_of(QC_CODEC_QSGD, 4, QC_ALGO_AUTO);
+  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+  ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+  const auto in = encode_all(random_inputs(n, cpr * n, 6), QC_DTYPE_FLOAT32);
+  const RunResult want = alltoall_on(host, in, cpr, QC_DTYPE_FLOAT32);
+  ASSERT_TRUE(want.all_ok()) << want.describe();
+  std::vector<void*> buf(n);
+  for (int r = 0; r < n; ++r) buf[r] = dev[r].upload(in[r]);
+  std::vector<qc::Status> s(n);
+  run_ranks(n, [&](int r) { s[r] = device_alltoall(device[r], dev[r], &mc[r], buf[r], buf[r], cpr); });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(s[r]) << "rank " << r << ": " << s[r].message();
+    EXPECT_EQ(mc[r].encodes, n);
+    EXPECT_EQ(dev[r].download(buf[r], cpr * n * 4), want.out[r]) << "rank " << r;
+  }
+}
+
+// What the device codec does not take is staged uncompressed, as before:
+// codec none, topk, a global codec, 16-bit data, scale reuse.
+TEST(CompressedAlltoallFallback, OtherCallsStageUncompressedAndMatchTheHostPath) {
+  const int n = 3;
+  const size_t cpr = 256;
+  struct Case {
+    const char* name;
+    qc_codec_t codec;
+    qc_dtype_t dtype;
+    int period;
+  };
+  for (const Case& c : {Case{"none", QC_CODEC_NONE, QC_DTYPE_FLOAT32, 1},
+                        Case{"topk", QC_CODEC_TOPK, QC_DTYPE_FLOAT32, 1},
+                        Case{"global_linear", QC_CODEC_GLOBAL_LINEAR, QC_DTYPE_FLOAT32, 1},
+                        Case{"minmax on fp16 data", QC_CODEC_MINMAX, QC_DTYPE_FLOAT16, 1},
+                        Case{"minmax reusing scales", QC_CODEC_MINMAX, QC_DTYPE_FLOAT32, 2}}) {
+    SCOPED_TRACE(c.name);
+    qc_policy_t p = policy_of(c.codec, 4, QC_ALGO_AUTO);
+    p.scale_update_period = c.period;
+    std::vector<FakeDevice> dev(n);  // outlives the groups
+    std::vector<CpuMessageCodec> mc(n);
+    Group host(n), device(n);
+    ASSERT_TRUE(host.ok() && device.ok());
+    ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+    ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+    const size_t bytes = cpr * n * qct::dtype_size(c.dtype);
+    for (int call = 0; call < 2; ++call) {
+      const auto in = encode_all(random_inputs(n, cpr * n, 30 + call, c.dtype), c.dtype);
+      const RunResult want = alltoall_on(host, in, cpr, c.dtype);
+      ASSERT_TRUE(want.all_ok()) << want.describe();
+      std::vector<void*> send(n), recv(n);
+      for (int r = 0; r < n; ++r) {
+        send[r] = dev[r].upload(in[r]);
+        recv[r] = dev[r].alloc(bytes);
+      }
+      std::vector<qc::Status> s(n);
+      run_ranks(n, [&](int r) {
+        s[r] = device_alltoall(device[r], dev[r], &mc[r], send[r], recv[r], cpr, c.dtype);
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(s[r]) << "rank " << r << ": " << s[r].message();
+        EXPECT_EQ(dev[r].download(recv[r], bytes), want.out[r]) << "rank " << r;
+        EXPECT_EQ(mc[r].encodes, 0) << "rank " << r;
+      }
+    }
+    EXPECT_EQ(dev[0].bytes_to_host, 2 * bytes) << "the whole input, twice";
+  }
+}
+
+// A device failure on one rank (here its copy to the host) breaks the group
+// at once: the peers fail in the exchange instead of waiting for it.
+TEST(CompressedAlltoallFailure, ADeviceFailureFailsThePeersAtOnce) {
+  const int n = 3;
+  std::vector<FakeDevice> dev(n);  // outlives the group
+  std::vector<CpuMessageCodec> mc(n);
+  Group g(n, 60.0);  // a hang would show as ~60 s
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g.set_policy("*", policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_AUTO)), QC_SUCCESS);
+  dev[1].fail_to_host = true;
+  const size_t cpr = 200;
+  const auto in = encode_all(random_inputs(n, cpr * n, 8), QC_DTYPE_FLOAT32);
+  std::vector<void*> send(n), recv(n);
+  for (int r = 0; r < n; ++r) {
+    send[r] = dev[r].upload(in[r]);
+    recv[r] = dev[r].alloc(cpr * n * 4);
+  }
+  std::vector<qc::Status> s(n);
+  std::vector<double> seconds(n);
+  run_ranks(n, [&](int r) {
+    const auto t0 = Clock::now();
+    s[r] = device_alltoall(g[r], dev[r], &mc[r], send[r], recv[r], cpr);
+    seconds[r] = seconds_since(t0);
+  });
+  EXPECT_EQ(s[1].code(), QC_ERROR_INTERNAL) << s[1].message();
+  EXPECT_NE(s[1].message().find("rank 1 could not encode its blocks on the device"),
+            std::string::npos)
+      << s[1].message();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(s[r]) << "rank " << r;
+    EXPECT_LT(seconds[r], 10.0) << "rank " << r << " waited for the timeout";
+  }
+  EXPECT_EQ(dev[1].copies_to_device, 0);
 }
 
 // ---------------------------------------------------------------------------

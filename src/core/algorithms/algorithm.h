@@ -34,6 +34,10 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
 // by its sender and decoded by its receiver.
 Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank);
+// Its exchange on its own, for blocks encoded elsewhere (on the device:
+// core/device_staging.h): out[j] goes to rank j, in[i] arrives from rank i,
+// every message framed for `frame` bytes; out[rank] stays where it is.
+Status alltoall_exchange(CollectiveContext& ctx, Message* out, Message* in, size_t frame);
 
 // QC_ALGO_AUTO's rule (docs/algorithms.md, qc.h):
 //  1 rank                              -> ring (no steps, one encode/decode)

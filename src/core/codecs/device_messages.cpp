@@ -53,6 +53,49 @@ size_t meta_bytes(const WireHeader& h) {
 
 }  // namespace
 
+Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const void* src,
+                                const RandomKey& key, uint8_t* payload, void* stream) {
+  const qc_codec_t c = static_cast<qc_codec_t>(h.codec);
+  const size_t count = static_cast<size_t>(h.count);
+  const float* src32 = static_cast<const float*>(src);
+  const bool stochastic = (h.flags & kWireFlagStochastic) != 0;
+  // The CPU codecs' random stream and element index (codec_quantized.cpp).
+  const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.call);
+  if (c == QC_CODEC_NONE) {
+    return cuda::copy_on_device(payload, src, h.payload_bytes, stream);
+  }
+  if (cast(c)) return cuda::cast_encode(c, src32, count, payload, stream);
+  if (global(c)) {
+    return cuda::global_encode(c, h.bits, stochastic, rng, key.element_offset, src32, nullptr,
+                               count, payload, payload + 4, stream);
+  }
+  cuda::DeviceQuantArgs a;
+  a.codec = c;
+  a.bits = h.bits;
+  a.bucket = h.bucket_size;
+  a.stochastic = stochastic;
+  a.rng = rng;
+  a.index_base = key.element_offset;
+  a.input_dtype = dtype;
+  return cuda::quant_encode(src, nullptr, count, a, payload, payload + meta_bytes(h), stream);
+}
+
+Status decode_payload_on_device(const WireHeader& h, const uint8_t* payload, float* out,
+                                void* stream) {
+  const qc_codec_t c = static_cast<qc_codec_t>(h.codec);
+  const size_t count = static_cast<size_t>(h.count);
+  if (c == QC_CODEC_NONE) {
+    if (h.dtype == QC_DTYPE_FLOAT32) return cuda::copy_on_device(out, payload, h.payload_bytes, stream);
+    // 16-bit values widen exactly as the fp16/bf16 codecs decode
+    const qc_codec_t as = h.dtype == QC_DTYPE_FLOAT16 ? QC_CODEC_FP16 : QC_CODEC_BF16;
+    return cuda::cast_decode(as, payload, count, out, false, stream);
+  }
+  if (cast(c)) return cuda::cast_decode(c, payload, count, out, false, stream);
+  if (global(c)) return cuda::global_decode(c, h.bits, payload, payload + 4, count, out, false, stream);
+  return cuda::quant_decode(c, payload, payload + meta_bytes(h), count, h.bits, h.bucket_size, out,
+                            false, stream);
+}
+
 Status encode_message_on_device(const qc_policy_t& policy, const void* src, size_t count,
                                 qc_dtype_t dtype, uint8_t* dst, size_t capacity,
                                 size_t* written) {
@@ -70,28 +113,10 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
   uint8_t header[kWireHeaderBytes];
   write_wire_header(h, header);
   QC_RETURN_IF_ERROR(cuda::copy_to_device(dst, header, kWireHeaderBytes));
-  uint8_t* payload = dst + kWireHeaderBytes;
-  const float* src32 = static_cast<const float*>(src);
-  const bool stochastic = (h.flags & kWireFlagStochastic) != 0;
-  const cpu::RandomStream rng = cpu::make_random_stream(policy.seed, 0, 0);  // as on the CPU
-  if (c == QC_CODEC_NONE) {
-    QC_RETURN_IF_ERROR(cuda::copy_on_device(payload, src, h.payload_bytes, nullptr));
-  } else if (cast(c)) {
-    QC_RETURN_IF_ERROR(cuda::cast_encode(c, src32, count, payload, nullptr));
-  } else if (global(c)) {
-    QC_RETURN_IF_ERROR(cuda::global_encode(c, h.bits, stochastic, rng, 0, src32, nullptr, count,
-                                           payload, payload + 4, nullptr));
-  } else {
-    cuda::DeviceQuantArgs a;
-    a.codec = c;
-    a.bits = h.bits;
-    a.bucket = h.bucket_size;
-    a.stochastic = stochastic;
-    a.rng = rng;
-    a.input_dtype = dtype;
-    QC_RETURN_IF_ERROR(
-        cuda::quant_encode(src, nullptr, count, a, payload, payload + meta_bytes(h), nullptr));
-  }
+  RandomKey key;  // as qc_encode on the CPU: rank 0, call 0, offset 0
+  key.seed = policy.seed;
+  QC_RETURN_IF_ERROR(
+      encode_payload_on_device(h, dtype, src, key, dst + kWireHeaderBytes, nullptr));
   QC_RETURN_IF_ERROR(cuda::synchronize(nullptr));
   *written = need;
   return Status::ok();
@@ -122,23 +147,8 @@ Status decode_message_on_device(const uint8_t* src, size_t size, void* dst, size
                         std::to_string(expected.bucket_size));
   }
   const uint8_t* payload = src + kWireHeaderBytes;
-  float* out = static_cast<float*>(dst);
-  if (c == QC_CODEC_NONE) {
-    if (h.dtype == QC_DTYPE_FLOAT32) {
-      QC_RETURN_IF_ERROR(cuda::copy_on_device(out, payload, h.payload_bytes, nullptr));
-    } else {  // 16-bit values widen exactly as the fp16/bf16 codecs decode
-      const qc_codec_t as = h.dtype == QC_DTYPE_FLOAT16 ? QC_CODEC_FP16 : QC_CODEC_BF16;
-      QC_RETURN_IF_ERROR(cuda::cast_decode(as, payload, count, out, false, nullptr));
-    }
-  } else if (cast(c)) {
-    QC_RETURN_IF_ERROR(cuda::cast_decode(c, payload, count, out, false, nullptr));
-  } else if (global(c)) {
-    QC_RETURN_IF_ERROR(check_global_payload(c, h, payload));
-    QC_RETURN_IF_ERROR(cuda::global_decode(c, h.bits, payload, payload + 4, count, out, false, nullptr));
-  } else {
-    QC_RETURN_IF_ERROR(cuda::quant_decode(c, payload, payload + meta_bytes(h), count, h.bits,
-                                          h.bucket_size, out, false, nullptr));
-  }
+  if (global(c)) QC_RETURN_IF_ERROR(check_global_payload(c, h, payload));
+  QC_RETURN_IF_ERROR(decode_payload_on_device(h, payload, static_cast<float*>(dst), nullptr));
   return cuda::synchronize(nullptr);
 }
 

@@ -1,0 +1,34 @@
+// The device side of collectives that stage only compressed bytes
+// (core/device_staging.h): message payloads encoded from and decoded into
+// device memory, enqueued on a stream. In production the CUDA kernels
+// (cuda_message_codec, over codecs/device_messages.h); in the unit tests
+// the CPU codecs over a fake device's memory, so the staging logic is
+// tested without a GPU.
+#pragma once
+
+#include "core/codecs/codec.h"
+#include "core/codecs/wire_format.h"
+#include "core/status.h"
+
+namespace qc {
+
+class DeviceMessageCodec {
+ public:
+  virtual ~DeviceMessageCodec() = default;
+  // The payload of the message `codec` writes for h.count float32 values at
+  // `src` (header `h`, from codec.header_for), with the random bits of `key`:
+  // the bytes codec.encode() writes after the header.
+  virtual Status encode(const Codec& codec, const WireHeader& h, const float* src,
+                        const RandomKey& key, uint8_t* payload, void* stream) const = 0;
+  // dst = the h.count float32 values of a payload whose header `h` the
+  // caller has checked.
+  virtual Status decode(const Codec& codec, const WireHeader& h, const uint8_t* payload,
+                        float* dst, void* stream) const = 0;
+  // Waits for the work enqueued on `stream`.
+  virtual Status synchronize(void* stream) const = 0;
+};
+
+// The CUDA kernels' DeviceMessageCodec; nullptr in a build without CUDA.
+const DeviceMessageCodec* cuda_message_codec();
+
+}  // namespace qc

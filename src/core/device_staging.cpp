@@ -1,0 +1,155 @@
+#include "core/device_staging.h"
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "core/algorithms/algorithm.h"
+#if defined(QC_HAVE_CUDA)
+#include "core/codecs/device_messages.h"
+#include "cuda/device_runtime.h"
+#endif
+
+namespace qc {
+namespace {
+
+// Each payload starts on a 32-byte boundary of the (cudaMalloc'd, 256-byte
+// aligned) device buffer: the alignment a payload has behind the 32-byte
+// header of a message qc_encode writes into a cudaMalloc'd buffer, which is
+// what the kernels are tested with. Larger slots would stage padding.
+constexpr size_t kSlotAlign = 32;
+
+size_t slot_bytes(size_t payload) { return (payload + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
+
+#if defined(QC_HAVE_CUDA)
+class CudaMessageCodec final : public DeviceMessageCodec {
+ public:
+  Status encode(const Codec& /*codec*/, const WireHeader& h, const float* src,
+                const RandomKey& key, uint8_t* payload, void* stream) const override {
+    return encode_payload_on_device(h, QC_DTYPE_FLOAT32, src, key, payload, stream);
+  }
+  Status decode(const Codec& /*codec*/, const WireHeader& h, const uint8_t* payload, float* dst,
+                void* stream) const override {
+    return decode_payload_on_device(h, payload, dst, stream);
+  }
+  Status synchronize(void* stream) const override { return cuda::synchronize(stream); }
+};
+#endif
+
+// A failure of this rank's device work, in words its peers can act on (the
+// group breaks with it, so they read it too).
+Status device_failure(const CollectiveContext& ctx, const char* step, const Status& cause) {
+  return Status(cause.code(), "rank " + std::to_string(ctx.rank()) + " could not " + step + ": " +
+                                  cause.message());
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+const DeviceMessageCodec* cuda_message_codec() {
+#if defined(QC_HAVE_CUDA)
+  static const CudaMessageCodec* const codec = new CudaMessageCodec();  // stateless, never freed
+  return codec;
+#else
+  return nullptr;
+#endif
+}
+
+bool alltoall_stages_compressed(const qc_policy_t& policy, const Codec& codec, size_t count,
+                                WireHeader* header) {
+  switch (codec.id()) {
+    case QC_CODEC_MINMAX:
+    case QC_CODEC_QSGD:
+    case QC_CODEC_ONEBIT:
+    case QC_CODEC_FP16:
+    case QC_CODEC_BF16:
+      break;
+    default:  // none gains nothing; topk and the global codecs have no staged path yet
+      return false;
+  }
+  // Scale reuse keeps host copies of earlier messages to encode against.
+  if (policy.scale_update_period > 1) return false;
+  return count > 0 && codec.header_for(count, header);
+}
+
+Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
+                                  const WireHeader& header, const DeviceMemory& mem,
+                                  const DeviceMessageCodec& device_codec, HostStaging& staging,
+                                  const float* send, float* recv, size_t count_per_rank,
+                                  void* stream) {
+  const int n = ctx.size();
+  const int r = ctx.rank();
+  const size_t blocks = static_cast<size_t>(n);
+  const size_t payload = header.payload_bytes;
+  const size_t slot = slot_bytes(payload);
+  // Device and host: blocks out-going slots, then blocks incoming ones.
+  unsigned char* device = nullptr;
+  unsigned char* host = nullptr;
+  QC_RETURN_IF_ERROR(staging.reserve_device(mem, 2 * blocks * slot, &device));
+  QC_RETURN_IF_ERROR(staging.reserve(mem, 2 * blocks * slot, &host));
+  unsigned char* device_in = device + blocks * slot;
+  unsigned char* host_in = host + blocks * slot;
+
+  // 1. Every block encoded on the device, in alltoall_pairwise's order and
+  // with its random keys, then only the payloads copied to the host.
+  auto start = std::chrono::steady_clock::now();
+  Status s;
+  for (int k = 0; k < n && s; ++k) {
+    const size_t to = static_cast<size_t>((r + k) % n);
+    s = device_codec.encode(codec, header, send + to * count_per_rank,
+                            ctx.random_key(to * count_per_rank), device + to * slot, stream);
+  }
+  if (s) s = mem.to_host(host, device, blocks * slot, stream);
+  if (!s) return device_failure(ctx, "encode its blocks on the device", s);
+  ctx.add_codec_seconds(seconds_since(start));
+
+  // 2. The messages: the header every block shares, then its payload.
+  uint8_t head[kWireHeaderBytes];
+  write_wire_header(header, head);
+  const size_t frame = ctx.max_encoded_size(count_per_rank);
+  Message* msgs = ctx.messages(2 * blocks);
+  Message* out = msgs;
+  Message* in = msgs + blocks;
+  for (size_t j = 0; j < blocks; ++j) {
+    if (j == static_cast<size_t>(r)) continue;  // the own block stays on the device
+    out[j].reserve_payload(frame);
+    std::memcpy(out[j].payload(), head, kWireHeaderBytes);
+    std::memcpy(out[j].payload() + kWireHeaderBytes, host + j * slot, payload);
+    out[j].set_payload_size(kWireHeaderBytes + payload);
+  }
+  QC_RETURN_IF_ERROR(alltoall_exchange(ctx, out, in, frame));
+
+  // 3. Every received header checked on the host, before a kernel reads a
+  // byte: it must be this call's (the same codec, count and layout), since
+  // the device kernels take their sizes from it.
+  for (size_t from = 0; from < blocks; ++from) {
+    if (from == static_cast<size_t>(r)) continue;
+    const Message& m = in[from];
+    WireHeader got;
+    QC_RETURN_IF_ERROR(read_header_for(m.payload(), m.payload_size(), codec.id(),
+                                       count_per_rank, &got));
+    if (std::memcmp(m.payload(), head, kWireHeaderBytes) != 0) {
+      return corrupt_data("the alltoall block from rank " + std::to_string(from) +
+                          " has another header than this call's blocks");
+    }
+    std::memcpy(host_in + from * slot, m.payload() + kWireHeaderBytes, payload);
+  }
+
+  // 4. The payloads to the device, every block decoded there.
+  start = std::chrono::steady_clock::now();
+  s = mem.to_device(device_in, host_in, blocks * slot, stream);
+  for (size_t from = 0; from < blocks && s; ++from) {
+    const unsigned char* src =
+        from == static_cast<size_t>(r) ? device + from * slot : device_in + from * slot;
+    s = device_codec.decode(codec, header, src, recv + from * count_per_rank, stream);
+  }
+  if (s) s = device_codec.synchronize(stream);
+  if (!s) return device_failure(ctx, "decode the received blocks on the device", s);
+  ctx.add_codec_seconds(seconds_since(start));
+  return s;
+}
+
+}  // namespace qc
