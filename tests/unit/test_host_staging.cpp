@@ -393,8 +393,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CompressedAlltoallMixed, DeviceAndHostRanksMeetInOneCall) {
   const int n = 3;
   const size_t cpr = 300;
-  FakeDevice dev;  // outlives the groups
-  CpuMessageCodec mc;
+  // One fake device and device codec per rank: a fake is not thread-safe.
+  std::vector<FakeDevice> dev(n);  // outlives the groups
+  std::vector<CpuMessageCodec> mc(n);
   Group host(n), mixed(n);
   ASSERT_TRUE(host.ok() && mixed.ok());
   const qc_policy_t p = policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_AUTO);
@@ -403,18 +404,19 @@ TEST(CompressedAlltoallMixed, DeviceAndHostRanksMeetInOneCall) {
   const auto in = encode_all(random_inputs(n, cpr * n, 5), QC_DTYPE_FLOAT32);
   const RunResult want = alltoall_on(host, in, cpr, QC_DTYPE_FLOAT32);
   ASSERT_TRUE(want.all_ok()) << want.describe();
-  void* send0 = dev.upload(in[0]);
-  void* recv0 = dev.alloc(cpr * n * 4);
+  void* send0 = dev[0].upload(in[0]);
+  void* recv0 = dev[0].alloc(cpr * n * 4);
   std::vector<Bytes> out(n, Bytes(cpr * n * 4));
   std::vector<qc::Status> s(n);
   run_ranks(n, [&](int r) {
-    s[r] = r == 0 ? device_alltoall(mixed[r], dev, &mc, send0, recv0, cpr)
-                  : qc::alltoall_placed(mixed[r], &dev, &mc, nullptr, in[r].data(),
+    s[r] = r == 0 ? device_alltoall(mixed[r], dev[r], &mc[r], send0, recv0, cpr)
+                  : qc::alltoall_placed(mixed[r], &dev[r], &mc[r], nullptr, in[r].data(),
                                         out[r].data(), cpr, QC_DTYPE_FLOAT32, nullptr);
   });
   for (int r = 0; r < n; ++r) ASSERT_TRUE(s[r]) << "rank " << r << ": " << s[r].message();
-  EXPECT_EQ(mc.encodes, n) << "rank 0's blocks were encoded on its device";
-  EXPECT_EQ(dev.download(recv0, cpr * n * 4), want.out[0]);
+  EXPECT_EQ(mc[0].encodes, n) << "rank 0's blocks were encoded on its device";
+  for (int r = 1; r < n; ++r) EXPECT_EQ(mc[r].encodes, 0) << "rank " << r << " is on the host";
+  EXPECT_EQ(dev[0].download(recv0, cpr * n * 4), want.out[0]);
   for (int r = 1; r < n; ++r) EXPECT_EQ(out[r], want.out[r]) << "rank " << r;
 }
 
