@@ -236,7 +236,8 @@ double squared_norm(const float* x, size_t count) {
 
 namespace {
 
-// What an allreduce of this shape does under its layer's policy.
+// What an allreduce of this shape does under its layer's policy (after the
+// check that the group is healthy, which every call starts with).
 struct AllreducePlan {
   qc_policy_t policy;
   std::unique_ptr<Codec> codec;
@@ -246,6 +247,7 @@ struct AllreducePlan {
 
 Status plan_allreduce(const qc_comm_s* comm, size_t count, qc_dtype_t dtype, const char* layer,
                       AllreducePlan* plan) {
+  QC_RETURN_IF_ERROR(check_healthy(comm));
   plan->policy = effective_policy(comm->policies.resolve(layer), count * dtype_size(dtype));
   QC_RETURN_IF_ERROR(make_codec(plan->policy, dtype, &plan->codec));
   const bool float_sum = comm->transport->has_native_float_allreduce();
@@ -276,7 +278,6 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const void* sendbuf, void* recv
   if (!comm->transport->has_device_float_allreduce() || dtype != QC_DTYPE_FLOAT32) {
     return Status::ok();
   }
-  QC_RETURN_IF_ERROR(check_healthy(comm));
   AllreducePlan plan;
   QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
   if (!plan.native_float || (plan.policy.error_feedback != 0 && error_buffer != nullptr)) {
@@ -313,7 +314,6 @@ Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
 Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
                       qc_error_buffer_s* error_buffer) {
-  QC_RETURN_IF_ERROR(check_healthy(comm));
   AllreducePlan plan;
   QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
   const qc_policy_t& policy = plan.policy;
@@ -506,8 +506,8 @@ Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvb
 
 namespace {
 
-// The policy, codec and signature of an alltoall of this shape. The
-// algorithm field does not apply to alltoall, so it is left out of the
+// The policy, codec and signature of an alltoall of this shape (after the
+// health check, as plan_allreduce). The algorithm field does not apply to alltoall, so it is left out of the
 // signature: ranks may differ there without harm.
 struct AlltoallPlan {
   qc_policy_t policy;

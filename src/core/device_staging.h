@@ -1,9 +1,9 @@
 // Collectives on CUDA device memory that stage only compressed bytes: the
 // codec runs on the device (the CUDA kernels, which write the CPU's bytes),
 // and only the encoded messages cross to page-locked host memory, where the
-// host transport (local, MPI) moves them. For a 4-bit codec that is an
-// eighth of the bytes host_staging.h copies each way, and the encode and
-// decode run at the GPU's memory speed instead of the CPU's.
+// host transport (local, MPI) moves them. For a 4-bit codec that is about
+// an eighth (plus the per-bucket scales) of the bytes host_staging.h copies
+// each way, and the encode and decode run on the GPU instead of the CPU.
 //
 // Today: alltoall (paper 000 §3.3, the DLRM embedding exchange) with a
 // bucketed or cast codec (minmax, qsgd, onebit, fp16, bf16) on float32

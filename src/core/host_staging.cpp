@@ -54,44 +54,27 @@ const DeviceMemory* cuda_device_memory() {
 }
 
 void HostStaging::release() {
-  if (data_ != nullptr) mem_->free_host(data_);
-  if (device_data_ != nullptr) mem_->free_device(device_data_);
-  data_ = nullptr;
-  size_ = 0;
-  device_data_ = nullptr;
-  device_size_ = 0;
+  if (host_.data != nullptr) mem_->free_host(host_.data);
+  if (device_.data != nullptr) mem_->free_device(device_.data);
+  host_ = Block();
+  device_ = Block();
   mem_ = nullptr;
 }
 
-Status HostStaging::reserve(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
+Status HostStaging::grow(const DeviceMemory& mem, bool on_device, size_t bytes,
+                         unsigned char** p) {
   if (mem_ != &mem) release();  // all of it comes from one DeviceMemory
-  if (size_ < bytes) {
-    if (data_ != nullptr) mem.free_host(data_);
-    data_ = nullptr;
-    size_ = 0;
+  mem_ = &mem;
+  Block& b = on_device ? device_ : host_;
+  if (b.size < bytes) {
+    if (b.data != nullptr) on_device ? mem.free_device(b.data) : mem.free_host(b.data);
+    b = Block();
     void* fresh = nullptr;
-    QC_RETURN_IF_ERROR(mem.alloc_host(bytes, &fresh));
-    mem_ = &mem;
-    data_ = fresh;
-    size_ = bytes;
+    QC_RETURN_IF_ERROR(on_device ? mem.alloc_device(bytes, &fresh) : mem.alloc_host(bytes, &fresh));
+    b.data = fresh;
+    b.size = bytes;
   }
-  *p = static_cast<unsigned char*>(data_);
-  return Status::ok();
-}
-
-Status HostStaging::reserve_device(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
-  if (mem_ != &mem) release();
-  if (device_size_ < bytes) {
-    if (device_data_ != nullptr) mem.free_device(device_data_);
-    device_data_ = nullptr;
-    device_size_ = 0;
-    void* fresh = nullptr;
-    QC_RETURN_IF_ERROR(mem.alloc_device(bytes, &fresh));
-    mem_ = &mem;
-    device_data_ = fresh;
-    device_size_ = bytes;
-  }
-  *p = static_cast<unsigned char*>(device_data_);
+  *p = static_cast<unsigned char*>(b.data);
   return Status::ok();
 }
 

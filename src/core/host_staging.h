@@ -54,21 +54,27 @@ class HostStaging {
   HostStaging& operator=(const HostStaging&) = delete;
 
   // At least `bytes` of host memory from `mem`, 64-byte aligned.
-  Status reserve(const DeviceMemory& mem, size_t bytes, unsigned char** p);
+  Status reserve(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
+    return grow(mem, /*on_device=*/false, bytes, p);
+  }
   // At least `bytes` of device memory from `mem` (256-byte aligned, as
   // cudaMalloc's).
-  Status reserve_device(const DeviceMemory& mem, size_t bytes, unsigned char** p);
-  size_t capacity() const { return size_; }
-  size_t device_capacity() const { return device_size_; }
+  Status reserve_device(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
+    return grow(mem, /*on_device=*/true, bytes, p);
+  }
+  size_t capacity() const { return host_.size; }
 
  private:
+  struct Block {
+    void* data = nullptr;
+    size_t size = 0;
+  };
+  Status grow(const DeviceMemory& mem, bool on_device, size_t bytes, unsigned char** p);
   void release();
 
   const DeviceMemory* mem_ = nullptr;
-  void* data_ = nullptr;
-  size_t size_ = 0;
-  void* device_data_ = nullptr;
-  size_t device_size_ = 0;
+  Block host_;
+  Block device_;
 };
 
 enum class BufferPlace { kHost, kDevice };

@@ -74,12 +74,12 @@ Status NcclTransport::post_recv(int peer, uint64_t tag, void* buffer, size_t cap
 Status NcclTransport::fail(Request* reqs, size_t count, const Status& status) {
   abort(status);
   for (size_t i = 0; i < count; ++i) reqs[i].transport_state.reset();
-  return failure();
+  return recorded_failure();
 }
 
 Status NcclTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
   {
-    Status failed = failure();
+    Status failed = recorded_failure();
     if (!failed) return fail(reqs, count, failed);
   }
   // Lay the frames out and fill the send frames in one pass:
@@ -157,7 +157,7 @@ Status NcclTransport::await(Deadline deadline, const std::function<std::string()
     if (!s) return s;
     if (done) return Status::ok();
     {
-      Status failed = failure();  // another thread's abort()
+      Status failed = recorded_failure();  // another thread's abort()
       if (!failed) return failed;
     }
     if (Clock::now() >= deadline) {
@@ -171,19 +171,19 @@ Status NcclTransport::await(Deadline deadline, const std::function<std::string()
 
 Status NcclTransport::native_allreduce(void* data, size_t count, NcclReduction reduction,
                                        Deadline deadline, const char* what) {
-  Status s = failure();
+  Status s = recorded_failure();
   if (s) s = backend_->start_allreduce(data, count, reduction);
   if (s) s = await(deadline, [what] { return std::string(what); });
   if (!s) {
     abort(s);
-    return failure();
+    return recorded_failure();
   }
   return Status::ok();
 }
 
 Status NcclTransport::allreduce_int64(int64_t* values, size_t count, int width,
                                       Deadline deadline) {
-  if (count == 0 || size() == 1) return failure();
+  if (count == 0 || size() == 1) return recorded_failure();
   // int32 when the sums fit (half the bytes), else int64, as on MPI.
   if (width > 31) {
     return native_allreduce(values, count, NcclReduction::kSumInt64, deadline,
@@ -199,13 +199,13 @@ Status NcclTransport::allreduce_int64(int64_t* values, size_t count, int width,
 Status NcclTransport::allreduce_float(const float* send, float* recv, size_t count,
                                       Deadline deadline) {
   if (send != recv && count > 0) std::memcpy(recv, send, count * sizeof(float));
-  if (count == 0 || size() == 1) return failure();
+  if (count == 0 || size() == 1) return recorded_failure();
   return native_allreduce(recv, count, NcclReduction::kSumFloat32, deadline,
                           "the NCCL float allreduce");
 }
 
 Status NcclTransport::agree(uint64_t value, Deadline deadline) {
-  if (size() == 1) return failure();
+  if (size() == 1) return recorded_failure();
   // min(v) == v and min(~v) == ~v (so max(v) == v) on a rank means every
   // rank passed v; all ranks get the same minima, so all see a difference.
   uint64_t lanes[2] = {value, ~value};
@@ -220,11 +220,11 @@ Status NcclTransport::agree(uint64_t value, Deadline deadline) {
 
 Status NcclTransport::enqueue_device_allreduce_float(const float* send, float* recv,
                                                      size_t count, bool average, void* stream) {
-  Status s = failure();
+  Status s = recorded_failure();
   if (s && count > 0) s = backend_->enqueue_allreduce(send, recv, count, average, stream);
   if (!s) {
     abort(s);
-    return failure();
+    return recorded_failure();
   }
   return Status::ok();
 }
@@ -236,6 +236,11 @@ void NcclTransport::abort(const Status& reason) {
     failure_ = reason.is_ok() ? internal_error("the group was aborted") : reason;
   }
   backend_->abort();
+}
+
+Status NcclTransport::recorded_failure() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return failure_;
 }
 
 Status NcclTransport::failure() const {

@@ -125,6 +125,9 @@ class NcclTransport final : public Transport {
 
  private:
   Status check_peer(int peer) const;
+  // The failure recorded so far, without asking NCCL: what the transport's
+  // own loops check (each call starts with failure(), which asks).
+  Status recorded_failure() const;
   Status fail(Request* reqs, size_t count, const Status& status);
   // Polls the started group or allreduce until it is done, the deadline
   // passes (QC_ERROR_TIMEOUT naming `what`, and an abort) or another thread
