@@ -125,8 +125,8 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_comm(comm));
     QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
-    return allreduce_placed(comm, cuda_device_memory(), stream, sendbuf, recvbuf, count, dtype,
-                            op, layer, error_buffer);
+    return allreduce_placed(comm, cuda_device_memory(), cuda_message_codec(), stream, sendbuf,
+                            recvbuf, count, dtype, op, layer, error_buffer);
   });
 }
 

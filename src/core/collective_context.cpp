@@ -1,6 +1,9 @@
 #include "core/collective_context.h"
 
 #include "core/byte_order.h"
+#include "core/codecs/device_message_codec.h"
+#include "core/host_staging.h"
+#include "core/policy.h"
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -29,6 +32,7 @@ CollectiveContext::CollectiveContext(Transport& transport, const Codec& codec, S
 
 Status CollectiveContext::encode(const float* src, size_t count, uint64_t element_offset,
                                  Message* msg) {
+  if (device_.codec != nullptr) return encode_on_device(src, count, element_offset, msg);
   const auto start = Clock::now();
   const size_t capacity = codec_.max_encoded_size(count);
   if (msg->payload_capacity() < capacity) msg->reserve_payload(capacity);
@@ -108,6 +112,7 @@ double CollectiveContext::error_estimate() const {
 }
 
 Status CollectiveContext::decode(const uint8_t* data, size_t size, float* dst, size_t count) {
+  if (device_.codec != nullptr) return decode_on_device(data, size, dst, count, false);
   const auto start = Clock::now();
   Status s = codec_.decode(data, size, dst, count);
   counters_.codec_seconds += seconds_since(start);
@@ -116,10 +121,109 @@ Status CollectiveContext::decode(const uint8_t* data, size_t size, float* dst, s
 
 Status CollectiveContext::decode_accumulate(const uint8_t* data, size_t size, float* dst,
                                             size_t count) {
+  if (device_.codec != nullptr) return decode_on_device(data, size, dst, count, true);
   const auto start = Clock::now();
   Status s = codec_.decode_accumulate(data, size, dst, count);
   counters_.codec_seconds += seconds_since(start);
   return s;
+}
+
+Status CollectiveContext::zeroed_values(size_t count, float** values) {
+  if (device_.codec == nullptr) {
+    scratch_.values.assign(count, 0.0f);
+    *values = scratch_.values.data();
+    return Status::ok();
+  }
+  if (count > device_.values_capacity) {
+    return internal_error(std::to_string(count) + " device values asked for, " +
+                          std::to_string(device_.values_capacity) + " reserved");
+  }
+  Status s = device_.codec->zero(device_.values, count, device_.stream);
+  if (!s) return device_failure("zero its values on the device", s);
+  *values = device_.values;
+  return Status::ok();
+}
+
+Status CollectiveContext::add_values(float* dst, const float* src, size_t count) {
+  if (device_.codec == nullptr) {
+    for (size_t i = 0; i < count; ++i) dst[i] += src[i];
+    return Status::ok();
+  }
+  Status s = device_.codec->add(dst, src, count, device_.stream);
+  return s ? s : device_failure("add its values on the device", s);
+}
+
+Status CollectiveContext::device_failure(const char* step, const Status& cause) const {
+  return Status(cause.code(), "rank " + std::to_string(rank_) + " could not " + step + ": " +
+                                  cause.message());
+}
+
+// The message the host codec writes, with the payload from the device codec
+// (the kernels write the CPU's bytes): only the payload crosses.
+Status CollectiveContext::encode_on_device(const float* src, size_t count,
+                                           uint64_t element_offset, Message* msg) {
+  if (residual_ != nullptr || scale_memory_ != nullptr) {
+    return internal_error("error feedback and scale reuse keep host state; a call on device "
+                          "values has neither");
+  }
+  const auto start = Clock::now();
+  WireHeader h;
+  if (!codec_.header_for(count, &h) || h.payload_bytes > device_.payload_capacity) {
+    return internal_error(std::string("codec ") + codec_name(codec_.id()) +
+                          " cannot encode " + std::to_string(count) +
+                          " device values into the reserved payload");
+  }
+  const size_t size = kWireHeaderBytes + h.payload_bytes;
+  if (msg->payload_capacity() < size) msg->reserve_payload(size);
+  write_wire_header(h, msg->payload());
+  ++encodes_;
+  if (h.payload_bytes > 0) {
+    Status s = device_.codec->encode(codec_, h, src, random_key(element_offset), device_.payload,
+                                     device_.stream);
+    if (s) {
+      s = device_.mem->to_host(msg->payload() + kWireHeaderBytes, device_.payload,
+                               h.payload_bytes, device_.stream);
+    }
+    if (!s) return device_failure("encode its values on the device", s);
+  }
+  msg->set_payload_size(size);
+  counters_.codec_seconds += seconds_since(start);
+  return Status::ok();
+}
+
+// The host decoders' checks on the header (the device kernels take their
+// sizes from it), then the payload to the device and the decode there.
+Status CollectiveContext::decode_on_device(const uint8_t* data, size_t size, float* dst,
+                                           size_t count, bool accumulate) {
+  const auto start = Clock::now();
+  WireHeader got, want;
+  QC_RETURN_IF_ERROR(read_header_for(data, size, codec_.id(), count, &got));
+  if (!codec_.header_for(count, &want) || want.payload_bytes > device_.payload_capacity) {
+    return internal_error(std::string("codec ") + codec_name(codec_.id()) +
+                          " cannot decode " + std::to_string(count) +
+                          " device values from the reserved payload");
+  }
+  if (got.bits != want.bits || got.bucket_size != want.bucket_size) {
+    return mismatch("message has bits " + std::to_string(got.bits) + ", bucket " +
+                    std::to_string(got.bucket_size) + "; expected bits " +
+                    std::to_string(want.bits) + ", bucket " + std::to_string(want.bucket_size));
+  }
+  if (got.payload_bytes != want.payload_bytes) {
+    return corrupt_data(std::string("codec ") + codec_name(codec_.id()) + " message: " +
+                        std::to_string(got.payload_bytes) + " payload bytes where " +
+                        std::to_string(count) + " elements need " +
+                        std::to_string(want.payload_bytes));
+  }
+  if (want.payload_bytes > 0) {
+    Status s = device_.mem->to_device(device_.payload, data + kWireHeaderBytes,
+                                      want.payload_bytes, device_.stream);
+    if (s) {
+      s = device_.codec->decode(codec_, want, device_.payload, dst, accumulate, device_.stream);
+    }
+    if (!s) return device_failure("decode a message on the device", s);
+  }
+  counters_.codec_seconds += seconds_since(start);
+  return Status::ok();
 }
 
 Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, size_t frame,

@@ -16,6 +16,9 @@
 
 namespace qc {
 
+class DeviceMemory;
+class DeviceMessageCodec;
+
 constexpr size_t kEnvelopeBytes = 24;
 
 // A message buffer: envelope space followed by the payload.
@@ -57,6 +60,20 @@ struct ScaleMemory {
   float norm = 0.0f;    // the native algorithm's agreed norm at the refresh
 };
 
+// A call whose values (the algorithms' `data`) are device memory and whose
+// codec runs there (core/device_staging.h): encode, decode and the values
+// arithmetic are enqueued on `stream`; the messages stay host memory, and
+// only their payloads cross, through `payload`.
+struct DeviceValues {
+  const DeviceMemory* mem = nullptr;
+  const DeviceMessageCodec* codec = nullptr;
+  void* stream = nullptr;
+  uint8_t* payload = nullptr;  // device bytes for the payload of the call's largest message
+  size_t payload_capacity = 0;
+  float* values = nullptr;     // device floats for zeroed_values
+  size_t values_capacity = 0;
+};
+
 struct CallCounters {
   uint64_t wire_bytes = 0;
   double codec_seconds = 0;
@@ -82,11 +99,14 @@ class CollectiveContext {
   }
   // Storage for the encoded final blocks (see BlockBlobs).
   std::vector<std::vector<uint8_t>>& blob_storage() { return scratch_.blobs; }
-  // `count` reusable floats, zeroed.
-  float* zeroed_values(size_t count) {
-    scratch_.values.assign(count, 0.0f);
-    return scratch_.values.data();
-  }
+  // `count` reusable floats, zeroed (device memory for a call on device values).
+  Status zeroed_values(size_t count, float** values);
+  // dst += src, element by element, where the call's values are.
+  Status add_values(float* dst, const float* src, size_t count);
+
+  // From now on the call's values are device memory (see DeviceValues). No
+  // error feedback, scale reuse or error estimate: their state is host memory.
+  void set_device_values(const DeviceValues& device) { device_ = device; }
 
   // Error feedback for this call: `residual` holds one slot per element of
   // the `count`-element tensor (error_buffer.h explains why one is enough).
@@ -164,6 +184,12 @@ class CollectiveContext {
                    Message* recv_msg, uint32_t step);
 
  private:
+  Status encode_on_device(const float* src, size_t count, uint64_t element_offset, Message* msg);
+  Status decode_on_device(const uint8_t* data, size_t size, float* dst, size_t count,
+                          bool accumulate);
+  // A failure of this rank's device work, in words its peers can act on.
+  Status device_failure(const char* step, const Status& cause) const;
+
   // A transport tag is the call's sequence number and the step's low 20 bits.
   static constexpr uint32_t kTagStepMask = 0xfffffu;
   uint64_t tag(uint32_t step) const { return (sequence_ << 20) | (step & kTagStepMask); }
@@ -184,6 +210,7 @@ class CollectiveContext {
   size_t residual_count_ = 0;
   ScaleMemory* scale_memory_ = nullptr;
   bool scale_refresh_ = false;
+  DeviceValues device_;
   size_t encodes_ = 0;
   bool estimate_error_ = false;
   bool estimated_ = false;

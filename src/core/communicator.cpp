@@ -270,22 +270,16 @@ constexpr uint64_t kEnqueuedOnDevice = 0x6a09e667f3bcc909ull;
 
 }  // namespace
 
-Status comm_allreduce_on_device(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
-                                size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
-                                const char* layer, qc_error_buffer_s* error_buffer, void* stream,
-                                bool* ran) {
-  *ran = false;
-  if (!comm->transport->has_device_float_allreduce() || dtype != QC_DTYPE_FLOAT32) {
-    return Status::ok();
-  }
-  AllreducePlan plan;
-  QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
-  if (!plan.native_float || (plan.policy.error_feedback != 0 && error_buffer != nullptr)) {
-    return Status::ok();
-  }
-  *ran = true;
-  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
-                                            plan.policy, plan.algorithm) ^ kEnqueuedOnDevice;
+namespace {
+
+// The uncompressed sum of float32 device buffers enqueued on the caller's
+// stream (NCCL): no staging, no wait.
+Status enqueue_allreduce_on_device(qc_comm_s* comm, const AllreducePlan& plan,
+                                   const void* sendbuf, void* recvbuf, size_t count,
+                                   qc_reduce_op_t op, const char* layer, void* stream) {
+  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32,
+                                            op, layer, plan.policy, plan.algorithm) ^
+                             kEnqueuedOnDevice;
   const double unknown_norm = std::numeric_limits<double>::quiet_NaN();
   return run_collective(comm, *plan.codec, signature, count * 4,
                         one_layer(layer, count, count * 4, unknown_norm),
@@ -296,9 +290,87 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const void* sendbuf, void* recv
   });
 }
 
-Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
-                        const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
-                        qc_reduce_op_t op, const char* layer, qc_error_buffer_s* error_buffer) {
+// The host path's algorithm on the device values themselves, the codec on
+// the device and only payloads staged (device_staging.h); returns once
+// recvbuf holds the result.
+Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
+                                   const DeviceMessageCodec& device_codec,
+                                   const AllreducePlan& plan, const void* sendbuf, void* recvbuf,
+                                   size_t count, qc_reduce_op_t op, const char* layer,
+                                   void* stream) {
+  const qc_policy_t& policy = plan.policy;
+  const int n = comm->transport->size();
+  // The host path's signature: the same messages travel, so ranks on device
+  // and host memory may meet in one call. The input is not read on the
+  // host, so the layer gets no norm (nor an error estimate) from this call.
+  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32,
+                                            op, layer, policy, plan.algorithm);
+  float* data = static_cast<float*>(recvbuf);
+  return run_collective(comm, *plan.codec, signature, count * 4,
+                        one_layer(layer, count, count * 4,
+                                  std::numeric_limits<double>::quiet_NaN()),
+                        [&](CollectiveContext& ctx) -> Status {
+    DeviceValues values;
+    Status s = reserve_device_values(*plan.codec, count, n, mem, device_codec, comm->staging,
+                                     stream, &values);
+    // The algorithms reduce in place: an out-of-place call starts from a copy.
+    if (s && sendbuf != recvbuf) {
+      s = device_codec.copy(data, static_cast<const float*>(sendbuf), count, stream);
+    }
+    if (!s) return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
+                                        " could not prepare its device values: " + s.message());
+    ctx.set_seed(policy.seed);
+    ctx.set_device_values(values);
+    switch (plan.algorithm) {
+      case QC_ALGO_RING: s = allreduce_ring(ctx, data, count); break;
+      case QC_ALGO_RECURSIVE_DOUBLING:
+        s = allreduce_recursive_doubling(ctx, data, count, policy.group_size);
+        break;
+      case QC_ALGO_SRA: s = allreduce_sra(ctx, data, count); break;
+      case QC_ALGO_TREE: s = allreduce_tree(ctx, data, count); break;
+      default: return internal_error("no device algorithm selected");
+    }
+    QC_RETURN_IF_ERROR(s);
+    // AVG's one division at the end, as finish_allreduce does on the host.
+    if (op == QC_OP_AVG) s = device_codec.scale(data, 1.0f / static_cast<float>(n), count, stream);
+    if (s) s = device_codec.synchronize(stream);
+    if (!s) return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
+                                        " could not finish its device values: " + s.message());
+    return s;
+  });
+}
+
+}  // namespace
+
+Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
+                                const DeviceMessageCodec* device_codec, const void* sendbuf,
+                                void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+                                const char* layer, qc_error_buffer_s* error_buffer, void* stream,
+                                bool* ran) {
+  *ran = false;
+  if (dtype != QC_DTYPE_FLOAT32) return Status::ok();  // the kernels write float32 only
+  const bool enqueue = comm->transport->has_device_float_allreduce();
+  if (!enqueue && (mem == nullptr || device_codec == nullptr)) return Status::ok();
+  AllreducePlan plan;
+  QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
+  const bool feedback = plan.policy.error_feedback != 0 && error_buffer != nullptr;
+  if (enqueue && plan.native_float && !feedback) {
+    *ran = true;
+    return enqueue_allreduce_on_device(comm, plan, sendbuf, recvbuf, count, op, layer, stream);
+  }
+  if (mem != nullptr && device_codec != nullptr &&
+      allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, feedback, count)) {
+    *ran = true;
+    return allreduce_with_device_codec(comm, *mem, *device_codec, plan, sendbuf, recvbuf, count,
+                                       op, layer, stream);
+  }
+  return Status::ok();
+}
+
+Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem,
+                        const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
+                        void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+                        const char* layer, qc_error_buffer_s* error_buffer) {
   const size_t bytes = count * dtype_size(dtype);
   return run_on_placed_buffers(
       comm, mem, stream, sendbuf, bytes, recvbuf, bytes,
@@ -306,8 +378,8 @@ Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
         return comm_allreduce(comm, send, recv, count, dtype, op, layer, error_buffer);
       },
       [&](const void* send, void* recv, void* on_stream, bool* ran) {
-        return comm_allreduce_on_device(comm, send, recv, count, dtype, op, layer, error_buffer,
-                                        on_stream, ran);
+        return comm_allreduce_on_device(comm, mem, device_codec, send, recv, count, dtype, op,
+                                        layer, error_buffer, on_stream, ran);
       });
 }
 

@@ -65,22 +65,28 @@ Status check_healthy(const qc_comm_s* comm);
 Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
                       qc_error_buffer_s* error_buffer);
-// An allreduce of float32 device buffers that the transport runs on the
-// device itself, enqueued on `stream` without a copy or a wait (the NCCL
-// transport, when the policy gives the transport's own float sum: codec none
-// under auto or native, without error feedback). *ran is false, and nothing
-// done, for every other call: the caller then stages it (host_staging.h).
-Status comm_allreduce_on_device(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
-                                size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+// An allreduce of float32 device buffers that runs on the device values:
+//  - enqueued on `stream` without a copy or a wait when the transport sums
+//    device buffers itself (NCCL) and the policy gives the transport's own
+//    float sum (codec none under auto or native, without error feedback);
+//  - else, given `mem` and `device_codec`, with the codec on the device and
+//    only compressed payloads staged (device_staging.h), when the policy
+//    allows (allreduce_stages_compressed).
+// *ran is false, and nothing done, for every other call: the caller then
+// stages it whole (host_staging.h).
+Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
+                                const DeviceMessageCodec* device_codec, const void* sendbuf,
+                                void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
                                 const char* layer, qc_error_buffer_s* error_buffer, void* stream,
                                 bool* ran);
 // qc_allreduce after its argument checks: host buffers run comm_allreduce;
 // device buffers (as `mem` tells them, nullptr in a build without CUDA) run
 // comm_allreduce_on_device when it takes the call, else comm_allreduce on
 // staged host copies (host_staging.h).
-Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
-                        const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
-                        qc_reduce_op_t op, const char* layer, qc_error_buffer_s* error_buffer);
+Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem,
+                        const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
+                        void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+                        const char* layer, qc_error_buffer_s* error_buffer);
 // One allreduce over a flat buffer of nsegments layers (counts[i] elements
 // each, layers[i] the name whose policy applies; layers or an entry may be
 // NULL for "*").

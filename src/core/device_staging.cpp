@@ -7,6 +7,7 @@
 #include "core/algorithms/algorithm.h"
 #if defined(QC_HAVE_CUDA)
 #include "core/codecs/device_messages.h"
+#include "cuda/device_codec.h"
 #include "cuda/device_runtime.h"
 #endif
 
@@ -29,8 +30,20 @@ class CudaMessageCodec final : public DeviceMessageCodec {
     return encode_payload_on_device(h, QC_DTYPE_FLOAT32, src, key, payload, stream);
   }
   Status decode(const Codec& /*codec*/, const WireHeader& h, const uint8_t* payload, float* dst,
-                void* stream) const override {
-    return decode_payload_on_device(h, payload, dst, stream);
+                bool accumulate, void* stream) const override {
+    return decode_payload_on_device(h, payload, dst, accumulate, stream);
+  }
+  Status zero(float* dst, size_t count, void* stream) const override {
+    return cuda::zero_values(dst, count, stream);
+  }
+  Status add(float* dst, const float* src, size_t count, void* stream) const override {
+    return cuda::add_values(dst, src, count, stream);
+  }
+  Status scale(float* dst, float factor, size_t count, void* stream) const override {
+    return cuda::scale_values(dst, factor, count, stream);
+  }
+  Status copy(float* dst, const float* src, size_t count, void* stream) const override {
+    return cuda::copy_on_device(dst, src, count * sizeof(float), stream);
   }
   Status synchronize(void* stream) const override { return cuda::synchronize(stream); }
 };
@@ -58,21 +71,70 @@ const DeviceMessageCodec* cuda_message_codec() {
 #endif
 }
 
-bool alltoall_stages_compressed(const qc_policy_t& policy, const Codec& codec, size_t count,
-                                WireHeader* header) {
+namespace {
+
+// The codecs the device stages compressed: none gains nothing; topk and the
+// global codecs have no staged path yet. Scale reuse keeps host copies of
+// earlier messages to encode against.
+bool codec_stages_compressed(const qc_policy_t& policy, const Codec& codec) {
   switch (codec.id()) {
     case QC_CODEC_MINMAX:
     case QC_CODEC_QSGD:
     case QC_CODEC_ONEBIT:
     case QC_CODEC_FP16:
     case QC_CODEC_BF16:
-      break;
-    default:  // none gains nothing; topk and the global codecs have no staged path yet
+      return policy.scale_update_period <= 1;
+    default:
       return false;
   }
-  // Scale reuse keeps host copies of earlier messages to encode against.
-  if (policy.scale_update_period > 1) return false;
-  return count > 0 && codec.header_for(count, header);
+}
+
+}  // namespace
+
+bool alltoall_stages_compressed(const qc_policy_t& policy, const Codec& codec, size_t count,
+                                WireHeader* header) {
+  return codec_stages_compressed(policy, codec) && count > 0 && codec.header_for(count, header);
+}
+
+bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
+                                 qc_algorithm_t algorithm, bool feedback, size_t count) {
+  WireHeader header;
+  switch (algorithm) {
+    case QC_ALGO_RING:
+    case QC_ALGO_RECURSIVE_DOUBLING:
+    case QC_ALGO_SRA:
+    case QC_ALGO_TREE:
+      break;
+    default:  // native sums the global codecs' integer codes on the host
+      return false;
+  }
+  // The residuals of error feedback are host memory (error_buffer.h).
+  return !feedback && codec_stages_compressed(policy, codec) && count > 0 &&
+         codec.header_for(count, &header);
+}
+
+Status reserve_device_values(const Codec& codec, size_t count, int ranks,
+                             const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
+                             HostStaging& staging, void* stream, DeviceValues* values) {
+  // No block an algorithm encodes exceeds the whole tensor (the tree and the
+  // folded ranks of recursive doubling send it all); SRA's sum is one of
+  // `ranks` blocks.
+  WireHeader largest;
+  if (!codec.header_for(count, &largest)) {
+    return internal_error("no fixed message layout for the device values");
+  }
+  const size_t payload = slot_bytes(largest.payload_bytes);
+  const size_t floats = (count + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
+  unsigned char* device = nullptr;
+  QC_RETURN_IF_ERROR(staging.reserve_device(mem, payload + floats * sizeof(float), &device));
+  values->mem = &mem;
+  values->codec = &device_codec;
+  values->stream = stream;
+  values->payload = device;
+  values->payload_capacity = largest.payload_bytes;
+  values->values = reinterpret_cast<float*>(device + payload);
+  values->values_capacity = floats;
+  return Status::ok();
 }
 
 Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
@@ -144,7 +206,8 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
   for (size_t from = 0; from < blocks && s; ++from) {
     const unsigned char* src =
         from == static_cast<size_t>(r) ? device + from * slot : device_in + from * slot;
-    s = device_codec.decode(codec, header, src, recv + from * count_per_rank, stream);
+    s = device_codec.decode(codec, header, src, recv + from * count_per_rank,
+                            /*accumulate=*/false, stream);
   }
   if (s) s = device_codec.synchronize(stream);
   if (!s) return device_failure(ctx, "decode the received blocks on the device", s);

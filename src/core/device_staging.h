@@ -5,11 +5,17 @@
 // an eighth (plus the per-bucket scales) of the bytes host_staging.h copies
 // each way, and the encode and decode run on the GPU instead of the CPU.
 //
-// Today: alltoall (paper 000 §3.3, the DLRM embedding exchange) with a
-// bucketed or cast codec (minmax, qsgd, onebit, fp16, bf16) on float32
-// data without scale reuse. Every other device call goes through
-// host_staging.h. The bytes on the wire are the host path's, bit for bit,
-// so ranks on device and on host memory can meet in one call.
+// Today, float32 data with a bucketed or cast codec (minmax, qsgd, onebit,
+// fp16, bf16) and no scale reuse:
+//  - alltoall (paper 000 §3.3, the DLRM embedding exchange): every block
+//    encoded at once, one copy of all payloads each way;
+//  - allreduce by ring, recursive doubling, SRA or tree without error
+//    feedback: the algorithms themselves run, on device values
+//    (CollectiveContext's DeviceValues), each message's payload crossing as
+//    the algorithm sends or receives it.
+// Every other device call goes through host_staging.h. The bytes on the wire
+// are the host path's, bit for bit, so ranks on device and on host memory can
+// meet in one call, and the results are the host path's too.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +32,18 @@ namespace qc {
 // block's message carries.
 bool alltoall_stages_compressed(const qc_policy_t& policy, const Codec& codec, size_t count,
                                 WireHeader* header);
+
+// Whether an allreduce of `count` values with `algorithm` under `policy`
+// (its codec made as `codec`; `feedback`: an error buffer takes part) is
+// staged compressed.
+bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
+                                 qc_algorithm_t algorithm, bool feedback, size_t count);
+
+// The device memory of such an allreduce on `ranks` ranks (from `staging`),
+// as the DeviceValues its CollectiveContext takes.
+Status reserve_device_values(const Codec& codec, size_t count, int ranks,
+                             const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
+                             HostStaging& staging, void* stream, DeviceValues* values);
 
 // The alltoall of alltoall_pairwise (same blocks, random keys, order and
 // messages), with the encode and decode on the device: send and recv are

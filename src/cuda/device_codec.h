@@ -69,5 +69,12 @@ Status cast_encode(qc_codec_t codec, const float* x, size_t count, uint8_t* out,
 Status cast_decode(qc_codec_t codec, const uint8_t* in, size_t count, float* dst, bool accumulate,
                    void* stream);
 
+// The allreduce algorithms' float32 arithmetic between codec calls
+// (vector_kernels.cu): dst += src, dst *= factor, dst = 0; each element the
+// host loop's one IEEE operation.
+Status add_values(float* dst, const float* src, size_t count, void* stream);
+Status scale_values(float* dst, float factor, size_t count, void* stream);
+Status zero_values(float* dst, size_t count, void* stream);
+
 }  // namespace cuda
 }  // namespace qc

@@ -136,9 +136,11 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
   EXPECT_EQ(qc_error_buffer_destroy(eb), QC_SUCCESS);
 }
 
-// Collectives on device buffers: host-staged (src/core/host_staging.h), so
-// the results are the emulation's bit for bit, on the caller's stream, in
-// place or not, for allreduce, fused segments and alltoall.
+// Allreduce on device buffers, on the caller's stream, in place or not: the
+// bucketed and cast codecs run the algorithms on the device values with the
+// kernels (core/device_staging.h: only payloads staged); global_linear's
+// native sum and codec none are staged whole (host_staging.h). Either way
+// the results are the emulation's bit for bit.
 TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
   const int n = 3;
   const size_t count = 20011;
@@ -147,12 +149,17 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
     int bits;
     qc_algorithm_t algo;
     bool in_place;
-  } cases[] = {{QC_CODEC_MINMAX, 4, QC_ALGO_RING, false},
-               {QC_CODEC_QSGD, 4, QC_ALGO_SRA, true},
-               {QC_CODEC_ONEBIT, 1, QC_ALGO_TREE, false},
-               {QC_CODEC_GLOBAL_LINEAR, 4, QC_ALGO_NATIVE, false},
-               {QC_CODEC_MINMAX, 2, QC_ALGO_RECURSIVE_DOUBLING, true},
-               {QC_CODEC_NONE, 4, QC_ALGO_AUTO, false}};
+    qc_rounding_t rounding;
+    qc_reduce_op_t op;
+  } cases[] = {
+      {QC_CODEC_MINMAX, 4, QC_ALGO_RING, false, QC_ROUND_NEAREST_EVEN, QC_OP_SUM},
+      {QC_CODEC_QSGD, 4, QC_ALGO_SRA, true, QC_ROUND_STOCHASTIC, QC_OP_SUM},
+      {QC_CODEC_ONEBIT, 1, QC_ALGO_TREE, false, QC_ROUND_NEAREST_EVEN, QC_OP_AVG},
+      {QC_CODEC_GLOBAL_LINEAR, 4, QC_ALGO_NATIVE, false, QC_ROUND_NEAREST_EVEN, QC_OP_SUM},
+      {QC_CODEC_MINMAX, 2, QC_ALGO_RECURSIVE_DOUBLING, true, QC_ROUND_STOCHASTIC, QC_OP_SUM},
+      {QC_CODEC_FP16, 4, QC_ALGO_SRA, false, QC_ROUND_NEAREST_EVEN, QC_OP_AVG},
+      {QC_CODEC_BF16, 4, QC_ALGO_RING, true, QC_ROUND_NEAREST_EVEN, QC_OP_SUM},
+      {QC_CODEC_NONE, 4, QC_ALGO_AUTO, false, QC_ROUND_NEAREST_EVEN, QC_OP_SUM}};
   std::vector<std::vector<float>> x(n);
   for (int r = 0; r < n; ++r) x[r] = make_data(count, Data::kPlain, 40 + r);
   std::vector<cudaStream_t> streams(n);
@@ -163,6 +170,7 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
     p.codec = c.codec;
     p.bits = c.bits;
     p.algorithm = c.algo;
+    p.rounding = c.rounding;
     p.min_compress_bytes = 0;
     p.seed = 5;
     std::vector<std::vector<float>> want(n, std::vector<float>(count));
@@ -172,7 +180,7 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
       sp[r] = x[r].data();
       rp[r] = want[r].data();
     }
-    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM, &p,
+    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, c.op, &p,
                                    nullptr),
               QC_SUCCESS)
         << qc_last_error();
@@ -191,7 +199,7 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
       threads.emplace_back([&, r] {
         void* out = c.in_place ? in_dev[r]->data() : out_dev[r]->data();
         status[r] = qc_allreduce(comms[r], in_dev[r]->data(), out, count, QC_DTYPE_FLOAT32,
-                                 QC_OP_SUM, nullptr, nullptr, streams[r]);
+                                 c.op, nullptr, nullptr, streams[r]);
       });
     }
     for (auto& t : threads) t.join();

@@ -71,6 +71,7 @@ class FakeDevice final : public qc::DeviceMemory {
   mutable int copies_to_device = 0;
   mutable size_t bytes_to_host = 0;
   mutable size_t bytes_to_device = 0;
+  mutable size_t largest_copy = 0;  // bytes, either way
   mutable std::atomic<int> live_device{0};
   mutable int host_allocations = 0;
   mutable std::atomic<int> live_host{0};
@@ -91,6 +92,7 @@ class FakeDevice final : public qc::DeviceMemory {
     streams.push_back(stream);
     ++(src_on_device ? copies_to_host : copies_to_device);
     (src_on_device ? bytes_to_host : bytes_to_device) += bytes;
+    if (bytes > largest_copy) largest_copy = bytes;
     if (fail) return qc::internal_error(std::string("fake ") + what + " failed");
     const void* dev = src_on_device ? src : dst;
     const void* host = src_on_device ? dst : src;

@@ -6,8 +6,10 @@
 // reuse and release of the page-locked buffer, and that a failed copy on one
 // rank fails its peers at once rather than at the timeout. The same paths on
 // a real GPU are in tests/cuda/test_cuda_codecs.cpp (CudaStaging.*).
+#include <algorithm>
 #include <atomic>
 #include <deque>
+#include <memory>
 
 #include "core/communicator.h"
 #include "core/error_buffer.h"
@@ -28,8 +30,8 @@ void* const kStream = reinterpret_cast<void*>(0x5eed);
 // qc_allreduce's dispatch with the fake in place of the CUDA runtime.
 qc::Status staged_allreduce(qc_comm_t comm, const FakeDevice& dev, const void* send, void* recv,
                             size_t count, qc_dtype_t dtype, qc_error_buffer_t eb = nullptr) {
-  return qc::allreduce_placed(comm, &dev, kStream, send, recv, count, dtype, QC_OP_SUM, nullptr,
-                              eb);
+  return qc::allreduce_placed(comm, &dev, nullptr, kStream, send, recv, count, dtype, QC_OP_SUM,
+                              nullptr, eb);
 }
 
 qc_policy_t policy_of(qc_codec_t codec, int bits, qc_algorithm_t algo) {
@@ -261,6 +263,8 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
                     const qc::RandomKey& key, uint8_t* payload, void* stream) const override {
     ++encodes;
     streams.push_back(stream);
+    expect_device(src, h.count * 4, "encode input");
+    expect_device(payload, h.payload_bytes, "encode output");
     std::vector<uint8_t> msg(codec.max_encoded_size(h.count));
     size_t written = 0;
     QC_RETURN_IF_ERROR(codec.encode(src, h.count, key, msg.data(), msg.size(), &written));
@@ -271,13 +275,31 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
     return qc::Status::ok();
   }
   qc::Status decode(const qc::Codec& codec, const qc::WireHeader& h, const uint8_t* payload,
-                    float* dst, void* stream) const override {
-    ++decodes;
+                    float* dst, bool accumulate, void* stream) const override {
+    ++(accumulate ? accumulating_decodes : decodes);
     streams.push_back(stream);
+    expect_device(payload, h.payload_bytes, "decode input");
+    expect_device(dst, h.count * 4, "decode output");
+    if (fail_decode) return qc::internal_error("fake decode failed");
     std::vector<uint8_t> msg(qc::kWireHeaderBytes + h.payload_bytes);
     qc::write_wire_header(h, msg.data());
     std::memcpy(msg.data() + qc::kWireHeaderBytes, payload, h.payload_bytes);
-    return codec.decode(msg.data(), msg.size(), dst, h.count);
+    return accumulate ? codec.decode_accumulate(msg.data(), msg.size(), dst, h.count)
+                      : codec.decode(msg.data(), msg.size(), dst, h.count);
+  }
+  qc::Status zero(float* dst, size_t count, void* stream) const override {
+    return arithmetic("zero", dst, count, stream, [&](size_t i) { dst[i] = 0.0f; });
+  }
+  qc::Status add(float* dst, const float* src, size_t count, void* stream) const override {
+    expect_device(src, count * 4, "add input");
+    return arithmetic("add", dst, count, stream, [&](size_t i) { dst[i] += src[i]; });
+  }
+  qc::Status scale(float* dst, float factor, size_t count, void* stream) const override {
+    return arithmetic("scale", dst, count, stream, [&](size_t i) { dst[i] *= factor; });
+  }
+  qc::Status copy(float* dst, const float* src, size_t count, void* stream) const override {
+    expect_device(src, count * 4, "copy input");
+    return arithmetic("copy", dst, count, stream, [&](size_t i) { dst[i] = src[i]; });
   }
   qc::Status synchronize(void* stream) const override {
     ++synchronizations;
@@ -285,8 +307,28 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
     return qc::Status::ok();
   }
 
-  mutable int encodes = 0, decodes = 0, synchronizations = 0;
+  // When set, every pointer handed in must be this fake's device memory.
+  const FakeDevice* device = nullptr;
+  bool fail_decode = false;
+  mutable int encodes = 0, decodes = 0, accumulating_decodes = 0, synchronizations = 0;
+  mutable std::vector<std::string> arithmetic_ops;
   mutable std::vector<void*> streams;
+
+ private:
+  void expect_device(const void* p, size_t bytes, const char* what) const {
+    if (device == nullptr || bytes == 0) return;
+    if (!device->is_device(p) || !device->is_device(static_cast<const char*>(p) + bytes - 1)) {
+      ADD_FAILURE() << what << ": " << bytes << " bytes not on the fake device";
+    }
+  }
+  template <class Op>
+  qc::Status arithmetic(const char* name, float* dst, size_t count, void* stream, Op op) const {
+    arithmetic_ops.push_back(name);
+    streams.push_back(stream);
+    expect_device(dst, count * 4, name);
+    for (size_t i = 0; i < count; ++i) op(i);
+    return qc::Status::ok();
+  }
 };
 
 qc::Status device_alltoall(qc_comm_t comm, const FakeDevice& dev, const CpuMessageCodec* codec,
@@ -527,6 +569,282 @@ TEST(CompressedAlltoallFailure, ADeviceFailureFailsThePeersAtOnce) {
     EXPECT_LT(seconds[r], 10.0) << "rank " << r << " waited for the timeout";
   }
   EXPECT_EQ(dev[1].copies_to_device, 0);
+}
+
+// ---------------------------------------------------------------------------
+// allreduce with the codec on the device: the algorithms run on the device
+// values, only compressed payloads staged (core/device_staging.h)
+// ---------------------------------------------------------------------------
+
+qc::Status device_allreduce(qc_comm_t comm, const FakeDevice& dev, const CpuMessageCodec* codec,
+                            const void* send, void* recv, size_t count,
+                            qc_reduce_op_t op = QC_OP_SUM, qc_error_buffer_t eb = nullptr,
+                            qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
+  return qc::allreduce_placed(comm, &dev, codec, kStream, send, recv, count, dtype, op, nullptr,
+                              eb);
+}
+
+void reset_counts(FakeDevice& dev, CpuMessageCodec& mc) {
+  dev.bytes_to_host = dev.bytes_to_device = dev.largest_copy = 0;
+  dev.copies_to_host = dev.copies_to_device = 0;
+  dev.streams.clear();
+  mc.encodes = mc.decodes = mc.accumulating_decodes = mc.synchronizations = 0;
+  mc.arithmetic_ops.clear();
+  mc.streams.clear();
+}
+
+struct DeviceAllreduceCase {
+  const char* name;
+  qc_codec_t codec;
+  int bits;
+  int bucket;
+  qc_rounding_t rounding;
+  qc_algorithm_t algo;
+  int ranks;
+  size_t count;
+  qc_reduce_op_t op;
+  bool in_place;
+};
+
+class CompressedAllreduce : public ::testing::TestWithParam<DeviceAllreduceCase> {};
+
+// Two calls of every rank on device memory: the host path's result bit for
+// bit, the same wire bytes, every encode and decode by the device codec on
+// the device values and the caller's stream, no copy larger than one whole
+// compressed message (the uncompressed staging copies all count*4 bytes),
+// and the input of an out-of-place call untouched.
+TEST_P(CompressedAllreduce, EqualsTheHostPathAndStagesOnlyPayloads) {
+  const DeviceAllreduceCase& c = GetParam();
+  const int n = c.ranks;
+  qc_policy_t p = policy_of(c.codec, c.bits, c.algo);
+  p.bucket_size = c.bucket;
+  p.rounding = c.rounding;
+  p.group_size = 2;
+  p.seed = 7;
+  std::vector<FakeDevice> dev(n);  // outlives the groups, whose staging it holds
+  std::vector<CpuMessageCodec> mc(n);
+  for (int r = 0; r < n; ++r) mc[r].device = &dev[r];
+  Group host(n), device(n);
+  ASSERT_TRUE(host.ok() && device.ok());
+  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+  ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+  std::unique_ptr<qc::Codec> codec;
+  ASSERT_TRUE(qc::make_codec(p, QC_DTYPE_FLOAT32, &codec));
+  qc::WireHeader whole;
+  ASSERT_TRUE(codec->header_for(c.count, &whole));
+  const size_t bytes = c.count * 4;
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const auto in = encode_all(random_inputs(n, c.count, 50 + call), QC_DTYPE_FLOAT32);
+    const RunResult want = allreduce_on(host, in, c.count, QC_DTYPE_FLOAT32, c.op);
+    ASSERT_TRUE(want.all_ok()) << want.describe();
+    std::vector<void*> send(n), recv(n);
+    for (int r = 0; r < n; ++r) {
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = c.in_place ? send[r] : dev[r].alloc(bytes);
+      reset_counts(dev[r], mc[r]);
+    }
+    std::vector<qc::Status> s(n);
+    run_ranks(n, [&](int r) {
+      s[r] = device_allreduce(device[r], dev[r], &mc[r], send[r], recv[r], c.count, c.op);
+    });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(s[r]) << s[r].message();
+      EXPECT_EQ(dev[r].download(recv[r], bytes), want.out[r]);
+      if (!c.in_place) EXPECT_EQ(dev[r].download(send[r], bytes), in[r]) << "input changed";
+      EXPECT_GT(mc[r].encodes, 0);
+      EXPECT_GT(mc[r].decodes + mc[r].accumulating_decodes, 0);
+      EXPECT_EQ(mc[r].synchronizations, 1) << "the call returns with the result";
+      EXPECT_LE(dev[r].largest_copy, whole.payload_bytes);
+      EXPECT_GT(dev[r].copies_to_host, 0);
+      const auto& ops = mc[r].arithmetic_ops;
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "copy"), c.in_place ? 0 : 1);
+      EXPECT_EQ(std::count(ops.begin(), ops.end(), "scale"), c.op == QC_OP_AVG ? 1 : 0);
+      for (void* st : mc[r].streams) EXPECT_EQ(st, kStream);
+      for (void* st : dev[r].streams) EXPECT_EQ(st, kStream);
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    qc_stats_t sh{}, sd{};
+    sh.struct_size = sd.struct_size = sizeof(qc_stats_t);
+    ASSERT_EQ(qc_comm_get_stats(host[r], &sh), QC_SUCCESS);
+    ASSERT_EQ(qc_comm_get_stats(device[r], &sd), QC_SUCCESS);
+    EXPECT_EQ(sd.calls, sh.calls);
+    EXPECT_EQ(sd.wire_bytes, sh.wire_bytes) << "rank " << r << ": the same messages travel";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, CompressedAllreduce,
+    ::testing::Values(
+        DeviceAllreduceCase{"RingMinmax4", QC_CODEC_MINMAX, 4, 128, QC_ROUND_NEAREST_EVEN,
+                            QC_ALGO_RING, 3, 1000, QC_OP_SUM, false},
+        DeviceAllreduceCase{"RingQsgd4InPlaceAvg", QC_CODEC_QSGD, 4, 128, QC_ROUND_STOCHASTIC,
+                            QC_ALGO_RING, 4, 999, QC_OP_AVG, true},
+        DeviceAllreduceCase{"SraMinmax2Bucket37", QC_CODEC_MINMAX, 2, 37, QC_ROUND_STOCHASTIC,
+                            QC_ALGO_SRA, 3, 1000, QC_OP_SUM, false},
+        DeviceAllreduceCase{"SraOnebitAvg", QC_CODEC_ONEBIT, 1, 128, QC_ROUND_NEAREST_EVEN,
+                            QC_ALGO_SRA, 5, 1234, QC_OP_AVG, false},
+        DeviceAllreduceCase{"RecursiveDoublingFp16FiveRanks", QC_CODEC_FP16, 4, 128,
+                            QC_ROUND_NEAREST_EVEN, QC_ALGO_RECURSIVE_DOUBLING, 5, 700, QC_OP_SUM,
+                            false},
+        DeviceAllreduceCase{"RecursiveDoublingMinmax8InPlace", QC_CODEC_MINMAX, 8, 64,
+                            QC_ROUND_NEAREST_EVEN, QC_ALGO_RECURSIVE_DOUBLING, 6, 1000,
+                            QC_OP_SUM, true},
+        DeviceAllreduceCase{"TreeBf16", QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN,
+                            QC_ALGO_TREE, 3, 1000, QC_OP_AVG, false},
+        DeviceAllreduceCase{"TreeMinmax3Stochastic", QC_CODEC_MINMAX, 3, 100, QC_ROUND_STOCHASTIC,
+                            QC_ALGO_TREE, 5, 901, QC_OP_SUM, true},
+        DeviceAllreduceCase{"AutoQsgd8", QC_CODEC_QSGD, 8, 128, QC_ROUND_NEAREST_EVEN,
+                            QC_ALGO_AUTO, 3, 40000, QC_OP_SUM, false},
+        DeviceAllreduceCase{"RingFewerValuesThanRanks", QC_CODEC_MINMAX, 4, 128,
+                            QC_ROUND_NEAREST_EVEN, QC_ALGO_RING, 5, 3, QC_OP_SUM, false},
+        DeviceAllreduceCase{"SraFewerValuesThanRanks", QC_CODEC_FP16, 4, 128,
+                            QC_ROUND_NEAREST_EVEN, QC_ALGO_SRA, 5, 2, QC_OP_AVG, false}),
+    [](const ::testing::TestParamInfo<DeviceAllreduceCase>& info) { return info.param.name; });
+
+// One rank on device memory, its peers on host memory, in one call: the
+// messages are the host path's, and so are every rank's results.
+TEST(CompressedAllreduceMixed, DeviceAndHostRanksMeetInOneCall) {
+  const int n = 3;
+  const size_t count = 1000;
+  std::vector<FakeDevice> dev(n);  // outlives the groups
+  std::vector<CpuMessageCodec> mc(n);
+  Group host(n), mixed(n);
+  ASSERT_TRUE(host.ok() && mixed.ok());
+  const qc_policy_t p = policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_SRA);
+  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+  ASSERT_EQ(mixed.set_policy("*", p), QC_SUCCESS);
+  const auto in = encode_all(random_inputs(n, count, 9), QC_DTYPE_FLOAT32);
+  const RunResult want = allreduce_on(host, in, count, QC_DTYPE_FLOAT32, QC_OP_SUM);
+  ASSERT_TRUE(want.all_ok()) << want.describe();
+  void* send1 = dev[1].upload(in[1]);
+  void* recv1 = dev[1].alloc(count * 4);
+  std::vector<Bytes> out(n, Bytes(count * 4));
+  std::vector<qc::Status> s(n);
+  run_ranks(n, [&](int r) {
+    s[r] = r == 1 ? device_allreduce(mixed[r], dev[r], &mc[r], send1, recv1, count)
+                  : qc::allreduce_placed(mixed[r], &dev[r], &mc[r], nullptr, in[r].data(),
+                                         out[r].data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                         nullptr, nullptr);
+  });
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(s[r]) << "rank " << r << ": " << s[r].message();
+  EXPECT_GT(mc[1].encodes, 0) << "rank 1 encoded on its device";
+  EXPECT_EQ(mc[0].encodes + mc[2].encodes, 0) << "ranks 0 and 2 are on the host";
+  EXPECT_EQ(dev[1].download(recv1, count * 4), want.out[1]);
+  EXPECT_EQ(out[0], want.out[0]);
+  EXPECT_EQ(out[2], want.out[2]);
+}
+
+// What the device path does not take is staged whole, as before, with the
+// host path's results: error feedback, scale reuse, the native algorithm of
+// the global codecs, codec none, topk, 16-bit data.
+TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath) {
+  const int n = 3;
+  const size_t count = 600;
+  struct Case {
+    const char* name;
+    qc_codec_t codec;
+    qc_algorithm_t algo;
+    qc_dtype_t dtype;
+    int period;
+    bool feedback;
+  };
+  for (const Case& c :
+       {Case{"error feedback", QC_CODEC_MINMAX, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, true},
+        Case{"scale reuse", QC_CODEC_MINMAX, QC_ALGO_SRA, QC_DTYPE_FLOAT32, 2, false},
+        Case{"global_linear native", QC_CODEC_GLOBAL_LINEAR, QC_ALGO_NATIVE, QC_DTYPE_FLOAT32, 1,
+             false},
+        Case{"none", QC_CODEC_NONE, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, false},
+        Case{"topk", QC_CODEC_TOPK, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, false},
+        Case{"minmax on fp16 data", QC_CODEC_MINMAX, QC_ALGO_RING, QC_DTYPE_FLOAT16, 1, false}}) {
+    SCOPED_TRACE(c.name);
+    qc_policy_t p = policy_of(c.codec, 4, c.algo);
+    p.scale_update_period = c.period;
+    p.error_feedback = c.feedback ? 1 : 0;
+    std::vector<FakeDevice> dev(n);  // outlives the groups
+    std::vector<CpuMessageCodec> mc(n);
+    Group host(n), device(n);
+    ASSERT_TRUE(host.ok() && device.ok());
+    ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+    ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+    std::vector<qc_error_buffer_t> eb_host(n, nullptr), eb_device(n, nullptr);
+    if (c.feedback) {
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(qc_error_buffer_create(host[r], count, &eb_host[r]), QC_SUCCESS);
+        ASSERT_EQ(qc_error_buffer_create(device[r], count, &eb_device[r]), QC_SUCCESS);
+      }
+    }
+    const size_t bytes = count * qct::dtype_size(c.dtype);
+    for (int call = 0; call < 2; ++call) {
+      const auto in = encode_all(random_inputs(n, count, 60 + call, c.dtype), c.dtype);
+      std::vector<Bytes> want(n, Bytes(bytes));
+      std::vector<void*> send(n), recv(n);
+      for (int r = 0; r < n; ++r) {
+        send[r] = dev[r].upload(in[r]);
+        recv[r] = dev[r].alloc(bytes);
+      }
+      std::vector<qc_status_t> sh(n);
+      std::vector<qc::Status> sd(n);
+      run_ranks(n, [&](int r) {
+        sh[r] = qc_allreduce(host[r], in[r].data(), want[r].data(), count, c.dtype, QC_OP_SUM,
+                             nullptr, eb_host[r], nullptr);
+        sd[r] = device_allreduce(device[r], dev[r], &mc[r], send[r], recv[r], count, QC_OP_SUM,
+                                 eb_device[r], c.dtype);
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(sh[r], QC_SUCCESS) << "rank " << r;
+        ASSERT_TRUE(sd[r]) << "rank " << r << ": " << sd[r].message();
+        EXPECT_EQ(dev[r].download(recv[r], bytes), want[r]) << "rank " << r;
+        EXPECT_EQ(mc[r].encodes, 0) << "rank " << r;
+      }
+    }
+    EXPECT_EQ(dev[0].bytes_to_host, 2 * bytes) << "the whole input, twice";
+    for (int r = 0; r < n; ++r) {
+      if (eb_host[r] != nullptr) qc_error_buffer_destroy(eb_host[r]);
+      if (eb_device[r] != nullptr) qc_error_buffer_destroy(eb_device[r]);
+    }
+  }
+}
+
+// A device failure on one rank (here a decode) breaks the group at once:
+// the peers fail instead of waiting for it until the timeout.
+TEST(CompressedAllreduceFailure, ADeviceFailureFailsThePeersAtOnce) {
+  const int n = 3;
+  std::vector<FakeDevice> dev(n);  // outlives the group
+  std::vector<CpuMessageCodec> mc(n);
+  Group g(n, 60.0);  // a hang would show as ~60 s
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g.set_policy("*", policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_RING)), QC_SUCCESS);
+  mc[2].fail_decode = true;
+  const size_t count = 900;
+  const auto in = encode_all(random_inputs(n, count, 11), QC_DTYPE_FLOAT32);
+  std::vector<void*> send(n), recv(n);
+  for (int r = 0; r < n; ++r) {
+    send[r] = dev[r].upload(in[r]);
+    recv[r] = dev[r].alloc(count * 4);
+  }
+  std::vector<qc::Status> s(n);
+  std::vector<double> seconds(n);
+  run_ranks(n, [&](int r) {
+    const auto t0 = Clock::now();
+    s[r] = device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], count);
+    seconds[r] = seconds_since(t0);
+  });
+  EXPECT_EQ(s[2].code(), QC_ERROR_INTERNAL) << s[2].message();
+  EXPECT_NE(s[2].message().find("rank 2 could not decode a message on the device"),
+            std::string::npos)
+      << s[2].message();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(s[r]) << "rank " << r;
+    EXPECT_LT(seconds[r], 10.0) << "rank " << r << " waited for the timeout";
+  }
+  // The group is broken: the next call fails at once, on every rank.
+  run_ranks(n, [&](int r) {
+    s[r] = device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], count);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_FALSE(s[r]) << "rank " << r;
 }
 
 // ---------------------------------------------------------------------------

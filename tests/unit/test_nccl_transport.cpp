@@ -381,8 +381,8 @@ void* stream_of(int r) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0
 qc::Status device_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev, int r,
                             const void* send, void* recv, size_t count, qc_reduce_op_t op,
                             qc_dtype_t dtype = QC_DTYPE_FLOAT32, qc_error_buffer_t eb = nullptr) {
-  return qc::allreduce_placed(comm, &dev, stream_of(r), send, recv, count, dtype, op, nullptr,
-                              eb);
+  return qc::allreduce_placed(comm, &dev, nullptr, stream_of(r), send, recv, count, dtype, op,
+                              nullptr, eb);
 }
 
 std::vector<float> floats_of(const std::vector<uint8_t>& b) {

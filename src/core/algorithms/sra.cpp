@@ -45,10 +45,11 @@ Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count) {
   QC_RETURN_IF_ERROR(ctx.wait(reqs.data(), reqs.size(), recv_msgs.data(), recv_msgs.size()));
 
   // Reduce in rank order so the sum does not depend on arrival order.
-  float* sum = ctx.zeroed_values(mine.count);
+  float* sum = nullptr;
+  QC_RETURN_IF_ERROR(ctx.zeroed_values(mine.count, &sum));
   for (int from = 0; from < n; ++from) {
     if (from == r) {
-      for (size_t i = 0; i < mine.count; ++i) sum[i] += data[mine.begin + i];
+      QC_RETURN_IF_ERROR(ctx.add_values(sum, data + mine.begin, mine.count));
     } else {
       QC_RETURN_IF_ERROR(ctx.decode_accumulate(in[from].payload(), in[from].payload_size(),
                                                sum, mine.count));

@@ -1,6 +1,7 @@
 // The device side of collectives that stage only compressed bytes
 // (core/device_staging.h): message payloads encoded from and decoded into
-// device memory, enqueued on a stream. In production the CUDA kernels
+// device memory, and the float arithmetic the allreduce algorithms do on
+// their values between codec calls, enqueued on a stream. In production the CUDA kernels
 // (cuda_message_codec, over codecs/device_messages.h); in the unit tests
 // the CPU codecs over a fake device's memory, so the staging logic is
 // tested without a GPU.
@@ -20,10 +21,18 @@ class DeviceMessageCodec {
   // the bytes codec.encode() writes after the header.
   virtual Status encode(const Codec& codec, const WireHeader& h, const float* src,
                         const RandomKey& key, uint8_t* payload, void* stream) const = 0;
-  // dst = the h.count float32 values of a payload whose header `h` the
-  // caller has checked.
+  // dst = (or, with accumulate, dst +=) the h.count float32 values of a
+  // payload whose header `h` the caller has checked.
   virtual Status decode(const Codec& codec, const WireHeader& h, const uint8_t* payload,
-                        float* dst, void* stream) const = 0;
+                        float* dst, bool accumulate, void* stream) const = 0;
+
+  // Float32 arithmetic on device values, each the host loop's operation
+  // element by element (so the results are the host path's bit for bit):
+  // dst = 0; dst += src; dst *= factor; dst = src.
+  virtual Status zero(float* dst, size_t count, void* stream) const = 0;
+  virtual Status add(float* dst, const float* src, size_t count, void* stream) const = 0;
+  virtual Status scale(float* dst, float factor, size_t count, void* stream) const = 0;
+  virtual Status copy(float* dst, const float* src, size_t count, void* stream) const = 0;
   // Waits for the work enqueued on `stream`.
   virtual Status synchronize(void* stream) const = 0;
 };

@@ -81,19 +81,25 @@ Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const voi
 }
 
 Status decode_payload_on_device(const WireHeader& h, const uint8_t* payload, float* out,
-                                void* stream) {
+                                bool accumulate, void* stream) {
   const qc_codec_t c = static_cast<qc_codec_t>(h.codec);
   const size_t count = static_cast<size_t>(h.count);
   if (c == QC_CODEC_NONE) {
-    if (h.dtype == QC_DTYPE_FLOAT32) return cuda::copy_on_device(out, payload, h.payload_bytes, stream);
+    if (h.dtype == QC_DTYPE_FLOAT32) {
+      // No collective stages codec none compressed: there is nothing to save.
+      if (accumulate) return internal_error("no accumulating device decode for codec none");
+      return cuda::copy_on_device(out, payload, h.payload_bytes, stream);
+    }
     // 16-bit values widen exactly as the fp16/bf16 codecs decode
     const qc_codec_t as = h.dtype == QC_DTYPE_FLOAT16 ? QC_CODEC_FP16 : QC_CODEC_BF16;
-    return cuda::cast_decode(as, payload, count, out, false, stream);
+    return cuda::cast_decode(as, payload, count, out, accumulate, stream);
   }
-  if (cast(c)) return cuda::cast_decode(c, payload, count, out, false, stream);
-  if (global(c)) return cuda::global_decode(c, h.bits, payload, payload + 4, count, out, false, stream);
+  if (cast(c)) return cuda::cast_decode(c, payload, count, out, accumulate, stream);
+  if (global(c)) {
+    return cuda::global_decode(c, h.bits, payload, payload + 4, count, out, accumulate, stream);
+  }
   return cuda::quant_decode(c, payload, payload + meta_bytes(h), count, h.bits, h.bucket_size, out,
-                            false, stream);
+                            accumulate, stream);
 }
 
 Status encode_message_on_device(const qc_policy_t& policy, const void* src, size_t count,
@@ -148,7 +154,7 @@ Status decode_message_on_device(const uint8_t* src, size_t size, void* dst, size
   }
   const uint8_t* payload = src + kWireHeaderBytes;
   if (global(c)) QC_RETURN_IF_ERROR(check_global_payload(c, h, payload));
-  QC_RETURN_IF_ERROR(decode_payload_on_device(h, payload, static_cast<float*>(dst), nullptr));
+  QC_RETURN_IF_ERROR(decode_payload_on_device(h, payload, static_cast<float*>(dst), false, nullptr));
   return cuda::synchronize(nullptr);
 }
 

@@ -22,16 +22,17 @@ namespace qc {
 
 // The payload of a message with header `h` (from the codec's header_for):
 // encoded from h.count values of `dtype` at `src`, or decoded as float32
-// into `dst`; device memory, enqueued on `stream` (a cudaStream_t, NULL: the
-// default stream) and not waited for. Random bits are keyed as the CPU
-// codecs key them (key.seed, key.rank, key.call; key.element_offset is the
-// index of element 0), so the bytes are the CPU's. The header's fields are
+// into `dst` (added to it, with accumulate); device memory, enqueued on
+// `stream` (a cudaStream_t, NULL: the default stream) and not waited for.
+// Random bits are keyed as the CPU codecs key them (key.seed, key.rank,
+// key.call; key.element_offset is the index of element 0), so the bytes are
+// the CPU's. The header's fields are
 // trusted: decode callers check them first (as decode_message_on_device
 // does), and the global codecs' payload checks are theirs too.
 Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const void* src,
                                 const RandomKey& key, uint8_t* payload, void* stream);
 Status decode_payload_on_device(const WireHeader& h, const uint8_t* payload, float* dst,
-                                void* stream);
+                                bool accumulate, void* stream);
 
 Status encode_message_on_device(const qc_policy_t& policy, const void* src, size_t count,
                                 qc_dtype_t dtype, uint8_t* dst, size_t capacity,
