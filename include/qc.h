@@ -497,8 +497,14 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   MPI transports copy the input to page-locked host memory after that
  *   work, run the collective on the host and copy the result back on the
  *   same stream, and the call returns once recvbuf holds it, as with host
- *   memory. The result is the host call's bit for bit (so several processes
- *   sharing one GPU can use the MPI transport). A failed copy breaks the
+ *   memory. float32 with a minmax, qsgd, onebit, fp16 or bf16 policy by
+ *   ring, recursive doubling, SRA or tree (auto picks one of these for
+ *   them), without error feedback or scale reuse, runs the algorithm on the
+ *   device buffers instead: the CUDA kernels encode and decode every
+ *   message and only the compressed messages cross through host memory.
+ *   Either way the result is the host call's bit for bit (so several
+ *   processes sharing one GPU can use the MPI transport, and device and
+ *   host ranks may meet in one call). A failed copy or kernel breaks the
  *   group (peers fail at once; see qc_comm_get_async_error). The NCCL
  *   transport stages every call the same way but one: float32 with codec
  *   none under auto or native and no error feedback is NCCL's own
