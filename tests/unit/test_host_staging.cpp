@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 
 #include "core/communicator.h"
@@ -331,6 +332,28 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
   }
 };
 
+// Per-rank fakes (a fake is not thread-safe), each codec checking that it is
+// handed that rank's device memory, and two groups: `host` gives the host
+// path's results, `device` runs the calls under test. Declared first, the
+// fakes outlive the groups, whose staging holds their memory.
+struct TwoGroups {
+  explicit TwoGroups(int n) : dev(n), mc(n), host(n), device(n) {
+    for (int r = 0; r < n; ++r) mc[r].device = &dev[r];
+  }
+  std::vector<FakeDevice> dev;
+  std::vector<CpuMessageCodec> mc;
+  Group host;
+  Group device;
+};
+
+::testing::AssertionResult under_policy(TwoGroups& g, const qc_policy_t& p) {
+  if (!g.host.ok() || !g.device.ok()) return ::testing::AssertionFailure() << "no groups";
+  if (g.host.set_policy("*", p) != QC_SUCCESS || g.device.set_policy("*", p) != QC_SUCCESS) {
+    return ::testing::AssertionFailure() << "set_policy: " << qc_last_error();
+  }
+  return ::testing::AssertionSuccess();
+}
+
 qc::Status device_alltoall(qc_comm_t comm, const FakeDevice& dev, const CpuMessageCodec* codec,
                            const void* send, void* recv, size_t count_per_rank,
                            qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
@@ -361,12 +384,9 @@ TEST_P(CompressedAlltoall, EqualsTheHostPathAndStagesOnlyCompressedBytes) {
   p.bucket_size = c.bucket;
   p.rounding = c.rounding;
   p.seed = 42;
-  std::vector<FakeDevice> dev(n);  // outlives the groups, whose staging it holds
-  std::vector<CpuMessageCodec> mc(n);
-  Group host(n), device(n);
-  ASSERT_TRUE(host.ok() && device.ok());
-  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-  ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+  TwoGroups groups(n);
+  auto& [dev, mc, host, device] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
   const size_t bytes = cpr * n * 4;
   for (int call = 0; call < 2; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
@@ -435,14 +455,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CompressedAlltoallMixed, DeviceAndHostRanksMeetInOneCall) {
   const int n = 3;
   const size_t cpr = 300;
-  // One fake device and device codec per rank: a fake is not thread-safe.
-  std::vector<FakeDevice> dev(n);  // outlives the groups
-  std::vector<CpuMessageCodec> mc(n);
-  Group host(n), mixed(n);
-  ASSERT_TRUE(host.ok() && mixed.ok());
   const qc_policy_t p = policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_AUTO);
-  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-  ASSERT_EQ(mixed.set_policy("*", p), QC_SUCCESS);
+  TwoGroups groups(n);
+  auto& [dev, mc, host, mixed] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
   const auto in = encode_all(random_inputs(n, cpr * n, 5), QC_DTYPE_FLOAT32);
   const RunResult want = alltoall_on(host, in, cpr, QC_DTYPE_FLOAT32);
   ASSERT_TRUE(want.all_ok()) << want.describe();
@@ -466,13 +482,10 @@ TEST(CompressedAlltoallMixed, DeviceAndHostRanksMeetInOneCall) {
 TEST(CompressedAlltoallInPlace, SameBufferGivesTheHostPathsBlocks) {
   const int n = 3;
   const size_t cpr = 500;
-  std::vector<FakeDevice> dev(n);  // outlives the groups
-  std::vector<CpuMessageCodec> mc(n);
-  Group host(n), device(n);
-  ASSERT_TRUE(host.ok() && device.ok());
   const qc_policy_t p = policy_of(QC_CODEC_QSGD, 4, QC_ALGO_AUTO);
-  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-  ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+  TwoGroups groups(n);
+  auto& [dev, mc, host, device] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
   const auto in = encode_all(random_inputs(n, cpr * n, 6), QC_DTYPE_FLOAT32);
   const RunResult want = alltoall_on(host, in, cpr, QC_DTYPE_FLOAT32);
   ASSERT_TRUE(want.all_ok()) << want.describe();
@@ -506,12 +519,9 @@ TEST(CompressedAlltoallFallback, OtherCallsStageUncompressedAndMatchTheHostPath)
     SCOPED_TRACE(c.name);
     qc_policy_t p = policy_of(c.codec, 4, QC_ALGO_AUTO);
     p.scale_update_period = c.period;
-    std::vector<FakeDevice> dev(n);  // outlives the groups
-    std::vector<CpuMessageCodec> mc(n);
-    Group host(n), device(n);
-    ASSERT_TRUE(host.ok() && device.ok());
-    ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-    ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+    TwoGroups groups(n);
+    auto& [dev, mc, host, device] = groups;
+    ASSERT_TRUE(under_policy(groups, p));
     const size_t bytes = cpr * n * qct::dtype_size(c.dtype);
     for (int call = 0; call < 2; ++call) {
       const auto in = encode_all(random_inputs(n, cpr * n, 30 + call, c.dtype), c.dtype);
@@ -536,6 +546,26 @@ TEST(CompressedAlltoallFallback, OtherCallsStageUncompressedAndMatchTheHostPath)
   }
 }
 
+// Runs `call` on every rank of a group whose rank `bad` fails on its device:
+// that rank reports `what`, and every rank fails at once, not at the
+// group's timeout (give it a long one: a hang would show as that long).
+void expect_device_failure_fails_the_peers_at_once(int n, int bad, const std::string& what,
+                                                   const std::function<qc::Status(int)>& call) {
+  std::vector<qc::Status> s(n);
+  std::vector<double> seconds(n);
+  run_ranks(n, [&](int r) {
+    const auto t0 = Clock::now();
+    s[r] = call(r);
+    seconds[r] = seconds_since(t0);
+  });
+  EXPECT_EQ(s[bad].code(), QC_ERROR_INTERNAL) << s[bad].message();
+  EXPECT_NE(s[bad].message().find(what), std::string::npos) << s[bad].message();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(s[r]) << "rank " << r;
+    EXPECT_LT(seconds[r], 10.0) << "rank " << r << " waited for the timeout";
+  }
+}
+
 // A device failure on one rank (here its copy to the host) breaks the group
 // at once: the peers fail in the exchange instead of waiting for it.
 TEST(CompressedAlltoallFailure, ADeviceFailureFailsThePeersAtOnce) {
@@ -553,21 +583,9 @@ TEST(CompressedAlltoallFailure, ADeviceFailureFailsThePeersAtOnce) {
     send[r] = dev[r].upload(in[r]);
     recv[r] = dev[r].alloc(cpr * n * 4);
   }
-  std::vector<qc::Status> s(n);
-  std::vector<double> seconds(n);
-  run_ranks(n, [&](int r) {
-    const auto t0 = Clock::now();
-    s[r] = device_alltoall(g[r], dev[r], &mc[r], send[r], recv[r], cpr);
-    seconds[r] = seconds_since(t0);
-  });
-  EXPECT_EQ(s[1].code(), QC_ERROR_INTERNAL) << s[1].message();
-  EXPECT_NE(s[1].message().find("rank 1 could not encode its blocks on the device"),
-            std::string::npos)
-      << s[1].message();
-  for (int r = 0; r < n; ++r) {
-    EXPECT_FALSE(s[r]) << "rank " << r;
-    EXPECT_LT(seconds[r], 10.0) << "rank " << r << " waited for the timeout";
-  }
+  expect_device_failure_fails_the_peers_at_once(
+      n, 1, "rank 1 could not encode its blocks on the device",
+      [&](int r) { return device_alltoall(g[r], dev[r], &mc[r], send[r], recv[r], cpr); });
   EXPECT_EQ(dev[1].copies_to_device, 0);
 }
 
@@ -621,13 +639,9 @@ TEST_P(CompressedAllreduce, EqualsTheHostPathAndStagesOnlyPayloads) {
   p.rounding = c.rounding;
   p.group_size = 2;
   p.seed = 7;
-  std::vector<FakeDevice> dev(n);  // outlives the groups, whose staging it holds
-  std::vector<CpuMessageCodec> mc(n);
-  for (int r = 0; r < n; ++r) mc[r].device = &dev[r];
-  Group host(n), device(n);
-  ASSERT_TRUE(host.ok() && device.ok());
-  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-  ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+  TwoGroups groups(n);
+  auto& [dev, mc, host, device] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
   std::unique_ptr<qc::Codec> codec;
   ASSERT_TRUE(qc::make_codec(p, QC_DTYPE_FLOAT32, &codec));
   qc::WireHeader whole;
@@ -652,7 +666,9 @@ TEST_P(CompressedAllreduce, EqualsTheHostPathAndStagesOnlyPayloads) {
       SCOPED_TRACE("rank " + std::to_string(r));
       ASSERT_TRUE(s[r]) << s[r].message();
       EXPECT_EQ(dev[r].download(recv[r], bytes), want.out[r]);
-      if (!c.in_place) EXPECT_EQ(dev[r].download(send[r], bytes), in[r]) << "input changed";
+      if (!c.in_place) {
+        EXPECT_EQ(dev[r].download(send[r], bytes), in[r]) << "input changed";
+      }
       EXPECT_GT(mc[r].encodes, 0);
       EXPECT_GT(mc[r].decodes + mc[r].accumulating_decodes, 0);
       EXPECT_EQ(mc[r].synchronizations, 1) << "the call returns with the result";
@@ -709,13 +725,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CompressedAllreduceMixed, DeviceAndHostRanksMeetInOneCall) {
   const int n = 3;
   const size_t count = 1000;
-  std::vector<FakeDevice> dev(n);  // outlives the groups
-  std::vector<CpuMessageCodec> mc(n);
-  Group host(n), mixed(n);
-  ASSERT_TRUE(host.ok() && mixed.ok());
   const qc_policy_t p = policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_SRA);
-  ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-  ASSERT_EQ(mixed.set_policy("*", p), QC_SUCCESS);
+  TwoGroups groups(n);
+  auto& [dev, mc, host, mixed] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
   const auto in = encode_all(random_inputs(n, count, 9), QC_DTYPE_FLOAT32);
   const RunResult want = allreduce_on(host, in, count, QC_DTYPE_FLOAT32, QC_OP_SUM);
   ASSERT_TRUE(want.all_ok()) << want.describe();
@@ -763,12 +776,9 @@ TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath
     qc_policy_t p = policy_of(c.codec, 4, c.algo);
     p.scale_update_period = c.period;
     p.error_feedback = c.feedback ? 1 : 0;
-    std::vector<FakeDevice> dev(n);  // outlives the groups
-    std::vector<CpuMessageCodec> mc(n);
-    Group host(n), device(n);
-    ASSERT_TRUE(host.ok() && device.ok());
-    ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-    ASSERT_EQ(device.set_policy("*", p), QC_SUCCESS);
+    TwoGroups groups(n);
+    auto& [dev, mc, host, device] = groups;
+    ASSERT_TRUE(under_policy(groups, p));
     std::vector<qc_error_buffer_t> eb_host(n, nullptr), eb_device(n, nullptr);
     if (c.feedback) {
       for (int r = 0; r < n; ++r) {
@@ -825,22 +835,11 @@ TEST(CompressedAllreduceFailure, ADeviceFailureFailsThePeersAtOnce) {
     send[r] = dev[r].upload(in[r]);
     recv[r] = dev[r].alloc(count * 4);
   }
-  std::vector<qc::Status> s(n);
-  std::vector<double> seconds(n);
-  run_ranks(n, [&](int r) {
-    const auto t0 = Clock::now();
-    s[r] = device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], count);
-    seconds[r] = seconds_since(t0);
-  });
-  EXPECT_EQ(s[2].code(), QC_ERROR_INTERNAL) << s[2].message();
-  EXPECT_NE(s[2].message().find("rank 2 could not decode a message on the device"),
-            std::string::npos)
-      << s[2].message();
-  for (int r = 0; r < n; ++r) {
-    EXPECT_FALSE(s[r]) << "rank " << r;
-    EXPECT_LT(seconds[r], 10.0) << "rank " << r << " waited for the timeout";
-  }
+  expect_device_failure_fails_the_peers_at_once(
+      n, 2, "rank 2 could not decode a message on the device",
+      [&](int r) { return device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], count); });
   // The group is broken: the next call fails at once, on every rank.
+  std::vector<qc::Status> s(n);
   run_ranks(n, [&](int r) {
     s[r] = device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], count);
   });
