@@ -371,6 +371,7 @@ Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem,
                         const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                         void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
                         const char* layer, qc_error_buffer_s* error_buffer) {
+  if (!comm->device_codec) device_codec = nullptr;  // QC_DEVICE_CODEC=0
   const size_t bytes = count * dtype_size(dtype);
   return run_on_placed_buffers(
       comm, mem, stream, sendbuf, bytes, recvbuf, bytes,
@@ -662,6 +663,7 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
 Status alltoall_placed(qc_comm_s* comm, const DeviceMemory* mem,
                        const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                        void* recvbuf, size_t count_per_rank, qc_dtype_t dtype, const char* layer) {
+  if (!comm->device_codec) device_codec = nullptr;  // QC_DEVICE_CODEC=0
   const size_t bytes =
       count_per_rank * dtype_size(dtype) * static_cast<size_t>(comm->transport->size());
   DeviceCollective on_device;
@@ -681,32 +683,41 @@ Status alltoall_placed(qc_comm_s* comm, const DeviceMemory* mem,
 
 namespace {
 
-// The QC_* environment (params.h) for a new communicator: the "*" policy and
-// the timeout it overrides. A bad value fails the creation, before anything
-// is made, so a typo never runs silently with defaults.
-Status environment_defaults(double* timeout_seconds, qc_policy_t* star) {
+// What the QC_* environment (params.h) gives a new communicator.
+struct CommDefaults {
+  double timeout_seconds = 300.0;
+  qc_policy_t star{};
+  bool device_codec = true;
+};
+
+// Reads the QC_* environment over the configured timeout. A bad value fails
+// the creation, before anything is made, so a typo never runs silently with
+// defaults.
+Status environment_defaults(double configured_timeout, CommDefaults* out) {
   EnvParams env;
   QC_RETURN_IF_ERROR(read_env_params(&env));
-  *star = default_policy();
-  apply_env_to_policy(env, star);
-  Status valid = validate_policy(*star, "*");
+  out->star = default_policy();
+  apply_env_to_policy(env, &out->star);
+  Status valid = validate_policy(out->star, "*");
   if (!valid) {
     return invalid_argument("the QC_* environment variables make an invalid default policy: " +
                             valid.message());
   }
-  warn_if_error_feedback_diverges(*star, "the QC_* environment's default policy");
-  *timeout_seconds = env_timeout(env, *timeout_seconds);
+  warn_if_error_feedback_diverges(out->star, "the QC_* environment's default policy");
+  out->timeout_seconds = env_timeout(env, configured_timeout);
+  out->device_codec = env_device_codec(env);
   return Status::ok();
 }
 
 // A communicator around `transport` with the settings every transport starts
-// from: the timeout (after QC_TIMEOUT_SECONDS) and the "*" policy.
-std::unique_ptr<qc_comm_s> make_comm(std::unique_ptr<Transport> transport, double timeout_seconds,
-                                     const qc_policy_t& star) {
+// from.
+std::unique_ptr<qc_comm_s> make_comm(std::unique_ptr<Transport> transport,
+                                     const CommDefaults& defaults) {
   auto comm = std::make_unique<qc_comm_s>();
   comm->transport = std::move(transport);
-  comm->timeout_seconds = timeout_seconds;
-  comm->policies.set("*", star);
+  comm->timeout_seconds = defaults.timeout_seconds;
+  comm->device_codec = defaults.device_codec;
+  comm->policies.set("*", defaults.star);
   comm->stats.struct_size = sizeof(qc_stats_t);
   return comm;
 }
@@ -714,13 +725,13 @@ std::unique_ptr<qc_comm_s> make_comm(std::unique_ptr<Transport> transport, doubl
 }  // namespace
 
 Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) {
-  qc_policy_t star;
-  QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
   auto group = std::make_shared<LocalGroup>(nranks);
   std::vector<std::unique_ptr<qc_comm_s>> made;
   made.reserve(nranks);
   for (int r = 0; r < nranks; ++r) {
-    made.push_back(make_comm(std::make_unique<LocalTransport>(group, r), timeout_seconds, star));
+    made.push_back(make_comm(std::make_unique<LocalTransport>(group, r), defaults));
   }
   for (int r = 0; r < nranks; ++r) comms[r] = made[r].release();
   return Status::ok();
@@ -733,11 +744,11 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t
                             std::to_string(fortran_handle) +
                             ", not a Fortran MPI handle (MPI_Comm_c2f gives an int)");
   }
-  qc_policy_t star;
-  QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
   std::unique_ptr<Transport> transport;
   QC_RETURN_IF_ERROR(MpiTransport::create(static_cast<MPI_Fint>(fortran_handle), &transport));
-  *comm = make_comm(std::move(transport), timeout_seconds, star).release();
+  *comm = make_comm(std::move(transport), defaults).release();
   return Status::ok();
 #else
   (void)fortran_handle;
@@ -750,12 +761,11 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t
 
 Status create_nccl_comm(void* nccl_comm, double timeout_seconds, qc_comm_t* comm) {
 #if QC_HAVE_NCCL
-  qc_policy_t star;
-  QC_RETURN_IF_ERROR(environment_defaults(&timeout_seconds, &star));
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
   std::unique_ptr<NcclBackend> backend;
   QC_RETURN_IF_ERROR(cuda::make_nccl_backend(nccl_comm, &backend));
-  *comm = make_comm(std::make_unique<NcclTransport>(std::move(backend)), timeout_seconds, star)
-              .release();
+  *comm = make_comm(std::make_unique<NcclTransport>(std::move(backend)), defaults).release();
   return Status::ok();
 #else
   (void)nccl_comm;

@@ -30,6 +30,9 @@ struct qc_comm_s {
   std::unique_ptr<qc::Transport> transport;
   qc::PolicyTable policies;
   double timeout_seconds = 300.0;
+  // QC_DEVICE_CODEC at creation: false makes device calls stage whole
+  // buffers instead of running the codec on the device.
+  bool device_codec = true;
   uint64_t next_sequence = 1;
 
   // Reused by every call (the communicator serves one thread at a time).

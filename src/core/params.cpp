@@ -216,6 +216,10 @@ double env_timeout(const EnvParams& env, double configured) {
   return env.timeout.set ? env.timeout.value : configured;
 }
 
+bool env_device_codec(const EnvParams& env) {
+  return !env.device_codec.set || env.device_codec.value != 0;
+}
+
 LogLevel env_log_level(const EnvParams& env) {
   if (env.debug.set) return env.debug.value;
   if (env.log_level.set) return env.log_level.value;

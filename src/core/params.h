@@ -80,7 +80,12 @@ bool parse_cpu_isa(const char* text, int* out);
   X(cpu_isa, "QC_CPU_ISA", enum, int, ::qc::parse_cpu_isa, "auto",                             \
     "auto, scalar, avx2, avx512",                                                              \
     "CPU kernels to use; auto picks the best this CPU supports, and so does a path the CPU "   \
-    "lacks.")
+    "lacks.")                                                                                  \
+  X(device_codec, "QC_DEVICE_CODEC", enum, int, ::qc::parse_flag, "1", "0, 1",                 \
+    "1: collectives on device buffers run the codec on the device and stage only compressed "  \
+    "bytes where the call allows (docs/cuda.md). 0: they copy the whole buffers to the host "  \
+    "and run the host path, a switch for telling a device-codec problem from others; the "     \
+    "results are the same bytes either way.")
 
 // One variable as read: set only when the text parsed; raw is kept even when
 // it did not, so qc-info can show what was wrong.
@@ -117,6 +122,8 @@ Status parse_env_value(const char* name, const char* text, EnvParams* out);
 void apply_env_to_policy(const EnvParams& env, qc_policy_t* star_policy);
 // QC_TIMEOUT when set, `configured` otherwise.
 double env_timeout(const EnvParams& env, double configured);
+// QC_DEVICE_CODEC: whether device calls may run the codec on the device.
+bool env_device_codec(const EnvParams& env);
 // QC_DEBUG when set, else QC_LOG_LEVEL when set, else warn.
 LogLevel env_log_level(const EnvParams& env);
 

@@ -88,7 +88,7 @@ bool reference(const std::string& name, const std::string& text, double* value, 
     if (!ref_int(text, 1, INT_MAX, &i)) i = -1;
   } else if (name == "QC_ALGO") {
     i = text == "rd" ? 2 : index_of(text, {"auto", "ring", "recursive_doubling", "sra", "tree", "native"});
-  } else if (name == "QC_EF") {
+  } else if (name == "QC_EF" || name == "QC_DEVICE_CODEC") {
     if (!ref_int(text, 0, 1, &i)) i = -1;
   } else if (name == "QC_MIN_COMPRESS") {
     size_t end = text.size();

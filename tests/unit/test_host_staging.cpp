@@ -846,6 +846,63 @@ TEST(CompressedAllreduceFailure, ADeviceFailureFailsThePeersAtOnce) {
   for (int r = 0; r < n; ++r) EXPECT_FALSE(s[r]) << "rank " << r;
 }
 
+// QC_DEVICE_CODEC, read when the communicator is created: 0 stages whole
+// buffers (the device codec never runs) with the same results, 1 (the
+// default) runs the codec on the device.
+TEST(DeviceCodecSwitch, ZeroStagesWholeBuffersWithTheSameResults) {
+  const int n = 3;
+  const size_t count = 900;
+  const qc_policy_t p = policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_RING);
+  const char* saved = std::getenv("QC_DEVICE_CODEC");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  for (const char* flag : {"0", "1"}) {
+    SCOPED_TRACE(std::string("QC_DEVICE_CODEC=") + flag);
+    ASSERT_EQ(::setenv("QC_DEVICE_CODEC", flag, 1), 0);
+    TwoGroups groups(n);
+    if (saved != nullptr) {
+      ::setenv("QC_DEVICE_CODEC", saved_value.c_str(), 1);
+    } else {
+      ::unsetenv("QC_DEVICE_CODEC");
+    }
+    auto& [dev, mc, host, device] = groups;
+    ASSERT_TRUE(under_policy(groups, p));
+    const bool on = *flag == '1';
+    const auto in = encode_all(random_inputs(n, count * n, 31), QC_DTYPE_FLOAT32);
+    const RunResult want_sum = allreduce_on(host, in, count * n, QC_DTYPE_FLOAT32, QC_OP_SUM);
+    const RunResult want_a2a = alltoall_on(host, in, count, QC_DTYPE_FLOAT32);
+    ASSERT_TRUE(want_sum.all_ok()) << want_sum.describe();
+    ASSERT_TRUE(want_a2a.all_ok()) << want_a2a.describe();
+    const size_t bytes = count * n * 4;
+    std::vector<void*> send(n), recv(n);
+    for (int r = 0; r < n; ++r) {
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = dev[r].alloc(bytes);
+    }
+    for (int kind = 0; kind < 2; ++kind) {
+      SCOPED_TRACE(kind == 0 ? "allreduce" : "alltoall");
+      for (int r = 0; r < n; ++r) reset_counts(dev[r], mc[r]);
+      std::vector<qc::Status> s(n);
+      run_ranks(n, [&](int r) {
+        s[r] = kind == 0 ? device_allreduce(device[r], dev[r], &mc[r], send[r], recv[r], count * n)
+                         : device_alltoall(device[r], dev[r], &mc[r], send[r], recv[r], count);
+      });
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_TRUE(s[r]) << s[r].message();
+        EXPECT_EQ(dev[r].download(recv[r], bytes), (kind == 0 ? want_sum : want_a2a).out[r]);
+        if (on) {
+          EXPECT_GT(mc[r].encodes, 0);
+          EXPECT_LT(dev[r].bytes_to_host, bytes);
+        } else {
+          EXPECT_EQ(mc[r].encodes + mc[r].decodes + mc[r].accumulating_decodes, 0);
+          EXPECT_EQ(dev[r].bytes_to_host, bytes) << "the whole input";
+          EXPECT_EQ(dev[r].bytes_to_device, bytes) << "the whole output";
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // the page-locked buffer
 // ---------------------------------------------------------------------------

@@ -77,6 +77,7 @@ const std::vector<Case>& cases() {
       {"QC_TIMEOUT", {"300", "0.5", ".25", "1e3", "3600"},
        {"0", "-1", "0.0", "abc", "nan", "inf", "10s", "1e999", "-0"}},
       {"QC_CPU_ISA", {"auto", "scalar", "avx2", "avx512"}, {"sse", "AVX2", "avx-512"}},
+      {"QC_DEVICE_CODEC", {"0", "1"}, {"2", "off", "true", "-1", "1 "}},
   };
   return kCases;
 }
@@ -155,6 +156,7 @@ TEST(Params, UnsetAndEmptyKeepDefaults) {
   apply_env_to_policy(p, &policy);
   EXPECT_TRUE(same_policy(policy, default_policy()));
   EXPECT_EQ(env_timeout(p, 42.0), 42.0);
+  EXPECT_TRUE(env_device_codec(p));
   EXPECT_EQ(env_log_level(p), LogLevel::kWarn);
 }
 
@@ -164,7 +166,8 @@ TEST(Params, ParsedValues) {
               {"QC_CODEC", "qsgd"},    {"QC_BITS", "3"},
               {"QC_BUCKET", "512"},    {"QC_ALGO", "rd"},
               {"QC_EF", "1"},          {"QC_MIN_COMPRESS", "64K"},
-              {"QC_TIMEOUT", "2.5"},   {"QC_CPU_ISA", "scalar"}};
+              {"QC_TIMEOUT", "2.5"},   {"QC_CPU_ISA", "scalar"},
+              {"QC_DEVICE_CODEC", "0"}};
   EnvParams p;
   ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
   EXPECT_EQ(p.debug.value, LogLevel::kDebug);
@@ -177,6 +180,8 @@ TEST(Params, ParsedValues) {
   EXPECT_EQ(p.min_compress.value, 65536u);
   EXPECT_EQ(p.timeout.value, 2.5);
   EXPECT_EQ(p.cpu_isa.value, 0);
+  EXPECT_EQ(p.device_codec.value, 0);
+  EXPECT_FALSE(env_device_codec(p));
   EXPECT_EQ(p.codec.raw, "qsgd");
 }
 
@@ -224,6 +229,7 @@ TEST(Params, ApplyOverridesExactlyTheSetFields) {
       {"QC_TIMEOUT", "5", [](qc_policy_t*) {}},
       {"QC_DEBUG", "info", [](qc_policy_t*) {}},
       {"QC_CPU_ISA", "scalar", [](qc_policy_t*) {}},
+      {"QC_DEVICE_CODEC", "0", [](qc_policy_t*) {}},
   };
   // A non-default starting point, so "unchanged" is not the same as "reset".
   qc_policy_t start = default_policy();
