@@ -331,7 +331,10 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
  *   value), a cheap estimate from one message; 0 for lossless codecs, -1
  *   when not measured (a fused call, or nothing encoded).
  * mean_sq_norm: squared L2 norm of this rank's input for the layer, averaged
- *   over its calls (what adaptive bit widths use).
+ *   over its calls (what adaptive bit widths use). Calls on device buffers
+ *   measure it on the device (to rounding: the device sums in its own
+ *   order), except an allreduce the NCCL transport enqueues without waiting,
+ *   which is left out of the average.
  */
 typedef struct qc_layer_stats {
   size_t struct_size; /* set by the caller: sizeof(qc_layer_stats_t) */

@@ -70,6 +70,7 @@ struct DeviceValues {
   void* stream = nullptr;
   uint8_t* payload = nullptr;  // device bytes for the payload of the call's largest message
   size_t payload_capacity = 0;
+  void* norm_scratch = nullptr;  // DeviceMessageCodec::kNormScratchBytes for squared_norm
   float* values = nullptr;     // device floats for zeroed_values
   size_t values_capacity = 0;
 };

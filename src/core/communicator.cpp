@@ -301,18 +301,25 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
   const qc_policy_t& policy = plan.policy;
   const int n = comm->transport->size();
   // The host path's signature: the same messages travel, so ranks on device
-  // and host memory may meet in one call. The input is not read on the
-  // host, so the layer gets no norm (nor an error estimate) from this call.
+  // and host memory may meet in one call. The layer's norm is measured on
+  // the device (the input is never read on the host); its error estimate is
+  // not.
   const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32,
                                             op, layer, policy, plan.algorithm);
   float* data = static_cast<float*>(recvbuf);
-  return run_collective(comm, *plan.codec, signature, count * 4,
-                        one_layer(layer, count, count * 4,
-                                  std::numeric_limits<double>::quiet_NaN()),
+  std::vector<LayerShare> layers =
+      one_layer(layer, count, count * 4, std::numeric_limits<double>::quiet_NaN());
+  return run_collective(comm, *plan.codec, signature, count * 4, layers,
                         [&](CollectiveContext& ctx) -> Status {
     DeviceValues values;
     Status s = reserve_device_values(*plan.codec, count, n, mem, device_codec, comm->staging,
                                      stream, &values);
+    // Before the algorithm overwrites an in-place input; run_collective
+    // records layers[0] after this returns.
+    if (s) {
+      s = device_codec.squared_norm(static_cast<const float*>(sendbuf), count,
+                                    values.norm_scratch, stream, &layers[0].sq_norm);
+    }
     // The algorithms reduce in place: an out-of-place call starts from a copy.
     if (s && sendbuf != recvbuf) {
       s = device_codec.copy(data, static_cast<const float*>(sendbuf), count, stream);
@@ -647,16 +654,18 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
   *ran = true;
   const size_t total = count_per_rank * static_cast<size_t>(comm->transport->size());
   // The same signature as the host path: the same messages travel, so
-  // ranks on device and host memory may meet in one call. The input is not
-  // read on the host, so the layer gets no norm from this call.
-  return run_collective(comm, codec, plan.signature, total * 4,
-                        one_layer(layer, total, total * 4,
-                                  std::numeric_limits<double>::quiet_NaN()),
+  // ranks on device and host memory may meet in one call. The layer's norm
+  // is measured on the device, inside the call (run_collective records
+  // layers[0] after it returns).
+  std::vector<LayerShare> layers =
+      one_layer(layer, total, total * 4, std::numeric_limits<double>::quiet_NaN());
+  return run_collective(comm, codec, plan.signature, total * 4, layers,
                         [&](CollectiveContext& ctx) {
     ctx.set_seed(plan.policy.seed);
     return alltoall_with_device_codec(ctx, codec, header, mem, device_codec, comm->staging,
                                       static_cast<const float*>(sendbuf),
-                                      static_cast<float*>(recvbuf), count_per_rank, stream);
+                                      static_cast<float*>(recvbuf), count_per_rank, stream,
+                                      &layers[0].sq_norm);
   });
 }
 

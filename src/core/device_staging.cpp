@@ -46,6 +46,13 @@ class CudaMessageCodec final : public DeviceMessageCodec {
     return cuda::copy_on_device(dst, src, count * sizeof(float), stream);
   }
   Status synchronize(void* stream) const override { return cuda::synchronize(stream); }
+  Status squared_norm(const float* src, size_t count, void* scratch, void* stream,
+                      double* out) const override {
+    static_assert(cuda::kNormScratchBytes <= kNormScratchBytes, "the norm kernels need more");
+    QC_RETURN_IF_ERROR(cuda::squared_norm_on_device(src, count, scratch, stream));
+    return cuda::copy_to_host_after(out, cuda::squared_norm_result(scratch), sizeof(double),
+                                    stream);
+  }
 };
 #endif
 
@@ -124,15 +131,18 @@ Status reserve_device_values(const Codec& codec, size_t count, int ranks,
     return internal_error("no fixed message layout for the device values");
   }
   const size_t payload = slot_bytes(largest.payload_bytes);
+  const size_t norm = slot_bytes(DeviceMessageCodec::kNormScratchBytes);
   const size_t floats = (count + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
   unsigned char* device = nullptr;
-  QC_RETURN_IF_ERROR(staging.reserve_device(mem, payload + floats * sizeof(float), &device));
+  QC_RETURN_IF_ERROR(
+      staging.reserve_device(mem, payload + norm + floats * sizeof(float), &device));
   values->mem = &mem;
   values->codec = &device_codec;
   values->stream = stream;
   values->payload = device;
   values->payload_capacity = largest.payload_bytes;
-  values->values = reinterpret_cast<float*>(device + payload);
+  values->norm_scratch = device + payload;
+  values->values = reinterpret_cast<float*>(device + payload + norm);
   values->values_capacity = floats;
   return Status::ok();
 }
@@ -141,24 +151,28 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
                                   const WireHeader& header, const DeviceMemory& mem,
                                   const DeviceMessageCodec& device_codec, HostStaging& staging,
                                   const float* send, float* recv, size_t count_per_rank,
-                                  void* stream) {
+                                  void* stream, double* sq_norm) {
   const int n = ctx.size();
   const int r = ctx.rank();
   const size_t blocks = static_cast<size_t>(n);
   const size_t payload = header.payload_bytes;
   const size_t slot = slot_bytes(payload);
-  // Device and host: blocks out-going slots, then blocks incoming ones.
+  // Device and host: blocks out-going slots, then blocks incoming ones; the
+  // device also the norm's scratch.
   unsigned char* device = nullptr;
   unsigned char* host = nullptr;
-  QC_RETURN_IF_ERROR(staging.reserve_device(mem, 2 * blocks * slot, &device));
+  QC_RETURN_IF_ERROR(staging.reserve_device(
+      mem, 2 * blocks * slot + DeviceMessageCodec::kNormScratchBytes, &device));
   QC_RETURN_IF_ERROR(staging.reserve(mem, 2 * blocks * slot, &host));
   unsigned char* device_in = device + blocks * slot;
   unsigned char* host_in = host + blocks * slot;
+  Status s = device_codec.squared_norm(send, blocks * count_per_rank, device + 2 * blocks * slot,
+                                       stream, sq_norm);
+  if (!s) return device_failure(ctx, "measure its input on the device", s);
 
   // 1. Every block encoded on the device, in alltoall_pairwise's order and
   // with its random keys, then only the payloads copied to the host.
   auto start = std::chrono::steady_clock::now();
-  Status s;
   for (int k = 0; k < n && s; ++k) {
     const size_t to = static_cast<size_t>((r + k) % n);
     s = device_codec.encode(codec, header, send + to * count_per_rank,

@@ -49,10 +49,12 @@ Status reserve_device_values(const Codec& codec, size_t count, int ranks,
 // messages), with the encode and decode on the device: send and recv are
 // device memory, `stream` orders the work after the caller's; returns once
 // recv holds the result. `staging` gives the host and device buffers.
+// *sq_norm: the squared norm of send, for the layer statistics, measured
+// before anything is written (so an in-place call measures its input).
 Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
                                   const WireHeader& header, const DeviceMemory& mem,
                                   const DeviceMessageCodec& device_codec, HostStaging& staging,
                                   const float* send, float* recv, size_t count_per_rank,
-                                  void* stream);
+                                  void* stream, double* sq_norm);
 
 }  // namespace qc

@@ -76,5 +76,15 @@ Status add_values(float* dst, const float* src, size_t count, void* stream);
 Status scale_values(float* dst, float factor, size_t count, void* stream);
 Status zero_values(float* dst, size_t count, void* stream);
 
+// The squared L2 norm of count float32 values (norm_kernels.cu), summed in
+// double, enqueued on `stream` into `scratch` (kNormScratchBytes of device
+// memory, 8-byte aligned); squared_norm_result(scratch) is where the double
+// lies once the stream has run it. The same grid sums in the same order, so
+// a tensor gives the same double every time.
+constexpr unsigned kMaxNormBlocks = 1024;
+constexpr size_t kNormScratchBytes = 65536 + 64;
+Status squared_norm_on_device(const float* x, size_t count, void* scratch, void* stream);
+const double* squared_norm_result(const void* scratch);
+
 }  // namespace cuda
 }  // namespace qc

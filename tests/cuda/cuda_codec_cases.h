@@ -17,11 +17,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -499,6 +501,58 @@ TEST(CudaCast, Fp16AndBf16MatchTheCpu) {
       ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), acc), -1);
     }
   }
+}
+
+// ---- the squared norm of the layer statistics --------------------------------------
+
+// norm_kernels.cu: the host loop's sum to rounding (the device adds in its
+// own order), the same double on a second run, NaN and infinity as the host
+// sum gives them, nothing written past the scratch, bad pointers refused.
+TEST(CudaNorm, SquaredNormMatchesTheHostSum) {
+  const size_t kSizes[] = {0, 1, 31, 1000, 300007 / kSizeScale};
+  for (size_t n : kSizes) {
+    for (int special = 0; special < 3; ++special) {
+      SCOPED_TRACE("n " + std::to_string(n) + " special " + std::to_string(special));
+      std::vector<float> x = make_data(n, Data::kPlain, 7 + n);
+      if (n > 0 && special == 1) x[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      if (n > 0 && special == 2) x[n - 1] = -std::numeric_limits<float>::infinity();
+      double want = 0;
+      for (float v : x) want += double(v) * v;
+      DeviceBytes x_dev(4 * n);
+      x_dev.upload(x.data(), 4 * n);
+      DeviceBytes scratch(qc::cuda::kNormScratchBytes);
+      double got[2] = {-1, -1};
+      for (double& g : got) {
+        qc::Status st = qc::cuda::squared_norm_on_device(reinterpret_cast<float*>(x_dev.data()),
+                                                         n, scratch.data(), nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.message();
+        sync();
+        dev_download(&g, qc::cuda::squared_norm_result(scratch.data()), sizeof g);
+      }
+      scratch.contents();  // the canaries after the scratch
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got[0]));
+      } else if (std::isinf(want)) {
+        EXPECT_EQ(got[0], want);
+      } else {
+        EXPECT_NEAR(got[0], want, 1e-12 * want);
+      }
+      EXPECT_EQ(std::memcmp(&got[0], &got[1], sizeof(double)), 0) << "two runs differ";
+      if (n == 0) {
+        EXPECT_EQ(got[0], 0.0);
+      }
+    }
+  }
+  DeviceBytes x_dev(64);
+  DeviceBytes scratch(qc::cuda::kNormScratchBytes + 8);
+  EXPECT_EQ(qc::cuda::squared_norm_on_device(reinterpret_cast<float*>(x_dev.data() + 2), 4,
+                                             scratch.data(), nullptr)
+                .code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc::cuda::squared_norm_on_device(reinterpret_cast<float*>(x_dev.data()), 4,
+                                             scratch.data() + 4, nullptr)
+                .code(),
+            QC_ERROR_INVALID_ARGUMENT);
 }
 
 // ---- golden vectors ---------------------------------------------------------------

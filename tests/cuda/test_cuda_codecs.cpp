@@ -141,6 +141,18 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
 // kernels (core/device_staging.h: only payloads staged); global_linear's
 // native sum and codec none are staged whole (host_staging.h). Either way
 // the results are the emulation's bit for bit.
+// Whichever path a device call takes (the codec on the device, or the whole
+// buffer staged), its layer records the input's squared norm, which adaptive
+// bit widths read; the device sums in its own order, so to rounding.
+void expect_layer_norm(qc_comm_t comm, const std::vector<float>& x) {
+  double want = 0;
+  for (float v : x) want += double(v) * v;
+  qc_layer_stats_t ls{};
+  ls.struct_size = sizeof ls;
+  ASSERT_EQ(qc_comm_get_layer_stats(comm, nullptr, &ls), QC_SUCCESS);
+  EXPECT_NEAR(ls.mean_sq_norm, want, 1e-9 * want);
+}
+
 TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
   const int n = 3;
   const size_t count = 20011;
@@ -207,6 +219,7 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
       const auto got = (c.in_place ? in_dev[r] : out_dev[r])->contents();
       EXPECT_EQ(first_float_diff(as_floats(got), want[r]), -1) << "rank " << r;
+      expect_layer_norm(comms[r], x[r]);
     }
     for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
   }
@@ -271,6 +284,7 @@ TEST(CudaStaging, AlltoallOnDeviceBuffersMatchesTheEmulation) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r << ": " << qc_last_error();
       EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1)
           << "rank " << r;
+      expect_layer_norm(comms[r], x[r]);
     }
     for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
   }

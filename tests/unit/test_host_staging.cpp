@@ -307,11 +307,25 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
     streams.push_back(stream);
     return qc::Status::ok();
   }
+  // The host loop's sum, so the device calls' layer norms equal the host
+  // path's exactly here (on a GPU they agree to rounding).
+  qc::Status squared_norm(const float* src, size_t count, void* scratch, void* stream,
+                          double* out) const override {
+    ++norms;
+    streams.push_back(stream);
+    expect_device(src, count * 4, "norm input");
+    expect_device(scratch, kNormScratchBytes, "norm scratch");
+    if (reinterpret_cast<uintptr_t>(scratch) % 8 != 0) ADD_FAILURE() << "norm scratch misaligned";
+    if (fail_norm) return qc::Status(QC_ERROR_INTERNAL, "injected norm failure");
+    *out = qc::squared_norm(src, count);
+    return qc::Status::ok();
+  }
 
   // When set, every pointer handed in must be this fake's device memory.
   const FakeDevice* device = nullptr;
   bool fail_decode = false;
-  mutable int encodes = 0, decodes = 0, accumulating_decodes = 0, synchronizations = 0;
+  bool fail_norm = false;
+  mutable int encodes = 0, decodes = 0, accumulating_decodes = 0, synchronizations = 0, norms = 0;
   mutable std::vector<std::string> arithmetic_ops;
   mutable std::vector<void*> streams;
 
@@ -352,6 +366,19 @@ struct TwoGroups {
     return ::testing::AssertionFailure() << "set_policy: " << qc_last_error();
   }
   return ::testing::AssertionSuccess();
+}
+
+// A device call measures its input's norm on the device (the fake: the host
+// loop's sum), so the layer's mean_sq_norm is the host path's; the error
+// estimate is not measured on the device.
+void expect_device_layer_norm(qc_comm_t host, qc_comm_t device) {
+  qc_layer_stats_t lh{}, ld{};
+  lh.struct_size = ld.struct_size = sizeof(qc_layer_stats_t);
+  ASSERT_EQ(qc_comm_get_layer_stats(host, nullptr, &lh), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_get_layer_stats(device, nullptr, &ld), QC_SUCCESS);
+  EXPECT_GT(lh.mean_sq_norm, 0.0);
+  EXPECT_EQ(ld.mean_sq_norm, lh.mean_sq_norm);
+  EXPECT_EQ(ld.last_rel_error, -1.0) << "not measured";
 }
 
 qc::Status device_alltoall(qc_comm_t comm, const FakeDevice& dev, const CpuMessageCodec* codec,
@@ -399,7 +426,7 @@ TEST_P(CompressedAlltoall, EqualsTheHostPathAndStagesOnlyCompressedBytes) {
       recv[r] = dev[r].alloc(bytes);
       dev[r].bytes_to_host = dev[r].bytes_to_device = 0;
       dev[r].copies_to_host = dev[r].copies_to_device = 0;
-      mc[r].encodes = mc[r].decodes = mc[r].synchronizations = 0;
+      mc[r].encodes = mc[r].decodes = mc[r].synchronizations = mc[r].norms = 0;
       mc[r].streams.clear();
       dev[r].streams.clear();
     }
@@ -414,6 +441,7 @@ TEST_P(CompressedAlltoall, EqualsTheHostPathAndStagesOnlyCompressedBytes) {
       EXPECT_EQ(mc[r].encodes, n);
       EXPECT_EQ(mc[r].decodes, n);
       EXPECT_EQ(mc[r].synchronizations, 1) << "the call returns with the result";
+      EXPECT_EQ(mc[r].norms, 1);
       EXPECT_EQ(dev[r].copies_to_host, 1);
       EXPECT_EQ(dev[r].copies_to_device, 1);
       EXPECT_LE(static_cast<double>(dev[r].bytes_to_host), c.max_ratio * bytes)
@@ -430,11 +458,7 @@ TEST_P(CompressedAlltoall, EqualsTheHostPathAndStagesOnlyCompressedBytes) {
     ASSERT_EQ(qc_comm_get_stats(device[r], &sd), QC_SUCCESS);
     EXPECT_EQ(sd.calls, sh.calls);
     EXPECT_EQ(sd.wire_bytes, sh.wire_bytes) << "the same messages travel";
-    qc_layer_stats_t ls{};
-    ls.struct_size = sizeof ls;
-    ASSERT_EQ(qc_comm_get_layer_stats(device[r], nullptr, &ls), QC_SUCCESS);
-    EXPECT_EQ(ls.mean_sq_norm, 0.0) << "the input was never read on the host";
-    EXPECT_EQ(ls.last_rel_error, -1.0) << "not measured";
+    expect_device_layer_norm(host[r], device[r]);
   }
 }
 
@@ -549,6 +573,26 @@ TEST(CompressedAlltoallFallback, OtherCallsStageUncompressedAndMatchTheHostPath)
 // Runs `call` on every rank of a group whose rank `bad` fails on its device:
 // that rank reports `what`, and every rank fails at once, not at the
 // group's timeout (give it a long one: a hang would show as that long).
+// One group of n ranks, each on its own fake device (declared first, so the
+// devices outlive the group's staging) holding `values` random floats at
+// send[r] and room for as many at recv[r]; a hang would show as ~60 s.
+struct DeviceRanks {
+  DeviceRanks(int n, const qc_policy_t& p, size_t values, uint64_t seed)
+      : dev(n), mc(n), g(n, 60.0), send(n), recv(n) {
+    ready = g.ok() && g.set_policy("*", p) == QC_SUCCESS;
+    const auto in = encode_all(random_inputs(n, values, seed), QC_DTYPE_FLOAT32);
+    for (int r = 0; r < n; ++r) {
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = dev[r].alloc(values * 4);
+    }
+  }
+  std::vector<FakeDevice> dev;
+  std::vector<CpuMessageCodec> mc;
+  Group g;
+  std::vector<void*> send, recv;
+  bool ready = false;
+};
+
 void expect_device_failure_fails_the_peers_at_once(int n, int bad, const std::string& what,
                                                    const std::function<qc::Status(int)>& call) {
   std::vector<qc::Status> s(n);
@@ -570,19 +614,11 @@ void expect_device_failure_fails_the_peers_at_once(int n, int bad, const std::st
 // at once: the peers fail in the exchange instead of waiting for it.
 TEST(CompressedAlltoallFailure, ADeviceFailureFailsThePeersAtOnce) {
   const int n = 3;
-  std::vector<FakeDevice> dev(n);  // outlives the group
-  std::vector<CpuMessageCodec> mc(n);
-  Group g(n, 60.0);  // a hang would show as ~60 s
-  ASSERT_TRUE(g.ok());
-  ASSERT_EQ(g.set_policy("*", policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_AUTO)), QC_SUCCESS);
-  dev[1].fail_to_host = true;
   const size_t cpr = 200;
-  const auto in = encode_all(random_inputs(n, cpr * n, 8), QC_DTYPE_FLOAT32);
-  std::vector<void*> send(n), recv(n);
-  for (int r = 0; r < n; ++r) {
-    send[r] = dev[r].upload(in[r]);
-    recv[r] = dev[r].alloc(cpr * n * 4);
-  }
+  DeviceRanks d(n, policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_AUTO), cpr * n, 8);
+  ASSERT_TRUE(d.ready);
+  auto& [dev, mc, g, send, recv, ready] = d;
+  dev[1].fail_to_host = true;
   expect_device_failure_fails_the_peers_at_once(
       n, 1, "rank 1 could not encode its blocks on the device",
       [&](int r) { return device_alltoall(g[r], dev[r], &mc[r], send[r], recv[r], cpr); });
@@ -606,7 +642,7 @@ void reset_counts(FakeDevice& dev, CpuMessageCodec& mc) {
   dev.bytes_to_host = dev.bytes_to_device = dev.largest_copy = 0;
   dev.copies_to_host = dev.copies_to_device = 0;
   dev.streams.clear();
-  mc.encodes = mc.decodes = mc.accumulating_decodes = mc.synchronizations = 0;
+  mc.encodes = mc.decodes = mc.accumulating_decodes = mc.synchronizations = mc.norms = 0;
   mc.arithmetic_ops.clear();
   mc.streams.clear();
 }
@@ -672,6 +708,7 @@ TEST_P(CompressedAllreduce, EqualsTheHostPathAndStagesOnlyPayloads) {
       EXPECT_GT(mc[r].encodes, 0);
       EXPECT_GT(mc[r].decodes + mc[r].accumulating_decodes, 0);
       EXPECT_EQ(mc[r].synchronizations, 1) << "the call returns with the result";
+      EXPECT_EQ(mc[r].norms, 1) << "the input's norm, measured on the device";
       EXPECT_LE(dev[r].largest_copy, whole.payload_bytes);
       EXPECT_GT(dev[r].copies_to_host, 0);
       const auto& ops = mc[r].arithmetic_ops;
@@ -688,6 +725,7 @@ TEST_P(CompressedAllreduce, EqualsTheHostPathAndStagesOnlyPayloads) {
     ASSERT_EQ(qc_comm_get_stats(device[r], &sd), QC_SUCCESS);
     EXPECT_EQ(sd.calls, sh.calls);
     EXPECT_EQ(sd.wire_bytes, sh.wire_bytes) << "rank " << r << ": the same messages travel";
+    expect_device_layer_norm(host[r], device[r]);
   }
 }
 
@@ -822,19 +860,11 @@ TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath
 // the peers fail instead of waiting for it until the timeout.
 TEST(CompressedAllreduceFailure, ADeviceFailureFailsThePeersAtOnce) {
   const int n = 3;
-  std::vector<FakeDevice> dev(n);  // outlives the group
-  std::vector<CpuMessageCodec> mc(n);
-  Group g(n, 60.0);  // a hang would show as ~60 s
-  ASSERT_TRUE(g.ok());
-  ASSERT_EQ(g.set_policy("*", policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_RING)), QC_SUCCESS);
-  mc[2].fail_decode = true;
   const size_t count = 900;
-  const auto in = encode_all(random_inputs(n, count, 11), QC_DTYPE_FLOAT32);
-  std::vector<void*> send(n), recv(n);
-  for (int r = 0; r < n; ++r) {
-    send[r] = dev[r].upload(in[r]);
-    recv[r] = dev[r].alloc(count * 4);
-  }
+  DeviceRanks d(n, policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_RING), count, 11);
+  ASSERT_TRUE(d.ready);
+  auto& [dev, mc, g, send, recv, ready] = d;
+  mc[2].fail_decode = true;
   expect_device_failure_fails_the_peers_at_once(
       n, 2, "rank 2 could not decode a message on the device",
       [&](int r) { return device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], count); });
@@ -844,6 +874,29 @@ TEST(CompressedAllreduceFailure, ADeviceFailureFailsThePeersAtOnce) {
     s[r] = device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], count);
   });
   for (int r = 0; r < n; ++r) EXPECT_FALSE(s[r]) << "rank " << r;
+}
+
+// The input's norm is measured on the device before anything else; a
+// failure there breaks the group at once, like any device failure.
+TEST(CompressedStagingFailure, ANormFailureFailsThePeersAtOnce) {
+  const int n = 3;
+  const size_t cpr = 300;
+  for (int kind = 0; kind < 2; ++kind) {
+    SCOPED_TRACE(kind == 0 ? "allreduce" : "alltoall");
+    DeviceRanks d(n, policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_RING), cpr * n, 12);
+    ASSERT_TRUE(d.ready);
+    auto& [dev, mc, g, send, recv, ready] = d;
+    mc[1].fail_norm = true;
+    expect_device_failure_fails_the_peers_at_once(
+        n, 1,
+        kind == 0 ? "rank 1 could not prepare its device values: injected norm failure"
+                  : "rank 1 could not measure its input on the device: injected norm failure",
+        [&](int r) {
+          return kind == 0 ? device_allreduce(g[r], dev[r], &mc[r], send[r], recv[r], cpr * n)
+                           : device_alltoall(g[r], dev[r], &mc[r], send[r], recv[r], cpr);
+        });
+    EXPECT_EQ(mc[1].encodes, 0) << "nothing encoded after the failure";
+  }
 }
 
 // QC_DEVICE_CODEC, read when the communicator is created: 0 stages whole

@@ -35,6 +35,16 @@ class DeviceMessageCodec {
   virtual Status copy(float* dst, const float* src, size_t count, void* stream) const = 0;
   // Waits for the work enqueued on `stream`.
   virtual Status synchronize(void* stream) const = 0;
+
+  // Device bytes squared_norm works in.
+  static constexpr size_t kNormScratchBytes = 65536 + 64;
+  // *out = the sum of src[i]^2, in double, over count float32 values, once
+  // the work enqueued on `stream` so far has run (it waits for it).
+  // `scratch`: kNormScratchBytes of device memory, 8-byte aligned. For the
+  // layer statistics only: the terms are summed in the device's order, not
+  // the host loop's, so the last bits may differ from the host path's.
+  virtual Status squared_norm(const float* src, size_t count, void* scratch, void* stream,
+                              double* out) const = 0;
 };
 
 // The CUDA kernels' DeviceMessageCodec; nullptr in a build without CUDA.
