@@ -502,9 +502,11 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   same stream, and the call returns once recvbuf holds it, as with host
  *   memory. float32 with a minmax, qsgd, onebit, fp16 or bf16 policy by
  *   ring, recursive doubling, SRA or tree (auto picks one of these for
- *   them), without error feedback or scale reuse, runs the algorithm on the
- *   device buffers instead: the CUDA kernels encode and decode every
- *   message and only the compressed messages cross through host memory.
+ *   them), without scale reuse and (for fp16 and bf16) without error
+ *   feedback, runs the algorithm on the device buffers instead: the CUDA
+ *   kernels encode and decode every message and only the compressed
+ *   messages cross through host memory; an error buffer's residuals then
+ *   stay on the device between calls (see qc_error_buffer_create).
  *   Either way the result is the host call's bit for bit (so several
  *   processes sharing one GPU can use the MPI transport, and device and
  *   host ranks may meet in one call). A failed copy or kernel breaks the
@@ -619,6 +621,15 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
  * If a later call's policy differs there, the residuals belong to another
  * grid: they are reset to zero and a warning goes to stderr (QC_LOG_LEVEL=
  * none|warn|info selects what qc prints).
+ *
+ * Used by an allreduce of device buffers that runs on the device (see
+ * qc_allreduce), the residuals move to device memory of the calling
+ * thread's current device (2 * count floats: the residuals and a working
+ * copy, so a failed call leaves them as they were) and stay there from call
+ * to call; qc_error_buffer_norm, qc_error_buffer_save and a call on host
+ * memory copy them back first, and qc_error_buffer_reset and
+ * qc_error_buffer_load replace them. The device memory is freed with the
+ * buffer.
  */
 QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
                                           qc_error_buffer_t* error_buffer);

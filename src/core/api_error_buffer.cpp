@@ -47,6 +47,7 @@ QC_API qc_status_t qc_error_buffer_reset(qc_error_buffer_t error_buffer) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
     std::fill(error_buffer->residual.begin(), error_buffer->residual.end(), 0.0f);
+    error_buffer->device.host_changed();
     return Status::ok();
   });
 }
@@ -55,6 +56,7 @@ QC_API qc_status_t qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* 
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
     QC_RETURN_IF_ERROR(require(l2_norm, "l2_norm"));
+    QC_RETURN_IF_ERROR(residuals_to_host(error_buffer));
     *l2_norm = error_buffer_norm(*error_buffer);
     return Status::ok();
   });
@@ -73,6 +75,7 @@ QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* ds
       return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
                               " bytes) is too small; the image needs " + std::to_string(need));
     }
+    QC_RETURN_IF_ERROR(residuals_to_host(error_buffer));
     save_error_buffer(*error_buffer, static_cast<uint8_t*>(dst));
     return Status::ok();
   });

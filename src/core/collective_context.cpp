@@ -38,17 +38,9 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
   if (msg->payload_capacity() < capacity) msg->reserve_payload(capacity);
   const RandomKey key = random_key(element_offset);
   size_t written = 0;
-  Status s;
   float* slots = nullptr;  // this block's residuals, with error feedback
-  if (residual_ != nullptr) {
-    if (element_offset > residual_count_ || count > residual_count_ - element_offset) {
-      return internal_error("error-compensated encode of elements [" +
-                            std::to_string(element_offset) + ", " +
-                            std::to_string(element_offset + count) + ") outside the " +
-                            std::to_string(residual_count_) + "-element error buffer");
-    }
-    slots = residual_ + element_offset;
-  }
+  Status s = residual_slots(element_offset, count, &slots);
+  if (!s) return s;
   const size_t index = encodes_++;
   const bool reuse = scale_memory_ != nullptr && codec_.has_scales();
   if (reuse && !scale_refresh_ && index < scale_memory_->messages.size()) {
@@ -94,6 +86,20 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
   }
   counters_.codec_seconds += seconds_since(start);
   return s;
+}
+
+Status CollectiveContext::residual_slots(uint64_t element_offset, size_t count,
+                                         float** slots) const {
+  *slots = nullptr;
+  if (residual_ == nullptr) return Status::ok();
+  if (element_offset > residual_count_ || count > residual_count_ - element_offset) {
+    return internal_error("error-compensated encode of elements [" +
+                          std::to_string(element_offset) + ", " +
+                          std::to_string(element_offset + count) + ") outside the " +
+                          std::to_string(residual_count_) + "-element error buffer");
+  }
+  *slots = residual_ + element_offset;
+  return Status::ok();
 }
 
 RandomKey CollectiveContext::random_key(uint64_t element_offset) const {
@@ -162,11 +168,13 @@ Status CollectiveContext::device_failure(const char* step, const Status& cause) 
 // (the kernels write the CPU's bytes): only the payload crosses.
 Status CollectiveContext::encode_on_device(const float* src, size_t count,
                                            uint64_t element_offset, Message* msg) {
-  if (residual_ != nullptr || scale_memory_ != nullptr) {
-    return internal_error("error feedback and scale reuse keep host state; a call on device "
-                          "values has neither");
+  if (scale_memory_ != nullptr) {
+    return internal_error("scale reuse keeps host copies of messages; a call on device values "
+                          "has none");
   }
   const auto start = Clock::now();
+  float* slots = nullptr;  // device residuals, with error feedback
+  QC_RETURN_IF_ERROR(residual_slots(element_offset, count, &slots));
   WireHeader h;
   if (!codec_.header_for(count, &h) || h.payload_bytes > device_.payload_capacity) {
     return internal_error(std::string("codec ") + codec_name(codec_.id()) +
@@ -178,8 +186,8 @@ Status CollectiveContext::encode_on_device(const float* src, size_t count,
   write_wire_header(h, msg->payload());
   ++encodes_;
   if (h.payload_bytes > 0) {
-    Status s = device_.codec->encode(codec_, h, src, random_key(element_offset), device_.payload,
-                                     device_.stream);
+    Status s = device_.codec->encode(codec_, h, src, random_key(element_offset), slots,
+                                     device_.payload, device_.stream);
     if (s) {
       s = device_.mem->to_host(msg->payload() + kWireHeaderBytes, device_.payload,
                                h.payload_bytes, device_.stream);

@@ -105,8 +105,9 @@ class CollectiveContext {
   // dst += src, element by element, where the call's values are.
   Status add_values(float* dst, const float* src, size_t count);
 
-  // From now on the call's values are device memory (see DeviceValues). No
-  // error feedback, scale reuse or error estimate: their state is host memory.
+  // From now on the call's values are device memory (see DeviceValues), and
+  // so are the residuals set_residual gives. No scale reuse or error
+  // estimate: their state is host memory.
   void set_device_values(const DeviceValues& device) { device_ = device; }
 
   // Error feedback for this call: `residual` holds one slot per element of
@@ -186,6 +187,9 @@ class CollectiveContext {
 
  private:
   Status encode_on_device(const float* src, size_t count, uint64_t element_offset, Message* msg);
+  // The residuals of elements [element_offset, +count), or null without
+  // error feedback; an internal error outside the buffer.
+  Status residual_slots(uint64_t element_offset, size_t count, float** slots) const;
   Status decode_on_device(const uint8_t* data, size_t size, float* dst, size_t count,
                           bool accumulate);
   // A failure of this rank's device work, in words its peers can act on.

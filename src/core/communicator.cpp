@@ -167,13 +167,34 @@ Status check_error_buffer_binding(const qc_error_buffer_s& eb, int rank, int siz
   return Status::ok();
 }
 
+// Whether a call on `grid` starts `eb` from zero: its residuals were
+// computed on another grid (they would be noise), said in a warning naming
+// `what`.
+bool residuals_reset(const qc_error_buffer_s& eb, const ErrorBufferGrid& grid,
+                     const std::string& what) {
+  if (!eb.bound || eb.grid == grid) return false;
+  log_warning(what + ": the error buffer's residuals were computed with " +
+              describe_grid(eb.grid) + " and this call uses " + describe_grid(grid) +
+              "; they are reset to zero");
+  return true;
+}
+
+// The grid an allreduce's residuals belong to (error_buffer.h); only
+// recursive doubling's slots depend on the group size.
+ErrorBufferGrid allreduce_grid(const qc_policy_t& policy, qc_algorithm_t algorithm) {
+  return ErrorBufferGrid{algorithm, policy.codec, policy.bits, policy.bucket_size,
+                         algorithm == QC_ALGO_RECURSIVE_DOUBLING ? policy.group_size : 0};
+}
+
 // Copies the error buffer's residuals into comm->residual_work for a call
 // on `grid`, after checking that the buffer fits; a buffer computed on
 // another grid starts from zero, with a warning naming `what`.
-Status load_residuals(qc_comm_s* comm, const qc_error_buffer_s& eb, const ErrorBufferGrid& grid,
+Status load_residuals(qc_comm_s* comm, qc_error_buffer_s& eb, const ErrorBufferGrid& grid,
                       size_t count, const std::string& what) {
   Status fits = check_error_buffer_binding(eb, comm->transport->rank(), comm->transport->size(),
                                           count);
+  // A device call left the newest residuals on the device.
+  if (fits) fits = residuals_to_host(&eb);
   if (!fits) {
     // The peers are already in (or about to enter) this call: break the
     // group so that they fail at once instead of waiting for this rank
@@ -182,10 +203,7 @@ Status load_residuals(qc_comm_s* comm, const qc_error_buffer_s& eb, const ErrorB
     return fits;
   }
   std::vector<float>& residual = comm->residual_work;
-  if (eb.bound && eb.grid != grid) {
-    log_warning(what + ": the error buffer's residuals were computed with " +
-                describe_grid(eb.grid) + " and this call uses " + describe_grid(grid) +
-                "; they are reset to zero");
+  if (residuals_reset(eb, grid, what)) {
     residual.assign(count, 0.0f);
   } else {
     residual = eb.residual;
@@ -193,13 +211,18 @@ Status load_residuals(qc_comm_s* comm, const qc_error_buffer_s& eb, const ErrorB
   return Status::ok();
 }
 
-// After a successful call: the working residuals become the buffer's.
-void commit_residuals(qc_comm_s* comm, qc_error_buffer_s* eb, const ErrorBufferGrid& grid) {
-  eb->residual.swap(comm->residual_work);
+// The buffer now holds residuals of this rank's encodes on `grid`.
+void bind_error_buffer(const qc_comm_s* comm, qc_error_buffer_s* eb, const ErrorBufferGrid& grid) {
   eb->rank = comm->transport->rank();
   eb->size = comm->transport->size();
   eb->bound = true;
   eb->grid = grid;
+}
+
+// After a successful call: the working residuals become the buffer's.
+void commit_residuals(qc_comm_s* comm, qc_error_buffer_s* eb, const ErrorBufferGrid& grid) {
+  eb->residual.swap(comm->residual_work);
+  bind_error_buffer(comm, eb, grid);
 }
 
 // AVG's one division, at the end, in float32 (residuals and partial sums
@@ -290,14 +313,33 @@ Status enqueue_allreduce_on_device(qc_comm_s* comm, const AllreducePlan& plan,
   });
 }
 
+// The device twin of load_residuals: the working residuals of a device
+// call on `grid`, on the device (device_residuals.h), after the same checks.
+Status device_residuals_for(const qc_comm_s* comm, const DeviceMemory& mem,
+                            const DeviceMessageCodec& device_codec, qc_error_buffer_s* eb,
+                            const ErrorBufferGrid& grid, size_t count, const char* layer,
+                            void* stream, float** work) {
+  QC_RETURN_IF_ERROR(check_error_buffer_binding(*eb, comm->transport->rank(),
+                                                comm->transport->size(), count));
+  const bool reset =
+      residuals_reset(*eb, grid, "layer '" + std::string(layer != nullptr ? layer : "*") + "'");
+  Status s = eb->device.begin(mem, device_codec, eb->residual, reset, stream, work);
+  if (!s) {
+    return Status(s.code(), "rank " + std::to_string(comm->transport->rank()) +
+                                " could not load its residuals on the device: " + s.message());
+  }
+  return s;
+}
+
 // The host path's algorithm on the device values themselves, the codec on
 // the device and only payloads staged (device_staging.h); returns once
-// recvbuf holds the result.
+// recvbuf holds the result. With `error_buffer`, the residuals are device
+// memory too, kept there between calls.
 Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                    const DeviceMessageCodec& device_codec,
                                    const AllreducePlan& plan, const void* sendbuf, void* recvbuf,
                                    size_t count, qc_reduce_op_t op, const char* layer,
-                                   void* stream) {
+                                   qc_error_buffer_s* error_buffer, void* stream) {
   const qc_policy_t& policy = plan.policy;
   const int n = comm->transport->size();
   // The host path's signature: the same messages travel, so ranks on device
@@ -307,10 +349,11 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
   const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32,
                                             op, layer, policy, plan.algorithm);
   float* data = static_cast<float*>(recvbuf);
+  const ErrorBufferGrid grid = allreduce_grid(policy, plan.algorithm);
   std::vector<LayerShare> layers =
       one_layer(layer, count, count * 4, std::numeric_limits<double>::quiet_NaN());
-  return run_collective(comm, *plan.codec, signature, count * 4, layers,
-                        [&](CollectiveContext& ctx) -> Status {
+  Status status = run_collective(comm, *plan.codec, signature, count * 4, layers,
+                                 [&](CollectiveContext& ctx) -> Status {
     DeviceValues values;
     Status s = reserve_device_values(*plan.codec, count, n, mem, device_codec, comm->staging,
                                      stream, &values);
@@ -328,6 +371,12 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                         " could not prepare its device values: " + s.message());
     ctx.set_seed(policy.seed);
     ctx.set_device_values(values);
+    if (error_buffer != nullptr) {
+      float* residual = nullptr;
+      QC_RETURN_IF_ERROR(device_residuals_for(comm, mem, device_codec, error_buffer, grid, count,
+                                              layer, stream, &residual));
+      ctx.set_residual(residual, count);
+    }
     switch (plan.algorithm) {
       case QC_ALGO_RING: s = allreduce_ring(ctx, data, count); break;
       case QC_ALGO_RECURSIVE_DOUBLING:
@@ -345,6 +394,12 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                         " could not finish its device values: " + s.message());
     return s;
   });
+  QC_RETURN_IF_ERROR(status);
+  if (error_buffer != nullptr) {
+    error_buffer->device.commit();
+    bind_error_buffer(comm, error_buffer, grid);
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -369,7 +424,7 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
       allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, feedback, count)) {
     *ran = true;
     return allreduce_with_device_codec(comm, *mem, *device_codec, plan, sendbuf, recvbuf, count,
-                                       op, layer, stream);
+                                       op, layer, feedback ? error_buffer : nullptr, stream);
   }
   return Status::ok();
 }
@@ -412,9 +467,7 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   }
   const bool feedback = policy.error_feedback != 0 && error_buffer != nullptr;
   std::vector<float>& residual = comm->residual_work;
-  // Only recursive doubling's slots depend on the group size.
-  const ErrorBufferGrid grid{algorithm, policy.codec, policy.bits, policy.bucket_size,
-                            algorithm == QC_ALGO_RECURSIVE_DOUBLING ? policy.group_size : 0};
+  const ErrorBufferGrid grid = allreduce_grid(policy, algorithm);
   if (feedback) {
     QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, count,
                                       "layer '" + std::string(layer != nullptr ? layer : "*") + "'"));

@@ -26,8 +26,9 @@ size_t slot_bytes(size_t payload) { return (payload + kSlotAlign - 1) / kSlotAli
 class CudaMessageCodec final : public DeviceMessageCodec {
  public:
   Status encode(const Codec& /*codec*/, const WireHeader& h, const float* src,
-                const RandomKey& key, uint8_t* payload, void* stream) const override {
-    return encode_payload_on_device(h, QC_DTYPE_FLOAT32, src, key, payload, stream);
+                const RandomKey& key, float* residual, uint8_t* payload,
+                void* stream) const override {
+    return encode_payload_on_device(h, QC_DTYPE_FLOAT32, src, key, residual, payload, stream);
   }
   Status decode(const Codec& /*codec*/, const WireHeader& h, const uint8_t* payload, float* dst,
                 bool accumulate, void* stream) const override {
@@ -115,8 +116,11 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
     default:  // native sums the global codecs' integer codes on the host
       return false;
   }
-  // The residuals of error feedback are host memory (error_buffer.h).
-  return !feedback && codec_stages_compressed(policy, codec) && count > 0 &&
+  // Error feedback needs the kernels' error-compensated encode, which the
+  // bucketed codecs have and the fp16/bf16 casts do not.
+  const bool compensated = codec.id() == QC_CODEC_MINMAX || codec.id() == QC_CODEC_QSGD ||
+                           codec.id() == QC_CODEC_ONEBIT;
+  return (!feedback || compensated) && codec_stages_compressed(policy, codec) && count > 0 &&
          codec.header_for(count, &header);
 }
 
@@ -176,7 +180,8 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
   for (int k = 0; k < n && s; ++k) {
     const size_t to = static_cast<size_t>((r + k) % n);
     s = device_codec.encode(codec, header, send + to * count_per_rank,
-                            ctx.random_key(to * count_per_rank), device + to * slot, stream);
+                            ctx.random_key(to * count_per_rank), /*residual=*/nullptr,
+                            device + to * slot, stream);
   }
   if (s) s = mem.to_host(host, device, blocks * slot, stream);
   if (!s) return device_failure(ctx, "encode its blocks on the device", s);

@@ -9,10 +9,11 @@
 // fp16, bf16) and no scale reuse:
 //  - alltoall (paper 000 §3.3, the DLRM embedding exchange): every block
 //    encoded at once, one copy of all payloads each way;
-//  - allreduce by ring, recursive doubling, SRA or tree without error
-//    feedback: the algorithms themselves run, on device values
-//    (CollectiveContext's DeviceValues), each message's payload crossing as
-//    the algorithm sends or receives it.
+//  - allreduce by ring, recursive doubling, SRA or tree: the algorithms
+//    themselves run, on device values (CollectiveContext's DeviceValues),
+//    each message's payload crossing as the algorithm sends or receives it;
+//    with error feedback (minmax, qsgd, onebit: the kernels' compensated
+//    encode) the residuals are device memory too (device_residuals.h).
 // Every other device call goes through host_staging.h. The bytes on the wire
 // are the host path's, bit for bit, so ranks on device and on host memory can
 // meet in one call, and the results are the host path's too.

@@ -134,8 +134,11 @@ Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) 
   }
   b->bound = image.bound;
   b->grid = image.grid;
+  b->device.host_changed();
   return Status::ok();
 }
+
+Status residuals_to_host(qc_error_buffer_s* b) { return b->device.to_host(&b->residual); }
 
 double error_buffer_norm(const qc_error_buffer_s& b) {
   double sum = 0.0;

@@ -20,6 +20,7 @@
 
 #include <vector>
 
+#include "core/device_residuals.h"
 #include "core/handle_registry.h"
 #include "core/status.h"
 
@@ -62,6 +63,9 @@ struct qc_error_buffer_s {
   bool bound = false;  // grid is valid: the buffer has been used (or loaded)
   qc::ErrorBufferGrid grid;
   std::vector<float> residual;
+  // The residuals of device calls stay on the device between calls; while
+  // device.newer(), `residual` is stale: residuals_to_host updates it.
+  qc::DeviceResiduals device;
 };
 
 namespace qc {
@@ -80,6 +84,8 @@ void save_error_buffer(const qc_error_buffer_s& buffer, uint8_t* dst);
 // Checks everything before changing anything: on failure the buffer is as it was.
 Status load_error_buffer(qc_error_buffer_s* buffer, const uint8_t* src, size_t size);
 double error_buffer_norm(const qc_error_buffer_s& buffer);
+// Before the host reads `residual`: the device's residuals, when newer.
+Status residuals_to_host(qc_error_buffer_s* buffer);
 
 uint64_t fnv1a64(const void* data, size_t size, uint64_t hash = 0xcbf29ce484222325ull);
 

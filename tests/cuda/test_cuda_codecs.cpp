@@ -5,6 +5,7 @@
 // the warp emulator (test_cuda_emulated.cpp).
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -141,6 +142,15 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
 // kernels (core/device_staging.h: only payloads staged); global_linear's
 // native sum and codec none are staged whole (host_staging.h). Either way
 // the results are the emulation's bit for bit.
+// fn(r) on one thread per rank, as the ranks of a local group must run.
+std::vector<qc_status_t> on_each_rank(int n, const std::function<qc_status_t(int)>& fn) {
+  std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { status[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  return status;
+}
+
 // Whichever path a device call takes (the codec on the device, or the whole
 // buffer staged), its layer records the input's squared norm, which adaptive
 // bit widths read; the device sums in its own order, so to rounding.
@@ -205,16 +215,11 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
       in_dev[r]->upload(x[r].data(), 4 * count);
       if (!c.in_place) out_dev[r] = std::make_unique<DeviceBytes>(4 * count);
     }
-    std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        void* out = c.in_place ? in_dev[r]->data() : out_dev[r]->data();
-        status[r] = qc_allreduce(comms[r], in_dev[r]->data(), out, count, QC_DTYPE_FLOAT32,
-                                 c.op, nullptr, nullptr, streams[r]);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
+      void* out = c.in_place ? in_dev[r]->data() : out_dev[r]->data();
+      return qc_allreduce(comms[r], in_dev[r]->data(), out, count, QC_DTYPE_FLOAT32, c.op,
+                          nullptr, nullptr, streams[r]);
+    });
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
       const auto got = (c.in_place ? in_dev[r] : out_dev[r])->contents();
@@ -224,6 +229,80 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
     for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
   }
   for (auto s : streams) cudaStreamDestroy(s);
+}
+
+// Error feedback with the codec on the device: the residuals stay on the
+// GPU between calls (core/device_residuals.h). Over three calls each result
+// equals the emulation's with host error buffers, and at the end so do the
+// residuals (saving brings the device's to the host). Round to nearest, so
+// every emulated call draws the random bits a real call would.
+TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
+  const int n = 3;
+  const size_t count = 20011;
+  struct Case {
+    qc_codec_t codec;
+    int bits;
+    qc_algorithm_t algo;
+  };
+  for (const Case& c : {Case{QC_CODEC_MINMAX, 4, QC_ALGO_RING}, Case{QC_CODEC_MINMAX, 2, QC_ALGO_SRA},
+                        Case{QC_CODEC_ONEBIT, 1, QC_ALGO_TREE}}) {
+    SCOPED_TRACE("codec " + std::to_string(c.codec) + " algorithm " + std::to_string(c.algo));
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = c.codec;
+    p.bits = c.bits;
+    p.algorithm = c.algo;
+    p.error_feedback = 1;
+    p.min_compress_bytes = 0;
+    std::vector<qc_comm_t> comms(n);
+    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
+    std::vector<qc_error_buffer_t> emulated(n), on_device(n);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(qc_set_layer_policy(comms[r], "*", &p), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_create(nullptr, count, &emulated[r]), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_create(comms[r], count, &on_device[r]), QC_SUCCESS);
+    }
+    for (int call = 0; call < 3; ++call) {
+      std::vector<std::vector<float>> x(n), want(n, std::vector<float>(count));
+      std::vector<const void*> sp(n);
+      std::vector<void*> rp(n);
+      for (int r = 0; r < n; ++r) {
+        x[r] = make_data(count, Data::kPlain, 100 * call + r);
+        sp[r] = x[r].data();
+        rp[r] = want[r].data();
+      }
+      ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                     &p, emulated.data()),
+                QC_SUCCESS)
+          << qc_last_error();
+      std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
+      for (int r = 0; r < n; ++r) {
+        in_dev[r] = std::make_unique<DeviceBytes>(4 * count);
+        in_dev[r]->upload(x[r].data(), 4 * count);
+        out_dev[r] = std::make_unique<DeviceBytes>(4 * count);
+      }
+      const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
+        return qc_allreduce(comms[r], in_dev[r]->data(), out_dev[r]->data(), count,
+                            QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, on_device[r], nullptr);
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
+        EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1)
+            << "call " << call << " rank " << r;
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      size_t a = 0, b = 0;
+      ASSERT_EQ(qc_error_buffer_save(emulated[r], nullptr, 0, &a), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_save(on_device[r], nullptr, 0, &b), QC_SUCCESS);
+      std::vector<uint8_t> ia(a), ib(b);
+      ASSERT_EQ(qc_error_buffer_save(emulated[r], ia.data(), a, &a), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_save(on_device[r], ib.data(), b, &b), QC_SUCCESS);
+      EXPECT_EQ(ia, ib) << "rank " << r << ": residuals";
+      qc_error_buffer_destroy(emulated[r]);
+      qc_error_buffer_destroy(on_device[r]);
+    }
+    for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
+  }
 }
 
 // Alltoall with the codec on the device (core/device_staging.h: only the
@@ -271,15 +350,10 @@ TEST(CudaStaging, AlltoallOnDeviceBuffersMatchesTheEmulation) {
       in_dev[r]->upload(x[r].data(), 4 * cpr * n);
       out_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
     }
-    std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        status[r] = qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr,
-                                QC_DTYPE_FLOAT32, nullptr, nullptr);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
+      return qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr, QC_DTYPE_FLOAT32,
+                         nullptr, nullptr);
+    });
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r << ": " << qc_last_error();
       EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1)

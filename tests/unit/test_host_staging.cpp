@@ -261,14 +261,21 @@ TEST(Staged, AlltoallAndSegmentsMatchTheHostPath) {
 class CpuMessageCodec final : public qc::DeviceMessageCodec {
  public:
   qc::Status encode(const qc::Codec& codec, const qc::WireHeader& h, const float* src,
-                    const qc::RandomKey& key, uint8_t* payload, void* stream) const override {
+                    const qc::RandomKey& key, float* residual, uint8_t* payload,
+                    void* stream) const override {
     ++encodes;
+    if (residual != nullptr) ++compensated_encodes;
     streams.push_back(stream);
     expect_device(src, h.count * 4, "encode input");
     expect_device(payload, h.payload_bytes, "encode output");
+    if (residual != nullptr) expect_device(residual, h.count * 4, "encode residuals");
     std::vector<uint8_t> msg(codec.max_encoded_size(h.count));
     size_t written = 0;
-    QC_RETURN_IF_ERROR(codec.encode(src, h.count, key, msg.data(), msg.size(), &written));
+    QC_RETURN_IF_ERROR(
+        residual != nullptr
+            ? codec.encode_error_compensated(src, residual, h.count, key, msg.data(), msg.size(),
+                                             &written)
+            : codec.encode(src, h.count, key, msg.data(), msg.size(), &written));
     if (written != qc::kWireHeaderBytes + h.payload_bytes) {
       return qc::internal_error("the header promised another payload size");
     }
@@ -325,7 +332,8 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
   const FakeDevice* device = nullptr;
   bool fail_decode = false;
   bool fail_norm = false;
-  mutable int encodes = 0, decodes = 0, accumulating_decodes = 0, synchronizations = 0, norms = 0;
+  mutable int encodes = 0, compensated_encodes = 0, decodes = 0, accumulating_decodes = 0,
+              synchronizations = 0, norms = 0;
   mutable std::vector<std::string> arithmetic_ops;
   mutable std::vector<void*> streams;
 
@@ -642,7 +650,8 @@ void reset_counts(FakeDevice& dev, CpuMessageCodec& mc) {
   dev.bytes_to_host = dev.bytes_to_device = dev.largest_copy = 0;
   dev.copies_to_host = dev.copies_to_device = 0;
   dev.streams.clear();
-  mc.encodes = mc.decodes = mc.accumulating_decodes = mc.synchronizations = mc.norms = 0;
+  mc.encodes = mc.compensated_encodes = mc.decodes = mc.accumulating_decodes = 0;
+  mc.synchronizations = mc.norms = 0;
   mc.arithmetic_ops.clear();
   mc.streams.clear();
 }
@@ -789,8 +798,9 @@ TEST(CompressedAllreduceMixed, DeviceAndHostRanksMeetInOneCall) {
 }
 
 // What the device path does not take is staged whole, as before, with the
-// host path's results: error feedback, scale reuse, the native algorithm of
-// the global codecs, codec none, topk, 16-bit data.
+// host path's results: error feedback with a codec the kernels cannot
+// compensate (fp16), scale reuse, the native algorithm of the global codecs,
+// codec none, topk, 16-bit data.
 TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath) {
   const int n = 3;
   const size_t count = 600;
@@ -803,7 +813,7 @@ TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath
     bool feedback;
   };
   for (const Case& c :
-       {Case{"error feedback", QC_CODEC_MINMAX, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, true},
+       {Case{"error feedback on fp16", QC_CODEC_FP16, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, true},
         Case{"scale reuse", QC_CODEC_MINMAX, QC_ALGO_SRA, QC_DTYPE_FLOAT32, 2, false},
         Case{"global_linear native", QC_CODEC_GLOBAL_LINEAR, QC_ALGO_NATIVE, QC_DTYPE_FLOAT32, 1,
              false},
@@ -854,6 +864,246 @@ TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath
       if (eb_device[r] != nullptr) qc_error_buffer_destroy(eb_device[r]);
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// error feedback with the codec on the device: the residuals stay on the
+// device between calls (core/device_residuals.h)
+// ---------------------------------------------------------------------------
+
+// Every rank's error buffer as a checkpoint image (which brings device
+// residuals to the host first).
+std::vector<Bytes> images_of(const std::vector<qc_error_buffer_t>& ebs) {
+  std::vector<Bytes> out;
+  for (qc_error_buffer_t eb : ebs) {
+    size_t size = 0;
+    EXPECT_EQ(qc_error_buffer_save(eb, nullptr, 0, &size), QC_SUCCESS);
+    Bytes image(size);
+    EXPECT_EQ(qc_error_buffer_save(eb, image.data(), size, &size), QC_SUCCESS) << qc_last_error();
+    out.push_back(image);
+  }
+  return out;
+}
+
+// Error buffers for each rank of a group, destroyed with it.
+struct ErrorBuffers {
+  ErrorBuffers(Group& g, size_t count) : ebs(g.size(), nullptr) {
+    for (int r = 0; r < g.size(); ++r) {
+      EXPECT_EQ(qc_error_buffer_create(g[r], count, &ebs[r]), QC_SUCCESS);
+    }
+  }
+  ~ErrorBuffers() {
+    for (qc_error_buffer_t eb : ebs) qc_error_buffer_destroy(eb);
+  }
+  qc_error_buffer_t operator[](int r) const { return ebs[r]; }
+  std::vector<qc_error_buffer_t> ebs;
+};
+
+// One allreduce with error feedback on host memory, every rank.
+std::vector<Bytes> host_allreduce_with(Group& g, const ErrorBuffers& eb,
+                                       const std::vector<Bytes>& in, size_t count,
+                                       qc_reduce_op_t op) {
+  const int n = g.size();
+  std::vector<Bytes> out(n, Bytes(count * 4));
+  std::vector<qc_status_t> s(n);
+  run_ranks(n, [&](int r) {
+    s[r] = qc_allreduce(g[r], in[r].data(), out[r].data(), count, QC_DTYPE_FLOAT32, op, nullptr,
+                        eb[r], nullptr);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(s[r], QC_SUCCESS) << "rank " << r << ": host call";
+  return out;
+}
+
+struct FeedbackCase {
+  const char* name;
+  qc_codec_t codec;
+  int bits;
+  qc_rounding_t rounding;
+  qc_algorithm_t algo;
+  int ranks;
+  size_t count;
+  qc_reduce_op_t op;
+};
+
+class CompressedAllreduceFeedback : public ::testing::TestWithParam<FeedbackCase> {};
+
+// Three calls with error feedback on device memory: every encode
+// error-compensated on the device, the host path's results bit for bit,
+// the residuals uploaded once (the first call) and then kept on the device,
+// so later calls copy no more than one message's payload; the buffers end
+// with the host buffers' residuals.
+TEST_P(CompressedAllreduceFeedback, EqualsTheHostPathWithResidualsOnTheDevice) {
+  const FeedbackCase& c = GetParam();
+  const int n = c.ranks;
+  qc_policy_t p = policy_of(c.codec, c.bits, c.algo);
+  p.rounding = c.rounding;
+  p.error_feedback = 1;
+  p.group_size = 2;
+  p.seed = 3;
+  TwoGroups groups(n);
+  auto& [dev, mc, host, device] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
+  ErrorBuffers eb_host(host, c.count), eb_device(device, c.count);
+  std::unique_ptr<qc::Codec> codec;
+  ASSERT_TRUE(qc::make_codec(p, QC_DTYPE_FLOAT32, &codec));
+  qc::WireHeader whole;
+  ASSERT_TRUE(codec->header_for(c.count, &whole));
+  const size_t bytes = c.count * 4;
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const auto in = encode_all(random_inputs(n, c.count, 80 + call), QC_DTYPE_FLOAT32);
+    const std::vector<Bytes> want = host_allreduce_with(host, eb_host, in, c.count, c.op);
+    std::vector<void*> send(n), recv(n);
+    for (int r = 0; r < n; ++r) {
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = dev[r].alloc(bytes);
+      reset_counts(dev[r], mc[r]);
+    }
+    std::vector<qc::Status> s(n);
+    run_ranks(n, [&](int r) {
+      s[r] = device_allreduce(device[r], dev[r], &mc[r], send[r], recv[r], c.count, c.op,
+                              eb_device[r]);
+    });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(s[r]) << s[r].message();
+      EXPECT_EQ(dev[r].download(recv[r], bytes), want[r]);
+      EXPECT_GT(mc[r].compensated_encodes, 0);
+      EXPECT_EQ(mc[r].compensated_encodes, mc[r].encodes) << "every encode compensated";
+      if (call == 0) {
+        EXPECT_EQ(dev[r].largest_copy, bytes) << "the residuals, uploaded once";
+      } else {
+        EXPECT_LE(dev[r].largest_copy, whole.payload_bytes) << "the residuals stayed";
+      }
+    }
+  }
+  EXPECT_EQ(images_of(eb_device.ebs), images_of(eb_host.ebs));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, CompressedAllreduceFeedback,
+    ::testing::Values(
+        FeedbackCase{"RingMinmax4", QC_CODEC_MINMAX, 4, QC_ROUND_NEAREST_EVEN, QC_ALGO_RING, 3,
+                     1000, QC_OP_SUM},
+        FeedbackCase{"SraQsgd4StochasticAvg", QC_CODEC_QSGD, 4, QC_ROUND_STOCHASTIC, QC_ALGO_SRA,
+                     4, 999, QC_OP_AVG},
+        FeedbackCase{"RecursiveDoublingMinmax2FiveRanks", QC_CODEC_MINMAX, 2,
+                     QC_ROUND_STOCHASTIC, QC_ALGO_RECURSIVE_DOUBLING, 5, 700, QC_OP_SUM},
+        FeedbackCase{"TreeOnebit", QC_CODEC_ONEBIT, 1, QC_ROUND_NEAREST_EVEN, QC_ALGO_TREE, 3,
+                     1234, QC_OP_SUM}),
+    [](const ::testing::TestParamInfo<FeedbackCase>& info) { return info.param.name; });
+
+// One error buffer used by device calls, host calls, a reset, a loaded
+// checkpoint and a change of grid, against the same sequence all on host
+// memory: the host sees the device's residuals when it reads them, the
+// device the host's after they changed, and the results and residuals are
+// the host sequence's throughout. Destroying the buffers frees their device
+// memory.
+TEST(CompressedAllreduceFeedback, DeviceAndHostCallsShareOneBuffer) {
+  const int n = 3;
+  const size_t count = 800;
+  qc_policy_t p = policy_of(QC_CODEC_MINMAX, 4, QC_ALGO_RING);
+  p.error_feedback = 1;
+  TwoGroups groups(n);
+  auto& [dev, mc, host, device] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
+  std::vector<int> live_before(n);
+  {
+    ErrorBuffers eb_host(host, count), eb_device(device, count);
+    std::vector<Bytes> checkpoint;
+    enum Step { kDevice, kHost, kReset, kSave, kLoad, kTwoBits };
+    const Step steps[] = {kDevice, kDevice, kSave, kHost,    kDevice, kReset,
+                          kDevice, kLoad,   kDevice, kTwoBits, kDevice, kHost};
+    int call = 0;
+    for (Step step : steps) {
+      SCOPED_TRACE("step " + std::to_string(&step - steps));
+      if (step == kReset) {
+        for (int r = 0; r < n; ++r) {
+          ASSERT_EQ(qc_error_buffer_reset(eb_host[r]), QC_SUCCESS);
+          ASSERT_EQ(qc_error_buffer_reset(eb_device[r]), QC_SUCCESS);
+        }
+        continue;
+      }
+      if (step == kSave) {
+        checkpoint = images_of(eb_device.ebs);
+        EXPECT_EQ(checkpoint, images_of(eb_host.ebs));
+        continue;
+      }
+      if (step == kLoad) {
+        for (int r = 0; r < n; ++r) {
+          ASSERT_EQ(qc_error_buffer_load(eb_host[r], checkpoint[r].data(), checkpoint[r].size()),
+                    QC_SUCCESS);
+          ASSERT_EQ(
+              qc_error_buffer_load(eb_device[r], checkpoint[r].data(), checkpoint[r].size()),
+              QC_SUCCESS);
+        }
+        continue;
+      }
+      if (step == kTwoBits) {
+        p.bits = 2;  // another grid: both buffers restart from zero, with a warning
+        ASSERT_TRUE(under_policy(groups, p));
+        continue;
+      }
+      const auto in = encode_all(random_inputs(n, count, 90 + call++), QC_DTYPE_FLOAT32);
+      const std::vector<Bytes> want = host_allreduce_with(host, eb_host, in, count, QC_OP_SUM);
+      std::vector<Bytes> got(n, Bytes(count * 4));
+      std::vector<qc::Status> s(n);
+      run_ranks(n, [&](int r) {
+        if (step == kDevice) {
+          void* send = dev[r].upload(in[r]);
+          void* recv = dev[r].alloc(count * 4);
+          s[r] = device_allreduce(device[r], dev[r], &mc[r], send, recv, count, QC_OP_SUM,
+                                  eb_device[r]);
+          got[r] = dev[r].download(recv, count * 4);
+        } else {
+          s[r] = qc::allreduce_placed(device[r], &dev[r], &mc[r], nullptr, in[r].data(),
+                                      got[r].data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                      nullptr, eb_device[r]);
+        }
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(s[r]) << "rank " << r << ": " << s[r].message();
+        EXPECT_EQ(got[r], want[r]) << "rank " << r;
+      }
+    }
+    EXPECT_EQ(images_of(eb_device.ebs), images_of(eb_host.ebs));
+    for (int r = 0; r < n; ++r) live_before[r] = dev[r].live_device;
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(dev[r].live_device, live_before[r] - 2) << "rank " << r << ": two residual blocks";
+  }
+}
+
+// A device failure during a call with error feedback (here a decode on
+// rank 2) leaves every rank's residuals as they were before the call: those
+// of the first call, which the host group's buffers hold too (read only at
+// the end, so the device's residuals are never brought to the host between
+// the calls).
+TEST(CompressedAllreduceFeedback, AFailedCallLeavesTheResidualsAsTheyWere) {
+  const int n = 3;
+  const size_t count = 600;
+  qc_policy_t p = policy_of(QC_CODEC_QSGD, 4, QC_ALGO_SRA);
+  p.error_feedback = 1;
+  TwoGroups groups(n);
+  auto& [dev, mc, host, device] = groups;
+  ASSERT_TRUE(under_policy(groups, p));
+  ErrorBuffers eb(device, count), eb_host(host, count);
+  for (int call = 0; call < 2; ++call) {
+    const auto in = encode_all(random_inputs(n, count, 70 + call), QC_DTYPE_FLOAT32);
+    if (call == 0) host_allreduce_with(host, eb_host, in, count, QC_OP_SUM);
+    mc[2].fail_decode = call == 1;
+    std::vector<qc::Status> s(n);
+    run_ranks(n, [&](int r) {
+      void* send = dev[r].upload(in[r]);
+      void* recv = dev[r].alloc(count * 4);
+      s[r] = device_allreduce(device[r], dev[r], &mc[r], send, recv, count, QC_OP_SUM, eb[r]);
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(bool(s[r]), call == 0) << "rank " << r;
+  }
+  EXPECT_EQ(images_of(eb.ebs), images_of(eb_host.ebs));
+  double norm = 0;
+  ASSERT_EQ(qc_error_buffer_norm(eb[0], &norm), QC_SUCCESS);
+  EXPECT_GT(norm, 0.0) << "the first call's residuals";
 }
 
 // A device failure on one rank (here a decode) breaks the group at once:

@@ -18,9 +18,13 @@ class DeviceMessageCodec {
   virtual ~DeviceMessageCodec() = default;
   // The payload of the message `codec` writes for h.count float32 values at
   // `src` (header `h`, from codec.header_for), with the random bits of `key`:
-  // the bytes codec.encode() writes after the header.
+  // the bytes codec.encode() writes after the header. With `residual`
+  // (error feedback: h.count device floats) the encode is error-compensated
+  // as codec.encode_error_compensated's: z = src + residual is encoded and
+  // residual becomes z - decode(z).
   virtual Status encode(const Codec& codec, const WireHeader& h, const float* src,
-                        const RandomKey& key, uint8_t* payload, void* stream) const = 0;
+                        const RandomKey& key, float* residual, uint8_t* payload,
+                        void* stream) const = 0;
   // dst = (or, with accumulate, dst +=) the h.count float32 values of a
   // payload whose header `h` the caller has checked.
   virtual Status decode(const Codec& codec, const WireHeader& h, const uint8_t* payload,

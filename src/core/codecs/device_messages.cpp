@@ -6,6 +6,7 @@
 
 #include "core/codecs/codec.h"
 #include "core/codecs/wire_format.h"
+#include "core/dtype.h"
 #include "core/policy.h"
 #include "cpu/codec_kernels.h"
 #include "cuda/device_codec.h"
@@ -54,19 +55,24 @@ size_t meta_bytes(const WireHeader& h) {
 }  // namespace
 
 Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const void* src,
-                                const RandomKey& key, uint8_t* payload, void* stream) {
+                                const RandomKey& key, float* residual, uint8_t* payload,
+                                void* stream) {
   const qc_codec_t c = static_cast<qc_codec_t>(h.codec);
   const size_t count = static_cast<size_t>(h.count);
   const float* src32 = static_cast<const float*>(src);
   const bool stochastic = (h.flags & kWireFlagStochastic) != 0;
   // The CPU codecs' random stream and element index (codec_quantized.cpp).
   const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.call);
+  if (residual != nullptr && (c == QC_CODEC_NONE || cast(c) || dtype != QC_DTYPE_FLOAT32)) {
+    return internal_error(std::string("no error-compensated device encode for codec ") +
+                          codec_name(c) + " on " + dtype_name(dtype) + " input");
+  }
   if (c == QC_CODEC_NONE) {
     return cuda::copy_on_device(payload, src, h.payload_bytes, stream);
   }
   if (cast(c)) return cuda::cast_encode(c, src32, count, payload, stream);
   if (global(c)) {
-    return cuda::global_encode(c, h.bits, stochastic, rng, key.element_offset, src32, nullptr,
+    return cuda::global_encode(c, h.bits, stochastic, rng, key.element_offset, src32, residual,
                                count, payload, payload + 4, stream);
   }
   cuda::DeviceQuantArgs a;
@@ -77,7 +83,7 @@ Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const voi
   a.rng = rng;
   a.index_base = key.element_offset;
   a.input_dtype = dtype;
-  return cuda::quant_encode(src, nullptr, count, a, payload, payload + meta_bytes(h), stream);
+  return cuda::quant_encode(src, residual, count, a, payload, payload + meta_bytes(h), stream);
 }
 
 Status decode_payload_on_device(const WireHeader& h, const uint8_t* payload, float* out,
@@ -122,7 +128,8 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
   RandomKey key;  // as qc_encode on the CPU: rank 0, call 0, offset 0
   key.seed = policy.seed;
   QC_RETURN_IF_ERROR(
-      encode_payload_on_device(h, dtype, src, key, dst + kWireHeaderBytes, nullptr));
+      encode_payload_on_device(h, dtype, src, key, /*residual=*/nullptr, dst + kWireHeaderBytes,
+                               nullptr));
   QC_RETURN_IF_ERROR(cuda::synchronize(nullptr));
   *written = need;
   return Status::ok();
