@@ -502,11 +502,11 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   same stream, and the call returns once recvbuf holds it, as with host
  *   memory. float32 with a minmax, qsgd, onebit, fp16 or bf16 policy by
  *   ring, recursive doubling, SRA or tree (auto picks one of these for
- *   them), without scale reuse and (for fp16 and bf16) without error
- *   feedback, runs the algorithm on the device buffers instead: the CUDA
- *   kernels encode and decode every message and only the compressed
- *   messages cross through host memory; an error buffer's residuals then
- *   stay on the device between calls (see qc_error_buffer_create).
+ *   them), without scale reuse, runs the algorithm on the device buffers
+ *   instead: the CUDA kernels encode and decode every message and only
+ *   the compressed messages cross through host memory; an error buffer's
+ *   residuals then stay on the device between calls (see
+ *   qc_error_buffer_create).
  *   Either way the result is the host call's bit for bit (so several
  *   processes sharing one GPU can use the MPI transport, and device and
  *   host ranks may meet in one call). A failed copy or kernel breaks the

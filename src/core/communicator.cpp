@@ -421,7 +421,7 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
     return enqueue_allreduce_on_device(comm, plan, sendbuf, recvbuf, count, op, layer, stream);
   }
   if (mem != nullptr && device_codec != nullptr &&
-      allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, feedback, count)) {
+      allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, count)) {
     *ran = true;
     return allreduce_with_device_codec(comm, *mem, *device_codec, plan, sendbuf, recvbuf, count,
                                        op, layer, feedback ? error_buffer : nullptr, stream);

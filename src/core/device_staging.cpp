@@ -105,7 +105,7 @@ bool alltoall_stages_compressed(const qc_policy_t& policy, const Codec& codec, s
 }
 
 bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
-                                 qc_algorithm_t algorithm, bool feedback, size_t count) {
+                                 qc_algorithm_t algorithm, size_t count) {
   WireHeader header;
   switch (algorithm) {
     case QC_ALGO_RING:
@@ -116,12 +116,7 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
     default:  // native sums the global codecs' integer codes on the host
       return false;
   }
-  // Error feedback needs the kernels' error-compensated encode, which the
-  // bucketed codecs have and the fp16/bf16 casts do not.
-  const bool compensated = codec.id() == QC_CODEC_MINMAX || codec.id() == QC_CODEC_QSGD ||
-                           codec.id() == QC_CODEC_ONEBIT;
-  return (!feedback || compensated) && codec_stages_compressed(policy, codec) && count > 0 &&
-         codec.header_for(count, &header);
+  return codec_stages_compressed(policy, codec) && count > 0 && codec.header_for(count, &header);
 }
 
 Status reserve_device_values(const Codec& codec, size_t count, int ranks,

@@ -12,8 +12,8 @@
 //  - allreduce by ring, recursive doubling, SRA or tree: the algorithms
 //    themselves run, on device values (CollectiveContext's DeviceValues),
 //    each message's payload crossing as the algorithm sends or receives it;
-//    with error feedback (minmax, qsgd, onebit: the kernels' compensated
-//    encode) the residuals are device memory too (device_residuals.h).
+//    with error feedback (the kernels' compensated encodes) the residuals
+//    are device memory too (device_residuals.h).
 // Every other device call goes through host_staging.h. The bytes on the wire
 // are the host path's, bit for bit, so ranks on device and on host memory can
 // meet in one call, and the results are the host path's too.
@@ -35,10 +35,10 @@ bool alltoall_stages_compressed(const qc_policy_t& policy, const Codec& codec, s
                                 WireHeader* header);
 
 // Whether an allreduce of `count` values with `algorithm` under `policy`
-// (its codec made as `codec`; `feedback`: an error buffer takes part) is
-// staged compressed.
+// (its codec made as `codec`) is staged compressed, with error feedback or
+// without: every codec staged has a compensated kernel.
 bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
-                                 qc_algorithm_t algorithm, bool feedback, size_t count);
+                                 qc_algorithm_t algorithm, size_t count);
 
 // The device memory of such an allreduce on `ranks` ranks (from `staging`),
 // as the DeviceValues its CollectiveContext takes.

@@ -32,13 +32,19 @@ __device__ __forceinline__ void store_u16(uint8_t* p, uint16_t v, bool aligned2)
   p[1] = static_cast<uint8_t>(v >> 8);
 }
 
+// With e: the generic error-compensated encode of the CPU codecs
+// (Codec::encode_error_compensated), per element: z = x + e, the cast of z
+// sent, e = z - its widening; one IEEE operation each, as on the CPU.
 __global__ void __launch_bounds__(kThreads)
-    cast_encode_kernel(const float* x, size_t count, uint8_t* out, bool bf16, bool aligned2) {
+    cast_encode_kernel(const float* x, float* e, size_t count, uint8_t* out, bool bf16,
+                       bool aligned2) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    const uint16_t h = bf16 ? cpu::float_to_bfloat16(x[i]) : cpu::float_to_half(x[i]);
+    const float z = e != nullptr ? x[i] + e[i] : x[i];
+    const uint16_t h = bf16 ? cpu::float_to_bfloat16(z) : cpu::float_to_half(z);
     store_u16(out + 2 * i, h, aligned2);
+    if (e != nullptr) e[i] = z - (bf16 ? cpu::bfloat16_to_float(h) : cpu::half_to_float(h));
   }
 }
 
@@ -64,13 +70,15 @@ Status check_cast(qc_codec_t codec, const float* f32) {
 
 }  // namespace
 
-Status cast_encode(qc_codec_t codec, const float* x, size_t count, uint8_t* out, void* stream) {
+Status cast_encode(qc_codec_t codec, const float* x, float* e, size_t count, uint8_t* out,
+                   void* stream) {
   QC_RETURN_IF_ERROR(check_cast(codec, x));
+  if (e != nullptr) QC_RETURN_IF_ERROR(check_cast(codec, e));
   if (count == 0) return Status::ok();
   const bool aligned2 = reinterpret_cast<uintptr_t>(out) % 2 == 0;
   auto* kernel = &cast_encode_kernel;
   QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(
-      x, count, out, codec == QC_CODEC_BF16, aligned2);
+      x, e, count, out, codec == QC_CODEC_BF16, aligned2);
   return launch_status("cuda: cast encode");
 }
 

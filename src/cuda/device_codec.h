@@ -64,8 +64,11 @@ Status global_decode(qc_codec_t codec, int bits, const uint8_t* meta, const uint
                      size_t count, float* dst, bool accumulate, void* stream);
 
 // fp16 / bf16 wire casts (codec QC_CODEC_FP16 or QC_CODEC_BF16): out holds
-// count little-endian 16-bit values at any alignment.
-Status cast_encode(qc_codec_t codec, const float* x, size_t count, uint8_t* out, void* stream);
+// count little-endian 16-bit values at any alignment. With e != nullptr the
+// encode is error-compensated as the CPU codecs' generic one: z = x + e is
+// cast and e becomes z - widen(cast(z)).
+Status cast_encode(qc_codec_t codec, const float* x, float* e, size_t count, uint8_t* out,
+                   void* stream);
 Status cast_decode(qc_codec_t codec, const uint8_t* in, size_t count, float* dst, bool accumulate,
                    void* stream);
 

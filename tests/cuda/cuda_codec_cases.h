@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -476,8 +477,8 @@ TEST(CudaCast, Fp16AndBf16MatchTheCpu) {
       DeviceBytes x_dev(4 * n);
       x_dev.upload(x.data(), 4 * n);
       DeviceBytes wire_dev(2 * n, 32 + misalign);
-      qc::Status st = qc::cuda::cast_encode(codec, reinterpret_cast<float*>(x_dev.data()), n,
-                                            wire_dev.data(), nullptr);
+      qc::Status st = qc::cuda::cast_encode(codec, reinterpret_cast<float*>(x_dev.data()),
+                                            nullptr, n, wire_dev.data(), nullptr);
       ASSERT_TRUE(st.is_ok()) << st.message();
       sync();
       ASSERT_EQ(wire_dev.contents(), wire_cpu);
@@ -499,6 +500,47 @@ TEST(CudaCast, Fp16AndBf16MatchTheCpu) {
       ASSERT_TRUE(st.is_ok()) << st.message();
       sync();
       ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), acc), -1);
+    }
+  }
+}
+
+// The error-compensated cast (error feedback on device values) against the
+// CPU codec's encode_error_compensated: the same payload bytes and the same
+// residuals, bit for bit, over two encodes (the second starts from the
+// first's residuals), NaN and the half's overflow edge included.
+TEST(CudaCast, ErrorCompensatedEncodeMatchesTheCpuCodec) {
+  for (qc_codec_t codec : {QC_CODEC_FP16, QC_CODEC_BF16}) {
+    SCOPED_TRACE(codec == QC_CODEC_FP16 ? "fp16" : "bf16");
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = codec;
+    std::unique_ptr<qc::Codec> cpu_codec;
+    ASSERT_TRUE(qc::make_codec(p, QC_DTYPE_FLOAT32, &cpu_codec).is_ok());
+    const size_t n = 10007 / kSizeScale;
+    std::vector<float> e_cpu = make_data(n, Data::kPlain, 5);
+    for (float& v : e_cpu) v *= 1e-3f;
+    DeviceBytes e_dev(4 * n);
+    e_dev.upload(e_cpu.data(), 4 * n);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      std::vector<float> x = make_data(n, Data::kSpecial, 41 + round);
+      x[0] = 65519.99f;  // rounds to the largest half; with e, perhaps to infinity
+      std::vector<uint8_t> msg(cpu_codec->max_encoded_size(n));
+      size_t written = 0;
+      ASSERT_TRUE(cpu_codec
+                      ->encode_error_compensated(x.data(), e_cpu.data(), n, qc::RandomKey{},
+                                                 msg.data(), msg.size(), &written)
+                      .is_ok());
+      const std::vector<uint8_t> want(msg.begin() + 32, msg.begin() + written);
+      DeviceBytes x_dev(4 * n);
+      x_dev.upload(x.data(), 4 * n);
+      DeviceBytes wire_dev(2 * n, 32);
+      qc::Status st = qc::cuda::cast_encode(codec, reinterpret_cast<float*>(x_dev.data()),
+                                            reinterpret_cast<float*>(e_dev.data()), n,
+                                            wire_dev.data(), nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sync();
+      ASSERT_EQ(wire_dev.contents(), want);
+      ASSERT_EQ(first_float_diff(as_floats(e_dev.contents()), e_cpu), -1);
     }
   }
 }
@@ -607,8 +649,8 @@ TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
                                    reinterpret_cast<float*>(x_dev.data()), nullptr, x.size(),
                                    payload.data(), payload.data() + 4, nullptr);
     } else {
-      st = qc::cuda::cast_encode(g.codec, reinterpret_cast<float*>(x_dev.data()), x.size(),
-                                 payload.data(), nullptr);
+      st = qc::cuda::cast_encode(g.codec, reinterpret_cast<float*>(x_dev.data()), nullptr,
+                                 x.size(), payload.data(), nullptr);
     }
     ASSERT_TRUE(st.is_ok()) << st.message();
     sync();

@@ -245,7 +245,8 @@ TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
     qc_algorithm_t algo;
   };
   for (const Case& c : {Case{QC_CODEC_MINMAX, 4, QC_ALGO_RING}, Case{QC_CODEC_MINMAX, 2, QC_ALGO_SRA},
-                        Case{QC_CODEC_ONEBIT, 1, QC_ALGO_TREE}}) {
+                        Case{QC_CODEC_ONEBIT, 1, QC_ALGO_TREE},
+                        Case{QC_CODEC_BF16, 4, QC_ALGO_RECURSIVE_DOUBLING}}) {
     SCOPED_TRACE("codec " + std::to_string(c.codec) + " algorithm " + std::to_string(c.algo));
     qc_policy_t p = QC_POLICY_INIT;
     p.codec = c.codec;

@@ -798,9 +798,8 @@ TEST(CompressedAllreduceMixed, DeviceAndHostRanksMeetInOneCall) {
 }
 
 // What the device path does not take is staged whole, as before, with the
-// host path's results: error feedback with a codec the kernels cannot
-// compensate (fp16), scale reuse, the native algorithm of the global codecs,
-// codec none, topk, 16-bit data.
+// host path's results: scale reuse (with error feedback or without), the
+// native algorithm of the global codecs, codec none, topk, 16-bit data.
 TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath) {
   const int n = 3;
   const size_t count = 600;
@@ -813,7 +812,8 @@ TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath
     bool feedback;
   };
   for (const Case& c :
-       {Case{"error feedback on fp16", QC_CODEC_FP16, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, true},
+       {Case{"error feedback with scale reuse", QC_CODEC_MINMAX, QC_ALGO_RING, QC_DTYPE_FLOAT32,
+             2, true},
         Case{"scale reuse", QC_CODEC_MINMAX, QC_ALGO_SRA, QC_DTYPE_FLOAT32, 2, false},
         Case{"global_linear native", QC_CODEC_GLOBAL_LINEAR, QC_ALGO_NATIVE, QC_DTYPE_FLOAT32, 1,
              false},
@@ -990,7 +990,11 @@ INSTANTIATE_TEST_SUITE_P(
         FeedbackCase{"RecursiveDoublingMinmax2FiveRanks", QC_CODEC_MINMAX, 2,
                      QC_ROUND_STOCHASTIC, QC_ALGO_RECURSIVE_DOUBLING, 5, 700, QC_OP_SUM},
         FeedbackCase{"TreeOnebit", QC_CODEC_ONEBIT, 1, QC_ROUND_NEAREST_EVEN, QC_ALGO_TREE, 3,
-                     1234, QC_OP_SUM}),
+                     1234, QC_OP_SUM},
+        FeedbackCase{"RingBf16", QC_CODEC_BF16, 4, QC_ROUND_NEAREST_EVEN, QC_ALGO_RING, 3, 900,
+                     QC_OP_SUM},
+        FeedbackCase{"SraFp16Avg", QC_CODEC_FP16, 4, QC_ROUND_NEAREST_EVEN, QC_ALGO_SRA, 4, 1001,
+                     QC_OP_AVG}),
     [](const ::testing::TestParamInfo<FeedbackCase>& info) { return info.param.name; });
 
 // One error buffer used by device calls, host calls, a reset, a loaded

@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     a.bucket = r.bucket;
     a.rng = qc::cpu::make_random_stream(42, 0, 0);
     const auto encode = [&](float* e) {
-      if (cast) status_ok(qc::cuda::cast_encode(r.codec, x_dev, count, msg_dev, nullptr), "encode");
+      if (cast) status_ok(qc::cuda::cast_encode(r.codec, x_dev, nullptr, count, msg_dev, nullptr), "encode");
       else status_ok(qc::cuda::quant_encode(x_dev, e, count, a, msg_dev, codes, nullptr), "encode");
     };
     const auto decode = [&](bool acc) {

@@ -63,14 +63,14 @@ Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const voi
   const bool stochastic = (h.flags & kWireFlagStochastic) != 0;
   // The CPU codecs' random stream and element index (codec_quantized.cpp).
   const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.call);
-  if (residual != nullptr && (c == QC_CODEC_NONE || cast(c) || dtype != QC_DTYPE_FLOAT32)) {
+  if (residual != nullptr && (c == QC_CODEC_NONE || dtype != QC_DTYPE_FLOAT32)) {
     return internal_error(std::string("no error-compensated device encode for codec ") +
                           codec_name(c) + " on " + dtype_name(dtype) + " input");
   }
   if (c == QC_CODEC_NONE) {
     return cuda::copy_on_device(payload, src, h.payload_bytes, stream);
   }
-  if (cast(c)) return cuda::cast_encode(c, src32, count, payload, stream);
+  if (cast(c)) return cuda::cast_encode(c, src32, residual, count, payload, stream);
   if (global(c)) {
     return cuda::global_encode(c, h.bits, stochastic, rng, key.element_offset, src32, residual,
                                count, payload, payload + 4, stream);

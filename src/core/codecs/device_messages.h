@@ -26,9 +26,9 @@ namespace qc {
 // `stream` (a cudaStream_t, NULL: the default stream) and not waited for.
 // Random bits are keyed as the CPU codecs key them (key.seed, key.rank,
 // key.call; key.element_offset is the index of element 0), so the bytes are
-// the CPU's. With `residual` (float32 input; minmax, qsgd, onebit and the
-// global codecs) the encode is error-compensated in the same pass (z = src
-// + residual encoded, residual = z - decode(z)); the other codecs refuse it.
+// the CPU's. With `residual` (float32 input, any codec but none) the encode
+// is error-compensated in the same pass (z = src + residual encoded,
+// residual = z - decode(z)); codec none refuses it.
 // The header's fields are trusted: decode callers check them first (as
 // decode_message_on_device does), and the global codecs' payload checks are
 // theirs too.
