@@ -10,8 +10,10 @@
 #                                     # subset, 2-4 MPI processes on the one
 #                                     # GPU (with that machine's Open MPI, or
 #                                     # the one carried in build-gpu/ompi-debs),
-#                                     # the 256 MiB kernel table; logs and
-#                                     # tables go to $OUT (or ./gpu-out)
+#                                     # the 256 MiB kernel table, qc-perf on
+#                                     # device buffers with and without the
+#                                     # device codec; logs and tables go to
+#                                     # $OUT (or ./gpu-out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What Debian's libmpi.so.40 and mpirun need beyond glibc, zlib and libudev.
@@ -43,9 +45,10 @@ case "${1:-}" in
         -DQC_WITH_PYTHON=OFF -DQC_WITH_JAVA=OFF -DQC_WITH_FORTRAN=OFF > /dev/null
     }
     configure build-gpu OFF
-    cmake --build build-gpu --target qc_test_cuda_codecs qc-cuda-bench qc_test_cuda_nccl
+    cmake --build build-gpu --target qc_test_cuda_codecs qc-cuda-bench qc_test_cuda_nccl qc-perf
     programs=(build-gpu/tests/cuda/qc_test_cuda_codecs build-gpu/tools/qc-cuda-bench/qc-cuda-bench
-              build-gpu/tests/cuda/qc_test_cuda_nccl)
+              build-gpu/tests/cuda/qc_test_cuda_nccl build-gpu/tools/qc-perf/qc-perf
+              "$(readlink -f build-gpu/src/libqc.so)")
     configure build-gpu/mpi AUTO
     if grep -q qc_test_mpi_device_collectives build-gpu/mpi/build.ninja; then  # MPI found here
       cmake --build build-gpu/mpi --target qc_test_mpi_device_collectives
@@ -61,6 +64,10 @@ case "${1:-}" in
     fi
     strip "${programs[@]}"
     du -chL "${programs[@]}"
+    # Only the programs travel usefully: the objects would count against the
+    # carry limit (64 MiB) and `run` builds nothing.
+    find build-gpu -name '*.o' -delete
+    du -sh build-gpu
     ;;
   run)
     out="${OUT:-gpu-out}"
@@ -101,6 +108,15 @@ case "${1:-}" in
     fi
     build-gpu/tools/qc-cuda-bench/qc-cuda-bench --size 256 -i 20 --check \
       2>&1 | tee "$out/cuda_bench.txt" || status=1
+    # Collectives on device buffers, 3 ranks of one process on the one GPU:
+    # the codec on the device (default) against whole-buffer staging
+    # (QC_DEVICE_CODEC=0), the same rows, in one run of this script.
+    for codec_on_device in 1 0; do
+      QC_DEVICE_CODEC=$codec_on_device build-gpu/tools/qc-perf/qc-perf -n 3 --device -o all \
+        -c none,fp16,minmax:4,minmax:2,qsgd+ef,onebit+ef -a ring,sra,tree,auto -b 64K -e 16M -f 4 \
+        --profile > "$out/qc_perf_device_codec$codec_on_device.txt" 2>&1 || status=1
+      tail -2 "$out/qc_perf_device_codec$codec_on_device.txt"
+    done
     exit "$status"
     ;;
   *)

@@ -53,6 +53,9 @@ struct Options {
   // runs and checks only its own rank; results are reduced over MPI.
   bool mpi = false;
   int mpi_rank = 0;  // this process's rank (0 with the local transport)
+  // --device: the calls take CUDA device buffers and a stream per rank
+  // (perf_device.cpp); local transport only.
+  bool device = false;
 };
 
 // The policy of codec number i of opt.codecs (codec, per-codec bits / ef).
@@ -267,6 +270,23 @@ double mpi_allreduce_time_us(const Options& opt, Buffers& buf, size_t count);
 // reduced over ranks, and the allreduce outputs compared across ranks.
 void mpi_reduce_check(const Options& opt, Op op, const Buffers& buf, size_t count,
                       CheckResult* res);
+
+// ---- --device (perf_device.cpp; stubs without QC_PERF_HAVE_CUDA) -----------
+
+enum class DeviceSupport { kYes, kNoDevice, kNotBuilt };
+DeviceSupport device_support();
+// One rank's device copies of its buffers for a row, and its stream.
+struct DeviceRank {
+  void* send = nullptr;
+  void* recv = nullptr;
+  void* stream = nullptr;  // a cudaStream_t
+};
+// Copies host.send to the device, fills the device recv with 0xff bytes;
+// false with *error on failure (nothing left allocated).
+bool device_begin(const RankBuffers& host, DeviceRank* d, std::string* error);
+// With host: copies the device recv into host->recv (for the checks). Frees
+// everything either way.
+bool device_end(DeviceRank* d, RankBuffers* host, std::string* error);
 
 // ---- report (perf_report.cpp) ---------------------------------------------
 

@@ -224,6 +224,19 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
 
     const void* send = buf.rank[r].send;
     void* recv = buf.rank[r].recv;
+    void* stream = nullptr;
+    DeviceRank device;
+    std::string device_error;
+    if (opt.device && !failed) {
+      if (device_begin(buf.rank[r], &device, &device_error)) {
+        send = device.send;
+        recv = device.recv;
+        stream = device.stream;
+      } else {
+        fail(QC_ERROR_INTERNAL, false);
+        fails[r].message = "qc-perf --device: " + device_error;
+      }
+    }
     qc_stats_t before{}, after{};
     before.struct_size = after.struct_size = sizeof(qc_stats_t);
     for (int it = 0; it < total; ++it) {
@@ -242,8 +255,8 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
       const clock::time_point t0 = clock::now();
       const qc_status_t st =
           op == Op::Allreduce
-              ? qc_allreduce(comm, send, recv, count, opt.dtype, opt.redop, nullptr, eb, nullptr)
-              : qc_alltoall(comm, send, recv, count, opt.dtype, nullptr, nullptr);
+              ? qc_allreduce(comm, send, recv, count, opt.dtype, opt.redop, nullptr, eb, stream)
+              : qc_alltoall(comm, send, recv, count, opt.dtype, nullptr, stream);
       const clock::time_point t1 = clock::now();
       if (st != QC_SUCCESS) {
         fail(st, false);
@@ -251,6 +264,11 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
       }
       if (it >= opt.warmup)
         dt[size_t(it - opt.warmup) * n + r] = std::chrono::duration<double>(t1 - t0).count();
+    }
+    if (opt.device && device.send != nullptr &&
+        !device_end(&device, failed ? nullptr : &buf.rank[r], &device_error) && !failed) {
+      fail(QC_ERROR_INTERNAL, false);
+      fails[r].message = "qc-perf --device: " + device_error;
     }
     if (!failed) {
       qc_status_t st = qc_comm_get_stats(comm, &after);

@@ -64,10 +64,14 @@ void usage(std::FILE* out) {
 "                          speedup column)\n"
 "      --profile           add columns codec(us) / xport(us): qc_stats\n"
 "                          codec_seconds / transport_seconds per call\n"
+"      --device            CUDA device buffers and a stream per rank (local\n"
+"                          transport; copies before and after a row are not\n"
+"                          timed); QC_DEVICE_CODEC=0 times whole-buffer staging\n"
 "  -h, --help              this text\n"
 "\n"
 "Exit status: 0 all rows passed (n/a rows do not count), 1 some row failed,\n"
-"2 bad usage or a codec / algorithm this qc library does not support.\n");
+"2 bad usage or a codec / algorithm this qc library does not support,\n"
+"77 --device without a CUDA device.\n");
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -244,6 +248,7 @@ Options parse_args(int argc, char** argv) {
       {'J', "json", true},       {'h', "help", false},
       {0, "transport", true},    {0, "profile", false},
       {0, "min-compress", true}, {0, "scale-period", true},
+      {0, "device", false},
   };
   bool algos_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -300,6 +305,7 @@ Options parse_args(int argc, char** argv) {
         opt.mpi = true;
       } else usage_error("unknown transport '" + value + "' for --transport (local, mpi)");
     } else if (ln == "profile") opt.profile = true;
+    else if (ln == "device") opt.device = true;
     else if (ln == "min-compress") {
       if (lower(value) == "lib") {
         qc_policy_t lib = QC_POLICY_INIT;
@@ -359,6 +365,18 @@ Options parse_args(int argc, char** argv) {
     } else if (ln == "json") {
       if (value.empty()) usage_error("--json needs a file name");
       opt.json_path = value;
+    }
+  }
+  if (opt.device) {
+    if (opt.mpi) usage_error("--device works with the local transport only");
+    const DeviceSupport support = device_support();
+    if (support == DeviceSupport::kNotBuilt) {
+      usage_error("--device: this qc-perf was built without CUDA (configure where nvcc is "
+                  "found, or with -DQC_WITH_CUDA=ON)");
+    }
+    if (support == DeviceSupport::kNoDevice) {
+      std::fprintf(stderr, "qc-perf: no CUDA device: --device needs one (skipped)\n");
+      std::exit(77);
     }
   }
   if (opt.codecs.empty()) parse_codecs("all", &opt);
