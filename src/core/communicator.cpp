@@ -167,6 +167,11 @@ Status check_error_buffer_binding(const qc_error_buffer_s& eb, int rank, int siz
   return Status::ok();
 }
 
+// How warnings name a single-layer call.
+std::string layer_label(const char* layer) {
+  return "layer '" + std::string(layer != nullptr ? layer : "*") + "'";
+}
+
 // Whether a call on `grid` starts `eb` from zero: its residuals were
 // computed on another grid (they would be noise), said in a warning naming
 // `what`.
@@ -321,8 +326,7 @@ Status device_residuals_for(const qc_comm_s* comm, const DeviceMemory& mem,
                             void* stream, float** work) {
   QC_RETURN_IF_ERROR(check_error_buffer_binding(*eb, comm->transport->rank(),
                                                 comm->transport->size(), count));
-  const bool reset =
-      residuals_reset(*eb, grid, "layer '" + std::string(layer != nullptr ? layer : "*") + "'");
+  const bool reset = residuals_reset(*eb, grid, layer_label(layer));
   Status s = eb->device.begin(mem, device_codec, eb->residual, reset, stream, work);
   if (!s) {
     return Status(s.code(), "rank " + std::to_string(comm->transport->rank()) +
@@ -469,8 +473,7 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   std::vector<float>& residual = comm->residual_work;
   const ErrorBufferGrid grid = allreduce_grid(policy, algorithm);
   if (feedback) {
-    QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, count,
-                                      "layer '" + std::string(layer != nullptr ? layer : "*") + "'"));
+    QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, count, layer_label(layer)));
   }
 
   const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,

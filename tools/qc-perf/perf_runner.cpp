@@ -227,14 +227,17 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
     void* stream = nullptr;
     DeviceRank device;
     std::string device_error;
+    auto fail_device = [&] {
+      fail(QC_ERROR_INTERNAL, false);
+      fails[r].message = "qc-perf --device: " + device_error;
+    };
     if (opt.device && !failed) {
       if (device_begin(buf.rank[r], &device, &device_error)) {
         send = device.send;
         recv = device.recv;
         stream = device.stream;
       } else {
-        fail(QC_ERROR_INTERNAL, false);
-        fails[r].message = "qc-perf --device: " + device_error;
+        fail_device();
       }
     }
     qc_stats_t before{}, after{};
@@ -267,8 +270,7 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
     }
     if (opt.device && device.send != nullptr &&
         !device_end(&device, failed ? nullptr : &buf.rank[r], &device_error) && !failed) {
-      fail(QC_ERROR_INTERNAL, false);
-      fails[r].message = "qc-perf --device: " + device_error;
+      fail_device();
     }
     if (!failed) {
       qc_status_t st = qc_comm_get_stats(comm, &after);
