@@ -333,8 +333,8 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
  * mean_sq_norm: squared L2 norm of this rank's input for the layer, averaged
  *   over its calls (what adaptive bit widths use). Calls on device buffers
  *   measure it on the device (to rounding: the device sums in its own
- *   order), except an allreduce the NCCL transport enqueues without waiting,
- *   which is left out of the average.
+ *   order), except an allreduce the NCCL transport enqueues without waiting
+ *   (codec none or the compressed ring), which is left out of the average.
  */
 typedef struct qc_layer_stats {
   size_t struct_size; /* set by the caller: sizeof(qc_layer_stats_t) */
@@ -511,19 +511,28 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   processes sharing one GPU can use the MPI transport, and device and
  *   host ranks may meet in one call). A failed copy or kernel breaks the
  *   group (peers fail at once; see qc_comm_get_async_error). The NCCL
- *   transport stages every call the same way but one: float32 with codec
- *   none under auto or native and no error feedback is NCCL's own
- *   allreduce on sendbuf and recvbuf, enqueued on `stream` after a check
- *   that every rank is in the same call, and the call returns without
- *   waiting for it (stream-ordered, as NCCL's calls are; QC_OP_AVG is
- *   NCCL's average). Its errors found later show in
- *   qc_comm_get_async_error. Its buffers must be memory of the NCCL
+ *   transport stages every call the same way but two, which it enqueues
+ *   on `stream` after a check that every rank is in the same call and
+ *   returns without waiting for (stream-ordered, as NCCL's calls are):
+ *   float32 with codec none under auto or native and no error feedback is
+ *   NCCL's own allreduce on sendbuf and recvbuf (QC_OP_AVG is NCCL's
+ *   average); float32 with minmax, qsgd, onebit, fp16 or bf16 under auto
+ *   or ring, without scale reuse, with or without error feedback, is the
+ *   ring with the kernels' encodes and decodes and ncclSend/ncclRecv of
+ *   the compressed payloads, all on `stream` (the host ring's result bit
+ *   for bit; auto means ring here). Their errors found later show in
+ *   qc_comm_get_async_error. Their buffers must be memory of the NCCL
  *   communicator's device (else QC_ERROR_INVALID_ARGUMENT, and every peer
  *   fails the check with MISMATCH), and every rank of such a call must
  *   pass device buffers: ranks that mix host and device buffers in one
- *   call get MISMATCH. NCCL runs a communicator's operations in the order
- *   they were enqueued, so the next call's check waits for this one to run
- *   on its stream, and that wait counts against the next call's timeout.
+ *   call get MISMATCH (codec none) or QC_ERROR_TIMEOUT (the compressed
+ *   ring, whose host ranks do not take part in the check). NCCL runs a
+ *   communicator's operations in the order they were enqueued, so the next
+ *   call's check waits for this one to run on its stream, and that wait
+ *   counts against the next call's timeout. qc's own memory that such a
+ *   call still uses (staging, an error buffer's residuals) is waited for by
+ *   whatever uses it next: a call on another stream on the device, the host
+ *   before reading or freeing it.
  *   A stream with host buffers, or in a build without CUDA, is
  *   QC_ERROR_UNSUPPORTED.
  *

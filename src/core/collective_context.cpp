@@ -164,6 +164,78 @@ Status CollectiveContext::device_failure(const char* step, const Status& cause) 
                                   cause.message());
 }
 
+Status CollectiveContext::payload_bytes(size_t count, size_t* bytes) const {
+  WireHeader h;
+  if (!codec_.header_for(count, &h)) {
+    return internal_error(std::string("codec ") + codec_name(codec_.id()) +
+                          " has no fixed payload for " + std::to_string(count) + " values");
+  }
+  *bytes = h.payload_bytes;
+  return Status::ok();
+}
+
+Status CollectiveContext::encode_payload(const float* src, size_t count, uint64_t element_offset,
+                                         uint8_t* payload) {
+  if (device_.codec == nullptr || scale_memory_ != nullptr) {
+    return internal_error("a payload encoded on the device needs device values and no scale reuse");
+  }
+  const auto start = Clock::now();
+  float* slots = nullptr;  // device residuals, with error feedback
+  QC_RETURN_IF_ERROR(residual_slots(element_offset, count, &slots));
+  WireHeader h;
+  if (!codec_.header_for(count, &h)) {
+    return internal_error(std::string("codec ") + codec_name(codec_.id()) + " cannot encode " +
+                          std::to_string(count) + " device values");
+  }
+  ++encodes_;
+  if (h.payload_bytes > 0) {
+    Status s = device_.codec->encode(codec_, h, src, random_key(element_offset), slots, payload,
+                                     device_.stream);
+    if (!s) return device_failure("encode its values on the device", s);
+  }
+  counters_.codec_seconds += seconds_since(start);
+  return Status::ok();
+}
+
+Status CollectiveContext::decode_payload(const uint8_t* payload, float* dst, size_t count,
+                                         bool accumulate) {
+  WireHeader h;
+  if (device_.codec == nullptr || !codec_.header_for(count, &h)) {
+    return internal_error("a payload decoded on the device needs device values and a fixed "
+                          "layout");
+  }
+  const auto start = Clock::now();
+  if (h.payload_bytes > 0) {
+    Status s = device_.codec->decode(codec_, h, payload, dst, accumulate, device_.stream);
+    if (!s) return device_failure("decode a message on the device", s);
+  }
+  counters_.codec_seconds += seconds_since(start);
+  return Status::ok();
+}
+
+Status CollectiveContext::enqueue_exchange(int send_peer, const uint8_t* send, size_t send_bytes,
+                                           int recv_peer, uint8_t* recv, size_t recv_bytes) {
+  const auto start = Clock::now();
+  // Empty payloads (blocks of no values) are left out on both sides alike.
+  DeviceTransfer ops[2];
+  size_t nops = 0;
+  if (send_bytes > 0) {
+    ops[nops].send = true;
+    ops[nops].peer = send_peer;
+    ops[nops].data = const_cast<uint8_t*>(send);  // the transport only reads it
+    ops[nops++].bytes = send_bytes;
+  }
+  if (recv_bytes > 0) {
+    ops[nops].peer = recv_peer;
+    ops[nops].data = recv;
+    ops[nops++].bytes = recv_bytes;
+  }
+  Status s = nops > 0 ? transport_.enqueue_device_group(ops, nops, device_.stream) : Status::ok();
+  counters_.wire_bytes += send_bytes;
+  counters_.transport_seconds += seconds_since(start);
+  return s;
+}
+
 // The message the host codec writes, with the payload from the device codec
 // (the kernels write the CPU's bytes): only the payload crosses.
 Status CollectiveContext::encode_on_device(const float* src, size_t count,
@@ -172,9 +244,6 @@ Status CollectiveContext::encode_on_device(const float* src, size_t count,
     return internal_error("scale reuse keeps host copies of messages; a call on device values "
                           "has none");
   }
-  const auto start = Clock::now();
-  float* slots = nullptr;  // device residuals, with error feedback
-  QC_RETURN_IF_ERROR(residual_slots(element_offset, count, &slots));
   WireHeader h;
   if (!codec_.header_for(count, &h) || h.payload_bytes > device_.payload_capacity) {
     return internal_error(std::string("codec ") + codec_name(codec_.id()) +
@@ -184,18 +253,15 @@ Status CollectiveContext::encode_on_device(const float* src, size_t count,
   const size_t size = kWireHeaderBytes + h.payload_bytes;
   if (msg->payload_capacity() < size) msg->reserve_payload(size);
   write_wire_header(h, msg->payload());
-  ++encodes_;
+  QC_RETURN_IF_ERROR(encode_payload(src, count, element_offset, device_.payload));
   if (h.payload_bytes > 0) {
-    Status s = device_.codec->encode(codec_, h, src, random_key(element_offset), slots,
-                                     device_.payload, device_.stream);
-    if (s) {
-      s = device_.mem->to_host(msg->payload() + kWireHeaderBytes, device_.payload,
-                               h.payload_bytes, device_.stream);
-    }
+    const auto start = Clock::now();
+    Status s = device_.mem->to_host(msg->payload() + kWireHeaderBytes, device_.payload,
+                                    h.payload_bytes, device_.stream);
     if (!s) return device_failure("encode its values on the device", s);
+    counters_.codec_seconds += seconds_since(start);
   }
   msg->set_payload_size(size);
-  counters_.codec_seconds += seconds_since(start);
   return Status::ok();
 }
 
@@ -225,13 +291,10 @@ Status CollectiveContext::decode_on_device(const uint8_t* data, size_t size, flo
   if (want.payload_bytes > 0) {
     Status s = device_.mem->to_device(device_.payload, data + kWireHeaderBytes,
                                       want.payload_bytes, device_.stream);
-    if (s) {
-      s = device_.codec->decode(codec_, want, device_.payload, dst, accumulate, device_.stream);
-    }
     if (!s) return device_failure("decode a message on the device", s);
   }
   counters_.codec_seconds += seconds_since(start);
-  return Status::ok();
+  return decode_payload(device_.payload, dst, count, accumulate);
 }
 
 Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, size_t frame,
@@ -342,12 +405,24 @@ Status CollectiveContext::enqueue_device_allreduce_float(const float* send, floa
                                                          size_t count, bool average,
                                                          void* stream) {
   const auto start = Clock::now();
+  Status s = agree_on_buffers(send, recv);
+  if (s) s = transport_.enqueue_device_allreduce_float(send, recv, count, average, stream);
+  counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * (count * 4 + 16) / size_ : 0;
+  counters_.transport_seconds += seconds_since(start);
+  return s;
+}
+
+Status CollectiveContext::agree_on_buffers(const float* send, const float* recv) {
   const Status usable = transport_.check_device_buffers(send, recv);
   // Any other value fails every rank's agreement with MISMATCH.
   Status s = transport_.agree(usable ? signature_ : ~signature_, deadline_);
-  if (!usable) s = usable;
-  if (s) s = transport_.enqueue_device_allreduce_float(send, recv, count, average, stream);
-  counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * (count * 4 + 16) / size_ : 0;
+  return usable ? s : usable;
+}
+
+Status CollectiveContext::agree_on_device_buffers(const float* send, const float* recv) {
+  const auto start = Clock::now();
+  Status s = agree_on_buffers(send, recv);
+  counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * 16 / size_ : 0;
   counters_.transport_seconds += seconds_since(start);
   return s;
 }

@@ -179,6 +179,35 @@ class CollectiveContext {
   Status enqueue_device_allreduce_float(const float* send, float* recv, size_t count,
                                         bool average, void* stream);
 
+  // Only the agreement, for a call on device buffers that the transport
+  // takes as they are (`send`, `recv`): a rank whose buffers it cannot take
+  // (transport.h: check_device_buffers) agrees on another value, so every
+  // rank fails here, that one with its INVALID_ARGUMENT, the peers with
+  // MISMATCH, and none enqueues work its peers would wait for on the device.
+  Status agree_on_device_buffers(const float* send, const float* recv);
+
+  // Stream-ordered calls on device values (allreduce_ring_enqueued): the
+  // payloads stay in device memory the algorithm lays out and travel
+  // without envelope or wire header, the transport's sends and receives
+  // enqueued on the call's stream like the kernels, nothing awaited. Every
+  // size is fixed by the call's shape, which agree_on_device_buffers showed
+  // to be every rank's.
+  // The payload bytes of a block of `count` values.
+  Status payload_bytes(size_t count, size_t* bytes) const;
+  // The device memory the call's payloads may use (DeviceValues::payload).
+  uint8_t* device_payloads() const { return device_.payload; }
+  size_t device_payload_capacity() const { return device_.payload_capacity; }
+  // encode() and decode()/decode_accumulate() of one block on the device,
+  // its payload at `payload` (the same random keys, error feedback and
+  // bytes as the messages of encode()).
+  Status encode_payload(const float* src, size_t count, uint64_t element_offset,
+                        uint8_t* payload);
+  Status decode_payload(const uint8_t* payload, float* dst, size_t count, bool accumulate);
+  // Sends `send_bytes` at `send` to `send_peer` and receives `recv_bytes`
+  // into `recv` from `recv_peer`, one group enqueued on the call's stream.
+  Status enqueue_exchange(int send_peer, const uint8_t* send, size_t send_bytes, int recv_peer,
+                          uint8_t* recv, size_t recv_bytes);
+
   // Shorthands for the common patterns.
   Status send(int peer, uint32_t step, Message* msg, size_t frame);
   Status recv(int peer, uint32_t step, Message* msg);
@@ -186,6 +215,8 @@ class CollectiveContext {
                    Message* recv_msg, uint32_t step);
 
  private:
+  // agree_on_device_buffers without the counters.
+  Status agree_on_buffers(const float* send, const float* recv);
   Status encode_on_device(const float* src, size_t count, uint64_t element_offset, Message* msg);
   // The residuals of elements [element_offset, +count), or null without
   // error feedback; an internal error outside the buffer.

@@ -339,31 +339,52 @@ Status device_residuals_for(const qc_comm_s* comm, const DeviceMemory& mem,
 // the device and only payloads staged (device_staging.h); returns once
 // recvbuf holds the result. With `error_buffer`, the residuals are device
 // memory too, kept there between calls.
+//
+// `enqueued`: the stream-ordered ring instead (allreduce_ring_enqueued, on a
+// transport with device groups: NCCL), the whole call enqueued on `stream`
+// after the ranks' agreement; it returns without waiting, and the work it
+// left behind is recorded where qc's memory is (the staging, the residuals)
+// so the next user of that memory waits for it.
 Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                    const DeviceMessageCodec& device_codec,
-                                   const AllreducePlan& plan, const void* sendbuf, void* recvbuf,
-                                   size_t count, qc_reduce_op_t op, const char* layer,
-                                   qc_error_buffer_s* error_buffer, void* stream) {
+                                   const AllreducePlan& plan, bool enqueued, const void* sendbuf,
+                                   void* recvbuf, size_t count, qc_reduce_op_t op,
+                                   const char* layer, qc_error_buffer_s* error_buffer,
+                                   void* stream) {
   const qc_policy_t& policy = plan.policy;
   const int n = comm->transport->size();
+  const qc_algorithm_t algorithm = enqueued ? QC_ALGO_RING : plan.algorithm;
   // The host path's signature: the same messages travel, so ranks on device
   // and host memory may meet in one call. The layer's norm is measured on
   // the device (the input is never read on the host); its error estimate is
-  // not.
-  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32,
-                                            op, layer, policy, plan.algorithm);
+  // not. An enqueued call has another protocol (no envelopes) and no norm
+  // (reading it would wait for the stream).
+  const uint64_t signature =
+      call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32, op, layer, policy,
+                     algorithm) ^
+      (enqueued ? kEnqueuedOnDevice : 0);
   float* data = static_cast<float*>(recvbuf);
-  const ErrorBufferGrid grid = allreduce_grid(policy, plan.algorithm);
+  const ErrorBufferGrid grid = allreduce_grid(policy, algorithm);
   std::vector<LayerShare> layers =
       one_layer(layer, count, count * 4, std::numeric_limits<double>::quiet_NaN());
   Status status = run_collective(comm, *plan.codec, signature, count * 4, layers,
                                  [&](CollectiveContext& ctx) -> Status {
+    if (enqueued) {
+      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf), data));
+    }
+    size_t payload_area = 0;  // the largest message's
+    Status s = enqueued ? ring_enqueued_payload_bytes(*plan.codec, count, n, &payload_area)
+                        : Status::ok();
+    // An earlier enqueued call on another stream may still use the memory.
+    if (s) s = comm->staging.pending().order_before(stream);
     DeviceValues values;
-    Status s = reserve_device_values(*plan.codec, count, n, mem, device_codec, comm->staging,
-                                     stream, &values);
+    if (s) {
+      s = reserve_device_values(*plan.codec, count, n, payload_area, mem, device_codec,
+                                comm->staging, stream, &values);
+    }
     // Before the algorithm overwrites an in-place input; run_collective
     // records layers[0] after this returns.
-    if (s) {
+    if (s && !enqueued) {
       s = device_codec.squared_norm(static_cast<const float*>(sendbuf), count,
                                     values.norm_scratch, stream, &layers[0].sq_norm);
     }
@@ -381,8 +402,11 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                               layer, stream, &residual));
       ctx.set_residual(residual, count);
     }
-    switch (plan.algorithm) {
-      case QC_ALGO_RING: s = allreduce_ring(ctx, data, count); break;
+    switch (algorithm) {
+      case QC_ALGO_RING:
+        s = enqueued ? allreduce_ring_enqueued(ctx, data, count)
+                     : allreduce_ring(ctx, data, count);
+        break;
       case QC_ALGO_RECURSIVE_DOUBLING:
         s = allreduce_recursive_doubling(ctx, data, count, policy.group_size);
         break;
@@ -393,7 +417,10 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     QC_RETURN_IF_ERROR(s);
     // AVG's one division at the end, as finish_allreduce does on the host.
     if (op == QC_OP_AVG) s = device_codec.scale(data, 1.0f / static_cast<float>(n), count, stream);
-    if (s) s = device_codec.synchronize(stream);
+    if (s) {
+      s = enqueued ? comm->staging.pending().enqueued(mem, stream)
+                   : device_codec.synchronize(stream);
+    }
     if (!s) return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
                                         " could not finish its device values: " + s.message());
     return s;
@@ -402,6 +429,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
   if (error_buffer != nullptr) {
     error_buffer->device.commit();
     bind_error_buffer(comm, error_buffer, grid);
+    if (enqueued) QC_RETURN_IF_ERROR(error_buffer->device.enqueued(stream));
   }
   return Status::ok();
 }
@@ -424,11 +452,22 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
     *ran = true;
     return enqueue_allreduce_on_device(comm, plan, sendbuf, recvbuf, count, op, layer, stream);
   }
-  if (mem != nullptr && device_codec != nullptr &&
-      allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, count)) {
+  if (mem == nullptr || device_codec == nullptr) return Status::ok();
+  qc_error_buffer_s* eb = feedback ? error_buffer : nullptr;
+  // On a transport that moves device bytes itself (NCCL), ring or auto
+  // runs stream-ordered: the ring is the one algorithm whose every message
+  // has a size fixed by the call's shape and that needs no host step.
+  const bool ring = plan.policy.algorithm == QC_ALGO_AUTO || plan.algorithm == QC_ALGO_RING;
+  if (comm->transport->has_device_groups() && ring &&
+      allreduce_stages_compressed(plan.policy, *plan.codec, QC_ALGO_RING, count)) {
     *ran = true;
-    return allreduce_with_device_codec(comm, *mem, *device_codec, plan, sendbuf, recvbuf, count,
-                                       op, layer, feedback ? error_buffer : nullptr, stream);
+    return allreduce_with_device_codec(comm, *mem, *device_codec, plan, /*enqueued=*/true,
+                                       sendbuf, recvbuf, count, op, layer, eb, stream);
+  }
+  if (allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, count)) {
+    *ran = true;
+    return allreduce_with_device_codec(comm, *mem, *device_codec, plan, /*enqueued=*/false,
+                                       sendbuf, recvbuf, count, op, layer, eb, stream);
   }
   return Status::ok();
 }
@@ -718,6 +757,8 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
   return run_collective(comm, codec, plan.signature, total * 4, layers,
                         [&](CollectiveContext& ctx) {
     ctx.set_seed(plan.policy.seed);
+    // An earlier enqueued call on another stream may still use the memory.
+    QC_RETURN_IF_ERROR(comm->staging.pending().order_before(stream));
     return alltoall_with_device_codec(ctx, codec, header, mem, device_codec, comm->staging,
                                       static_cast<const float*>(sendbuf),
                                       static_cast<float*>(recvbuf), count_per_rank, stream,

@@ -25,6 +25,7 @@ Status DeviceResiduals::begin(const DeviceMemory& mem, const DeviceMessageCodec&
     count_ = count;
     current_ = 0;
   }
+  QC_RETURN_IF_ERROR(pending_.order_before(stream));
   float* next = blocks_[1 - current_];
   Status s;
   if (reset) {
@@ -47,6 +48,7 @@ void DeviceResiduals::commit() {
 Status DeviceResiduals::to_host(std::vector<float>* host) {
   if (!newer_) return Status::ok();
   if (host->size() != count_) return internal_error("device residuals of another size");
+  QC_RETURN_IF_ERROR(pending_.wait());
   Status s = mem_->to_host(host->data(), blocks_[current_], count_ * sizeof(float), nullptr);
   if (!s) {
     return Status(s.code(), "could not copy the error buffer's residuals from the device: " +
@@ -57,6 +59,7 @@ Status DeviceResiduals::to_host(std::vector<float>* host) {
 }
 
 void DeviceResiduals::release() {
+  (void)pending_.wait();  // a failure there is the enqueued call's, not the release's
   for (float*& block : blocks_) {
     if (block != nullptr) mem_->free_device(block);
     block = nullptr;

@@ -36,6 +36,10 @@ class DeviceResiduals {
                const std::vector<float>& host, bool reset, void* stream, float** work);
   // After a call that succeeded: its block becomes the current residuals.
   void commit();
+  // The call that committed left its work on `stream` (stream-ordered): the
+  // next use of the residuals (another stream, the host, the release) waits
+  // for it.
+  Status enqueued(void* stream) { return pending_.enqueued(*mem_, stream); }
   // Brings `host` up to date when the device is newer (waits for the copy).
   Status to_host(std::vector<float>* host);
   // The host copy changed (reset, a loaded image): the device's is stale.
@@ -49,6 +53,7 @@ class DeviceResiduals {
   size_t count_ = 0;
   int current_ = 0;
   bool newer_ = false;
+  PendingDeviceWork pending_;
 };
 
 }  // namespace qc

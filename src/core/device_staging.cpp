@@ -119,7 +119,7 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
   return codec_stages_compressed(policy, codec) && count > 0 && codec.header_for(count, &header);
 }
 
-Status reserve_device_values(const Codec& codec, size_t count, int ranks,
+Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t payload_area,
                              const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
                              HostStaging& staging, void* stream, DeviceValues* values) {
   // No block an algorithm encodes exceeds the whole tensor (the tree and the
@@ -129,7 +129,8 @@ Status reserve_device_values(const Codec& codec, size_t count, int ranks,
   if (!codec.header_for(count, &largest)) {
     return internal_error("no fixed message layout for the device values");
   }
-  const size_t payload = slot_bytes(largest.payload_bytes);
+  const size_t payload_capacity = payload_area > 0 ? payload_area : largest.payload_bytes;
+  const size_t payload = slot_bytes(payload_capacity);
   const size_t norm = slot_bytes(DeviceMessageCodec::kNormScratchBytes);
   const size_t floats = (count + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
   unsigned char* device = nullptr;
@@ -139,7 +140,7 @@ Status reserve_device_values(const Codec& codec, size_t count, int ranks,
   values->codec = &device_codec;
   values->stream = stream;
   values->payload = device;
-  values->payload_capacity = largest.payload_bytes;
+  values->payload_capacity = payload_capacity;
   values->norm_scratch = device + payload;
   values->values = reinterpret_cast<float*>(device + payload + norm);
   values->values_capacity = floats;

@@ -14,6 +14,9 @@
 //    each message's payload crossing as the algorithm sends or receives it;
 //    with error feedback (the kernels' compensated encodes) the residuals
 //    are device memory too (device_residuals.h).
+// On a transport that moves device bytes itself (NCCL), the ring goes
+// further: nothing is staged and nothing awaited (algorithms/
+// ring_enqueued.cpp, through the same DeviceValues).
 // Every other device call goes through host_staging.h. The bytes on the wire
 // are the host path's, bit for bit, so ranks on device and on host memory can
 // meet in one call, and the results are the host path's too.
@@ -41,8 +44,10 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
                                  qc_algorithm_t algorithm, size_t count);
 
 // The device memory of such an allreduce on `ranks` ranks (from `staging`),
-// as the DeviceValues its CollectiveContext takes.
-Status reserve_device_values(const Codec& codec, size_t count, int ranks,
+// as the DeviceValues its CollectiveContext takes. `payload_area`: the bytes
+// of payload memory the algorithm lays out itself (0: one payload of the
+// call's largest message).
+Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t payload_area,
                              const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
                              HostStaging& staging, void* stream, DeviceValues* values);
 

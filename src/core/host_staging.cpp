@@ -30,6 +30,15 @@ class CudaDeviceMemory final : public DeviceMemory {
     return cuda::alloc_device(bytes, p);
   }
   void free_device(void* p) const override { cuda::free_device(p); }
+  Status create_event(void** event) const override { return cuda::create_event(event); }
+  void destroy_event(void* event) const override { cuda::destroy_event(event); }
+  Status record_event(void* event, void* stream) const override {
+    return cuda::record_event(event, stream);
+  }
+  Status stream_wait_event(void* stream, void* event) const override {
+    return cuda::stream_wait_event(stream, event);
+  }
+  Status synchronize_event(void* event) const override { return cuda::synchronize_event(event); }
 };
 #endif
 
@@ -53,7 +62,44 @@ const DeviceMemory* cuda_device_memory() {
 #endif
 }
 
+PendingDeviceWork::~PendingDeviceWork() {
+  if (event_ != nullptr) mem_->destroy_event(event_);
+}
+
+Status PendingDeviceWork::enqueued(const DeviceMemory& mem, void* stream) {
+  if (mem_ != &mem) {
+    QC_RETURN_IF_ERROR(wait());
+    if (event_ != nullptr) mem_->destroy_event(event_);
+    event_ = nullptr;
+    mem_ = &mem;
+  }
+  if (event_ == nullptr) QC_RETURN_IF_ERROR(mem.create_event(&event_));
+  QC_RETURN_IF_ERROR(mem.record_event(event_, stream));
+  stream_ = stream;
+  pending_ = true;
+  return Status::ok();
+}
+
+Status PendingDeviceWork::order_before(void* stream) {
+  if (!pending_ || stream == stream_) return Status::ok();
+  QC_RETURN_IF_ERROR(mem_->stream_wait_event(stream, event_));
+  // The pending work now precedes whatever `stream` runs next.
+  stream_ = stream;
+  return Status::ok();
+}
+
+Status PendingDeviceWork::wait() {
+  if (!pending_) return Status::ok();
+  Status s = mem_->synchronize_event(event_);
+  // Waited for even when it failed: the failure is the work's, reported now.
+  pending_ = false;
+  return s;
+}
+
 void HostStaging::release() {
+  // The memory goes back only once no enqueued work can touch it; a failure
+  // there is the work's own, reported through the stream, not here.
+  (void)pending_.wait();
   if (host_.data != nullptr) mem_->free_host(host_.data);
   if (device_.data != nullptr) mem_->free_device(device_.data);
   host_ = Block();
@@ -67,6 +113,7 @@ Status HostStaging::grow(const DeviceMemory& mem, bool on_device, size_t bytes,
   mem_ = &mem;
   Block& b = on_device ? device_ : host_;
   if (b.size < bytes) {
+    if (on_device && b.data != nullptr) QC_RETURN_IF_ERROR(pending_.wait());
     if (b.data != nullptr) on_device ? mem.free_device(b.data) : mem.free_host(b.data);
     b = Block();
     void* fresh = nullptr;

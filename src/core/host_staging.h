@@ -37,6 +37,43 @@ class DeviceMemory {
   // Device memory (of the calling thread's current device), and its release.
   virtual Status alloc_device(size_t bytes, void** p) const = 0;
   virtual void free_device(void* p) const = 0;
+  // Events: a point in a stream's work that other streams and the host wait
+  // for (valid after the stream it was recorded on is destroyed).
+  virtual Status create_event(void** event) const = 0;
+  virtual void destroy_event(void* event) const = 0;
+  virtual Status record_event(void* event, void* stream) const = 0;
+  virtual Status stream_wait_event(void* stream, void* event) const = 0;
+  virtual Status synchronize_event(void* event) const = 0;
+};
+
+// Work that a stream-ordered call (one that returns before the GPU runs it:
+// allreduce_ring_enqueued) left on the caller's stream and that still uses
+// device memory qc keeps from call to call (a communicator's staging, an
+// error buffer's residuals). Whoever uses that memory next orders itself
+// after it: a later call on another stream waits for it on the device, the
+// host before it reads or frees the memory. Not thread-safe: it belongs to
+// one communicator or error buffer, which serve one thread at a time.
+class PendingDeviceWork {
+ public:
+  PendingDeviceWork() = default;
+  ~PendingDeviceWork();
+  PendingDeviceWork(const PendingDeviceWork&) = delete;
+  PendingDeviceWork& operator=(const PendingDeviceWork&) = delete;
+
+  bool pending() const { return pending_; }
+  // The call's work on `stream` (of `mem`) ends here.
+  Status enqueued(const DeviceMemory& mem, void* stream);
+  // Work enqueued on `stream` from now on runs after the pending work
+  // (nothing to do on the stream that has it already).
+  Status order_before(void* stream);
+  // The host waits for the pending work.
+  Status wait();
+
+ private:
+  const DeviceMemory* mem_ = nullptr;
+  void* event_ = nullptr;
+  void* stream_ = nullptr;
+  bool pending_ = false;
 };
 
 // The CUDA runtime's DeviceMemory; nullptr in a build without CUDA.
@@ -63,6 +100,9 @@ class HostStaging {
     return grow(mem, /*on_device=*/true, bytes, p);
   }
   size_t capacity() const { return host_.size; }
+  // Stream-ordered work on the device memory; growing or freeing that
+  // memory waits for it.
+  PendingDeviceWork& pending() { return pending_; }
 
  private:
   struct Block {
@@ -75,6 +115,7 @@ class HostStaging {
   const DeviceMemory* mem_ = nullptr;
   Block host_;
   Block device_;
+  PendingDeviceWork pending_;
 };
 
 enum class BufferPlace { kHost, kDevice };

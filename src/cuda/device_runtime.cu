@@ -107,5 +107,32 @@ Status synchronize(void* stream) {
   return cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cuda: kernel");
 }
 
+Status create_event(void** event) {
+  cudaEvent_t e = nullptr;
+  Status s = cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  *event = s ? static_cast<void*>(e) : nullptr;
+  return s;
+}
+
+void destroy_event(void* event) {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+Status record_event(void* event, void* stream) {
+  return cuda_status(
+      cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+      "cudaEventRecord");
+}
+
+Status stream_wait_event(void* stream, void* event) {
+  return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                         static_cast<cudaEvent_t>(event), 0),
+                     "cudaStreamWaitEvent");
+}
+
+Status synchronize_event(void* event) {
+  return cuda_status(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cuda: kernel");
+}
+
 }  // namespace cuda
 }  // namespace qc

@@ -40,5 +40,14 @@ Status copy_on_device(void* dst, const void* src, size_t bytes, void* stream);
 // default stream) and reports an error a kernel hit.
 Status synchronize(void* stream);
 
+// Events (cudaEvent_t, without timing): a point in a stream's work that
+// other streams and the host wait for. Unlike the stream, an event stays
+// valid when the caller destroys the stream it was recorded on.
+Status create_event(void** event);
+void destroy_event(void* event);
+Status record_event(void* event, void* stream);
+Status stream_wait_event(void* stream, void* event);
+Status synchronize_event(void* event);
+
 }  // namespace cuda
 }  // namespace qc

@@ -208,6 +208,27 @@ class RealNcclBackend final : public NcclBackend {
     return Status::ok();
   }
 
+  Status enqueue_group(const DeviceTransfer* ops, size_t count, void* stream) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) return transport_error("the NCCL communicator was aborted");
+    DeviceScope scope(device_);
+    const auto on = static_cast<cudaStream_t>(stream);
+    ncclResult_t r = api_.group_start();
+    if (r != ncclSuccess) return nccl_status(api_, r, "ncclGroupStart");
+    for (size_t i = 0; i < count; ++i) {
+      const DeviceTransfer& op = ops[i];
+      r = op.send ? api_.send(op.data, op.bytes, ncclUint8, op.peer, comm_, on)
+                  : api_.recv(op.data, op.bytes, ncclUint8, op.peer, comm_, on);
+      if (r != ncclSuccess) {
+        api_.group_end();
+        return nccl_status(api_, r, op.send ? "ncclSend" : "ncclRecv");
+      }
+    }
+    r = api_.group_end();
+    if (r != ncclSuccess && r != ncclInProgress) return nccl_status(api_, r, "ncclGroupEnd");
+    return Status::ok();
+  }
+
   Status check_device_buffers(const void* send, const void* recv) override {
     for (const auto& [p, name] : {std::pair<const void*, const char*>{send, "sendbuf"},
                                   std::pair<const void*, const char*>{recv, "recvbuf"}}) {

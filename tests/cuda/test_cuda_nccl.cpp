@@ -127,6 +127,31 @@ int main() {
     back.assign(x.size(), -1.0f);
     cudaMemcpy(back.data(), dy, x.size() * 4, cudaMemcpyDeviceToHost);
     check(back == x, "the enqueued average of one rank is the input");
+    // The stream-ordered compressed ring (one rank: one encode and decode on
+    // the device), then again on a second stream, which must wait for the
+    // first call's work: the host path's bytes both times.
+    qc_policy_t q = QC_POLICY_INIT;
+    q.codec = QC_CODEC_MINMAX;
+    q.min_compress_bytes = 0;
+    check(qc_set_layer_policy(comm, "*", &q) == QC_SUCCESS, "a minmax policy for every size");
+    std::vector<float> want(x.size(), -1.0f);
+    check(qc_allreduce(comm, x.data(), want.data(), x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM,
+                       nullptr, nullptr, nullptr) == QC_SUCCESS && want != x,
+          "host minmax allreduce (quantized)");
+    cudaStream_t other = nullptr;
+    cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+    for (cudaStream_t on : {stream, other}) {
+      cudaMemsetAsync(dy, 0, x.size() * 4, on);
+      check(qc_allreduce(comm, dx, dy, x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr,
+                         on) == QC_SUCCESS,
+            "compressed device allreduce enqueued on the caller's stream");
+      cudaStreamSynchronize(on);
+      back.assign(x.size(), -1.0f);
+      cudaMemcpy(back.data(), dy, x.size() * 4, cudaMemcpyDeviceToHost);
+      check(std::memcmp(back.data(), want.data(), x.size() * 4) == 0,
+            "the enqueued compressed allreduce gives the host path's bytes");
+    }
+    cudaStreamDestroy(other);
     cudaStreamDestroy(stream);
     qc_status_t async = QC_ERROR_INTERNAL;
     check(qc_comm_get_async_error(comm, &async) == QC_SUCCESS && async == QC_SUCCESS,

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/host_staging.h"
@@ -65,6 +66,32 @@ class FakeDevice final : public qc::DeviceMemory {
     (void)p;  // blocks live as long as the fake
   }
 
+  // Events: the fake's streams run their work at once, so an event is only
+  // bookkeeping; what matters is who recorded, waited for or freed what.
+  qc::Status create_event(void** event) const override {
+    events_.push_back(Event{});
+    *event = &events_.back();
+    ++live_events;
+    return qc::Status::ok();
+  }
+  void destroy_event(void* event) const override {
+    static_cast<Event*>(event)->destroyed = true;
+    --live_events;
+  }
+  qc::Status record_event(void* event, void* stream) const override {
+    static_cast<Event*>(event)->stream = stream;
+    ++event_records;
+    return qc::Status::ok();
+  }
+  qc::Status stream_wait_event(void* stream, void* event) const override {
+    stream_waits.push_back({stream, static_cast<Event*>(event)->stream});
+    return qc::Status::ok();
+  }
+  qc::Status synchronize_event(void* event) const override {
+    host_waits.push_back(static_cast<Event*>(event)->stream);
+    return qc::Status::ok();
+  }
+
   bool fail_to_host = false;
   bool fail_to_device = false;
   mutable int copies_to_host = 0;
@@ -76,6 +103,12 @@ class FakeDevice final : public qc::DeviceMemory {
   mutable int host_allocations = 0;
   mutable std::atomic<int> live_host{0};
   mutable std::vector<void*> streams;  // the stream of every copy
+  mutable int live_events = 0;
+  mutable int event_records = 0;
+  // (waiting stream, stream the event was recorded on) of each device wait.
+  mutable std::vector<std::pair<void*, void*>> stream_waits;
+  // The stream each host wait's event was recorded on.
+  mutable std::vector<void*> host_waits;
 
  private:
   const std::vector<unsigned char>* block_of(const void* p, size_t bytes) const {
@@ -102,7 +135,12 @@ class FakeDevice final : public qc::DeviceMemory {
     return qc::Status::ok();
   }
 
+  struct Event {
+    void* stream = nullptr;
+    bool destroyed = false;
+  };
   mutable std::deque<std::vector<unsigned char>> blocks_;  // never moved: a deque
+  mutable std::deque<Event> events_;
 };
 
 }  // namespace qcfake

@@ -1,7 +1,9 @@
 #include "fake_nccl.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace qcfake {
 
@@ -59,6 +61,59 @@ class FakeNcclBackend final : public qc::NcclBackend {
     world_->last_stream_[static_cast<size_t>(rank_)] = stream;
     world_->reduce_locked();  // "the stream" runs it once every rank has it
     return qc::Status::ok();
+  }
+
+  // "The stream" runs the group before this returns: the ranks are threads,
+  // so the peers' groups meet this one here, and a group that can never
+  // complete (a peer aborted, or another schedule) is reported, not hung.
+  qc::Status enqueue_group(const qc::DeviceTransfer* ops, size_t count, void* stream) override {
+    std::vector<std::shared_ptr<FakeNcclWorld::Op>> group;
+    {
+      std::lock_guard<std::mutex> lock(world_->mutex_);
+      if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
+      ++world_->device_groups_[static_cast<size_t>(rank_)];
+      world_->last_stream_[static_cast<size_t>(rank_)] = stream;
+      const int n = size();
+      for (size_t i = 0; i < count; ++i) {
+        const qc::DeviceTransfer& t = ops[i];
+        if (t.peer < 0 || t.peer >= n || t.peer == rank_ || (t.data == nullptr && t.bytes > 0)) {
+          return qc::internal_error("fake NCCL: a device op to a bad peer or without data");
+        }
+        auto o = std::make_shared<FakeNcclWorld::Op>(FakeNcclWorld::Op{
+            rank_, qc::NcclOp{t.send, t.peer, 0, t.bytes}, static_cast<uint8_t*>(t.data)});
+        if (t.send) {
+          world_->sends_[static_cast<size_t>(rank_ * n + t.peer)].push_back(o);
+        } else {
+          world_->recvs_[static_cast<size_t>(t.peer * n + rank_)].push_back(o);
+        }
+        group.push_back(std::move(o));
+      }
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(world_->mutex_);
+        if (world_->aborted_[rank_]) return qc::transport_error("fake NCCL: communicator aborted");
+        if (!world_->size_mismatch_.empty()) {
+          return qc::internal_error("fake NCCL: " + world_->size_mismatch_);
+        }
+        world_->match_locked();
+        bool done = true;
+        for (const auto& o : group) {
+          if (o->done) continue;
+          done = false;
+          if (world_->aborted_[static_cast<size_t>(o->op.peer)]) {
+            return qc::transport_error("fake NCCL: peer " + std::to_string(o->op.peer) +
+                                       " aborted with this group pending");
+          }
+        }
+        if (done) return qc::Status::ok();
+      }
+      if (std::chrono::steady_clock::now() > give_up) {
+        return qc::internal_error("fake NCCL: an enqueued group never completed");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   qc::Status check_device_buffers(const void* send, const void* recv) override {
@@ -120,6 +175,7 @@ FakeNcclWorld::FakeNcclWorld(int nranks)
       groups_(static_cast<size_t>(nranks), 0),
       allreduce_counts_(static_cast<size_t>(nranks), std::vector<long>(4, 0)),
       enqueued_(static_cast<size_t>(nranks), 0),
+      device_groups_(static_cast<size_t>(nranks), 0),
       last_stream_(static_cast<size_t>(nranks), nullptr),
       async_errors_(static_cast<size_t>(nranks)),
       aborted_(static_cast<size_t>(nranks), false) {}
@@ -221,6 +277,11 @@ long FakeNcclWorld::allreduces(int rank, qc::NcclReduction reduction) const {
 long FakeNcclWorld::enqueued(int rank) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return enqueued_[static_cast<size_t>(rank)];
+}
+
+long FakeNcclWorld::device_groups(int rank) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return device_groups_[static_cast<size_t>(rank)];
 }
 
 void* FakeNcclWorld::last_stream(int rank) const {

@@ -37,9 +37,11 @@ class FakeNcclWorld : public std::enable_shared_from_this<FakeNcclWorld> {
   // Allreduces started by `rank` so far, of each reduction.
   long allreduces(int rank, qc::NcclReduction reduction) const;
   // Allreduces of device buffers enqueued by `rank` so far, and the stream
-  // of its last one. "Device" buffers are host memory here; an enqueued
-  // allreduce completes when the last rank enqueues its own.
+  // of its last one (or group's). "Device" buffers are host memory here; an
+  // enqueued allreduce completes when the last rank enqueues its own.
   long enqueued(int rank) const;
+  // Groups of sends and receives on device buffers enqueued by `rank` so far.
+  long device_groups(int rank) const;
   void* last_stream(int rank) const;
   // What check_device_buffers says of `p`: on another device.
   void set_foreign_buffer(const void* p);
@@ -81,6 +83,7 @@ class FakeNcclWorld : public std::enable_shared_from_this<FakeNcclWorld> {
   std::vector<long> groups_;
   std::vector<std::vector<long>> allreduce_counts_;  // [rank][reduction]
   std::vector<long> enqueued_;
+  std::vector<long> device_groups_;
   std::vector<void*> last_stream_;
   const void* foreign_ = nullptr;
   std::vector<qc::Status> async_errors_;

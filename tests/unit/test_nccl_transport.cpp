@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -17,6 +18,7 @@
 #include "core/host_staging.h"
 #include "core/transports/nccl_transport.h"
 #include "fake_device.h"
+#include "fake_device_codec.h"
 #include "fake_nccl.h"
 #include "test_util.h"
 
@@ -613,6 +615,326 @@ TEST(NcclDevice, LayerNormsAverageOnlyTheCallsThatMeasuredOne) {
   ASSERT_EQ(qc_comm_get_layer_stats(nccl.group[0], nullptr, &ls), QC_SUCCESS);
   EXPECT_EQ(ls.calls, 2u);
   EXPECT_EQ(ls.mean_sq_norm, 25.0) << "the host call's norm alone, not (0 + 25) / 2";
+}
+
+
+// ---------------------------------------------------------------------------
+// Compressed allreduces of device buffers, stream-ordered: the ring's every
+// step (kernels, ncclSend/ncclRecv groups) enqueued on the caller's stream
+// (algorithms/ring_enqueued.cpp). The fake device codec runs the CPU codecs
+// over the fake device's memory; the fake NCCL's "stream" runs each group
+// before returning, so the results are checked right after the call.
+// ---------------------------------------------------------------------------
+
+qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
+                           const qcfake::CpuMessageCodec& mc, void* stream, const void* send,
+                           void* recv, size_t count, qc_reduce_op_t op,
+                           qc_error_buffer_t eb = nullptr) {
+  return qc::allreduce_placed(comm, &dev, &mc, stream, send, recv, count, QC_DTYPE_FLOAT32, op,
+                              nullptr, eb);
+}
+
+// The host ring's outputs on the local transport, the reference.
+std::vector<Bytes> host_ring(int n, qc_policy_t p, const std::vector<Bytes>& in, size_t count,
+                             qc_reduce_op_t op, const std::vector<qc_error_buffer_t>& eb = {}) {
+  std::vector<Bytes> out(n, Bytes(count * 4));
+  Group g(n);
+  if (!g.ok()) return {};
+  p.algorithm = QC_ALGO_RING;
+  EXPECT_EQ(g.set_policy("*", p), QC_SUCCESS);
+  std::vector<qc_status_t> s(n);
+  qct::run_ranks(n, [&](int r) {
+    s[r] = qc_allreduce(g[r], in[r].data(), out[r].data(), count, QC_DTYPE_FLOAT32, op, nullptr,
+                        eb.empty() ? nullptr : eb[r], nullptr);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(s[r], QC_SUCCESS) << "host ring, rank " << r;
+  return out;
+}
+
+struct EnqueuedCase {
+  const char* name;
+  qc_codec_t codec;
+  int bits;
+  int bucket_size;
+  qc_rounding_t rounding;
+  qc_algorithm_t algorithm;
+  int ranks;
+  size_t count;
+  qc_reduce_op_t op;
+  bool in_place;
+};
+
+void PrintTo(const EnqueuedCase& c, std::ostream* os) { *os << c.name; }
+
+qc_policy_t enqueued_policy(const EnqueuedCase& c) {
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = c.codec;
+  p.bits = c.bits;
+  p.bucket_size = c.bucket_size;
+  p.rounding = c.rounding;
+  p.algorithm = c.algorithm;
+  p.min_compress_bytes = 0;
+  p.seed = 17;
+  return p;
+}
+
+class NcclEnqueuedRing : public ::testing::TestWithParam<EnqueuedCase> {};
+
+// The host ring's result bit for bit, with nothing staged and nothing
+// awaited: one agreement, then 2 (n-1) groups on the caller's stream, and an
+// event marking where the call's work ends.
+TEST_P(NcclEnqueuedRing, MatchesTheHostRingWithNothingStagedOrAwaited) {
+  const EnqueuedCase& c = GetParam();
+  const int n = c.ranks;
+  const qc_policy_t p = enqueued_policy(c);
+  std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+  std::vector<qcfake::CpuMessageCodec> mc(n);
+  NcclGroup nccl(n, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl.group.ok());
+  ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+  const auto in = qct::encode_all(qct::random_inputs(n, c.count, 31), QC_DTYPE_FLOAT32);
+  const std::vector<Bytes> want = host_ring(n, p, in, c.count, c.op);
+  ASSERT_EQ(want.size(), static_cast<size_t>(n));
+  std::vector<void*> send(n), recv(n);
+  for (int r = 0; r < n; ++r) {
+    mc[r].device = &dev[r];
+    send[r] = dev[r].upload(in[r]);
+    recv[r] = c.in_place ? send[r] : dev[r].alloc(c.count * 4);
+  }
+  std::vector<qc::Status> s(n);
+  qct::run_ranks(n, [&](int r) {
+    s[r] = codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), send[r], recv[r], c.count,
+                           c.op);
+  });
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(s[r].is_ok()) << s[r].message();
+    EXPECT_EQ(dev[r].download(recv[r], c.count * 4), want[r]);
+    EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
+    EXPECT_EQ(dev[r].host_allocations, 0);
+    EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
+    EXPECT_EQ(mc[r].norms, 0) << "a norm would wait for the stream";
+    EXPECT_GT(mc[r].encodes, 0);
+    for (void* st : mc[r].streams) EXPECT_EQ(st, stream_of(r)) << "the caller's stream";
+    EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kMinUint64), n > 1 ? 1 : 0)
+        << "one agreement (none needed alone)";
+    EXPECT_EQ(nccl.world->groups(r), 0) << "no host frames";
+    EXPECT_EQ(nccl.world->enqueued(r), 0);
+    if (c.count >= static_cast<size_t>(n)) {
+      EXPECT_EQ(nccl.world->device_groups(r), 2 * (n - 1));
+    }
+    if (n > 1) {
+      EXPECT_EQ(nccl.world->last_stream(r), stream_of(r));
+    }
+    EXPECT_EQ(dev[r].event_records, 1) << "the call's end, for the next user of its memory";
+    EXPECT_TRUE(dev[r].host_waits.empty());
+  }
+  EXPECT_EQ(nccl.world->size_mismatch(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, NcclEnqueuedRing,
+    ::testing::Values(
+        EnqueuedCase{"Minmax4AutoThreeRanks", QC_CODEC_MINMAX, 4, 128, QC_ROUND_NEAREST_EVEN,
+                     QC_ALGO_AUTO, 3, 1001, QC_OP_SUM, false},
+        EnqueuedCase{"Minmax2Bucket37RingFiveRanksAvgInPlace", QC_CODEC_MINMAX, 2, 37,
+                     QC_ROUND_STOCHASTIC, QC_ALGO_RING, 5, 999, QC_OP_AVG, true},
+        EnqueuedCase{"Qsgd4StochasticAutoTwoRanks", QC_CODEC_QSGD, 4, 64, QC_ROUND_STOCHASTIC,
+                     QC_ALGO_AUTO, 2, 4096, QC_OP_SUM, false},
+        EnqueuedCase{"OnebitRingFourRanksAvg", QC_CODEC_ONEBIT, 1, 128, QC_ROUND_NEAREST_EVEN,
+                     QC_ALGO_RING, 4, 1000, QC_OP_AVG, false},
+        EnqueuedCase{"Fp16AutoThreeRanksInPlace", QC_CODEC_FP16, 4, 128, QC_ROUND_NEAREST_EVEN,
+                     QC_ALGO_AUTO, 3, 777, QC_OP_SUM, true},
+        EnqueuedCase{"Bf16OneRank", QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_ALGO_AUTO, 1,
+                     500, QC_OP_SUM, false},
+        EnqueuedCase{"Minmax4FewerValuesThanRanks", QC_CODEC_MINMAX, 4, 128,
+                     QC_ROUND_NEAREST_EVEN, QC_ALGO_RING, 5, 3, QC_OP_SUM, false}),
+    [](const ::testing::TestParamInfo<EnqueuedCase>& info) { return info.param.name; });
+
+std::vector<Bytes> images_of(const std::vector<qc_error_buffer_t>& ebs) {
+  std::vector<Bytes> out;
+  for (qc_error_buffer_t eb : ebs) {
+    size_t size = 0;
+    EXPECT_EQ(qc_error_buffer_save(eb, nullptr, 0, &size), QC_SUCCESS) << qc_last_error();
+    Bytes image(size);
+    EXPECT_EQ(qc_error_buffer_save(eb, image.data(), size, &size), QC_SUCCESS) << qc_last_error();
+    out.push_back(image);
+  }
+  return out;
+}
+
+// With error feedback the residuals stay on the device and every encode is
+// compensated there: three calls give the host ring's results and, read
+// back (which waits for the enqueued work first), its residuals.
+TEST(NcclEnqueuedRingFeedback, ResidualsOnTheDeviceEqualTheHostRings) {
+  const int n = 3;
+  const size_t count = 1000;
+  qc_policy_t p = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128, QC_ROUND_STOCHASTIC,
+                                               QC_ALGO_AUTO, n, count, QC_OP_AVG, false});
+  p.error_feedback = 1;
+  std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+  std::vector<qcfake::CpuMessageCodec> mc(n);
+  NcclGroup nccl(n, qct::kTimeoutSeconds);
+  Group host(n);
+  ASSERT_TRUE(nccl.group.ok() && host.ok());
+  ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+  std::vector<qc_error_buffer_t> eb_dev(n), eb_host(n);
+  for (int r = 0; r < n; ++r) {
+    mc[r].device = &dev[r];
+    ASSERT_EQ(qc_error_buffer_create(nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
+    ASSERT_EQ(qc_error_buffer_create(host[r], count, &eb_host[r]), QC_SUCCESS);
+  }
+  for (int call = 0; call < 3; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const auto in = qct::encode_all(qct::random_inputs(n, count, 50 + call), QC_DTYPE_FLOAT32);
+    p.algorithm = QC_ALGO_RING;
+    ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+    std::vector<Bytes> want(n, Bytes(count * 4));
+    qct::run_ranks(n, [&](int r) {
+      EXPECT_EQ(qc_allreduce(host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
+                             QC_OP_AVG, nullptr, eb_host[r], nullptr),
+                QC_SUCCESS);
+    });
+    std::vector<void*> send(n), recv(n);
+    for (int r = 0; r < n; ++r) {
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = dev[r].alloc(count * 4);
+      mc[r].encodes = mc[r].compensated_encodes = 0;
+    }
+    std::vector<qc::Status> s(n);
+    qct::run_ranks(n, [&](int r) {
+      s[r] = codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), send[r], recv[r], count,
+                             QC_OP_AVG, eb_dev[r]);
+    });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(s[r].is_ok()) << s[r].message();
+      EXPECT_EQ(dev[r].download(recv[r], count * 4), want[r]);
+      EXPECT_GT(mc[r].compensated_encodes, 0);
+      EXPECT_EQ(mc[r].compensated_encodes, mc[r].encodes) << "every encode compensated";
+      EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
+      EXPECT_TRUE(dev[r].host_waits.empty()) << "the residuals stayed on the device";
+    }
+  }
+  EXPECT_EQ(images_of(eb_dev), images_of(eb_host));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_FALSE(dev[r].host_waits.empty()) << "reading the residuals waited for the stream";
+    qc_error_buffer_destroy(eb_dev[r]);
+    qc_error_buffer_destroy(eb_host[r]);
+  }
+}
+
+// The memory an enqueued call used (the communicator's staging) is still in
+// use when the call returns: a call on another stream waits for it on the
+// device, growing or freeing it waits on the host; the same stream orders
+// it by itself. Algorithms other than ring stay staged, after the wait too.
+TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
+  const int n = 2;
+  std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+  std::vector<qcfake::CpuMessageCodec> mc(n);
+  auto nccl = std::make_unique<NcclGroup>(n, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl->group.ok());
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = QC_CODEC_MINMAX;
+  p.min_compress_bytes = 0;
+  ASSERT_EQ(nccl->group.set_policy("*", p), QC_SUCCESS);
+  p.algorithm = QC_ALGO_SRA;
+  ASSERT_EQ(nccl->group.set_policy("sra", p), QC_SUCCESS);
+  auto stream_a = [](int r) { return stream_of(r); };
+  auto stream_b = [](int r) { return stream_of(100 + r); };
+  std::vector<void*> small(n), large(n);
+  for (int r = 0; r < n; ++r) {
+    mc[r].device = &dev[r];
+    small[r] = dev[r].upload(bytes_of(std::vector<float>(256, 1.0f + r)));
+    large[r] = dev[r].upload(bytes_of(std::vector<float>(4096, 2.0f + r)));
+  }
+  auto call_all = [&](const std::function<void*(int)>& stream, const std::vector<void*>& buf,
+                      size_t count, const char* layer) {
+    std::vector<qc::Status> s(n);
+    qct::run_ranks(n, [&](int r) {
+      s[r] = qc::allreduce_placed(nccl->group[r], &dev[r], &mc[r], stream(r), buf[r], buf[r],
+                                  count, QC_DTYPE_FLOAT32, QC_OP_SUM, layer, nullptr);
+    });
+    for (int r = 0; r < n; ++r) EXPECT_TRUE(s[r].is_ok()) << "rank " << r << ": " << s[r].message();
+  };
+  using Wait = std::pair<void*, void*>;
+  call_all(stream_a, small, 256, nullptr);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(dev[r].stream_waits.empty()) << "nothing was pending";
+    EXPECT_TRUE(dev[r].host_waits.empty());
+  }
+  call_all(stream_b, small, 256, nullptr);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(dev[r].stream_waits, std::vector<Wait>({{stream_b(r), stream_a(r)}}))
+        << "stream B waits for A's work on the device";
+    EXPECT_TRUE(dev[r].host_waits.empty()) << "not on the host";
+  }
+  call_all(stream_b, small, 256, nullptr);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(dev[r].stream_waits.size(), 1u) << "same stream: ordered";
+  call_all(stream_b, large, 4096, nullptr);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(dev[r].host_waits, std::vector<void*>({stream_b(r)}))
+        << "the staging grew: the old block is freed only after B's work";
+  }
+  call_all(stream_a, small, 256, "sra");
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(dev[r].stream_waits.back(), Wait(stream_a(r), stream_b(r)));
+    EXPECT_EQ(mc[r].synchronizations, 1) << "SRA is staged and returns with its result";
+    EXPECT_GT(dev[r].copies_to_host, 0);
+    EXPECT_EQ(nccl->world->device_groups(r), 4 * 2) << "four enqueued ring calls";
+  }
+  const size_t host_waits = dev[0].host_waits.size();
+  nccl.reset();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(dev[r].live_events, 0);
+  EXPECT_EQ(dev[0].host_waits.size(), host_waits + 1) << "destroying waits for the last call";
+}
+
+// The agreement comes first: a rank whose buffers NCCL cannot take gets
+// INVALID_ARGUMENT and its peers MISMATCH. A rank on host buffers runs the
+// host ring, whose messages carry envelopes and which does not agree first:
+// it and the device ranks wait in different collectives until the timeout
+// (TIMEOUT everywhere, the group aborted). In neither case does a device
+// rank encode or enqueue a group its peers would wait for on the device.
+TEST(NcclEnqueuedRingAgreement, FailsEveryRankBeforeAnyGroup) {
+  const int n = 3;
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = QC_CODEC_MINMAX;
+  p.min_compress_bytes = 0;
+  for (bool host_rank : {false, true}) {
+    SCOPED_TRACE(host_rank ? "rank 1 on host buffers" : "rank 1 on another device");
+    std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+    std::vector<qcfake::CpuMessageCodec> mc(n);
+    NcclGroup nccl(n, host_rank ? 0.5 : qct::kTimeoutSeconds);
+    ASSERT_TRUE(nccl.group.ok());
+    ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+    std::vector<void*> buf(n);
+    for (int r = 0; r < n; ++r) buf[r] = dev[r].upload(bytes_of(std::vector<float>(300, 1.0f)));
+    std::vector<float> host_buf(300, 1.0f);
+    if (!host_rank) nccl.world->set_foreign_buffer(buf[1]);
+    std::vector<qc_status_t> s(n);
+    std::vector<std::string> e(n);
+    qct::run_ranks(n, [&](int r) {
+      if (host_rank && r == 1) {
+        s[r] = qc_allreduce(nccl.group[r], host_buf.data(), host_buf.data(), 300,
+                            QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr, nullptr);
+        e[r] = qc_last_error();
+        return;
+      }
+      const qc::Status st =
+          codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), buf[r], buf[r], 300,
+                          QC_OP_SUM);
+      s[r] = st.code();
+      e[r] = st.message();
+    });
+    for (int r = 0; r < n; ++r) {
+      const qc_status_t want = host_rank       ? QC_ERROR_TIMEOUT
+                               : r == 1        ? QC_ERROR_INVALID_ARGUMENT
+                                               : QC_ERROR_MISMATCH;
+      EXPECT_EQ(s[r], want) << "rank " << r << ": " << e[r];
+      EXPECT_EQ(nccl.world->device_groups(r), 0) << "rank " << r;
+      EXPECT_EQ(mc[r].encodes, 0) << "rank " << r;
+    }
+  }
 }
 
 }  // namespace

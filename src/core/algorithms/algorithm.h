@@ -19,6 +19,13 @@ Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count);
 Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t count,
                                     int group_size);
 Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count);
+// allreduce_ring's blocks, encodes, random keys and decodes, stream-ordered
+// on device values (CollectiveContext's payload calls): the same result bit
+// for bit, every step enqueued and nothing awaited. Every rank must have
+// agreed on the call first. Its payloads take ring_enqueued_payload_bytes
+// of the call's device payload memory.
+Status allreduce_ring_enqueued(CollectiveContext& ctx, float* data, size_t count);
+Status ring_enqueued_payload_bytes(const Codec& codec, size_t count, int ranks, size_t* bytes);
 Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
 // `codec` is the call's codec (global_linear or global_exp, `bits` wide);
 // `residual` is the call's error buffer (or null), as given to ctx.

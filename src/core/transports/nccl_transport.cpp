@@ -229,6 +229,18 @@ Status NcclTransport::enqueue_device_allreduce_float(const float* send, float* r
   return Status::ok();
 }
 
+Status NcclTransport::enqueue_device_group(const DeviceTransfer* ops, size_t count,
+                                           void* stream) {
+  Status s = recorded_failure();
+  for (size_t i = 0; i < count && s; ++i) s = check_peer(ops[i].peer);
+  if (s && count > 0) s = backend_->enqueue_group(ops, count, stream);
+  if (!s) {
+    abort(s);
+    return recorded_failure();
+  }
+  return Status::ok();
+}
+
 void NcclTransport::abort(const Status& reason) {
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);

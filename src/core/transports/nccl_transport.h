@@ -65,6 +65,10 @@ class NcclBackend {
   // waiting for it.
   virtual Status enqueue_allreduce(const float* send, float* recv, size_t count, bool average,
                                    void* stream) = 0;
+  // Enqueues one group of ncclSend/ncclRecv of `ops` (device memory of the
+  // communicator's device, ncclUint8 counts) on the caller's `stream`, and
+  // returns without waiting for it.
+  virtual Status enqueue_group(const DeviceTransfer* ops, size_t count, void* stream) = 0;
   // INVALID_ARGUMENT unless `send` and `recv` are memory that NCCL can use
   // on the communicator's device.
   virtual Status check_device_buffers(const void* send, const void* recv) = 0;
@@ -113,6 +117,12 @@ class NcclTransport final : public Transport {
   }
   Status enqueue_device_allreduce_float(const float* send, float* recv, size_t count,
                                         bool average, void* stream) override;
+
+  // The frames of a compressed allreduce on device buffers
+  // (allreduce_ring_enqueued): ncclSend/ncclRecv on the caller's buffers
+  // and stream, no copy, no wait.
+  bool has_device_groups() const override { return true; }
+  Status enqueue_device_group(const DeviceTransfer* ops, size_t count, void* stream) override;
 
   void abort(const Status& reason) override;
   // Also asks NCCL for an error found since the last call (an enqueued

@@ -37,6 +37,15 @@ struct Request {
   std::shared_ptr<void> transport_state;  // the transport's own bookkeeping
 };
 
+// One send or receive of an enqueued device group (enqueue_device_group):
+// `bytes` at `data`, device memory of the transport's device.
+struct DeviceTransfer {
+  bool send = false;
+  int peer = -1;
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -98,6 +107,19 @@ class Transport {
                                                 size_t /*count*/, bool /*average*/,
                                                 void* /*stream*/) {
     return unsupported(std::string("the ") + name() + " transport has no device float allreduce");
+  }
+  // Point-to-point on device buffers, stream-ordered: the sends and receives
+  // of `ops` as one group, enqueued on the caller's `stream` after the work
+  // already there; it returns once enqueued, and the received bytes are in
+  // place when the stream gets there. A receive names exactly its sender's
+  // size. No envelope travels: before the first group of a call, agree()
+  // must have shown that every rank is in the same call, which fixes every
+  // message's size. Only transports whose messages move on the device
+  // (NCCL); failures found after it returned break the group (failure()).
+  virtual bool has_device_groups() const { return false; }
+  virtual Status enqueue_device_group(const DeviceTransfer* /*ops*/, size_t /*count*/,
+                                      void* /*stream*/) {
+    return unsupported(std::string("the ") + name() + " transport has no device groups");
   }
   // Collective check that every rank passed the same `value` (the call's
   // signature): QC_ERROR_MISMATCH on every rank otherwise. Only transports
