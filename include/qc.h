@@ -604,8 +604,13 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
  * (without scale reuse), the blocks are encoded and decoded by the CUDA
  * kernels and only the compressed messages are staged through host memory;
  * the messages, and so the results, are the host call's bit for bit, and the
- * call returns once recvbuf holds them. policy.seed keys stochastic rounding
- * here as in qc_allreduce.
+ * call returns once recvbuf holds them; on the NCCL transport nothing is
+ * staged: after a check that every rank is in the same call (as for
+ * qc_allreduce: MISMATCH or INVALID_ARGUMENT; a rank on host buffers meets
+ * the others with QC_ERROR_TIMEOUT), the encodes, one ncclSend/ncclRecv
+ * group of the payloads and the decodes are enqueued on `stream`, and the
+ * call returns without waiting (the results are the same bytes).
+ * policy.seed keys stochastic rounding here as in qc_allreduce.
  */
 QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
                                size_t count_per_rank, qc_dtype_t dtype,

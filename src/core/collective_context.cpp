@@ -215,7 +215,6 @@ Status CollectiveContext::decode_payload(const uint8_t* payload, float* dst, siz
 
 Status CollectiveContext::enqueue_exchange(int send_peer, const uint8_t* send, size_t send_bytes,
                                            int recv_peer, uint8_t* recv, size_t recv_bytes) {
-  const auto start = Clock::now();
   // Empty payloads (blocks of no values) are left out on both sides alike.
   DeviceTransfer ops[2];
   size_t nops = 0;
@@ -230,8 +229,14 @@ Status CollectiveContext::enqueue_exchange(int send_peer, const uint8_t* send, s
     ops[nops].data = recv;
     ops[nops++].bytes = recv_bytes;
   }
-  Status s = nops > 0 ? transport_.enqueue_device_group(ops, nops, device_.stream) : Status::ok();
-  counters_.wire_bytes += send_bytes;
+  return enqueue_group(ops, nops);
+}
+
+Status CollectiveContext::enqueue_group(const DeviceTransfer* ops, size_t count) {
+  if (count == 0) return Status::ok();
+  const auto start = Clock::now();
+  Status s = transport_.enqueue_device_group(ops, count, device_.stream);
+  for (size_t i = 0; i < count; ++i) counters_.wire_bytes += ops[i].send ? ops[i].bytes : 0;
   counters_.transport_seconds += seconds_since(start);
   return s;
 }

@@ -203,6 +203,9 @@ class CollectiveContext {
   Status encode_payload(const float* src, size_t count, uint64_t element_offset,
                         uint8_t* payload);
   Status decode_payload(const uint8_t* payload, float* dst, size_t count, bool accumulate);
+  // The sends and receives of `ops` (device memory), one group enqueued on
+  // the call's stream; none is nothing.
+  Status enqueue_group(const DeviceTransfer* ops, size_t count);
   // Sends `send_bytes` at `send` to `send_peer` and receives `recv_bytes`
   // into `recv` from `recv_peer`, one group enqueued on the call's stream.
   Status enqueue_exchange(int send_peer, const uint8_t* send, size_t send_bytes, int recv_peer,

@@ -747,7 +747,41 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
     return Status::ok();
   }
   *ran = true;
-  const size_t total = count_per_rank * static_cast<size_t>(comm->transport->size());
+  const int n = comm->transport->size();
+  const size_t total = count_per_rank * static_cast<size_t>(n);
+  if (comm->transport->has_device_groups()) {
+    // Stream-ordered (NCCL): the agreement, then every block encoded, sent
+    // in one group and decoded on `stream`; no norm (it would wait).
+    return run_collective(comm, codec, plan.signature ^ kEnqueuedOnDevice, total * 4,
+                          one_layer(layer, total, total * 4,
+                                    std::numeric_limits<double>::quiet_NaN()),
+                          [&](CollectiveContext& ctx) -> Status {
+      const auto* send = static_cast<const float*>(sendbuf);
+      auto* recv = static_cast<float*>(recvbuf);
+      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(send, recv));
+      size_t bytes = 0;
+      QC_RETURN_IF_ERROR(alltoall_enqueued_payload_bytes(header.payload_bytes, n, &bytes));
+      DeviceValues values;
+      unsigned char* device = nullptr;
+      Status s = comm->staging.pending().order_before(stream);
+      if (s) s = comm->staging.reserve_device(mem, bytes, &device);
+      if (!s) {
+        return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
+                                    " could not prepare its device payloads: " + s.message());
+      }
+      values.mem = &mem;
+      values.codec = &device_codec;
+      values.stream = stream;
+      values.payload = device;
+      values.payload_capacity = bytes;
+      ctx.set_seed(plan.policy.seed);
+      ctx.set_device_values(values);
+      QC_RETURN_IF_ERROR(alltoall_enqueued(ctx, send, recv, count_per_rank));
+      s = comm->staging.pending().enqueued(mem, stream);
+      return s ? s : Status(s.code(), "rank " + std::to_string(ctx.rank()) +
+                                          " could not mark its enqueued work: " + s.message());
+    });
+  }
   // The same signature as the host path: the same messages travel, so
   // ranks on device and host memory may meet in one call. The layer's norm
   // is measured on the device, inside the call (run_collective records

@@ -16,6 +16,7 @@
 
 #include "core/communicator.h"
 #include "core/host_staging.h"
+#include "core/policy.h"
 #include "core/transports/nccl_transport.h"
 #include "fake_device.h"
 #include "fake_device_codec.h"
@@ -933,6 +934,65 @@ TEST(NcclEnqueuedRingAgreement, FailsEveryRankBeforeAnyGroup) {
       EXPECT_EQ(s[r], want) << "rank " << r << ": " << e[r];
       EXPECT_EQ(nccl.world->device_groups(r), 0) << "rank " << r;
       EXPECT_EQ(mc[r].encodes, 0) << "rank " << r;
+    }
+  }
+}
+
+
+// The compressed alltoall of device buffers (paper 000 §3.3, DLRM's
+// embedding exchange) on NCCL is stream-ordered too: every block encoded,
+// one group, every block decoded on the caller's stream, the host
+// alltoall's bytes, nothing staged or awaited.
+TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
+  for (const qc_codec_t codec : {QC_CODEC_MINMAX, QC_CODEC_QSGD, QC_CODEC_BF16}) {
+    for (const int n : {1, 2, 4}) {
+      SCOPED_TRACE(std::string(qc::codec_name(codec)) + ", " + std::to_string(n) + " ranks");
+      const size_t cpr = 333;
+      qc_policy_t p = QC_POLICY_INIT;
+      p.codec = codec;
+      p.rounding = QC_ROUND_STOCHASTIC;
+      p.min_compress_bytes = 0;
+      p.seed = 5;
+      std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+      std::vector<qcfake::CpuMessageCodec> mc(n);
+      NcclGroup nccl(n, qct::kTimeoutSeconds);
+      Group host(n);
+      ASSERT_TRUE(nccl.group.ok() && host.ok());
+      ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+      ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+      const auto in = qct::encode_all(qct::random_inputs(n, cpr * n, 71), QC_DTYPE_FLOAT32);
+      std::vector<Bytes> want(n, Bytes(cpr * n * 4));
+      std::vector<void*> send(n), recv(n);
+      for (int r = 0; r < n; ++r) {
+        mc[r].device = &dev[r];
+        send[r] = dev[r].upload(in[r]);
+        recv[r] = dev[r].alloc(cpr * n * 4);
+      }
+      std::vector<qc_status_t> sh(n);
+      std::vector<qc::Status> sd(n);
+      qct::run_ranks(n, [&](int r) {
+        sh[r] = qc_alltoall(host[r], in[r].data(), want[r].data(), cpr, QC_DTYPE_FLOAT32, nullptr,
+                            nullptr);
+        sd[r] = qc::alltoall_placed(nccl.group[r], &dev[r], &mc[r], stream_of(r), send[r],
+                                    recv[r], cpr, QC_DTYPE_FLOAT32, nullptr);
+      });
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_EQ(sh[r], QC_SUCCESS);
+        ASSERT_TRUE(sd[r].is_ok()) << sd[r].message();
+        EXPECT_EQ(dev[r].download(recv[r], cpr * n * 4), want[r]);
+        EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
+        EXPECT_EQ(mc[r].synchronizations + mc[r].norms, 0) << "nothing awaited";
+        EXPECT_EQ(mc[r].encodes, n);
+        EXPECT_EQ(mc[r].decodes, n);
+        EXPECT_EQ(nccl.world->device_groups(r), n > 1 ? 1 : 0) << "one group";
+        EXPECT_EQ(nccl.world->groups(r), 0) << "no host frames";
+        EXPECT_EQ(dev[r].event_records, 1);
+        if (n > 1) {
+          EXPECT_EQ(nccl.world->last_stream(r), stream_of(r));
+        }
+      }
+      EXPECT_EQ(nccl.world->size_mismatch(), "");
     }
   }
 }

@@ -41,6 +41,15 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
 // by its sender and decoded by its receiver.
 Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank);
+// alltoall_pairwise stream-ordered on device values (CollectiveContext's
+// payload calls): the same result bit for bit, every block encoded, sent in
+// one group and decoded on the call's stream, nothing awaited. Every rank
+// must have agreed on the call first. Its payloads take
+// alltoall_enqueued_payload_bytes (for blocks of `payload` bytes) of the
+// call's device payload memory.
+Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,
+                         size_t count_per_rank);
+Status alltoall_enqueued_payload_bytes(size_t payload, int ranks, size_t* bytes);
 // Its exchange on its own, for blocks encoded elsewhere (on the device:
 // core/device_staging.h): out[j] goes to rank j, in[i] arrives from rank i,
 // every message framed for `frame` bytes; out[rank] stays where it is.
