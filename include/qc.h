@@ -307,6 +307,8 @@ QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_er
  * logical_bytes: count x dtype size of every collective's input.
  * wire_bytes:    bytes this rank handed to the transport (headers included).
  * codec_seconds / transport_seconds: wall time in codecs / sending and waiting.
+ *   For a call enqueued on a stream (NCCL, device buffers) they are the time
+ *   spent enqueuing, not the GPU's: time that work with CUDA events.
  */
 typedef struct qc_stats {
   size_t struct_size;  /* set by the caller: sizeof(qc_stats_t) */
@@ -329,7 +331,8 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
  * last_rel_error: ||x - decode(encode(x))|| / ||x|| of this rank's first
  *   encode in the layer's last call (with error feedback: of the compensated
  *   value), a cheap estimate from one message; 0 for lossless codecs, -1
- *   when not measured (a fused call, or nothing encoded).
+ *   when not measured (a fused call, a call whose codec ran on the device,
+ *   or nothing encoded).
  * mean_sq_norm: squared L2 norm of this rank's input for the layer, averaged
  *   over its calls (what adaptive bit widths use). Calls on device buffers
  *   measure it on the device (to rounding: the device sums in its own
