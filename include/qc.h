@@ -503,13 +503,14 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   MPI transports copy the input to page-locked host memory after that
  *   work, run the collective on the host and copy the result back on the
  *   same stream, and the call returns once recvbuf holds it, as with host
- *   memory. float32 with a minmax, qsgd, onebit, fp16 or bf16 policy by
- *   ring, recursive doubling, SRA or tree (auto picks one of these for
- *   them), without scale reuse, runs the algorithm on the device buffers
- *   instead: the CUDA kernels encode and decode every message and only
- *   the compressed messages cross through host memory; an error buffer's
- *   residuals then stay on the device between calls (see
- *   qc_error_buffer_create).
+ *   memory. A minmax, qsgd, onebit, fp16 or bf16 policy by ring,
+ *   recursive doubling, SRA or tree (auto picks one of these for them),
+ *   without scale reuse, runs the algorithm on the device buffers instead
+ *   (float16 and bfloat16 data on a float32 copy in device memory, as the
+ *   host path runs on one in host memory): the CUDA kernels encode and
+ *   decode every message and only the compressed messages cross through
+ *   host memory; an error buffer's residuals then stay on the device
+ *   between calls (see qc_error_buffer_create).
  *   Either way the result is the host call's bit for bit (so several
  *   processes sharing one GPU can use the MPI transport, and device and
  *   host ranks may meet in one call). A failed copy or kernel breaks the
@@ -519,7 +520,7 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   returns without waiting for (stream-ordered, as NCCL's calls are):
  *   float32 with codec none under auto or native and no error feedback is
  *   NCCL's own allreduce on sendbuf and recvbuf (QC_OP_AVG is NCCL's
- *   average); float32 with minmax, qsgd, onebit, fp16 or bf16 under auto
+ *   average); any dtype with minmax, qsgd, onebit, fp16 or bf16 under auto
  *   or ring, without scale reuse, with or without error feedback, is the
  *   ring with the kernels' encodes and decodes and ncclSend/ncclRecv of
  *   the compressed payloads, all on `stream` (the host ring's result bit

@@ -348,29 +348,33 @@ Status device_residuals_for(const qc_comm_s* comm, const DeviceMemory& mem,
 Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                    const DeviceMessageCodec& device_codec,
                                    const AllreducePlan& plan, bool enqueued, const void* sendbuf,
-                                   void* recvbuf, size_t count, qc_reduce_op_t op,
-                                   const char* layer, qc_error_buffer_s* error_buffer,
-                                   void* stream) {
+                                   void* recvbuf, size_t count, qc_dtype_t dtype,
+                                   qc_reduce_op_t op, const char* layer,
+                                   qc_error_buffer_s* error_buffer, void* stream) {
   const qc_policy_t& policy = plan.policy;
   const int n = comm->transport->size();
   const qc_algorithm_t algorithm = enqueued ? QC_ALGO_RING : plan.algorithm;
+  // 16-bit data runs on a float32 copy, as on the host (comm->work).
+  const bool widened = dtype != QC_DTYPE_FLOAT32;
+  const size_t logical_bytes = count * dtype_size(dtype);
   // The host path's signature: the same messages travel, so ranks on device
   // and host memory may meet in one call. The layer's norm is measured on
   // the device (the input is never read on the host); its error estimate is
   // not. An enqueued call has another protocol (no envelopes) and no norm
   // (reading it would wait for the stream).
   const uint64_t signature =
-      call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32, op, layer, policy,
-                     algorithm) ^
+      call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer, policy, algorithm) ^
       (enqueued ? kEnqueuedOnDevice : 0);
-  float* data = static_cast<float*>(recvbuf);
+  float* data = widened ? nullptr : static_cast<float*>(recvbuf);
   const ErrorBufferGrid grid = allreduce_grid(policy, algorithm);
   std::vector<LayerShare> layers =
-      one_layer(layer, count, count * 4, std::numeric_limits<double>::quiet_NaN());
-  Status status = run_collective(comm, *plan.codec, signature, count * 4, layers,
+      one_layer(layer, count, logical_bytes, std::numeric_limits<double>::quiet_NaN());
+  Status status = run_collective(comm, *plan.codec, signature, logical_bytes, layers,
                                  [&](CollectiveContext& ctx) -> Status {
     if (enqueued) {
-      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf), data));
+      // Only where the buffers are is checked here, whatever their type.
+      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
+                                                     static_cast<const float*>(recvbuf)));
     }
     size_t payload_area = 0;  // the largest message's
     Status s = enqueued ? ring_enqueued_payload_bytes(*plan.codec, count, n, &payload_area)
@@ -380,16 +384,18 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     DeviceValues values;
     if (s) {
       s = reserve_device_values(*plan.codec, count, n, payload_area, mem, device_codec,
-                                comm->staging, stream, &values);
+                                comm->staging, stream, &values, widened ? &data : nullptr);
     }
-    // Before the algorithm overwrites an in-place input; run_collective
-    // records layers[0] after this returns.
+    // The algorithms reduce in place: 16-bit data starts from its float32
+    // copy, out-of-place float32 from a copy in recvbuf.
+    if (s && widened) s = device_codec.widen(sendbuf, dtype, data, count, stream);
+    // The input's norm, before the algorithm overwrites an in-place input;
+    // run_collective records layers[0] after this returns.
     if (s && !enqueued) {
-      s = device_codec.squared_norm(static_cast<const float*>(sendbuf), count,
+      s = device_codec.squared_norm(widened ? data : static_cast<const float*>(sendbuf), count,
                                     values.norm_scratch, stream, &layers[0].sq_norm);
     }
-    // The algorithms reduce in place: an out-of-place call starts from a copy.
-    if (s && sendbuf != recvbuf) {
+    if (s && !widened && sendbuf != recvbuf) {
       s = device_codec.copy(data, static_cast<const float*>(sendbuf), count, stream);
     }
     if (!s) return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
@@ -417,6 +423,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     QC_RETURN_IF_ERROR(s);
     // AVG's one division at the end, as finish_allreduce does on the host.
     if (op == QC_OP_AVG) s = device_codec.scale(data, 1.0f / static_cast<float>(n), count, stream);
+    if (s && widened) s = device_codec.narrow(data, dtype, recvbuf, count, stream);
     if (s) {
       s = enqueued ? comm->staging.pending().enqueued(mem, stream)
                    : device_codec.synchronize(stream);
@@ -442,8 +449,9 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
                                 const char* layer, qc_error_buffer_s* error_buffer, void* stream,
                                 bool* ran) {
   *ran = false;
-  if (dtype != QC_DTYPE_FLOAT32) return Status::ok();  // the kernels write float32 only
-  const bool enqueue = comm->transport->has_device_float_allreduce();
+  // NCCL's own sum takes float32 only; 16-bit data runs the codec on a
+  // float32 copy (the kernels read and write float32).
+  const bool enqueue = comm->transport->has_device_float_allreduce() && dtype == QC_DTYPE_FLOAT32;
   if (!enqueue && (mem == nullptr || device_codec == nullptr)) return Status::ok();
   AllreducePlan plan;
   QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
@@ -462,12 +470,12 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
       allreduce_stages_compressed(plan.policy, *plan.codec, QC_ALGO_RING, count)) {
     *ran = true;
     return allreduce_with_device_codec(comm, *mem, *device_codec, plan, /*enqueued=*/true,
-                                       sendbuf, recvbuf, count, op, layer, eb, stream);
+                                       sendbuf, recvbuf, count, dtype, op, layer, eb, stream);
   }
   if (allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, count)) {
     *ran = true;
     return allreduce_with_device_codec(comm, *mem, *device_codec, plan, /*enqueued=*/false,
-                                       sendbuf, recvbuf, count, op, layer, eb, stream);
+                                       sendbuf, recvbuf, count, dtype, op, layer, eb, stream);
   }
   return Status::ok();
 }

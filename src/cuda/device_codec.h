@@ -78,6 +78,11 @@ Status cast_decode(qc_codec_t codec, const uint8_t* in, size_t count, float* dst
 Status add_values(float* dst, const float* src, size_t count, void* stream);
 Status scale_values(float* dst, float factor, size_t count, void* stream);
 Status zero_values(float* dst, size_t count, void* stream);
+// 16-bit data (QC_DTYPE_FLOAT16 or QC_DTYPE_BFLOAT16, 2-byte aligned) to
+// float32 and back, element by element with cpu/half_convert.h's functions,
+// as cpu::to_float32 and cpu::from_float32 (round to nearest even).
+Status widen_values(const void* src, qc_dtype_t dtype, float* dst, size_t count, void* stream);
+Status narrow_values(const float* src, qc_dtype_t dtype, void* dst, size_t count, void* stream);
 
 // The squared L2 norm of count float32 values (norm_kernels.cu), summed in
 // double, enqueued on `stream` into `scratch` (kNormScratchBytes of device

@@ -231,6 +231,53 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
   for (auto s : streams) cudaStreamDestroy(s);
 }
 
+// 16-bit data with the codec on the device: widened to a float32 copy on
+// the GPU, reduced there, narrowed into recvbuf; the emulation's bytes.
+TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
+  const int n = 3;
+  const size_t count = 20011;
+  for (const qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16}) {
+    SCOPED_TRACE(dtype == QC_DTYPE_FLOAT16 ? "float16" : "bfloat16");
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = QC_CODEC_MINMAX;
+    p.algorithm = QC_ALGO_SRA;
+    p.rounding = QC_ROUND_STOCHASTIC;
+    p.min_compress_bytes = 0;
+    std::vector<std::vector<uint16_t>> x(n, std::vector<uint16_t>(count));
+    std::vector<std::vector<uint16_t>> want(n, std::vector<uint16_t>(count));
+    std::vector<const void*> sp(n);
+    std::vector<void*> rp(n);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<float> f = make_data(count, Data::kPlain, 70 + r);
+      qc::cpu::from_float32(f.data(), dtype, x[r].data(), count);
+      sp[r] = x[r].data();
+      rp[r] = want[r].data();
+    }
+    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, QC_OP_AVG, &p, nullptr),
+              QC_SUCCESS)
+        << qc_last_error();
+    std::vector<qc_comm_t> comms(n);
+    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
+    for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
+    std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
+    for (int r = 0; r < n; ++r) {
+      in_dev[r] = std::make_unique<DeviceBytes>(2 * count);
+      in_dev[r]->upload(x[r].data(), 2 * count);
+      out_dev[r] = std::make_unique<DeviceBytes>(2 * count);
+    }
+    const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
+      return qc_allreduce(comms[r], in_dev[r]->data(), out_dev[r]->data(), count, dtype,
+                          QC_OP_AVG, nullptr, nullptr, nullptr);
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
+      const auto got = out_dev[r]->contents();
+      EXPECT_EQ(std::memcmp(got.data(), want[r].data(), 2 * count), 0) << "rank " << r;
+    }
+    for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
+  }
+}
+
 // Error feedback with the codec on the device: the residuals stay on the
 // GPU between calls (core/device_residuals.h). Over three calls each result
 // equals the emulation's with host error buffers, and at the end so do the

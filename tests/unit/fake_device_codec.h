@@ -13,6 +13,7 @@
 
 #include "core/codecs/device_message_codec.h"
 #include "core/communicator.h"
+#include "cpu/dtype_convert.h"
 #include "fake_device.h"
 
 namespace qcfake {
@@ -69,6 +70,22 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
   qc::Status copy(float* dst, const float* src, size_t count, void* stream) const override {
     expect_device(src, count * 4, "copy input");
     return arithmetic("copy", dst, count, stream, [&](size_t i) { dst[i] = src[i]; });
+  }
+  qc::Status widen(const void* src, qc_dtype_t dtype, float* dst, size_t count,
+                   void* stream) const override {
+    expect_device(src, count * 2, "widen input");
+    return arithmetic("widen", dst, count, stream,
+                      [&](size_t i) { qc::cpu::to_float32(static_cast<const uint16_t*>(src) + i,
+                                                          dtype, dst + i, 1); });
+  }
+  qc::Status narrow(const float* src, qc_dtype_t dtype, void* dst, size_t count,
+                    void* stream) const override {
+    expect_device(src, count * 4, "narrow input");
+    expect_device(dst, count * 2, "narrow output");
+    arithmetic_ops.push_back("narrow");
+    streams.push_back(stream);
+    qc::cpu::from_float32(src, dtype, dst, count);
+    return qc::Status::ok();
   }
   qc::Status synchronize(void* stream) const override {
     ++synchronizations;

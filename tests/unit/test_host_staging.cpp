@@ -701,9 +701,53 @@ TEST(CompressedAllreduceMixed, DeviceAndHostRanksMeetInOneCall) {
   EXPECT_EQ(out[2], want.out[2]);
 }
 
+// Error buffers on both groups of a TwoGroups (none without feedback),
+// destroyed with this.
+struct PairedErrorBuffers {
+  PairedErrorBuffers(const TwoGroups& g, size_t count, bool feedback)
+      : host(g.host.size(), nullptr), device(g.device.size(), nullptr) {
+    for (int r = 0; feedback && r < g.host.size(); ++r) {
+      EXPECT_EQ(qc_error_buffer_create(g.host[r], count, &host[r]), QC_SUCCESS);
+      EXPECT_EQ(qc_error_buffer_create(g.device[r], count, &device[r]), QC_SUCCESS);
+    }
+  }
+  ~PairedErrorBuffers() {
+    for (auto* list : {&host, &device}) {
+      for (qc_error_buffer_t eb : *list) {
+        if (eb != nullptr) qc_error_buffer_destroy(eb);
+      }
+    }
+  }
+  std::vector<qc_error_buffer_t> host, device;
+};
+
+// One allreduce of `in` on both groups: the host group on host memory (its
+// results returned), the device group on device copies `send` (results in
+// `recv`). Fails the test unless both succeed on every rank.
+std::vector<Bytes> allreduce_both(TwoGroups& g, const std::vector<Bytes>& in,
+                                  const std::vector<void*>& send, const std::vector<void*>& recv,
+                                  size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+                                  const PairedErrorBuffers& eb) {
+  const int n = g.host.size();
+  std::vector<Bytes> want(n, Bytes(count * qct::dtype_size(dtype)));
+  std::vector<qc_status_t> sh(n);
+  std::vector<qc::Status> sd(n);
+  run_ranks(n, [&](int r) {
+    sh[r] = qc_allreduce(g.host[r], in[r].data(), want[r].data(), count, dtype, op, nullptr,
+                         eb.host[r], nullptr);
+    sd[r] = device_allreduce(g.device[r], g.dev[r], &g.mc[r], send[r], recv[r], count, op,
+                             eb.device[r], dtype);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(sh[r], QC_SUCCESS) << "rank " << r << ": host call";
+    EXPECT_TRUE(sd[r]) << "rank " << r << ": " << sd[r].message();
+  }
+  return want;
+}
+
 // What the device path does not take is staged whole, as before, with the
 // host path's results: scale reuse (with error feedback or without), the
-// native algorithm of the global codecs, codec none, topk, 16-bit data.
+// native algorithm of the global codecs, codec none (16-bit data too), topk.
 TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath) {
   const int n = 3;
   const size_t count = 600;
@@ -723,7 +767,7 @@ TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath
              false},
         Case{"none", QC_CODEC_NONE, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, false},
         Case{"topk", QC_CODEC_TOPK, QC_ALGO_RING, QC_DTYPE_FLOAT32, 1, false},
-        Case{"minmax on fp16 data", QC_CODEC_MINMAX, QC_ALGO_RING, QC_DTYPE_FLOAT16, 1, false}}) {
+        Case{"none on fp16 data", QC_CODEC_NONE, QC_ALGO_RING, QC_DTYPE_FLOAT16, 1, false}}) {
     SCOPED_TRACE(c.name);
     qc_policy_t p = policy_of(c.codec, 4, c.algo);
     p.scale_update_period = c.period;
@@ -731,41 +775,92 @@ TEST(CompressedAllreduceFallback, OtherCallsStageUncompressedAndMatchTheHostPath
     TwoGroups groups(n);
     auto& [dev, mc, host, device] = groups;
     ASSERT_TRUE(under_policy(groups, p));
-    std::vector<qc_error_buffer_t> eb_host(n, nullptr), eb_device(n, nullptr);
-    if (c.feedback) {
-      for (int r = 0; r < n; ++r) {
-        ASSERT_EQ(qc_error_buffer_create(host[r], count, &eb_host[r]), QC_SUCCESS);
-        ASSERT_EQ(qc_error_buffer_create(device[r], count, &eb_device[r]), QC_SUCCESS);
-      }
-    }
+    const PairedErrorBuffers eb(groups, count, c.feedback);
     const size_t bytes = count * qct::dtype_size(c.dtype);
     for (int call = 0; call < 2; ++call) {
       const auto in = encode_all(random_inputs(n, count, 60 + call, c.dtype), c.dtype);
-      std::vector<Bytes> want(n, Bytes(bytes));
       std::vector<void*> send(n), recv(n);
       for (int r = 0; r < n; ++r) {
         send[r] = dev[r].upload(in[r]);
         recv[r] = dev[r].alloc(bytes);
       }
-      std::vector<qc_status_t> sh(n);
-      std::vector<qc::Status> sd(n);
-      run_ranks(n, [&](int r) {
-        sh[r] = qc_allreduce(host[r], in[r].data(), want[r].data(), count, c.dtype, QC_OP_SUM,
-                             nullptr, eb_host[r], nullptr);
-        sd[r] = device_allreduce(device[r], dev[r], &mc[r], send[r], recv[r], count, QC_OP_SUM,
-                                 eb_device[r], c.dtype);
-      });
+      const std::vector<Bytes> want =
+          allreduce_both(groups, in, send, recv, count, c.dtype, QC_OP_SUM, eb);
       for (int r = 0; r < n; ++r) {
-        ASSERT_EQ(sh[r], QC_SUCCESS) << "rank " << r;
-        ASSERT_TRUE(sd[r]) << "rank " << r << ": " << sd[r].message();
         EXPECT_EQ(dev[r].download(recv[r], bytes), want[r]) << "rank " << r;
         EXPECT_EQ(mc[r].encodes, 0) << "rank " << r;
       }
     }
     EXPECT_EQ(dev[0].bytes_to_host, 2 * bytes) << "the whole input, twice";
+  }
+}
+
+std::vector<Bytes> images_of(const std::vector<qc_error_buffer_t>& ebs);  // below
+
+// 16-bit data (float16, bfloat16) runs the device path on a float32 copy in
+// device memory, as the host path runs on comm->work: widened at the start,
+// narrowed into recvbuf at the end with the CPU's conversions, so the
+// results (and residuals) are the host path's bit for bit and only
+// compressed payloads are staged.
+TEST(CompressedAllreduceHalfData, EqualsTheHostPathOnAFloat32CopyOnTheDevice) {
+  const int n = 3;
+  const size_t count = 700;
+  struct Case {
+    const char* name;
+    qc_codec_t codec;
+    qc_algorithm_t algo;
+    qc_dtype_t dtype;
+    qc_reduce_op_t op;
+    bool in_place;
+    bool feedback;
+  };
+  for (const Case& c :
+       {Case{"minmax ring fp16 in place", QC_CODEC_MINMAX, QC_ALGO_RING, QC_DTYPE_FLOAT16,
+             QC_OP_SUM, true, false},
+        Case{"qsgd sra bf16 avg", QC_CODEC_QSGD, QC_ALGO_SRA, QC_DTYPE_BFLOAT16, QC_OP_AVG, false,
+             false},
+        Case{"bf16 codec tree bf16", QC_CODEC_BF16, QC_ALGO_TREE, QC_DTYPE_BFLOAT16, QC_OP_SUM,
+             false, false},
+        Case{"minmax recursive doubling fp16 with feedback", QC_CODEC_MINMAX,
+             QC_ALGO_RECURSIVE_DOUBLING, QC_DTYPE_FLOAT16, QC_OP_SUM, false, true}}) {
+    SCOPED_TRACE(c.name);
+    qc_policy_t p = policy_of(c.codec, 4, c.algo);
+    p.error_feedback = c.feedback ? 1 : 0;
+    TwoGroups groups(n);
+    auto& [dev, mc, host, device] = groups;
+    ASSERT_TRUE(under_policy(groups, p));
+    const PairedErrorBuffers eb(groups, count, c.feedback);
+    const size_t bytes = count * 2;
+    for (int call = 0; call < 2; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      const auto in = encode_all(random_inputs(n, count, 90 + call, c.dtype), c.dtype);
+      std::vector<void*> send(n), recv(n);
+      for (int r = 0; r < n; ++r) {
+        send[r] = dev[r].upload(in[r]);
+        recv[r] = c.in_place ? send[r] : dev[r].alloc(bytes);
+        reset_counts(dev[r], mc[r]);
+      }
+      const std::vector<Bytes> want = allreduce_both(groups, in, send, recv, count, c.dtype, c.op, eb);
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        EXPECT_EQ(dev[r].download(recv[r], bytes), want[r]);
+        EXPECT_GT(mc[r].encodes, 0) << "the codec ran on the device";
+        ASSERT_FALSE(mc[r].arithmetic_ops.empty());
+        EXPECT_EQ(mc[r].arithmetic_ops.front(), "widen");
+        EXPECT_EQ(mc[r].arithmetic_ops.back(), "narrow");
+        if (c.codec == QC_CODEC_MINMAX || c.codec == QC_CODEC_QSGD) {
+          EXPECT_LT(dev[r].bytes_to_host, bytes) << "only compressed payloads staged";
+        }
+      }
+    }
+    if (c.feedback) {
+      EXPECT_EQ(images_of(eb.device), images_of(eb.host));
+    }
     for (int r = 0; r < n; ++r) {
-      if (eb_host[r] != nullptr) qc_error_buffer_destroy(eb_host[r]);
-      if (eb_device[r] != nullptr) qc_error_buffer_destroy(eb_device[r]);
+      qc_layer_stats_t ls{};
+      ls.struct_size = sizeof ls;
+      ASSERT_EQ(qc_comm_get_layer_stats(device[r], nullptr, &ls), QC_SUCCESS);
+      EXPECT_EQ(ls.logical_bytes, 2 * bytes) << "16-bit bytes, two calls";
     }
   }
 }

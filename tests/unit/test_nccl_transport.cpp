@@ -637,16 +637,16 @@ qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
 
 // The host ring's outputs on the local transport, the reference.
 std::vector<Bytes> host_ring(int n, qc_policy_t p, const std::vector<Bytes>& in, size_t count,
-                             qc_reduce_op_t op, const std::vector<qc_error_buffer_t>& eb = {}) {
-  std::vector<Bytes> out(n, Bytes(count * 4));
+                             qc_reduce_op_t op, qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
+  std::vector<Bytes> out(n, Bytes(count * qct::dtype_size(dtype)));
   Group g(n);
   if (!g.ok()) return {};
   p.algorithm = QC_ALGO_RING;
   EXPECT_EQ(g.set_policy("*", p), QC_SUCCESS);
   std::vector<qc_status_t> s(n);
   qct::run_ranks(n, [&](int r) {
-    s[r] = qc_allreduce(g[r], in[r].data(), out[r].data(), count, QC_DTYPE_FLOAT32, op, nullptr,
-                        eb.empty() ? nullptr : eb[r], nullptr);
+    s[r] = qc_allreduce(g[r], in[r].data(), out[r].data(), count, dtype, op, nullptr, nullptr,
+                        nullptr);
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(s[r], QC_SUCCESS) << "host ring, rank " << r;
   return out;
@@ -751,6 +751,50 @@ INSTANTIATE_TEST_SUITE_P(
         EnqueuedCase{"Minmax4FewerValuesThanRanks", QC_CODEC_MINMAX, 4, 128,
                      QC_ROUND_NEAREST_EVEN, QC_ALGO_RING, 5, 3, QC_OP_SUM, false}),
     [](const ::testing::TestParamInfo<EnqueuedCase>& info) { return info.param.name; });
+
+// 16-bit data runs the enqueued ring on a float32 copy on the device,
+// widened first and narrowed into recvbuf last, on the caller's stream: the
+// host ring's bytes.
+TEST(NcclEnqueuedRing16Bit, MatchesTheHostRingOnAFloat32Copy) {
+  const int n = 3;
+  const size_t count = 1001;
+  for (const qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16}) {
+    SCOPED_TRACE(dtype == QC_DTYPE_FLOAT16 ? "float16" : "bfloat16");
+    const qc_policy_t p = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
+                                                       QC_ROUND_STOCHASTIC, QC_ALGO_AUTO, n,
+                                                       count, QC_OP_AVG, false});
+    std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+    std::vector<qcfake::CpuMessageCodec> mc(n);
+    NcclGroup nccl(n, qct::kTimeoutSeconds);
+    ASSERT_TRUE(nccl.group.ok());
+    ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+    const auto in = qct::encode_all(qct::random_inputs(n, count, 37, dtype), dtype);
+    const std::vector<Bytes> want = host_ring(n, p, in, count, QC_OP_AVG, dtype);
+    ASSERT_EQ(want.size(), static_cast<size_t>(n));
+    std::vector<void*> send(n), recv(n);
+    for (int r = 0; r < n; ++r) {
+      mc[r].device = &dev[r];
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = dev[r].alloc(count * 2);
+    }
+    std::vector<qc::Status> s(n);
+    qct::run_ranks(n, [&](int r) {
+      s[r] = qc::allreduce_placed(nccl.group[r], &dev[r], &mc[r], stream_of(r), send[r], recv[r],
+                                  count, dtype, QC_OP_AVG, nullptr, nullptr);
+    });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(s[r].is_ok()) << s[r].message();
+      EXPECT_EQ(dev[r].download(recv[r], count * 2), want[r]);
+      EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
+      EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
+      EXPECT_EQ(nccl.world->device_groups(r), 2 * (n - 1));
+      ASSERT_FALSE(mc[r].arithmetic_ops.empty());
+      EXPECT_EQ(mc[r].arithmetic_ops.front(), "widen");
+      EXPECT_EQ(mc[r].arithmetic_ops.back(), "narrow");
+    }
+  }
+}
 
 std::vector<Bytes> images_of(const std::vector<qc_error_buffer_t>& ebs) {
   std::vector<Bytes> out;

@@ -37,6 +37,12 @@ class DeviceMessageCodec {
   virtual Status add(float* dst, const float* src, size_t count, void* stream) const = 0;
   virtual Status scale(float* dst, float factor, size_t count, void* stream) const = 0;
   virtual Status copy(float* dst, const float* src, size_t count, void* stream) const = 0;
+  // 16-bit data (float16 or bfloat16) to float32 values and back, as
+  // cpu::to_float32 and cpu::from_float32 convert them.
+  virtual Status widen(const void* src, qc_dtype_t dtype, float* dst, size_t count,
+                       void* stream) const = 0;
+  virtual Status narrow(const float* src, qc_dtype_t dtype, void* dst, size_t count,
+                        void* stream) const = 0;
   // Waits for the work enqueued on `stream`.
   virtual Status synchronize(void* stream) const = 0;
 
