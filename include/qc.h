@@ -604,9 +604,10 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
  * treated alike). sendbuf and recvbuf may be the same pointer (in place) but
  * must not otherwise overlap; they may be NULL only when count_per_rank is 0.
  * Host or CUDA device memory, with `stream`, as for qc_allreduce. On device
- * memory with float32 data and a minmax, qsgd, onebit, fp16 or bf16 policy
- * (without scale reuse), the blocks are encoded and decoded by the CUDA
- * kernels and only the compressed messages are staged through host memory;
+ * memory with a minmax, qsgd, onebit, fp16 or bf16 policy (without scale
+ * reuse), the blocks are encoded and decoded by the CUDA kernels (float16
+ * and bfloat16 data on float32 copies in device memory) and only the
+ * compressed messages are staged through host memory;
  * the messages, and so the results, are the host call's bit for bit, and the
  * call returns once recvbuf holds them; on the NCCL transport nothing is
  * staged: after a check that every rank is in the same call (as for

@@ -384,8 +384,9 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     DeviceValues values;
     if (s) {
       s = reserve_device_values(*plan.codec, count, n, payload_area, mem, device_codec,
-                                comm->staging, stream, &values, widened ? &data : nullptr);
+                                comm->staging, stream, &values);
     }
+    if (s && widened) s = comm->staging.reserve_device_floats(mem, count, &data);
     // The algorithms reduce in place: 16-bit data starts from its float32
     // copy, out-of-place float32 from a copy in recvbuf.
     if (s && widened) s = device_codec.widen(sendbuf, dtype, data, count, stream);
@@ -746,7 +747,6 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
                                void* recvbuf, size_t count_per_rank, qc_dtype_t dtype,
                                const char* layer, void* stream, bool* ran) {
   *ran = false;
-  if (dtype != QC_DTYPE_FLOAT32) return Status::ok();  // the kernels write float32 only
   AlltoallPlan plan;
   QC_RETURN_IF_ERROR(plan_alltoall(comm, count_per_rank, dtype, layer, &plan));
   const Codec& codec = *plan.codec;
@@ -757,54 +757,68 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
   *ran = true;
   const int n = comm->transport->size();
   const size_t total = count_per_rank * static_cast<size_t>(n);
-  if (comm->transport->has_device_groups()) {
-    // Stream-ordered (NCCL): the agreement, then every block encoded, sent
-    // in one group and decoded on `stream`; no norm (it would wait).
-    return run_collective(comm, codec, plan.signature ^ kEnqueuedOnDevice, total * 4,
-                          one_layer(layer, total, total * 4,
-                                    std::numeric_limits<double>::quiet_NaN()),
-                          [&](CollectiveContext& ctx) -> Status {
-      const auto* send = static_cast<const float*>(sendbuf);
-      auto* recv = static_cast<float*>(recvbuf);
-      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(send, recv));
+  const size_t logical_bytes = total * dtype_size(dtype);
+  // 16-bit data runs on float32 copies, as on the host (comm->work).
+  const bool widened = dtype != QC_DTYPE_FLOAT32;
+  const bool enqueued = comm->transport->has_device_groups();
+  // The same signature as the host path when the same messages travel, so
+  // ranks on device and host memory may meet in one call; the enqueued
+  // protocol has none. The layer's norm is measured on the device, inside
+  // a staged call (run_collective records layers[0] after it returns); an
+  // enqueued one has none (it would wait).
+  std::vector<LayerShare> layers =
+      one_layer(layer, total, logical_bytes, std::numeric_limits<double>::quiet_NaN());
+  const uint64_t signature = plan.signature ^ (enqueued ? kEnqueuedOnDevice : 0);
+  return run_collective(comm, codec, signature, logical_bytes, layers,
+                        [&](CollectiveContext& ctx) -> Status {
+    auto failure = [&](const char* what, const Status& cause) {
+      return Status(cause.code(), "rank " + std::to_string(ctx.rank()) + " could not " + what +
+                                      ": " + cause.message());
+    };
+    if (enqueued) {
+      // Only where the buffers are is checked here, whatever their type.
+      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
+                                                     static_cast<const float*>(recvbuf)));
+    }
+    ctx.set_seed(plan.policy.seed);
+    // An earlier enqueued call on another stream may still use the memory.
+    Status s = comm->staging.pending().order_before(stream);
+    const float* send = static_cast<const float*>(sendbuf);
+    float* recv = static_cast<float*>(recvbuf);
+    if (s && widened) {
+      float* copies = nullptr;
+      s = comm->staging.reserve_device_floats(mem, 2 * total, &copies);
+      if (s) s = device_codec.widen(sendbuf, dtype, copies, total, stream);
+      send = copies;
+      recv = copies + total;
+    }
+    if (!s) return failure("prepare its device values", s);
+    if (enqueued) {
       size_t bytes = 0;
       QC_RETURN_IF_ERROR(alltoall_enqueued_payload_bytes(header.payload_bytes, n, &bytes));
-      DeviceValues values;
       unsigned char* device = nullptr;
-      Status s = comm->staging.pending().order_before(stream);
-      if (s) s = comm->staging.reserve_device(mem, bytes, &device);
-      if (!s) {
-        return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
-                                    " could not prepare its device payloads: " + s.message());
-      }
+      s = comm->staging.reserve_device(mem, bytes, &device);
+      if (!s) return failure("prepare its device payloads", s);
+      DeviceValues values;
       values.mem = &mem;
       values.codec = &device_codec;
       values.stream = stream;
       values.payload = device;
       values.payload_capacity = bytes;
-      ctx.set_seed(plan.policy.seed);
       ctx.set_device_values(values);
       QC_RETURN_IF_ERROR(alltoall_enqueued(ctx, send, recv, count_per_rank));
-      s = comm->staging.pending().enqueued(mem, stream);
-      return s ? s : Status(s.code(), "rank " + std::to_string(ctx.rank()) +
-                                          " could not mark its enqueued work: " + s.message());
-    });
-  }
-  // The same signature as the host path: the same messages travel, so
-  // ranks on device and host memory may meet in one call. The layer's norm
-  // is measured on the device, inside the call (run_collective records
-  // layers[0] after it returns).
-  std::vector<LayerShare> layers =
-      one_layer(layer, total, total * 4, std::numeric_limits<double>::quiet_NaN());
-  return run_collective(comm, codec, plan.signature, total * 4, layers,
-                        [&](CollectiveContext& ctx) {
-    ctx.set_seed(plan.policy.seed);
-    // An earlier enqueued call on another stream may still use the memory.
-    QC_RETURN_IF_ERROR(comm->staging.pending().order_before(stream));
-    return alltoall_with_device_codec(ctx, codec, header, mem, device_codec, comm->staging,
-                                      static_cast<const float*>(sendbuf),
-                                      static_cast<float*>(recvbuf), count_per_rank, stream,
-                                      &layers[0].sq_norm);
+    } else {
+      QC_RETURN_IF_ERROR(alltoall_with_device_codec(ctx, codec, header, mem, device_codec,
+                                                    comm->staging, send, recv, count_per_rank,
+                                                    stream, &layers[0].sq_norm));
+    }
+    if (widened) s = device_codec.narrow(recv, dtype, recvbuf, total, stream);
+    if (s) {
+      s = enqueued ? comm->staging.pending().enqueued(mem, stream)
+          : widened ? device_codec.synchronize(stream)
+                    : Status::ok();  // alltoall_with_device_codec waited already
+    }
+    return s ? s : failure("finish its device values", s);
   });
 }
 

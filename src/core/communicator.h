@@ -103,9 +103,12 @@ Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvb
 Status comm_allreduce_exact(qc_comm_s* comm, float* values, size_t count, uint64_t signature);
 Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer);
-// An alltoall of float32 device buffers with the codec on the device and
-// only compressed bytes staged (device_staging.h), when its policy allows
-// (alltoall_stages_compressed); *ran is false, and nothing done, otherwise.
+// An alltoall of device buffers with the codec on the device (16-bit data
+// on float32 copies there), when its policy allows
+// (alltoall_stages_compressed): only compressed bytes staged
+// (device_staging.h), or, on a transport with device groups (NCCL),
+// stream-ordered (algorithms/alltoall_enqueued.cpp). *ran is false, and
+// nothing done, otherwise.
 Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
                                const DeviceMessageCodec& device_codec, const void* sendbuf,
                                void* recvbuf, size_t count_per_rank, qc_dtype_t dtype,

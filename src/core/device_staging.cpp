@@ -129,8 +129,7 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
 
 Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t payload_area,
                              const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
-                             HostStaging& staging, void* stream, DeviceValues* values,
-                             float** widened) {
+                             HostStaging& staging, void* stream, DeviceValues* values) {
   // No block an algorithm encodes exceeds the whole tensor (the tree and the
   // folded ranks of recursive doubling send it all); SRA's sum is one of
   // `ranks` blocks.
@@ -142,12 +141,9 @@ Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t
   const size_t payload = slot_bytes(payload_capacity);
   const size_t norm = slot_bytes(DeviceMessageCodec::kNormScratchBytes);
   const size_t floats = (count + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
-  const size_t values_bytes = slot_bytes(floats * sizeof(float));
-  const size_t widened_bytes = widened != nullptr ? count * sizeof(float) : 0;
   unsigned char* device = nullptr;
   QC_RETURN_IF_ERROR(
-      staging.reserve_device(mem, payload + norm + values_bytes + widened_bytes, &device));
-  if (widened != nullptr) *widened = reinterpret_cast<float*>(device + payload + norm + values_bytes);
+      staging.reserve_device(mem, payload + norm + floats * sizeof(float), &device));
   values->mem = &mem;
   values->codec = &device_codec;
   values->stream = stream;

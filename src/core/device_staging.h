@@ -46,12 +46,10 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
 // The device memory of such an allreduce on `ranks` ranks (from `staging`),
 // as the DeviceValues its CollectiveContext takes. `payload_area`: the bytes
 // of payload memory the algorithm lays out itself (0: one payload of the
-// call's largest message). With `widened`, also `count` float32 values
-// there, the working copy of 16-bit data.
+// call's largest message).
 Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t payload_area,
                              const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
-                             HostStaging& staging, void* stream, DeviceValues* values,
-                             float** widened = nullptr);
+                             HostStaging& staging, void* stream, DeviceValues* values);
 
 // The alltoall of alltoall_pairwise (same blocks, random keys, order and
 // messages), with the encode and decode on the device: send and recv are

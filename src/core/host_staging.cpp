@@ -102,16 +102,18 @@ void HostStaging::release() {
   (void)pending_.wait();
   if (host_.data != nullptr) mem_->free_host(host_.data);
   if (device_.data != nullptr) mem_->free_device(device_.data);
+  if (device_floats_.data != nullptr) mem_->free_device(device_floats_.data);
   host_ = Block();
   device_ = Block();
+  device_floats_ = Block();
   mem_ = nullptr;
 }
 
-Status HostStaging::grow(const DeviceMemory& mem, bool on_device, size_t bytes,
-                         unsigned char** p) {
+Status HostStaging::grow(const DeviceMemory& mem, Kind kind, size_t bytes, unsigned char** p) {
   if (mem_ != &mem) release();  // all of it comes from one DeviceMemory
   mem_ = &mem;
-  Block& b = on_device ? device_ : host_;
+  const bool on_device = kind != Kind::kHost;
+  Block& b = kind == Kind::kHost ? host_ : kind == Kind::kDevice ? device_ : device_floats_;
   if (b.size < bytes) {
     if (on_device && b.data != nullptr) QC_RETURN_IF_ERROR(pending_.wait());
     if (b.data != nullptr) on_device ? mem.free_device(b.data) : mem.free_host(b.data);

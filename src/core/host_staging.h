@@ -92,12 +92,20 @@ class HostStaging {
 
   // At least `bytes` of host memory from `mem`, 64-byte aligned.
   Status reserve(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
-    return grow(mem, /*on_device=*/false, bytes, p);
+    return grow(mem, Kind::kHost, bytes, p);
   }
   // At least `bytes` of device memory from `mem` (256-byte aligned, as
   // cudaMalloc's).
   Status reserve_device(const DeviceMemory& mem, size_t bytes, unsigned char** p) {
-    return grow(mem, /*on_device=*/true, bytes, p);
+    return grow(mem, Kind::kDevice, bytes, p);
+  }
+  // At least `count` float32 values of device memory apart from
+  // reserve_device's: the float32 copy of a 16-bit call's data.
+  Status reserve_device_floats(const DeviceMemory& mem, size_t count, float** p) {
+    unsigned char* bytes = nullptr;
+    QC_RETURN_IF_ERROR(grow(mem, Kind::kDeviceFloats, count * sizeof(float), &bytes));
+    *p = reinterpret_cast<float*>(bytes);
+    return Status::ok();
   }
   size_t capacity() const { return host_.size; }
   // Stream-ordered work on the device memory; growing or freeing that
@@ -109,12 +117,14 @@ class HostStaging {
     void* data = nullptr;
     size_t size = 0;
   };
-  Status grow(const DeviceMemory& mem, bool on_device, size_t bytes, unsigned char** p);
+  enum class Kind { kHost, kDevice, kDeviceFloats };
+  Status grow(const DeviceMemory& mem, Kind kind, size_t bytes, unsigned char** p);
   void release();
 
   const DeviceMemory* mem_ = nullptr;
   Block host_;
   Block device_;
+  Block device_floats_;
   PendingDeviceWork pending_;
 };
 

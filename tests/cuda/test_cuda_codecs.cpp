@@ -232,7 +232,8 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
 }
 
 // 16-bit data with the codec on the device: widened to a float32 copy on
-// the GPU, reduced there, narrowed into recvbuf; the emulation's bytes.
+// the GPU, reduced (or exchanged) there, narrowed into recvbuf; the
+// emulation's bytes, for an allreduce and an alltoall.
 TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
   const int n = 3;
   const size_t count = 20011;
@@ -273,6 +274,19 @@ TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
       const auto got = out_dev[r]->contents();
       EXPECT_EQ(std::memcmp(got.data(), want[r].data(), 2 * count), 0) << "rank " << r;
+    }
+    // The alltoall of the same buffers (count / n values per block).
+    const size_t cpr = count / n;
+    ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, dtype, &p), QC_SUCCESS)
+        << qc_last_error();
+    const std::vector<qc_status_t> all = on_each_rank(n, [&](int r) {
+      return qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr, dtype, nullptr,
+                         nullptr);
+    });
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(all[r], QC_SUCCESS) << "alltoall, rank " << r;
+      const auto got = out_dev[r]->contents();
+      EXPECT_EQ(std::memcmp(got.data(), want[r].data(), 2 * cpr * n), 0) << "alltoall, rank " << r;
     }
     for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
   }

@@ -437,7 +437,7 @@ TEST(CompressedAlltoallInPlace, SameBufferGivesTheHostPathsBlocks) {
 }
 
 // What the device codec does not take is staged uncompressed, as before:
-// codec none, topk, a global codec, 16-bit data, scale reuse.
+// codec none (16-bit data too), topk, a global codec, scale reuse.
 TEST(CompressedAlltoallFallback, OtherCallsStageUncompressedAndMatchTheHostPath) {
   const int n = 3;
   const size_t cpr = 256;
@@ -450,7 +450,7 @@ TEST(CompressedAlltoallFallback, OtherCallsStageUncompressedAndMatchTheHostPath)
   for (const Case& c : {Case{"none", QC_CODEC_NONE, QC_DTYPE_FLOAT32, 1},
                         Case{"topk", QC_CODEC_TOPK, QC_DTYPE_FLOAT32, 1},
                         Case{"global_linear", QC_CODEC_GLOBAL_LINEAR, QC_DTYPE_FLOAT32, 1},
-                        Case{"minmax on fp16 data", QC_CODEC_MINMAX, QC_DTYPE_FLOAT16, 1},
+                        Case{"none on fp16 data", QC_CODEC_NONE, QC_DTYPE_FLOAT16, 1},
                         Case{"minmax reusing scales", QC_CODEC_MINMAX, QC_DTYPE_FLOAT32, 2}}) {
     SCOPED_TRACE(c.name);
     qc_policy_t p = policy_of(c.codec, 4, QC_ALGO_AUTO);
@@ -479,6 +479,55 @@ TEST(CompressedAlltoallFallback, OtherCallsStageUncompressedAndMatchTheHostPath)
       }
     }
     EXPECT_EQ(dev[0].bytes_to_host, 2 * bytes) << "the whole input, twice";
+  }
+}
+
+// 16-bit data: widened to float32 copies on the device, the blocks encoded
+// and decoded there, narrowed into recvbuf; the host path's bytes with only
+// compressed payloads staged.
+TEST(CompressedAlltoallHalfData, EqualsTheHostPathOnFloat32CopiesOnTheDevice) {
+  const int n = 3;
+  const size_t cpr = 300;
+  struct Case {
+    const char* name;
+    qc_codec_t codec;
+    qc_dtype_t dtype;
+    bool in_place;
+  };
+  for (const Case& c : {Case{"minmax fp16", QC_CODEC_MINMAX, QC_DTYPE_FLOAT16, false},
+                        Case{"qsgd bf16 in place", QC_CODEC_QSGD, QC_DTYPE_BFLOAT16, true},
+                        Case{"bf16 codec bf16", QC_CODEC_BF16, QC_DTYPE_BFLOAT16, false}}) {
+    SCOPED_TRACE(c.name);
+    qc_policy_t p = policy_of(c.codec, 4, QC_ALGO_AUTO);
+    p.rounding = QC_ROUND_STOCHASTIC;
+    TwoGroups groups(n);
+    auto& [dev, mc, host, device] = groups;
+    ASSERT_TRUE(under_policy(groups, p));
+    const size_t bytes = cpr * n * 2;
+    const auto in = encode_all(random_inputs(n, cpr * n, 44, c.dtype), c.dtype);
+    const RunResult want = alltoall_on(host, in, cpr, c.dtype);
+    ASSERT_TRUE(want.all_ok()) << want.describe();
+    std::vector<void*> send(n), recv(n);
+    for (int r = 0; r < n; ++r) {
+      send[r] = dev[r].upload(in[r]);
+      recv[r] = c.in_place ? send[r] : dev[r].alloc(bytes);
+    }
+    std::vector<qc::Status> s(n);
+    run_ranks(n, [&](int r) {
+      s[r] = device_alltoall(device[r], dev[r], &mc[r], send[r], recv[r], cpr, c.dtype);
+    });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_TRUE(s[r]) << s[r].message();
+      EXPECT_EQ(dev[r].download(recv[r], bytes), want.out[r]);
+      EXPECT_EQ(mc[r].encodes, n);
+      ASSERT_FALSE(mc[r].arithmetic_ops.empty());
+      EXPECT_EQ(mc[r].arithmetic_ops.front(), "widen");
+      EXPECT_EQ(mc[r].arithmetic_ops.back(), "narrow");
+      if (c.codec != QC_CODEC_BF16) {
+        EXPECT_LT(dev[r].bytes_to_host, bytes) << "only compressed payloads staged";
+      }
+    }
   }
 }
 

@@ -990,6 +990,9 @@ TEST(NcclEnqueuedRingAgreement, FailsEveryRankBeforeAnyGroup) {
 TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
   for (const qc_codec_t codec : {QC_CODEC_MINMAX, QC_CODEC_QSGD, QC_CODEC_BF16}) {
     for (const int n : {1, 2, 4}) {
+      // 16-bit data too (on float32 copies on the device), for one codec.
+      const qc_dtype_t dtype = codec == QC_CODEC_QSGD ? QC_DTYPE_FLOAT16 : QC_DTYPE_FLOAT32;
+      const size_t item = qct::dtype_size(dtype);
       SCOPED_TRACE(std::string(qc::codec_name(codec)) + ", " + std::to_string(n) + " ranks");
       const size_t cpr = 333;
       qc_policy_t p = QC_POLICY_INIT;
@@ -1004,27 +1007,26 @@ TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
       ASSERT_TRUE(nccl.group.ok() && host.ok());
       ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
       ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-      const auto in = qct::encode_all(qct::random_inputs(n, cpr * n, 71), QC_DTYPE_FLOAT32);
-      std::vector<Bytes> want(n, Bytes(cpr * n * 4));
+      const auto in = qct::encode_all(qct::random_inputs(n, cpr * n, 71, dtype), dtype);
+      std::vector<Bytes> want(n, Bytes(cpr * n * item));
       std::vector<void*> send(n), recv(n);
       for (int r = 0; r < n; ++r) {
         mc[r].device = &dev[r];
         send[r] = dev[r].upload(in[r]);
-        recv[r] = dev[r].alloc(cpr * n * 4);
+        recv[r] = dev[r].alloc(cpr * n * item);
       }
       std::vector<qc_status_t> sh(n);
       std::vector<qc::Status> sd(n);
       qct::run_ranks(n, [&](int r) {
-        sh[r] = qc_alltoall(host[r], in[r].data(), want[r].data(), cpr, QC_DTYPE_FLOAT32, nullptr,
-                            nullptr);
+        sh[r] = qc_alltoall(host[r], in[r].data(), want[r].data(), cpr, dtype, nullptr, nullptr);
         sd[r] = qc::alltoall_placed(nccl.group[r], &dev[r], &mc[r], stream_of(r), send[r],
-                                    recv[r], cpr, QC_DTYPE_FLOAT32, nullptr);
+                                    recv[r], cpr, dtype, nullptr);
       });
       for (int r = 0; r < n; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
         ASSERT_EQ(sh[r], QC_SUCCESS);
         ASSERT_TRUE(sd[r].is_ok()) << sd[r].message();
-        EXPECT_EQ(dev[r].download(recv[r], cpr * n * 4), want[r]);
+        EXPECT_EQ(dev[r].download(recv[r], cpr * n * item), want[r]);
         EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
         EXPECT_EQ(mc[r].synchronizations + mc[r].norms, 0) << "nothing awaited";
         EXPECT_EQ(mc[r].encodes, n);
