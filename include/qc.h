@@ -336,8 +336,8 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
  * mean_sq_norm: squared L2 norm of this rank's input for the layer, averaged
  *   over its calls (what adaptive bit widths use). Calls on device buffers
  *   measure it on the device (to rounding: the device sums in its own
- *   order), except an allreduce the NCCL transport enqueues without waiting
- *   (codec none or the compressed ring), which is left out of the average.
+ *   order), except an allreduce or alltoall the NCCL transport enqueues
+ *   without waiting, which is left out of the average.
  */
 typedef struct qc_layer_stats {
   size_t struct_size; /* set by the caller: sizeof(qc_layer_stats_t) */
@@ -524,8 +524,10 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   or ring, without scale reuse, with or without error feedback, is the
  *   ring with the kernels' encodes and decodes and ncclSend/ncclRecv of
  *   the compressed payloads, all on `stream` (the host ring's result bit
- *   for bit; auto means ring here). Their errors found later show in
- *   qc_comm_get_async_error. Their buffers must be memory of the NCCL
+ *   for bit; auto means ring here). Errors NCCL reports later show in
+ *   qc_comm_get_async_error; work that waits for a peer that failed after
+ *   the check shows as a TIMEOUT of this rank's next call, and
+ *   qc_comm_destroy waits for it at most the communicator's timeout. Their buffers must be memory of the NCCL
  *   communicator's device (else QC_ERROR_INVALID_ARGUMENT, and every peer
  *   fails the check with MISMATCH), and every rank of such a call must
  *   pass device buffers: ranks that mix host and device buffers in one
@@ -535,8 +537,9 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   call's check waits for this one to run on its stream, and that wait
  *   counts against the next call's timeout. qc's own memory that such a
  *   call still uses (staging, an error buffer's residuals) is waited for by
- *   whatever uses it next: a call on another stream on the device, the host
- *   before reading or freeing it.
+ *   whatever uses it next: a later call on the device, the host before
+ *   reading or freeing it. The calling thread's current CUDA device must be
+ *   the communicator's (else QC_ERROR_INVALID_ARGUMENT).
  *   A stream with host buffers, or in a build without CUDA, is
  *   QC_ERROR_UNSUPPORTED.
  *

@@ -410,23 +410,25 @@ Status CollectiveContext::enqueue_device_allreduce_float(const float* send, floa
                                                          size_t count, bool average,
                                                          void* stream) {
   const auto start = Clock::now();
-  Status s = agree_on_buffers(send, recv);
+  Status s = agree_on_buffers(send, recv, Status::ok());
   if (s) s = transport_.enqueue_device_allreduce_float(send, recv, count, average, stream);
   counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * (count * 4 + 16) / size_ : 0;
   counters_.transport_seconds += seconds_since(start);
   return s;
 }
 
-Status CollectiveContext::agree_on_buffers(const float* send, const float* recv) {
-  const Status usable = transport_.check_device_buffers(send, recv);
+Status CollectiveContext::agree_on_buffers(const float* send, const float* recv,
+                                           const Status& local) {
+  const Status usable = local ? transport_.check_device_buffers(send, recv) : local;
   // Any other value fails every rank's agreement with MISMATCH.
   Status s = transport_.agree(usable ? signature_ : ~signature_, deadline_);
   return usable ? s : usable;
 }
 
-Status CollectiveContext::agree_on_device_buffers(const float* send, const float* recv) {
+Status CollectiveContext::agree_on_device_buffers(const float* send, const float* recv,
+                                                  const Status& local) {
   const auto start = Clock::now();
-  Status s = agree_on_buffers(send, recv);
+  Status s = agree_on_buffers(send, recv, local);
   counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * 16 / size_ : 0;
   counters_.transport_seconds += seconds_since(start);
   return s;

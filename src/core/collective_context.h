@@ -181,10 +181,12 @@ class CollectiveContext {
 
   // Only the agreement, for a call on device buffers that the transport
   // takes as they are (`send`, `recv`): a rank whose buffers it cannot take
-  // (transport.h: check_device_buffers) agrees on another value, so every
-  // rank fails here, that one with its INVALID_ARGUMENT, the peers with
-  // MISMATCH, and none enqueues work its peers would wait for on the device.
-  Status agree_on_device_buffers(const float* send, const float* recv);
+  // (transport.h: check_device_buffers), or whose own preparation failed
+  // (`local`), agrees on another value, so every rank fails here, that one
+  // with its own status, the peers with MISMATCH, and none enqueues work
+  // its peers would wait for on the device.
+  Status agree_on_device_buffers(const float* send, const float* recv,
+                                 const Status& local = Status::ok());
 
   // Stream-ordered calls on device values (allreduce_ring_enqueued): the
   // payloads stay in device memory the algorithm lays out and travel
@@ -219,7 +221,7 @@ class CollectiveContext {
 
  private:
   // agree_on_device_buffers without the counters.
-  Status agree_on_buffers(const float* send, const float* recv);
+  Status agree_on_buffers(const float* send, const float* recv, const Status& local);
   Status encode_on_device(const float* src, size_t count, uint64_t element_offset, Message* msg);
   // The residuals of elements [element_offset, +count), or null without
   // error feedback; an internal error outside the buffer.

@@ -335,6 +335,31 @@ Status device_residuals_for(const qc_comm_s* comm, const DeviceMemory& mem,
   return s;
 }
 
+// Records, when a call's scope ends, that the work it left on `stream` may
+// still use qc's device memory, unless `settled` says the call waited for
+// it. A failure to record leaves nothing better to do than what a failed
+// call does anyway: the group is broken, and destruction waits for the
+// memory with a timeout (PendingDeviceWork::wait).
+class PendingOnExit {
+ public:
+  PendingOnExit(PendingDeviceWork& pending, const DeviceMemory& mem, void* stream,
+                double timeout_seconds, const bool& settled)
+      : pending_(pending), mem_(mem), stream_(stream), timeout_(timeout_seconds),
+        settled_(settled) {}
+  ~PendingOnExit() {
+    if (!settled_) (void)pending_.enqueued(mem_, stream_, timeout_);
+  }
+  PendingOnExit(const PendingOnExit&) = delete;
+  PendingOnExit& operator=(const PendingOnExit&) = delete;
+
+ private:
+  PendingDeviceWork& pending_;
+  const DeviceMemory& mem_;
+  void* stream_;
+  double timeout_;
+  const bool& settled_;
+};
+
 // The host path's algorithm on the device values themselves, the codec on
 // the device and only payloads staged (device_staging.h); returns once
 // recvbuf holds the result. With `error_buffer`, the residuals are device
@@ -369,17 +394,17 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
   const ErrorBufferGrid grid = allreduce_grid(policy, algorithm);
   std::vector<LayerShare> layers =
       one_layer(layer, count, logical_bytes, std::numeric_limits<double>::quiet_NaN());
+  // Set once the residuals' device blocks hold this call's working copy.
+  bool residuals_bound = false;
   Status status = run_collective(comm, *plan.codec, signature, logical_bytes, layers,
                                  [&](CollectiveContext& ctx) -> Status {
-    if (enqueued) {
-      // Only where the buffers are is checked here, whatever their type.
-      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
-                                                     static_cast<const float*>(recvbuf)));
-    }
+    // This rank's own preparation comes first: on an enqueued call a rank
+    // that fails here says so in the agreement, so every rank fails it and
+    // none enqueues a group its peers would wait for on the device.
     size_t payload_area = 0;  // the largest message's
     Status s = enqueued ? ring_enqueued_payload_bytes(*plan.codec, count, n, &payload_area)
                         : Status::ok();
-    // An earlier enqueued call on another stream may still use the memory.
+    // An earlier enqueued call may still use the memory.
     if (s) s = comm->staging.pending().order_before(stream);
     DeviceValues values;
     if (s) {
@@ -387,9 +412,30 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                 comm->staging, stream, &values);
     }
     if (s && widened) s = comm->staging.reserve_device_floats(mem, count, &data);
+    if (!s) {
+      s = Status(s.code(), "rank " + std::to_string(ctx.rank()) +
+                               " could not prepare its device values: " + s.message());
+    }
+    float* residual = nullptr;
+    if (s && error_buffer != nullptr) {
+      s = device_residuals_for(comm, mem, device_codec, error_buffer, grid, count, layer, stream,
+                               &residual);
+      residuals_bound = s.is_ok();
+    }
+    if (enqueued) {
+      // Only where the buffers are is checked here, whatever their type.
+      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
+                                                     static_cast<const float*>(recvbuf), s));
+    }
+    QC_RETURN_IF_ERROR(s);
+    // From here on work is on the stream: unless the call waits for it at
+    // the end, the next user of the memory must (PendingDeviceWork).
+    bool settled = false;
+    const PendingOnExit pending(comm->staging.pending(), mem, stream, comm->timeout_seconds,
+                                settled);
     // The algorithms reduce in place: 16-bit data starts from its float32
     // copy, out-of-place float32 from a copy in recvbuf.
-    if (s && widened) s = device_codec.widen(sendbuf, dtype, data, count, stream);
+    if (widened) s = device_codec.widen(sendbuf, dtype, data, count, stream);
     // The input's norm, before the algorithm overwrites an in-place input;
     // run_collective records layers[0] after this returns.
     if (s && !enqueued) {
@@ -403,12 +449,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                         " could not prepare its device values: " + s.message());
     ctx.set_seed(policy.seed);
     ctx.set_device_values(values);
-    if (error_buffer != nullptr) {
-      float* residual = nullptr;
-      QC_RETURN_IF_ERROR(device_residuals_for(comm, mem, device_codec, error_buffer, grid, count,
-                                              layer, stream, &residual));
-      ctx.set_residual(residual, count);
-    }
+    if (residual != nullptr) ctx.set_residual(residual, count);
     switch (algorithm) {
       case QC_ALGO_RING:
         s = enqueued ? allreduce_ring_enqueued(ctx, data, count)
@@ -425,19 +466,22 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     // AVG's one division at the end, as finish_allreduce does on the host.
     if (op == QC_OP_AVG) s = device_codec.scale(data, 1.0f / static_cast<float>(n), count, stream);
     if (s && widened) s = device_codec.narrow(data, dtype, recvbuf, count, stream);
-    if (s) {
-      s = enqueued ? comm->staging.pending().enqueued(mem, stream)
-                   : device_codec.synchronize(stream);
+    if (s && !enqueued) {
+      s = device_codec.synchronize(stream);
+      settled = s.is_ok();
     }
     if (!s) return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
                                         " could not finish its device values: " + s.message());
     return s;
   });
+  // The residuals' working block was written by whatever reached the
+  // stream, even in a failed call: the next user of the blocks waits too.
+  const bool residual_work_pending = residuals_bound && (enqueued || !status);
+  if (residual_work_pending) (void)error_buffer->device.enqueued(stream, comm->timeout_seconds);
   QC_RETURN_IF_ERROR(status);
   if (error_buffer != nullptr) {
     error_buffer->device.commit();
     bind_error_buffer(comm, error_buffer, grid);
-    if (enqueued) QC_RETURN_IF_ERROR(error_buffer->device.enqueued(stream));
   }
   return Status::ok();
 }
@@ -775,48 +819,58 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
       return Status(cause.code(), "rank " + std::to_string(ctx.rank()) + " could not " + what +
                                       ": " + cause.message());
     };
-    if (enqueued) {
-      // Only where the buffers are is checked here, whatever their type.
-      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
-                                                     static_cast<const float*>(recvbuf)));
-    }
-    ctx.set_seed(plan.policy.seed);
-    // An earlier enqueued call on another stream may still use the memory.
+    // This rank's own preparation first: on an enqueued call a rank that
+    // fails here says so in the agreement, so that none enqueues a group
+    // its peers would wait for on the device.
     Status s = comm->staging.pending().order_before(stream);
     const float* send = static_cast<const float*>(sendbuf);
     float* recv = static_cast<float*>(recvbuf);
+    float* widened_send = nullptr;  // the float32 copy of 16-bit input
     if (s && widened) {
-      float* copies = nullptr;
-      s = comm->staging.reserve_device_floats(mem, 2 * total, &copies);
-      if (s) s = device_codec.widen(sendbuf, dtype, copies, total, stream);
-      send = copies;
-      recv = copies + total;
+      s = comm->staging.reserve_device_floats(mem, 2 * total, &widened_send);
+      send = widened_send;
+      recv = widened_send + total;
     }
-    if (!s) return failure("prepare its device values", s);
-    if (enqueued) {
+    DeviceValues values;
+    if (s && enqueued) {
       size_t bytes = 0;
-      QC_RETURN_IF_ERROR(alltoall_enqueued_payload_bytes(header.payload_bytes, n, &bytes));
+      s = alltoall_enqueued_payload_bytes(header.payload_bytes, n, &bytes);
       unsigned char* device = nullptr;
-      s = comm->staging.reserve_device(mem, bytes, &device);
-      if (!s) return failure("prepare its device payloads", s);
-      DeviceValues values;
+      if (s) s = comm->staging.reserve_device(mem, bytes, &device);
       values.mem = &mem;
       values.codec = &device_codec;
       values.stream = stream;
       values.payload = device;
       values.payload_capacity = bytes;
+    }
+    if (!s) s = failure("prepare its device memory", s);
+    if (enqueued) {
+      // Only where the buffers are is checked here, whatever their type.
+      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
+                                                     static_cast<const float*>(recvbuf), s));
+    }
+    QC_RETURN_IF_ERROR(s);
+    // From here on work is on the stream: unless the call waits for it at
+    // the end, the next user of the memory must.
+    bool settled = false;
+    const PendingOnExit pending(comm->staging.pending(), mem, stream, comm->timeout_seconds,
+                                settled);
+    ctx.set_seed(plan.policy.seed);
+    if (widened) s = device_codec.widen(sendbuf, dtype, widened_send, total, stream);
+    if (!s) return failure("prepare its device values", s);
+    if (enqueued) {
       ctx.set_device_values(values);
       QC_RETURN_IF_ERROR(alltoall_enqueued(ctx, send, recv, count_per_rank));
     } else {
       QC_RETURN_IF_ERROR(alltoall_with_device_codec(ctx, codec, header, mem, device_codec,
                                                     comm->staging, send, recv, count_per_rank,
                                                     stream, &layers[0].sq_norm));
+      settled = !widened;  // it waited for the stream before returning
     }
     if (widened) s = device_codec.narrow(recv, dtype, recvbuf, total, stream);
-    if (s) {
-      s = enqueued ? comm->staging.pending().enqueued(mem, stream)
-          : widened ? device_codec.synchronize(stream)
-                    : Status::ok();  // alltoall_with_device_codec waited already
+    if (s && widened && !enqueued) {
+      s = device_codec.synchronize(stream);
+      settled = s.is_ok();
     }
     return s ? s : failure("finish its device values", s);
   });

@@ -23,7 +23,16 @@ struct qc_comm_s {
   // Live from construction to destruction (core/handle_registry.h), so the
   // entry points can tell a destroyed or foreign qc_comm_t from a real one.
   qc_comm_s() { qc::live_communicators().add(this); }
-  ~qc_comm_s() { qc::live_communicators().remove(this); }
+  ~qc_comm_s() {
+    // Work a stream-ordered call left on the device may wait for a peer
+    // that failed before its part and never finish: after the timeout the
+    // transport is aborted (which ends NCCL's waiting operations) rather
+    // than the destroy hanging, and the staging's device memory is left
+    // allocated (host_staging.h: PendingDeviceWork).
+    qc::Status idle = staging.pending().wait();
+    if (!idle && transport != nullptr) transport->abort(idle);
+    qc::live_communicators().remove(this);
+  }
   qc_comm_s(const qc_comm_s&) = delete;
   qc_comm_s& operator=(const qc_comm_s&) = delete;
 

@@ -59,9 +59,11 @@ Status DeviceResiduals::to_host(std::vector<float>* host) {
 }
 
 void DeviceResiduals::release() {
-  (void)pending_.wait();  // a failure there is the enqueued call's, not the release's
+  // After a wait that timed out the blocks are left allocated: work that
+  // may still write them must not find them freed.
+  const bool idle = pending_.wait().is_ok();
   for (float*& block : blocks_) {
-    if (block != nullptr) mem_->free_device(block);
+    if (idle && block != nullptr) mem_->free_device(block);
     block = nullptr;
   }
   mem_ = nullptr;

@@ -36,10 +36,12 @@ class DeviceResiduals {
                const std::vector<float>& host, bool reset, void* stream, float** work);
   // After a call that succeeded: its block becomes the current residuals.
   void commit();
-  // The call that committed left its work on `stream` (stream-ordered): the
-  // next use of the residuals (another stream, the host, the release) waits
-  // for it.
-  Status enqueued(void* stream) { return pending_.enqueued(*mem_, stream); }
+  // A call left work on `stream` that uses the blocks (stream-ordered, or a
+  // call that failed part way): the next use of the residuals (a call, the
+  // host, the release) waits for it, the host at most `timeout_seconds`.
+  Status enqueued(void* stream, double timeout_seconds) {
+    return pending_.enqueued(*mem_, stream, timeout_seconds);
+  }
   // Brings `host` up to date when the device is newer (waits for the copy).
   Status to_host(std::vector<float>* host);
   // The host copy changed (reset, a loaded image): the device's is stale.

@@ -1,6 +1,8 @@
 #include "core/host_staging.h"
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "core/communicator.h"
 #if defined(QC_HAVE_CUDA)
@@ -38,7 +40,9 @@ class CudaDeviceMemory final : public DeviceMemory {
   Status stream_wait_event(void* stream, void* event) const override {
     return cuda::stream_wait_event(stream, event);
   }
-  Status synchronize_event(void* event) const override { return cuda::synchronize_event(event); }
+  Status query_event(void* event, bool* done) const override {
+    return cuda::query_event(event, done);
+  }
 };
 #endif
 
@@ -63,10 +67,14 @@ const DeviceMemory* cuda_device_memory() {
 }
 
 PendingDeviceWork::~PendingDeviceWork() {
-  if (event_ != nullptr) mem_->destroy_event(event_);
+  // An event may be destroyed while work before it runs; an abandoned one
+  // is left alone all the same, with the memory it guards.
+  if (event_ != nullptr && !abandoned_) mem_->destroy_event(event_);
 }
 
-Status PendingDeviceWork::enqueued(const DeviceMemory& mem, void* stream) {
+Status PendingDeviceWork::enqueued(const DeviceMemory& mem, void* stream,
+                                   double timeout_seconds) {
+  if (abandoned_) return timeout_error("earlier device work of this memory never finished");
   if (mem_ != &mem) {
     QC_RETURN_IF_ERROR(wait());
     if (event_ != nullptr) mem_->destroy_event(event_);
@@ -75,34 +83,51 @@ Status PendingDeviceWork::enqueued(const DeviceMemory& mem, void* stream) {
   }
   if (event_ == nullptr) QC_RETURN_IF_ERROR(mem.create_event(&event_));
   QC_RETURN_IF_ERROR(mem.record_event(event_, stream));
-  stream_ = stream;
+  timeout_seconds_ = timeout_seconds;
   pending_ = true;
   return Status::ok();
 }
 
 Status PendingDeviceWork::order_before(void* stream) {
-  if (!pending_ || stream == stream_) return Status::ok();
-  QC_RETURN_IF_ERROR(mem_->stream_wait_event(stream, event_));
-  // The pending work now precedes whatever `stream` runs next.
-  stream_ = stream;
-  return Status::ok();
+  if (abandoned_) return timeout_error("earlier device work of this memory never finished");
+  if (!pending_) return Status::ok();
+  return mem_->stream_wait_event(stream, event_);
 }
 
 Status PendingDeviceWork::wait() {
+  if (abandoned_) return timeout_error("earlier device work of this memory never finished");
   if (!pending_) return Status::ok();
-  Status s = mem_->synchronize_event(event_);
-  // Waited for even when it failed: the failure is the work's, reported now.
-  pending_ = false;
-  return s;
+  const auto give_up = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(timeout_seconds_));
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    bool done = false;
+    Status s = mem_->query_event(event_, &done);
+    if (!s || done) {
+      // Finished, or failed: either way nothing more will run.
+      pending_ = false;
+      return s;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) {
+      abandoned_ = true;
+      return timeout_error("enqueued device work did not finish within " +
+                     std::to_string(timeout_seconds_) +
+                     " s (a peer may have failed before its part); its memory stays allocated");
+    }
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::milliseconds(1)) pause *= 2;
+  }
 }
 
 void HostStaging::release() {
-  // The memory goes back only once no enqueued work can touch it; a failure
-  // there is the work's own, reported through the stream, not here.
-  (void)pending_.wait();
+  // The device memory goes back only once no enqueued work can touch it;
+  // after a wait that timed out it is left allocated (a leak, not a write
+  // into freed memory).
+  const bool idle = pending_.wait().is_ok();
   if (host_.data != nullptr) mem_->free_host(host_.data);
-  if (device_.data != nullptr) mem_->free_device(device_.data);
-  if (device_floats_.data != nullptr) mem_->free_device(device_floats_.data);
+  if (idle && device_.data != nullptr) mem_->free_device(device_.data);
+  if (idle && device_floats_.data != nullptr) mem_->free_device(device_floats_.data);
   host_ = Block();
   device_ = Block();
   device_floats_ = Block();

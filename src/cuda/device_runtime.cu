@@ -130,8 +130,14 @@ Status stream_wait_event(void* stream, void* event) {
                      "cudaStreamWaitEvent");
 }
 
-Status synchronize_event(void* event) {
-  return cuda_status(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cuda: kernel");
+Status query_event(void* event, bool* done) {
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  *done = e != cudaErrorNotReady;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: do not leave it for the caller's next call
+    return Status::ok();
+  }
+  return cuda_status(e, "cuda: kernel");
 }
 
 }  // namespace cuda

@@ -47,7 +47,8 @@ Status create_event(void** event);
 void destroy_event(void* event);
 Status record_event(void* event, void* stream);
 Status stream_wait_event(void* stream, void* event);
-Status synchronize_event(void* event);
+// *done once the work before the event has run; never blocks.
+Status query_event(void* event, bool* done);
 
 }  // namespace cuda
 }  // namespace qc

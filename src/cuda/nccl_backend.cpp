@@ -230,6 +230,17 @@ class RealNcclBackend final : public NcclBackend {
   }
 
   Status check_device_buffers(const void* send, const void* recv) override {
+    // qc's kernels and memory follow the calling thread's current device,
+    // the NCCL calls the communicator's; they must be one device, or
+    // nothing orders the one's work before the other's.
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_) {
+      cudaGetLastError();
+      return invalid_argument("the calling thread's current CUDA device is " +
+                              std::to_string(current) + ", the NCCL communicator's is " +
+                              std::to_string(device_) + "; call cudaSetDevice(" +
+                              std::to_string(device_) + ") first");
+    }
     for (const auto& [p, name] : {std::pair<const void*, const char*>{send, "sendbuf"},
                                   std::pair<const void*, const char*>{recv, "recvbuf"}}) {
       cudaPointerAttributes a{};

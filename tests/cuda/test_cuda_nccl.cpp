@@ -161,8 +161,9 @@ int main() {
     cudaMemcpy(back.data(), dy, x.size() * 4, cudaMemcpyDeviceToHost);
     check(back == x, "the enqueued average of one rank is the input");
     // The stream-ordered compressed ring (one rank: one encode and decode on
-    // the device), then again on a second stream, which must wait for the
-    // first call's work: the host path's bytes both times.
+    // the device, no group), on a stream kept busy first, then at once on a
+    // second stream, which must wait on the device for the first call's use
+    // of qc's memory: both give the host path's bytes.
     qc_policy_t q = QC_POLICY_INIT;
     q.codec = QC_CODEC_MINMAX;
     q.min_compress_bytes = 0;
@@ -173,17 +174,28 @@ int main() {
           "host minmax allreduce (quantized)");
     cudaStream_t other = nullptr;
     cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
-    for (cudaStream_t on : {stream, other}) {
-      cudaMemsetAsync(dy, 0, x.size() * 4, on);
-      check(qc_allreduce(comm, dx, dy, x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr,
-                         on) == QC_SUCCESS,
-            "compressed device allreduce enqueued on the caller's stream");
-      cudaStreamSynchronize(on);
+    void* busy = nullptr;
+    const size_t busy_bytes = size_t{256} << 20;
+    cudaMalloc(&busy, busy_bytes);
+    for (int i = 0; i < 20; ++i) cudaMemsetAsync(busy, i, busy_bytes, stream);
+    float* dz = nullptr;
+    cudaMalloc(&dz, x.size() * 4);
+    check(qc_allreduce(comm, dx, dy, x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr,
+                       stream) == QC_SUCCESS,
+          "compressed device allreduce enqueued behind a busy stream");
+    check(qc_allreduce(comm, dx, dz, x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr,
+                       other) == QC_SUCCESS,
+          "compressed device allreduce enqueued at once on another stream");
+    cudaStreamSynchronize(other);
+    cudaStreamSynchronize(stream);
+    for (float* out : {dy, dz}) {
       back.assign(x.size(), -1.0f);
-      cudaMemcpy(back.data(), dy, x.size() * 4, cudaMemcpyDeviceToHost);
+      cudaMemcpy(back.data(), out, x.size() * 4, cudaMemcpyDeviceToHost);
       check(std::memcmp(back.data(), want.data(), x.size() * 4) == 0,
-            "the enqueued compressed allreduce gives the host path's bytes");
+            "each enqueued compressed allreduce gives the host path's bytes");
     }
+    cudaFree(busy);
+    cudaFree(dz);
     cudaStreamDestroy(other);
     cudaStreamDestroy(stream);
     qc_status_t async = QC_ERROR_INTERNAL;

@@ -80,6 +80,7 @@ class FakeDevice final : public qc::DeviceMemory {
   }
   qc::Status record_event(void* event, void* stream) const override {
     static_cast<Event*>(event)->stream = stream;
+    static_cast<Event*>(event)->queried = false;
     ++event_records;
     return qc::Status::ok();
   }
@@ -87,10 +88,16 @@ class FakeDevice final : public qc::DeviceMemory {
     stream_waits.push_back({stream, static_cast<Event*>(event)->stream});
     return qc::Status::ok();
   }
-  qc::Status synchronize_event(void* event) const override {
-    host_waits.push_back(static_cast<Event*>(event)->stream);
+  // Each host wait's first query is recorded; with events_never_finish the
+  // work never finishes (a peer that failed before its part).
+  qc::Status query_event(void* event, bool* done) const override {
+    auto* e = static_cast<Event*>(event);
+    if (!e->queried) host_waits.push_back(e->stream);
+    e->queried = !events_never_finish;
+    *done = !events_never_finish;
     return qc::Status::ok();
   }
+  bool events_never_finish = false;
 
   bool fail_to_host = false;
   bool fail_to_device = false;
@@ -138,6 +145,7 @@ class FakeDevice final : public qc::DeviceMemory {
   struct Event {
     void* stream = nullptr;
     bool destroyed = false;
+    bool queried = false;  // since its last record
   };
   mutable std::deque<std::vector<unsigned char>> blocks_;  // never moved: a deque
   mutable std::deque<Event> events_;

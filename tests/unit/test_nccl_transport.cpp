@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -870,9 +871,10 @@ TEST(NcclEnqueuedRingFeedback, ResidualsOnTheDeviceEqualTheHostRings) {
 }
 
 // The memory an enqueued call used (the communicator's staging) is still in
-// use when the call returns: a call on another stream waits for it on the
-// device, growing or freeing it waits on the host; the same stream orders
-// it by itself. Algorithms other than ring stay staged, after the wait too.
+// use when the call returns: the next call waits for it on the device (on
+// its own stream too: two streams may share a handle), growing or freeing
+// it waits on the host. Algorithms other than ring stay staged, after the
+// wait too.
 TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
   const int n = 2;
   std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
@@ -915,7 +917,10 @@ TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
     EXPECT_TRUE(dev[r].host_waits.empty()) << "not on the host";
   }
   call_all(stream_b, small, 256, nullptr);
-  for (int r = 0; r < n; ++r) EXPECT_EQ(dev[r].stream_waits.size(), 1u) << "same stream: ordered";
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(dev[r].stream_waits.size(), 2u);
+    EXPECT_EQ(dev[r].stream_waits.back(), Wait(stream_b(r), stream_b(r))) << "B waits for B";
+  }
   call_all(stream_b, large, 4096, nullptr);
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(dev[r].host_waits, std::vector<void*>({stream_b(r)}))
@@ -932,6 +937,78 @@ TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
   nccl.reset();
   for (int r = 0; r < n; ++r) EXPECT_EQ(dev[r].live_events, 0);
   EXPECT_EQ(dev[0].host_waits.size(), host_waits + 1) << "destroying waits for the last call";
+}
+
+// A rank whose own preparation fails (here: an error buffer of another
+// count) says so in the agreement: it gets its own error (MISMATCH naming
+// the buffer), the peers MISMATCH, and no rank enqueues a group its peers
+// would wait for.
+TEST(NcclEnqueuedRingAgreement, ALocalFailureFailsEveryRankBeforeAnyGroup) {
+  const int n = 3;
+  const size_t count = 400;
+  std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+  std::vector<qcfake::CpuMessageCodec> mc(n);
+  NcclGroup nccl(n, qct::kTimeoutSeconds);
+  ASSERT_TRUE(nccl.group.ok());
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = QC_CODEC_MINMAX;
+  p.min_compress_bytes = 0;
+  p.error_feedback = 1;
+  ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+  std::vector<qc_error_buffer_t> eb(n);
+  std::vector<void*> buf(n);
+  for (int r = 0; r < n; ++r) {
+    mc[r].device = &dev[r];
+    ASSERT_EQ(qc_error_buffer_create(nccl.group[r], r == 1 ? count + 1 : count, &eb[r]),
+              QC_SUCCESS);
+    buf[r] = dev[r].upload(bytes_of(std::vector<float>(count, 1.0f)));
+  }
+  std::vector<qc::Status> s(n);
+  qct::run_ranks(n, [&](int r) {
+    s[r] = codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), buf[r], buf[r], count,
+                           QC_OP_SUM, eb[r]);
+  });
+  EXPECT_EQ(s[1].code(), QC_ERROR_MISMATCH) << s[1].message();
+  EXPECT_NE(s[1].message().find("401 residuals"), std::string::npos) << s[1].message();
+  for (int r : {0, 2}) EXPECT_EQ(s[r].code(), QC_ERROR_MISMATCH) << s[r].message();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(nccl.world->device_groups(r), 0) << "rank " << r;
+    EXPECT_EQ(mc[r].encodes, 0) << "rank " << r;
+    qc_error_buffer_destroy(eb[r]);
+  }
+}
+
+// Enqueued work that never finishes (its peer failed before its part) must
+// not hang the destroy: it waits the communicator's timeout, aborts the
+// transport (which ends NCCL's waiting operations) and leaves the device
+// memory the work may still touch allocated.
+TEST(NcclEnqueuedRingOrdering, WorkThatNeverFinishesDoesNotHangTheDestroy) {
+  qcfake::FakeDevice dev;  // outlives the communicator
+  qcfake::CpuMessageCodec mc;
+  mc.device = &dev;
+  auto nccl = std::make_unique<NcclGroup>(1, 0.2);
+  ASSERT_TRUE(nccl->group.ok());
+  const std::shared_ptr<qcfake::FakeNcclWorld> world = nccl->world;
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = QC_CODEC_MINMAX;
+  p.min_compress_bytes = 0;
+  ASSERT_EQ(nccl->group.set_policy("*", p), QC_SUCCESS);
+  void* buf = dev.upload(bytes_of(std::vector<float>(512, 1.5f)));
+  const qc::Status s = codec_allreduce(nccl->group[0], dev, mc, stream_of(0), buf, buf, 512,
+                                       QC_OP_SUM);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  ASSERT_EQ(dev.event_records, 1);
+  dev.events_never_finish = true;
+  const int live = dev.live_device;
+  EXPECT_GT(live, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  nccl.reset();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 5.0) << "the destroy gave up after the timeout";
+  EXPECT_GE(seconds, 0.2) << "after the timeout, not before";
+  EXPECT_TRUE(world->aborted(0)) << "the transport was aborted";
+  EXPECT_EQ(dev.live_device, live) << "the memory the work may touch stays allocated";
 }
 
 // The agreement comes first: a rank whose buffers NCCL cannot take gets
