@@ -335,6 +335,19 @@ Status device_residuals_for(const qc_comm_s* comm, const DeviceMemory& mem,
   return s;
 }
 
+// The end of a device call's preparation, `local` its status: an enqueued
+// call's agreement comes here, after everything that can fail on this rank
+// alone, and a rank whose preparation failed fails it for every rank.
+Status conclude_preparation(CollectiveContext& ctx, bool enqueued, const void* sendbuf,
+                            const void* recvbuf, const Status& local) {
+  if (enqueued) {
+    // Only where the buffers are is checked here, whatever their type.
+    QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
+                                                   static_cast<const float*>(recvbuf), local));
+  }
+  return local;
+}
+
 // Records, when a call's scope ends, that the work it left on `stream` may
 // still use qc's device memory, unless `settled` says the call waited for
 // it. A failure to record leaves nothing better to do than what a failed
@@ -422,12 +435,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                &residual);
       residuals_bound = s.is_ok();
     }
-    if (enqueued) {
-      // Only where the buffers are is checked here, whatever their type.
-      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
-                                                     static_cast<const float*>(recvbuf), s));
-    }
-    QC_RETURN_IF_ERROR(s);
+    QC_RETURN_IF_ERROR(conclude_preparation(ctx, enqueued, sendbuf, recvbuf, s));
     // From here on work is on the stream: unless the call waits for it at
     // the end, the next user of the memory must (PendingDeviceWork).
     bool settled = false;
@@ -844,12 +852,7 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
       values.payload_capacity = bytes;
     }
     if (!s) s = failure("prepare its device memory", s);
-    if (enqueued) {
-      // Only where the buffers are is checked here, whatever their type.
-      QC_RETURN_IF_ERROR(ctx.agree_on_device_buffers(static_cast<const float*>(sendbuf),
-                                                     static_cast<const float*>(recvbuf), s));
-    }
-    QC_RETURN_IF_ERROR(s);
+    QC_RETURN_IF_ERROR(conclude_preparation(ctx, enqueued, sendbuf, recvbuf, s));
     // From here on work is on the stream: unless the call waits for it at
     // the end, the next user of the memory must.
     bool settled = false;
