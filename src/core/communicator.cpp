@@ -302,9 +302,10 @@ namespace {
 
 // The uncompressed sum of float32 device buffers enqueued on the caller's
 // stream (NCCL): no staging, no wait.
-Status enqueue_allreduce_on_device(qc_comm_s* comm, const AllreducePlan& plan,
-                                   const void* sendbuf, void* recvbuf, size_t count,
-                                   qc_reduce_op_t op, const char* layer, void* stream) {
+Status enqueue_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
+                                   const AllreducePlan& plan, const void* sendbuf, void* recvbuf,
+                                   size_t count, qc_reduce_op_t op, const char* layer,
+                                   void* stream) {
   const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, QC_DTYPE_FLOAT32,
                                             op, layer, plan.policy, plan.algorithm) ^
                              kEnqueuedOnDevice;
@@ -312,9 +313,13 @@ Status enqueue_allreduce_on_device(qc_comm_s* comm, const AllreducePlan& plan,
   return run_collective(comm, *plan.codec, signature, count * 4,
                         one_layer(layer, count, count * 4, unknown_norm),
                         [&](CollectiveContext& ctx) {
-    return ctx.enqueue_device_allreduce_float(static_cast<const float*>(sendbuf),
-                                              static_cast<float*>(recvbuf), count,
-                                              op == QC_OP_AVG, stream);
+    QC_RETURN_IF_ERROR(ctx.enqueue_device_allreduce_float(static_cast<const float*>(sendbuf),
+                                                          static_cast<float*>(recvbuf), count,
+                                                          op == QC_OP_AVG, stream));
+    // It uses none of qc's memory, but the destroy must not hang on it if a
+    // peer never joins (qc_comm_s's destructor waits with a timeout).
+    return mem != nullptr ? comm->staging.pending().enqueued(*mem, stream, comm->timeout_seconds)
+                          : Status::ok();
   });
 }
 
@@ -511,7 +516,8 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
   const bool feedback = plan.policy.error_feedback != 0 && error_buffer != nullptr;
   if (enqueue && plan.native_float && !feedback) {
     *ran = true;
-    return enqueue_allreduce_on_device(comm, plan, sendbuf, recvbuf, count, op, layer, stream);
+    return enqueue_allreduce_on_device(comm, mem, plan, sendbuf, recvbuf, count, op, layer,
+                                       stream);
   }
   if (mem == nullptr || device_codec == nullptr) return Status::ok();
   qc_error_buffer_s* eb = feedback ? error_buffer : nullptr;

@@ -981,34 +981,40 @@ TEST(NcclEnqueuedRingAgreement, ALocalFailureFailsEveryRankBeforeAnyGroup) {
 // Enqueued work that never finishes (its peer failed before its part) must
 // not hang the destroy: it waits the communicator's timeout, aborts the
 // transport (which ends NCCL's waiting operations) and leaves the device
-// memory the work may still touch allocated.
+// memory the work may still touch allocated. For the compressed ring and
+// for NCCL's own uncompressed allreduce alike.
 TEST(NcclEnqueuedRingOrdering, WorkThatNeverFinishesDoesNotHangTheDestroy) {
-  qcfake::FakeDevice dev;  // outlives the communicator
-  qcfake::CpuMessageCodec mc;
-  mc.device = &dev;
-  auto nccl = std::make_unique<NcclGroup>(1, 0.2);
-  ASSERT_TRUE(nccl->group.ok());
-  const std::shared_ptr<qcfake::FakeNcclWorld> world = nccl->world;
-  qc_policy_t p = QC_POLICY_INIT;
-  p.codec = QC_CODEC_MINMAX;
-  p.min_compress_bytes = 0;
-  ASSERT_EQ(nccl->group.set_policy("*", p), QC_SUCCESS);
-  void* buf = dev.upload(bytes_of(std::vector<float>(512, 1.5f)));
-  const qc::Status s = codec_allreduce(nccl->group[0], dev, mc, stream_of(0), buf, buf, 512,
-                                       QC_OP_SUM);
-  ASSERT_TRUE(s.is_ok()) << s.message();
-  ASSERT_EQ(dev.event_records, 1);
-  dev.events_never_finish = true;
-  const int live = dev.live_device;
-  EXPECT_GT(live, 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  nccl.reset();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(seconds, 5.0) << "the destroy gave up after the timeout";
-  EXPECT_GE(seconds, 0.2) << "after the timeout, not before";
-  EXPECT_TRUE(world->aborted(0)) << "the transport was aborted";
-  EXPECT_EQ(dev.live_device, live) << "the memory the work may touch stays allocated";
+  for (const qc_codec_t codec : {QC_CODEC_MINMAX, QC_CODEC_NONE}) {
+    SCOPED_TRACE(qc::codec_name(codec));
+    qcfake::FakeDevice dev;  // outlives the communicator
+    qcfake::CpuMessageCodec mc;
+    mc.device = &dev;
+    auto nccl = std::make_unique<NcclGroup>(1, 0.2);
+    ASSERT_TRUE(nccl->group.ok());
+    const std::shared_ptr<qcfake::FakeNcclWorld> world = nccl->world;
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = codec;
+    p.min_compress_bytes = 0;
+    // One rank: AUTO would pick ring (and stage) for codec none.
+    if (codec == QC_CODEC_NONE) p.algorithm = QC_ALGO_NATIVE;
+    ASSERT_EQ(nccl->group.set_policy("*", p), QC_SUCCESS);
+    void* buf = dev.upload(bytes_of(std::vector<float>(512, 1.5f)));
+    const qc::Status s = codec_allreduce(nccl->group[0], dev, mc, stream_of(0), buf, buf, 512,
+                                         QC_OP_SUM);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    ASSERT_EQ(dev.event_records, 1);
+    EXPECT_EQ(world->enqueued(0), codec == QC_CODEC_NONE ? 1 : 0);
+    dev.events_never_finish = true;
+    const int live = dev.live_device;
+    const auto t0 = std::chrono::steady_clock::now();
+    nccl.reset();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(seconds, 5.0) << "the destroy gave up after the timeout";
+    EXPECT_GE(seconds, 0.2) << "after the timeout, not before";
+    EXPECT_TRUE(world->aborted(0)) << "the transport was aborted";
+    EXPECT_EQ(dev.live_device, live) << "the memory the work may touch stays allocated";
+  }
 }
 
 // The agreement comes first: a rank whose buffers NCCL cannot take gets
