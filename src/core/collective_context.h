@@ -60,6 +60,13 @@ struct ScaleMemory {
   float norm = 0.0f;    // the native algorithm's agreed norm at the refresh
 };
 
+// The bytes a payload of `payload` bytes takes in device memory laid out in
+// slots: each starts on a 32-byte boundary of the (cudaMalloc'd, 256-byte
+// aligned) buffer, the alignment a payload has behind the 32-byte header of
+// a message qc_encode writes into a cudaMalloc'd buffer, which is what the
+// kernels are tested with. Larger slots would stage padding.
+inline size_t device_payload_slot(size_t payload) { return (payload + 31) / 32 * 32; }
+
 // A call whose values (the algorithms' `data`) are device memory and whose
 // codec runs there (core/device_staging.h): encode, decode and the values
 // arithmetic are enqueued on `stream`; the messages stay host memory, and

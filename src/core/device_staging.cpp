@@ -14,14 +14,6 @@
 namespace qc {
 namespace {
 
-// Each payload starts on a 32-byte boundary of the (cudaMalloc'd, 256-byte
-// aligned) device buffer: the alignment a payload has behind the 32-byte
-// header of a message qc_encode writes into a cudaMalloc'd buffer, which is
-// what the kernels are tested with. Larger slots would stage padding.
-constexpr size_t kSlotAlign = 32;
-
-size_t slot_bytes(size_t payload) { return (payload + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
-
 #if defined(QC_HAVE_CUDA)
 class CudaMessageCodec final : public DeviceMessageCodec {
  public:
@@ -138,8 +130,8 @@ Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t
     return internal_error("no fixed message layout for the device values");
   }
   const size_t payload_capacity = payload_area > 0 ? payload_area : largest.payload_bytes;
-  const size_t payload = slot_bytes(payload_capacity);
-  const size_t norm = slot_bytes(DeviceMessageCodec::kNormScratchBytes);
+  const size_t payload = device_payload_slot(payload_capacity);
+  const size_t norm = device_payload_slot(DeviceMessageCodec::kNormScratchBytes);
   const size_t floats = (count + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
   unsigned char* device = nullptr;
   QC_RETURN_IF_ERROR(
@@ -164,7 +156,7 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
   const int r = ctx.rank();
   const size_t blocks = static_cast<size_t>(n);
   const size_t payload = header.payload_bytes;
-  const size_t slot = slot_bytes(payload);
+  const size_t slot = device_payload_slot(payload);
   // Device and host: blocks out-going slots, then blocks incoming ones; the
   // device also the norm's scratch.
   unsigned char* device = nullptr;

@@ -11,17 +11,8 @@
 #include "core/algorithms/algorithm.h"
 
 namespace qc {
-namespace {
-
-// A payload's slot starts on a 32-byte boundary (as ring_enqueued.cpp's).
-constexpr size_t kSlotAlign = 32;
-
-size_t slot_of(size_t payload) { return (payload + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
-
-}  // namespace
-
 Status alltoall_enqueued_payload_bytes(size_t payload, int ranks, size_t* bytes) {
-  *bytes = 2 * static_cast<size_t>(ranks) * slot_of(payload);
+  *bytes = 2 * static_cast<size_t>(ranks) * device_payload_slot(payload);
   return Status::ok();
 }
 
@@ -37,7 +28,7 @@ Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,
                           " bytes of device payloads, " +
                           std::to_string(ctx.device_payload_capacity()) + " reserved");
   }
-  const size_t slot = slot_of(payload);
+  const size_t slot = device_payload_slot(payload);
   uint8_t* const out = ctx.device_payloads();
   uint8_t* const in = out + static_cast<size_t>(n) * slot;
   for (int k = 0; k < n; ++k) {

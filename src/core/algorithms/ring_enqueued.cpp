@@ -20,10 +20,6 @@
 namespace qc {
 namespace {
 
-// A payload's slot starts on a 32-byte boundary, the alignment the kernels
-// are tested with (a payload behind qc_encode's 32-byte header).
-constexpr size_t kSlotAlign = 32;
-
 size_t mod(long long a, int n) { return static_cast<size_t>(((a % n) + n) % n); }
 
 // Block b's payload size and its slot's offset; the total in *bytes.
@@ -38,7 +34,7 @@ Status lay_out(PayloadOf&& payload_of, size_t count, int n, std::vector<size_t>*
     QC_RETURN_IF_ERROR(
         payload_of(block_range(count, static_cast<size_t>(n), b).count, &(*sizes)[b]));
     (*offsets)[b] = at;
-    at += ((*sizes)[b] + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+    at += device_payload_slot((*sizes)[b]);
   }
   *bytes = at;
   return Status::ok();
