@@ -520,19 +520,20 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   returns without waiting for (stream-ordered, as NCCL's calls are):
  *   float32 with codec none under auto or native and no error feedback is
  *   NCCL's own allreduce on sendbuf and recvbuf (QC_OP_AVG is NCCL's
- *   average); any dtype with minmax, qsgd, onebit, fp16 or bf16 under auto
- *   or ring, without scale reuse, with or without error feedback, is the
- *   ring with the kernels' encodes and decodes and ncclSend/ncclRecv of
- *   the compressed payloads, all on `stream` (the host ring's result bit
- *   for bit; auto means ring here). Errors NCCL reports later show in
+ *   average); any dtype with minmax, qsgd, onebit, fp16 or bf16 under
+ *   ring, recursive doubling, SRA or tree (auto picks one as on the host),
+ *   without scale reuse, with or without error feedback, is that algorithm
+ *   with the kernels' encodes and decodes and ncclSend/ncclRecv of the
+ *   compressed payloads, all on `stream` (the host algorithm's result bit
+ *   for bit). Errors NCCL reports later show in
  *   qc_comm_get_async_error; work that waits for a peer that failed after
  *   the check shows as a TIMEOUT of this rank's next call, and
  *   qc_comm_destroy waits for it at most the communicator's timeout. Their buffers must be memory of the NCCL
  *   communicator's device (else QC_ERROR_INVALID_ARGUMENT, and every peer
  *   fails the check with MISMATCH), and every rank of such a call must
  *   pass device buffers: ranks that mix host and device buffers in one
- *   call get MISMATCH (codec none) or QC_ERROR_TIMEOUT (the compressed
- *   ring, whose host ranks do not take part in the check). NCCL runs a
+ *   call get MISMATCH (codec none) or QC_ERROR_TIMEOUT (a compressed
+ *   algorithm, whose host ranks do not take part in the check). NCCL runs a
  *   communicator's operations in the order they were enqueued, so the next
  *   call's check waits for this one to run on its stream, and that wait
  *   counts against the next call's timeout. qc's own memory that such a

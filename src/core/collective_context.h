@@ -195,7 +195,7 @@ class CollectiveContext {
   Status agree_on_device_buffers(const float* send, const float* recv,
                                  const Status& local = Status::ok());
 
-  // Stream-ordered calls on device values (allreduce_ring_enqueued): the
+  // Stream-ordered calls on device values (allreduce_enqueued): the
   // payloads stay in device memory the algorithm lays out and travel
   // without envelope or wire header, the transport's sends and receives
   // enqueued on the call's stream like the kernels, nothing awaited. Every

@@ -383,8 +383,8 @@ class PendingOnExit {
 // recvbuf holds the result. With `error_buffer`, the residuals are device
 // memory too, kept there between calls.
 //
-// `enqueued`: the stream-ordered ring instead (allreduce_ring_enqueued, on a
-// transport with device groups: NCCL), the whole call enqueued on `stream`
+// `enqueued`: the algorithm stream-ordered instead (allreduce_enqueued, on
+// a transport with device groups: NCCL), the whole call enqueued on `stream`
 // after the ranks' agreement; it returns without waiting, and the work it
 // left behind is recorded where qc's memory is (the staging, the residuals)
 // so the next user of that memory waits for it.
@@ -396,7 +396,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                    qc_error_buffer_s* error_buffer, void* stream) {
   const qc_policy_t& policy = plan.policy;
   const int n = comm->transport->size();
-  const qc_algorithm_t algorithm = enqueued ? QC_ALGO_RING : plan.algorithm;
+  const qc_algorithm_t algorithm = plan.algorithm;
   // 16-bit data runs on a float32 copy, as on the host (comm->work).
   const bool widened = dtype != QC_DTYPE_FLOAT32;
   const size_t logical_bytes = count * dtype_size(dtype);
@@ -420,7 +420,9 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     // that fails here says so in the agreement, so every rank fails it and
     // none enqueues a group its peers would wait for on the device.
     size_t payload_area = 0;  // the largest message's
-    Status s = enqueued ? ring_enqueued_payload_bytes(*plan.codec, count, n, &payload_area)
+    Status s = enqueued ? allreduce_enqueued_payload_bytes(algorithm, *plan.codec, count, n,
+                                                           ctx.rank(), policy.group_size,
+                                                           &payload_area)
                         : Status::ok();
     // An earlier enqueued call may still use the memory.
     if (s) s = comm->staging.pending().order_before(stream);
@@ -463,17 +465,18 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     ctx.set_seed(policy.seed);
     ctx.set_device_values(values);
     if (residual != nullptr) ctx.set_residual(residual, count);
-    switch (algorithm) {
-      case QC_ALGO_RING:
-        s = enqueued ? allreduce_ring_enqueued(ctx, data, count)
-                     : allreduce_ring(ctx, data, count);
-        break;
-      case QC_ALGO_RECURSIVE_DOUBLING:
-        s = allreduce_recursive_doubling(ctx, data, count, policy.group_size);
-        break;
-      case QC_ALGO_SRA: s = allreduce_sra(ctx, data, count); break;
-      case QC_ALGO_TREE: s = allreduce_tree(ctx, data, count); break;
-      default: return internal_error("no device algorithm selected");
+    if (enqueued) {
+      s = allreduce_enqueued(ctx, algorithm, data, count, policy.group_size);
+    } else {
+      switch (algorithm) {
+        case QC_ALGO_RING: s = allreduce_ring(ctx, data, count); break;
+        case QC_ALGO_RECURSIVE_DOUBLING:
+          s = allreduce_recursive_doubling(ctx, data, count, policy.group_size);
+          break;
+        case QC_ALGO_SRA: s = allreduce_sra(ctx, data, count); break;
+        case QC_ALGO_TREE: s = allreduce_tree(ctx, data, count); break;
+        default: return internal_error("no device algorithm selected");
+      }
     }
     QC_RETURN_IF_ERROR(s);
     // AVG's one division at the end, as finish_allreduce does on the host.
@@ -521,20 +524,14 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
   }
   if (mem == nullptr || device_codec == nullptr) return Status::ok();
   qc_error_buffer_s* eb = feedback ? error_buffer : nullptr;
-  // On a transport that moves device bytes itself (NCCL), ring or auto
-  // runs stream-ordered: the ring is the one algorithm whose every message
-  // has a size fixed by the call's shape and that needs no host step.
-  const bool ring = plan.policy.algorithm == QC_ALGO_AUTO || plan.algorithm == QC_ALGO_RING;
-  if (comm->transport->has_device_groups() && ring &&
-      allreduce_stages_compressed(plan.policy, *plan.codec, QC_ALGO_RING, count)) {
-    *ran = true;
-    return allreduce_with_device_codec(comm, *mem, *device_codec, plan, /*enqueued=*/true,
-                                       sendbuf, recvbuf, count, dtype, op, layer, eb, stream);
-  }
+  // On a transport that moves device bytes itself (NCCL), every algorithm
+  // the codec runs on the device for runs stream-ordered: each of their
+  // messages has a size fixed by the call's shape, and none needs a host step.
   if (allreduce_stages_compressed(plan.policy, *plan.codec, plan.algorithm, count)) {
     *ran = true;
-    return allreduce_with_device_codec(comm, *mem, *device_codec, plan, /*enqueued=*/false,
-                                       sendbuf, recvbuf, count, dtype, op, layer, eb, stream);
+    return allreduce_with_device_codec(comm, *mem, *device_codec, plan,
+                                       /*enqueued=*/comm->transport->has_device_groups(), sendbuf,
+                                       recvbuf, count, dtype, op, layer, eb, stream);
   }
   return Status::ok();
 }

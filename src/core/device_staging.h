@@ -14,9 +14,9 @@
 //    each message's payload crossing as the algorithm sends or receives it;
 //    with error feedback (the kernels' compensated encodes) the residuals
 //    are device memory too (device_residuals.h).
-// On a transport that moves device bytes itself (NCCL), the ring goes
-// further: nothing is staged and nothing awaited (algorithms/
-// ring_enqueued.cpp, through the same DeviceValues).
+// On a transport that moves device bytes itself (NCCL), those four
+// algorithms go further: nothing is staged and nothing awaited (algorithms/
+// *_enqueued.cpp, through the same DeviceValues).
 // Every other device call goes through host_staging.h. The bytes on the wire
 // are the host path's, bit for bit, so ranks on device and on host memory can
 // meet in one call, and the results are the host path's too.

@@ -49,7 +49,7 @@ class DeviceMemory {
 };
 
 // Work that a stream-ordered call (one that returns before the GPU runs it:
-// allreduce_ring_enqueued), or a call that failed part way, left on the
+// allreduce_enqueued), or a call that failed part way, left on the
 // caller's stream and that still uses device memory qc keeps from call to
 // call (a communicator's staging, an error buffer's residuals). Whoever uses
 // that memory next orders itself after it: a later call waits for it on the

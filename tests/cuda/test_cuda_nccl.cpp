@@ -194,6 +194,22 @@ int main() {
       check(std::memcmp(back.data(), want.data(), x.size() * 4) == 0,
             "each enqueued compressed allreduce gives the host path's bytes");
     }
+    // The other stream-ordered algorithms, named: on one rank each is its
+    // encodes, decodes and (SRA) the device sum, still the host's bytes.
+    for (const qc_algorithm_t algorithm :
+         {QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA, QC_ALGO_TREE}) {
+      q.algorithm = algorithm;
+      check(qc_set_layer_policy(comm, "*", &q) == QC_SUCCESS, "a minmax policy by name");
+      cudaMemsetAsync(dz, 0, x.size() * 4, other);
+      check(qc_allreduce(comm, dx, dz, x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr,
+                         other) == QC_SUCCESS,
+            "a compressed device allreduce by name enqueued");
+      cudaStreamSynchronize(other);
+      back.assign(x.size(), -1.0f);
+      cudaMemcpy(back.data(), dz, x.size() * 4, cudaMemcpyDeviceToHost);
+      check(std::memcmp(back.data(), want.data(), x.size() * 4) == 0,
+            "recursive doubling, SRA and tree enqueued give the host path's bytes");
+    }
     cudaFree(busy);
     cudaFree(dz);
     cudaStreamDestroy(other);

@@ -621,9 +621,9 @@ TEST(NcclDevice, LayerNormsAverageOnlyTheCallsThatMeasuredOne) {
 
 
 // ---------------------------------------------------------------------------
-// Compressed allreduces of device buffers, stream-ordered: the ring's every
-// step (kernels, ncclSend/ncclRecv groups) enqueued on the caller's stream
-// (algorithms/ring_enqueued.cpp). The fake device codec runs the CPU codecs
+// Compressed allreduces of device buffers, stream-ordered: every step of
+// ring, recursive doubling, SRA and tree (kernels, ncclSend/ncclRecv
+// groups) enqueued on the caller's stream (algorithms/*_enqueued.cpp). The fake device codec runs the CPU codecs
 // over the fake device's memory; the fake NCCL's "stream" runs each group
 // before returning, so the results are checked right after the call.
 // ---------------------------------------------------------------------------
@@ -636,20 +636,22 @@ qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
                               nullptr, eb);
 }
 
-// The host ring's outputs on the local transport, the reference.
-std::vector<Bytes> host_ring(int n, qc_policy_t p, const std::vector<Bytes>& in, size_t count,
-                             qc_reduce_op_t op, qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
+// The host path's outputs on the local transport under the same policy
+// (AUTO picks the same algorithm there: the rule differs only for codec
+// none), the reference.
+std::vector<Bytes> host_allreduce(int n, const qc_policy_t& p, const std::vector<Bytes>& in,
+                                  size_t count, qc_reduce_op_t op,
+                                  qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
   std::vector<Bytes> out(n, Bytes(count * qct::dtype_size(dtype)));
   Group g(n);
   if (!g.ok()) return {};
-  p.algorithm = QC_ALGO_RING;
   EXPECT_EQ(g.set_policy("*", p), QC_SUCCESS);
   std::vector<qc_status_t> s(n);
   qct::run_ranks(n, [&](int r) {
     s[r] = qc_allreduce(g[r], in[r].data(), out[r].data(), count, dtype, op, nullptr, nullptr,
                         nullptr);
   });
-  for (int r = 0; r < n; ++r) EXPECT_EQ(s[r], QC_SUCCESS) << "host ring, rank " << r;
+  for (int r = 0; r < n; ++r) EXPECT_EQ(s[r], QC_SUCCESS) << "host path, rank " << r;
   return out;
 }
 
@@ -664,6 +666,12 @@ struct EnqueuedCase {
   size_t count;
   qc_reduce_op_t op;
   bool in_place;
+  int group_size;
+  // Each rank's device groups: the algorithm's schedule (ring: 2 (n-1)
+  // exchanges; SRA: scatter and allgather; tree and recursive doubling:
+  // one per step, per rank). Empty blocks send nothing, hence no count for
+  // fewer values than ranks.
+  std::vector<long> groups;
 };
 
 void PrintTo(const EnqueuedCase& c, std::ostream* os) { *os << c.name; }
@@ -677,15 +685,16 @@ qc_policy_t enqueued_policy(const EnqueuedCase& c) {
   p.algorithm = c.algorithm;
   p.min_compress_bytes = 0;
   p.seed = 17;
+  if (c.group_size > 0) p.group_size = c.group_size;
   return p;
 }
 
-class NcclEnqueuedRing : public ::testing::TestWithParam<EnqueuedCase> {};
+class NcclEnqueued : public ::testing::TestWithParam<EnqueuedCase> {};
 
-// The host ring's result bit for bit, with nothing staged and nothing
-// awaited: one agreement, then 2 (n-1) groups on the caller's stream, and an
-// event marking where the call's work ends.
-TEST_P(NcclEnqueuedRing, MatchesTheHostRingWithNothingStagedOrAwaited) {
+// The host algorithm's result bit for bit, with nothing staged and nothing
+// awaited: one agreement, then the algorithm's groups on the caller's
+// stream, and an event marking where the call's work ends.
+TEST_P(NcclEnqueued, MatchesTheHostPathWithNothingStagedOrAwaited) {
   const EnqueuedCase& c = GetParam();
   const int n = c.ranks;
   const qc_policy_t p = enqueued_policy(c);
@@ -695,7 +704,7 @@ TEST_P(NcclEnqueuedRing, MatchesTheHostRingWithNothingStagedOrAwaited) {
   ASSERT_TRUE(nccl.group.ok());
   ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
   const auto in = qct::encode_all(qct::random_inputs(n, c.count, 31), QC_DTYPE_FLOAT32);
-  const std::vector<Bytes> want = host_ring(n, p, in, c.count, c.op);
+  const std::vector<Bytes> want = host_allreduce(n, p, in, c.count, c.op);
   ASSERT_EQ(want.size(), static_cast<size_t>(n));
   std::vector<void*> send(n), recv(n);
   for (int r = 0; r < n; ++r) {
@@ -722,8 +731,8 @@ TEST_P(NcclEnqueuedRing, MatchesTheHostRingWithNothingStagedOrAwaited) {
         << "one agreement (none needed alone)";
     EXPECT_EQ(nccl.world->groups(r), 0) << "no host frames";
     EXPECT_EQ(nccl.world->enqueued(r), 0);
-    if (c.count >= static_cast<size_t>(n)) {
-      EXPECT_EQ(nccl.world->device_groups(r), 2 * (n - 1));
+    if (!c.groups.empty()) {
+      EXPECT_EQ(nccl.world->device_groups(r), c.groups[static_cast<size_t>(r)]);
     }
     if (n > 1) {
       EXPECT_EQ(nccl.world->last_stream(r), stream_of(r));
@@ -734,43 +743,79 @@ TEST_P(NcclEnqueuedRing, MatchesTheHostRingWithNothingStagedOrAwaited) {
   EXPECT_EQ(nccl.world->size_mismatch(), "");
 }
 
+std::vector<long> each(int n, long groups) { return std::vector<long>(static_cast<size_t>(n), groups); }
+
 INSTANTIATE_TEST_SUITE_P(
-    Codecs, NcclEnqueuedRing,
+    Codecs, NcclEnqueued,
     ::testing::Values(
+        // AUTO below 64 KiB per rank: recursive doubling, here one group of
+        // three (an intra-group reduce and gather).
         EnqueuedCase{"Minmax4AutoThreeRanks", QC_CODEC_MINMAX, 4, 128, QC_ROUND_NEAREST_EVEN,
-                     QC_ALGO_AUTO, 3, 1001, QC_OP_SUM, false},
+                     QC_ALGO_AUTO, 3, 1001, QC_OP_SUM, false, 0, each(3, 2)},
+        // AUTO from 64 KiB per rank: SRA.
+        EnqueuedCase{"Minmax4AutoLargeFourRanks", QC_CODEC_MINMAX, 4, 128, QC_ROUND_STOCHASTIC,
+                     QC_ALGO_AUTO, 4, 20000, QC_OP_AVG, false, 0, each(4, 2)},
         EnqueuedCase{"Minmax2Bucket37RingFiveRanksAvgInPlace", QC_CODEC_MINMAX, 2, 37,
-                     QC_ROUND_STOCHASTIC, QC_ALGO_RING, 5, 999, QC_OP_AVG, true},
+                     QC_ROUND_STOCHASTIC, QC_ALGO_RING, 5, 999, QC_OP_AVG, true, 0, each(5, 8)},
         EnqueuedCase{"Qsgd4StochasticAutoTwoRanks", QC_CODEC_QSGD, 4, 64, QC_ROUND_STOCHASTIC,
-                     QC_ALGO_AUTO, 2, 4096, QC_OP_SUM, false},
+                     QC_ALGO_AUTO, 2, 4096, QC_OP_SUM, false, 0, each(2, 2)},
         EnqueuedCase{"OnebitRingFourRanksAvg", QC_CODEC_ONEBIT, 1, 128, QC_ROUND_NEAREST_EVEN,
-                     QC_ALGO_RING, 4, 1000, QC_OP_AVG, false},
+                     QC_ALGO_RING, 4, 1000, QC_OP_AVG, false, 0, each(4, 6)},
         EnqueuedCase{"Fp16AutoThreeRanksInPlace", QC_CODEC_FP16, 4, 128, QC_ROUND_NEAREST_EVEN,
-                     QC_ALGO_AUTO, 3, 777, QC_OP_SUM, true},
+                     QC_ALGO_AUTO, 3, 777, QC_OP_SUM, true, 0, each(3, 2)},
         EnqueuedCase{"Bf16OneRank", QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_ALGO_AUTO, 1,
-                     500, QC_OP_SUM, false},
+                     500, QC_OP_SUM, false, 0, each(1, 0)},
         EnqueuedCase{"Minmax4FewerValuesThanRanks", QC_CODEC_MINMAX, 4, 128,
-                     QC_ROUND_NEAREST_EVEN, QC_ALGO_RING, 5, 3, QC_OP_SUM, false}),
+                     QC_ROUND_NEAREST_EVEN, QC_ALGO_RING, 5, 3, QC_OP_SUM, false, 0, {}},
+        EnqueuedCase{"Minmax4SraFiveRanksStochasticAvgInPlace", QC_CODEC_MINMAX, 4, 128,
+                     QC_ROUND_STOCHASTIC, QC_ALGO_SRA, 5, 1003, QC_OP_AVG, true, 0, each(5, 2)},
+        EnqueuedCase{"OnebitSraFewerValuesThanRanks", QC_CODEC_ONEBIT, 1, 128,
+                     QC_ROUND_NEAREST_EVEN, QC_ALGO_SRA, 5, 3, QC_OP_SUM, false, 0, {}},
+        // Rank 0 receives from 1, 2 and 4, then broadcasts in one group;
+        // 2 receives from 3, sends, receives the result and forwards it.
+        EnqueuedCase{"Qsgd4TreeFiveRanks", QC_CODEC_QSGD, 4, 64, QC_ROUND_STOCHASTIC,
+                     QC_ALGO_TREE, 5, 999, QC_OP_SUM, false, 0, {4, 2, 4, 2, 2}},
+        EnqueuedCase{"Bf16TreeThreeRanksAvgInPlace", QC_CODEC_BF16, 4, 128,
+                     QC_ROUND_NEAREST_EVEN, QC_ALGO_TREE, 3, 640, QC_OP_AVG, true, 0, {3, 2, 2}},
+        // Groups of 2, 2 groups, ranks 4 and 5 folded into 0 and 1: fold,
+        // intra reduce, one halving, one doubling, intra gather, unfold.
+        EnqueuedCase{"Minmax4RecursiveDoublingSixRanksGroupsOfTwo", QC_CODEC_MINMAX, 4, 128,
+                     QC_ROUND_STOCHASTIC, QC_ALGO_RECURSIVE_DOUBLING, 6, 1001, QC_OP_SUM, false, 2,
+                     {6, 6, 4, 4, 2, 2}},
+        // Groups of 1: two halvings and two doublings across four groups,
+        // rank 4 folded into 0.
+        EnqueuedCase{"OnebitRecursiveDoublingFiveRanksGroupsOfOne", QC_CODEC_ONEBIT, 1, 64,
+                     QC_ROUND_NEAREST_EVEN, QC_ALGO_RECURSIVE_DOUBLING, 5, 1000, QC_OP_AVG, true,
+                     1, {6, 4, 4, 4, 2}},
+        EnqueuedCase{"Minmax8RecursiveDoublingFewerValuesThanRanks", QC_CODEC_MINMAX, 8, 128,
+                     QC_ROUND_NEAREST_EVEN, QC_ALGO_RECURSIVE_DOUBLING, 7, 4, QC_OP_SUM, false, 2,
+                     {}}),
     [](const ::testing::TestParamInfo<EnqueuedCase>& info) { return info.param.name; });
 
-// 16-bit data runs the enqueued ring on a float32 copy on the device,
+// 16-bit data runs the enqueued algorithm on a float32 copy on the device,
 // widened first and narrowed into recvbuf last, on the caller's stream: the
-// host ring's bytes.
-TEST(NcclEnqueuedRing16Bit, MatchesTheHostRingOnAFloat32Copy) {
+// host path's bytes.
+TEST(NcclEnqueued16Bit, MatchesTheHostPathOnAFloat32Copy) {
   const int n = 3;
   const size_t count = 1001;
-  for (const qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16}) {
-    SCOPED_TRACE(dtype == QC_DTYPE_FLOAT16 ? "float16" : "bfloat16");
+  const std::tuple<qc_dtype_t, qc_algorithm_t, std::vector<long>> cases[] = {
+      {QC_DTYPE_FLOAT16, QC_ALGO_RING, each(n, 4)},
+      {QC_DTYPE_BFLOAT16, QC_ALGO_SRA, each(n, 2)},
+      {QC_DTYPE_FLOAT16, QC_ALGO_TREE, {3, 2, 2}},
+      {QC_DTYPE_BFLOAT16, QC_ALGO_AUTO, each(n, 2)}};  // recursive doubling
+  for (const auto& [dtype, algorithm, groups] : cases) {
+    SCOPED_TRACE(std::string(dtype == QC_DTYPE_FLOAT16 ? "float16, " : "bfloat16, ") +
+                 qc::algorithm_name(algorithm));
     const qc_policy_t p = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
-                                                       QC_ROUND_STOCHASTIC, QC_ALGO_AUTO, n,
-                                                       count, QC_OP_AVG, false});
+                                                       QC_ROUND_STOCHASTIC, algorithm, n, count,
+                                                       QC_OP_AVG, false, 0, {}});
     std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
     std::vector<qcfake::CpuMessageCodec> mc(n);
     NcclGroup nccl(n, qct::kTimeoutSeconds);
     ASSERT_TRUE(nccl.group.ok());
     ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
     const auto in = qct::encode_all(qct::random_inputs(n, count, 37, dtype), dtype);
-    const std::vector<Bytes> want = host_ring(n, p, in, count, QC_OP_AVG, dtype);
+    const std::vector<Bytes> want = host_allreduce(n, p, in, count, QC_OP_AVG, dtype);
     ASSERT_EQ(want.size(), static_cast<size_t>(n));
     std::vector<void*> send(n), recv(n);
     for (int r = 0; r < n; ++r) {
@@ -789,7 +834,7 @@ TEST(NcclEnqueuedRing16Bit, MatchesTheHostRingOnAFloat32Copy) {
       EXPECT_EQ(dev[r].download(recv[r], count * 2), want[r]);
       EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
       EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
-      EXPECT_EQ(nccl.world->device_groups(r), 2 * (n - 1));
+      EXPECT_EQ(nccl.world->device_groups(r), groups[static_cast<size_t>(r)]);
       ASSERT_FALSE(mc[r].arithmetic_ops.empty());
       EXPECT_EQ(mc[r].arithmetic_ops.front(), "widen");
       EXPECT_EQ(mc[r].arithmetic_ops.back(), "narrow");
@@ -810,72 +855,82 @@ std::vector<Bytes> images_of(const std::vector<qc_error_buffer_t>& ebs) {
 }
 
 // With error feedback the residuals stay on the device and every encode is
-// compensated there: three calls give the host ring's results and, read
-// back (which waits for the enqueued work first), its residuals.
-TEST(NcclEnqueuedRingFeedback, ResidualsOnTheDeviceEqualTheHostRings) {
-  const int n = 3;
+// compensated there: three calls give the host algorithm's results and,
+// read back (which waits for the enqueued work first), its residuals. Five
+// ranks in groups of two: recursive doubling folds rank 4 into rank 0,
+// whose whole tensor is then one compensated encode.
+TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
+  const int n = 5;
   const size_t count = 1000;
-  qc_policy_t p = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128, QC_ROUND_STOCHASTIC,
-                                               QC_ALGO_AUTO, n, count, QC_OP_AVG, false});
-  p.error_feedback = 1;
-  std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
-  std::vector<qcfake::CpuMessageCodec> mc(n);
-  NcclGroup nccl(n, qct::kTimeoutSeconds);
-  Group host(n);
-  ASSERT_TRUE(nccl.group.ok() && host.ok());
-  ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
-  std::vector<qc_error_buffer_t> eb_dev(n), eb_host(n);
-  for (int r = 0; r < n; ++r) {
-    mc[r].device = &dev[r];
-    ASSERT_EQ(qc_error_buffer_create(nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
-    ASSERT_EQ(qc_error_buffer_create(host[r], count, &eb_host[r]), QC_SUCCESS);
-  }
-  for (int call = 0; call < 3; ++call) {
-    SCOPED_TRACE("call " + std::to_string(call));
-    const auto in = qct::encode_all(qct::random_inputs(n, count, 50 + call), QC_DTYPE_FLOAT32);
-    p.algorithm = QC_ALGO_RING;
+  for (const qc_algorithm_t algorithm : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA,
+                                         QC_ALGO_TREE}) {
+    SCOPED_TRACE(qc::algorithm_name(algorithm));
+    const qc_policy_t p = [&] {
+      qc_policy_t q = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
+                                                   QC_ROUND_STOCHASTIC, algorithm, n, count,
+                                                   QC_OP_AVG, false, 2, {}});
+      q.error_feedback = 1;
+      return q;
+    }();
+    std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
+    std::vector<qcfake::CpuMessageCodec> mc(n);
+    NcclGroup nccl(n, qct::kTimeoutSeconds);
+    Group host(n);
+    ASSERT_TRUE(nccl.group.ok() && host.ok());
+    ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
     ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
-    std::vector<Bytes> want(n, Bytes(count * 4));
-    qct::run_ranks(n, [&](int r) {
-      EXPECT_EQ(qc_allreduce(host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
-                             QC_OP_AVG, nullptr, eb_host[r], nullptr),
-                QC_SUCCESS);
-    });
-    std::vector<void*> send(n), recv(n);
+    std::vector<qc_error_buffer_t> eb_dev(n), eb_host(n);
     for (int r = 0; r < n; ++r) {
-      send[r] = dev[r].upload(in[r]);
-      recv[r] = dev[r].alloc(count * 4);
-      mc[r].encodes = mc[r].compensated_encodes = 0;
+      mc[r].device = &dev[r];
+      ASSERT_EQ(qc_error_buffer_create(nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_create(host[r], count, &eb_host[r]), QC_SUCCESS);
     }
-    std::vector<qc::Status> s(n);
-    qct::run_ranks(n, [&](int r) {
-      s[r] = codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), send[r], recv[r], count,
-                             QC_OP_AVG, eb_dev[r]);
-    });
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      const auto in = qct::encode_all(qct::random_inputs(n, count, 50 + call), QC_DTYPE_FLOAT32);
+      std::vector<Bytes> want(n, Bytes(count * 4));
+      qct::run_ranks(n, [&](int r) {
+        EXPECT_EQ(qc_allreduce(host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
+                               QC_OP_AVG, nullptr, eb_host[r], nullptr),
+                  QC_SUCCESS);
+      });
+      std::vector<void*> send(n), recv(n);
+      for (int r = 0; r < n; ++r) {
+        send[r] = dev[r].upload(in[r]);
+        recv[r] = dev[r].alloc(count * 4);
+        mc[r].encodes = mc[r].compensated_encodes = 0;
+      }
+      std::vector<qc::Status> s(n);
+      qct::run_ranks(n, [&](int r) {
+        s[r] = codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), send[r], recv[r],
+                               count, QC_OP_AVG, eb_dev[r]);
+      });
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_TRUE(s[r].is_ok()) << s[r].message();
+        EXPECT_EQ(dev[r].download(recv[r], count * 4), want[r]);
+        EXPECT_GT(mc[r].compensated_encodes, 0);
+        EXPECT_EQ(mc[r].compensated_encodes, mc[r].encodes) << "every encode compensated";
+        EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
+        EXPECT_TRUE(dev[r].host_waits.empty()) << "the residuals stayed on the device";
+        EXPECT_GT(nccl.world->device_groups(r), 0);
+      }
+    }
+    EXPECT_EQ(images_of(eb_dev), images_of(eb_host));
     for (int r = 0; r < n; ++r) {
-      SCOPED_TRACE("rank " + std::to_string(r));
-      ASSERT_TRUE(s[r].is_ok()) << s[r].message();
-      EXPECT_EQ(dev[r].download(recv[r], count * 4), want[r]);
-      EXPECT_GT(mc[r].compensated_encodes, 0);
-      EXPECT_EQ(mc[r].compensated_encodes, mc[r].encodes) << "every encode compensated";
-      EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
-      EXPECT_TRUE(dev[r].host_waits.empty()) << "the residuals stayed on the device";
+      EXPECT_FALSE(dev[r].host_waits.empty()) << "reading the residuals waited for the stream";
+      qc_error_buffer_destroy(eb_dev[r]);
+      qc_error_buffer_destroy(eb_host[r]);
     }
-  }
-  EXPECT_EQ(images_of(eb_dev), images_of(eb_host));
-  for (int r = 0; r < n; ++r) {
-    EXPECT_FALSE(dev[r].host_waits.empty()) << "reading the residuals waited for the stream";
-    qc_error_buffer_destroy(eb_dev[r]);
-    qc_error_buffer_destroy(eb_host[r]);
   }
 }
 
 // The memory an enqueued call used (the communicator's staging) is still in
 // use when the call returns: the next call waits for it on the device (on
 // its own stream too: two streams may share a handle), growing or freeing
-// it waits on the host. Algorithms other than ring stay staged, after the
-// wait too.
-TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
+// it waits on the host. A call staged whole through the host (scale reuse
+// keeps host copies of messages) leaves the enqueued work's record alone.
+TEST(NcclEnqueuedOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
   const int n = 2;
   std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
   std::vector<qcfake::CpuMessageCodec> mc(n);
@@ -885,8 +940,8 @@ TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
   p.codec = QC_CODEC_MINMAX;
   p.min_compress_bytes = 0;
   ASSERT_EQ(nccl->group.set_policy("*", p), QC_SUCCESS);
-  p.algorithm = QC_ALGO_SRA;
-  ASSERT_EQ(nccl->group.set_policy("sra", p), QC_SUCCESS);
+  p.scale_update_period = 4;
+  ASSERT_EQ(nccl->group.set_policy("reuse", p), QC_SUCCESS);
   auto stream_a = [](int r) { return stream_of(r); };
   auto stream_b = [](int r) { return stream_of(100 + r); };
   std::vector<void*> small(n), large(n);
@@ -926,13 +981,17 @@ TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
     EXPECT_EQ(dev[r].host_waits, std::vector<void*>({stream_b(r)}))
         << "the staging grew: the old block is freed only after B's work";
   }
-  call_all(stream_a, small, 256, "sra");
+  const size_t stream_waits = dev[0].stream_waits.size();
+  const int device_encodes = mc[0].encodes;
+  call_all(stream_a, small, 256, "reuse");
+  EXPECT_EQ(mc[0].encodes, device_encodes) << "the staged call's codec ran on the host";
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(dev[r].stream_waits.back(), Wait(stream_a(r), stream_b(r)));
-    EXPECT_EQ(mc[r].synchronizations, 1) << "SRA is staged and returns with its result";
-    EXPECT_GT(dev[r].copies_to_host, 0);
-    EXPECT_EQ(nccl->world->device_groups(r), 4 * 2) << "four enqueued ring calls";
+    EXPECT_GT(dev[r].copies_to_host, 0) << "staged whole";
+    EXPECT_GT(nccl->world->groups(r), 0) << "host frames";
+    EXPECT_EQ(nccl->world->device_groups(r), 4 * 2)
+        << "four enqueued calls of recursive doubling in one group of two";
   }
+  EXPECT_EQ(dev[0].stream_waits.size(), stream_waits) << "it uses none of the pending memory";
   const size_t host_waits = dev[0].host_waits.size();
   nccl.reset();
   for (int r = 0; r < n; ++r) EXPECT_EQ(dev[r].live_events, 0);
@@ -943,7 +1002,7 @@ TEST(NcclEnqueuedRingOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
 // count) says so in the agreement: it gets its own error (MISMATCH naming
 // the buffer), the peers MISMATCH, and no rank enqueues a group its peers
 // would wait for.
-TEST(NcclEnqueuedRingAgreement, ALocalFailureFailsEveryRankBeforeAnyGroup) {
+TEST(NcclEnqueuedAgreement, ALocalFailureFailsEveryRankBeforeAnyGroup) {
   const int n = 3;
   const size_t count = 400;
   std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
@@ -983,7 +1042,7 @@ TEST(NcclEnqueuedRingAgreement, ALocalFailureFailsEveryRankBeforeAnyGroup) {
 // transport (which ends NCCL's waiting operations) and leaves the device
 // memory the work may still touch allocated. For the compressed ring and
 // for NCCL's own uncompressed allreduce alike.
-TEST(NcclEnqueuedRingOrdering, WorkThatNeverFinishesDoesNotHangTheDestroy) {
+TEST(NcclEnqueuedOrdering, WorkThatNeverFinishesDoesNotHangTheDestroy) {
   for (const qc_codec_t codec : {QC_CODEC_MINMAX, QC_CODEC_NONE}) {
     SCOPED_TRACE(qc::codec_name(codec));
     qcfake::FakeDevice dev;  // outlives the communicator
@@ -1023,7 +1082,7 @@ TEST(NcclEnqueuedRingOrdering, WorkThatNeverFinishesDoesNotHangTheDestroy) {
 // it and the device ranks wait in different collectives until the timeout
 // (TIMEOUT everywhere, the group aborted). In neither case does a device
 // rank encode or enqueue a group its peers would wait for on the device.
-TEST(NcclEnqueuedRingAgreement, FailsEveryRankBeforeAnyGroup) {
+TEST(NcclEnqueuedAgreement, FailsEveryRankBeforeAnyGroup) {
   const int n = 3;
   qc_policy_t p = QC_POLICY_INIT;
   p.codec = QC_CODEC_MINMAX;

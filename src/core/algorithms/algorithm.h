@@ -19,14 +19,20 @@ Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count);
 Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t count,
                                     int group_size);
 Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count);
-// allreduce_ring's blocks, encodes, random keys and decodes, stream-ordered
-// on device values (CollectiveContext's payload calls): the same result bit
-// for bit, every step enqueued and nothing awaited. Every rank must have
-// agreed on the call first. Its payloads take ring_enqueued_payload_bytes
-// of the call's device payload memory.
-Status allreduce_ring_enqueued(CollectiveContext& ctx, float* data, size_t count);
-Status ring_enqueued_payload_bytes(const Codec& codec, size_t count, int ranks, size_t* bytes);
 Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
+
+// Stream-ordered allreduce on device values (CollectiveContext's payload
+// calls), `algorithm` one of ring, recursive doubling, SRA and tree: that
+// algorithm's blocks, encodes, random keys and decodes, so the same result
+// bit for bit, every step enqueued on the call's stream and nothing
+// awaited. Every rank must have agreed on the call first. It lays its
+// payloads out in allreduce_enqueued_payload_bytes of the call's device
+// payload memory (rank `rank` of `ranks`: the layout is rank's own).
+Status allreduce_enqueued(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
+                          size_t count, int group_size);
+Status allreduce_enqueued_payload_bytes(qc_algorithm_t algorithm, const Codec& codec,
+                                        size_t count, int ranks, int rank, int group_size,
+                                        size_t* bytes);
 // `codec` is the call's codec (global_linear or global_exp, `bits` wide);
 // `residual` is the call's error buffer (or null), as given to ctx.
 // `scales` (policy.scale_update_period, or null): with `refresh` the agreed

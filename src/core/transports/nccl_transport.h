@@ -119,7 +119,7 @@ class NcclTransport final : public Transport {
                                         bool average, void* stream) override;
 
   // The frames of a compressed allreduce on device buffers
-  // (allreduce_ring_enqueued): ncclSend/ncclRecv on the caller's buffers
+  // (allreduce_enqueued): ncclSend/ncclRecv on the caller's buffers
   // and stream, no copy, no wait.
   bool has_device_groups() const override { return true; }
   Status enqueue_device_group(const DeviceTransfer* ops, size_t count, void* stream) override;
