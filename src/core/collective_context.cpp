@@ -213,25 +213,6 @@ Status CollectiveContext::decode_payload(const uint8_t* payload, float* dst, siz
   return Status::ok();
 }
 
-Status CollectiveContext::enqueue_exchange(int send_peer, const uint8_t* send, size_t send_bytes,
-                                           int recv_peer, uint8_t* recv, size_t recv_bytes) {
-  // Empty payloads (blocks of no values) are left out on both sides alike.
-  DeviceTransfer ops[2];
-  size_t nops = 0;
-  if (send_bytes > 0) {
-    ops[nops].send = true;
-    ops[nops].peer = send_peer;
-    ops[nops].data = const_cast<uint8_t*>(send);  // the transport only reads it
-    ops[nops++].bytes = send_bytes;
-  }
-  if (recv_bytes > 0) {
-    ops[nops].peer = recv_peer;
-    ops[nops].data = recv;
-    ops[nops++].bytes = recv_bytes;
-  }
-  return enqueue_group(ops, nops);
-}
-
 Status CollectiveContext::enqueue_group(const DeviceTransfer* ops, size_t count) {
   if (count == 0) return Status::ok();
   const auto start = Clock::now();

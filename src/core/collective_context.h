@@ -215,10 +215,6 @@ class CollectiveContext {
   // The sends and receives of `ops` (device memory), one group enqueued on
   // the call's stream; none is nothing.
   Status enqueue_group(const DeviceTransfer* ops, size_t count);
-  // Sends `send_bytes` at `send` to `send_peer` and receives `recv_bytes`
-  // into `recv` from `recv_peer`, one group enqueued on the call's stream.
-  Status enqueue_exchange(int send_peer, const uint8_t* send, size_t send_bytes, int recv_peer,
-                          uint8_t* recv, size_t recv_bytes);
 
   // Shorthands for the common patterns.
   Status send(int peer, uint32_t step, Message* msg, size_t frame);

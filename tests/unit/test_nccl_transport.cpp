@@ -623,9 +623,10 @@ TEST(NcclDevice, LayerNormsAverageOnlyTheCallsThatMeasuredOne) {
 // ---------------------------------------------------------------------------
 // Compressed allreduces of device buffers, stream-ordered: every step of
 // ring, recursive doubling, SRA and tree (kernels, ncclSend/ncclRecv
-// groups) enqueued on the caller's stream (algorithms/*_enqueued.cpp). The fake device codec runs the CPU codecs
-// over the fake device's memory; the fake NCCL's "stream" runs each group
-// before returning, so the results are checked right after the call.
+// groups) enqueued on the caller's stream (algorithms/*_enqueued.cpp).
+// The fake device codec runs the CPU codecs over the fake device's memory;
+// the fake NCCL's "stream" runs each group before returning, so the
+// results are checked right after the call.
 // ---------------------------------------------------------------------------
 
 qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
@@ -636,16 +637,35 @@ qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
                               nullptr, eb);
 }
 
-// The host path's outputs on the local transport under the same policy
-// (AUTO picks the same algorithm there: the rule differs only for codec
-// none), the reference.
-std::vector<Bytes> host_allreduce(int n, const qc_policy_t& p, const std::vector<Bytes>& in,
-                                  size_t count, qc_reduce_op_t op,
-                                  qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
+// n ranks, each with a fake device and the CPU codecs over it standing in
+// for the kernels, in one NCCL group over the fake NCCL, and a local group
+// of n host ranks for the reference; set_policy gives both `p`.
+struct DeviceCodecRanks {
+  explicit DeviceCodecRanks(int n, double timeout_seconds = qct::kTimeoutSeconds)
+      : dev(static_cast<size_t>(n)), mc(static_cast<size_t>(n)), nccl(n, timeout_seconds),
+        host(n) {
+    for (int r = 0; r < n; ++r) mc[static_cast<size_t>(r)].device = &dev[static_cast<size_t>(r)];
+  }
+  ::testing::AssertionResult set_policy(const qc_policy_t& p) {
+    if (!nccl.group.ok() || !host.ok()) return ::testing::AssertionFailure() << "no groups";
+    if (nccl.group.set_policy("*", p) != QC_SUCCESS || host.set_policy("*", p) != QC_SUCCESS) {
+      return ::testing::AssertionFailure() << qc_last_error();
+    }
+    return ::testing::AssertionSuccess();
+  }
+  std::vector<qcfake::FakeDevice> dev;  // first: they outlive the communicators
+  std::vector<qcfake::CpuMessageCodec> mc;
+  NcclGroup nccl;
+  Group host;
+};
+
+// The host path's outputs on the local group `g` (under the device ranks'
+// policy: AUTO picks the same algorithm there, the rule differs only for
+// codec none), the reference.
+std::vector<Bytes> host_allreduce(Group& g, const std::vector<Bytes>& in, size_t count,
+                                  qc_reduce_op_t op, qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
+  const int n = g.size();
   std::vector<Bytes> out(n, Bytes(count * qct::dtype_size(dtype)));
-  Group g(n);
-  if (!g.ok()) return {};
-  EXPECT_EQ(g.set_policy("*", p), QC_SUCCESS);
   std::vector<qc_status_t> s(n);
   qct::run_ranks(n, [&](int r) {
     s[r] = qc_allreduce(g[r], in[r].data(), out[r].data(), count, dtype, op, nullptr, nullptr,
@@ -698,52 +718,50 @@ TEST_P(NcclEnqueued, MatchesTheHostPathWithNothingStagedOrAwaited) {
   const EnqueuedCase& c = GetParam();
   const int n = c.ranks;
   const qc_policy_t p = enqueued_policy(c);
-  std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
-  std::vector<qcfake::CpuMessageCodec> mc(n);
-  NcclGroup nccl(n, qct::kTimeoutSeconds);
-  ASSERT_TRUE(nccl.group.ok());
-  ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+  DeviceCodecRanks t(n);
+  ASSERT_TRUE(t.set_policy(p));
   const auto in = qct::encode_all(qct::random_inputs(n, c.count, 31), QC_DTYPE_FLOAT32);
-  const std::vector<Bytes> want = host_allreduce(n, p, in, c.count, c.op);
+  const std::vector<Bytes> want = host_allreduce(t.host, in, c.count, c.op);
   ASSERT_EQ(want.size(), static_cast<size_t>(n));
   std::vector<void*> send(n), recv(n);
   for (int r = 0; r < n; ++r) {
-    mc[r].device = &dev[r];
-    send[r] = dev[r].upload(in[r]);
-    recv[r] = c.in_place ? send[r] : dev[r].alloc(c.count * 4);
+    send[r] = t.dev[r].upload(in[r]);
+    recv[r] = c.in_place ? send[r] : t.dev[r].alloc(c.count * 4);
   }
   std::vector<qc::Status> s(n);
   qct::run_ranks(n, [&](int r) {
-    s[r] = codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), send[r], recv[r], c.count,
-                           c.op);
+    s[r] = codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
+                           c.count, c.op);
   });
   for (int r = 0; r < n; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     ASSERT_TRUE(s[r].is_ok()) << s[r].message();
-    EXPECT_EQ(dev[r].download(recv[r], c.count * 4), want[r]);
-    EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
-    EXPECT_EQ(dev[r].host_allocations, 0);
-    EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
-    EXPECT_EQ(mc[r].norms, 0) << "a norm would wait for the stream";
-    EXPECT_GT(mc[r].encodes, 0);
-    for (void* st : mc[r].streams) EXPECT_EQ(st, stream_of(r)) << "the caller's stream";
-    EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kMinUint64), n > 1 ? 1 : 0)
+    EXPECT_EQ(t.dev[r].download(recv[r], c.count * 4), want[r]);
+    EXPECT_EQ(t.dev[r].copies_to_host + t.dev[r].copies_to_device, 0) << "nothing staged";
+    EXPECT_EQ(t.dev[r].host_allocations, 0);
+    EXPECT_EQ(t.mc[r].synchronizations, 0) << "nothing awaited";
+    EXPECT_EQ(t.mc[r].norms, 0) << "a norm would wait for the stream";
+    EXPECT_GT(t.mc[r].encodes, 0);
+    for (void* st : t.mc[r].streams) EXPECT_EQ(st, stream_of(r)) << "the caller's stream";
+    EXPECT_EQ(t.nccl.world->allreduces(r, qc::NcclReduction::kMinUint64), n > 1 ? 1 : 0)
         << "one agreement (none needed alone)";
-    EXPECT_EQ(nccl.world->groups(r), 0) << "no host frames";
-    EXPECT_EQ(nccl.world->enqueued(r), 0);
+    EXPECT_EQ(t.nccl.world->groups(r), 0) << "no host frames";
+    EXPECT_EQ(t.nccl.world->enqueued(r), 0);
     if (!c.groups.empty()) {
-      EXPECT_EQ(nccl.world->device_groups(r), c.groups[static_cast<size_t>(r)]);
+      EXPECT_EQ(t.nccl.world->device_groups(r), c.groups[static_cast<size_t>(r)]);
     }
     if (n > 1) {
-      EXPECT_EQ(nccl.world->last_stream(r), stream_of(r));
+      EXPECT_EQ(t.nccl.world->last_stream(r), stream_of(r));
     }
-    EXPECT_EQ(dev[r].event_records, 1) << "the call's end, for the next user of its memory";
-    EXPECT_TRUE(dev[r].host_waits.empty());
+    EXPECT_EQ(t.dev[r].event_records, 1) << "the call's end, for the next user of its memory";
+    EXPECT_TRUE(t.dev[r].host_waits.empty());
   }
-  EXPECT_EQ(nccl.world->size_mismatch(), "");
+  EXPECT_EQ(t.nccl.world->size_mismatch(), "");
 }
 
-std::vector<long> each(int n, long groups) { return std::vector<long>(static_cast<size_t>(n), groups); }
+std::vector<long> each(int n, long groups) {
+  return std::vector<long>(static_cast<size_t>(n), groups);
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Codecs, NcclEnqueued,
@@ -809,35 +827,31 @@ TEST(NcclEnqueued16Bit, MatchesTheHostPathOnAFloat32Copy) {
     const qc_policy_t p = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
                                                        QC_ROUND_STOCHASTIC, algorithm, n, count,
                                                        QC_OP_AVG, false, 0, {}});
-    std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
-    std::vector<qcfake::CpuMessageCodec> mc(n);
-    NcclGroup nccl(n, qct::kTimeoutSeconds);
-    ASSERT_TRUE(nccl.group.ok());
-    ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
+    DeviceCodecRanks t(n);
+    ASSERT_TRUE(t.set_policy(p));
     const auto in = qct::encode_all(qct::random_inputs(n, count, 37, dtype), dtype);
-    const std::vector<Bytes> want = host_allreduce(n, p, in, count, QC_OP_AVG, dtype);
+    const std::vector<Bytes> want = host_allreduce(t.host, in, count, QC_OP_AVG, dtype);
     ASSERT_EQ(want.size(), static_cast<size_t>(n));
     std::vector<void*> send(n), recv(n);
     for (int r = 0; r < n; ++r) {
-      mc[r].device = &dev[r];
-      send[r] = dev[r].upload(in[r]);
-      recv[r] = dev[r].alloc(count * 2);
+      send[r] = t.dev[r].upload(in[r]);
+      recv[r] = t.dev[r].alloc(count * 2);
     }
     std::vector<qc::Status> s(n);
     qct::run_ranks(n, [&](int r) {
-      s[r] = qc::allreduce_placed(nccl.group[r], &dev[r], &mc[r], stream_of(r), send[r], recv[r],
-                                  count, dtype, QC_OP_AVG, nullptr, nullptr);
+      s[r] = qc::allreduce_placed(t.nccl.group[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
+                                  recv[r], count, dtype, QC_OP_AVG, nullptr, nullptr);
     });
     for (int r = 0; r < n; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r));
       ASSERT_TRUE(s[r].is_ok()) << s[r].message();
-      EXPECT_EQ(dev[r].download(recv[r], count * 2), want[r]);
-      EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
-      EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
-      EXPECT_EQ(nccl.world->device_groups(r), groups[static_cast<size_t>(r)]);
-      ASSERT_FALSE(mc[r].arithmetic_ops.empty());
-      EXPECT_EQ(mc[r].arithmetic_ops.front(), "widen");
-      EXPECT_EQ(mc[r].arithmetic_ops.back(), "narrow");
+      EXPECT_EQ(t.dev[r].download(recv[r], count * 2), want[r]);
+      EXPECT_EQ(t.dev[r].copies_to_host + t.dev[r].copies_to_device, 0) << "nothing staged";
+      EXPECT_EQ(t.mc[r].synchronizations, 0) << "nothing awaited";
+      EXPECT_EQ(t.nccl.world->device_groups(r), groups[static_cast<size_t>(r)]);
+      ASSERT_FALSE(t.mc[r].arithmetic_ops.empty());
+      EXPECT_EQ(t.mc[r].arithmetic_ops.front(), "widen");
+      EXPECT_EQ(t.mc[r].arithmetic_ops.back(), "narrow");
     }
   }
 }
@@ -872,53 +886,47 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
       q.error_feedback = 1;
       return q;
     }();
-    std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
-    std::vector<qcfake::CpuMessageCodec> mc(n);
-    NcclGroup nccl(n, qct::kTimeoutSeconds);
-    Group host(n);
-    ASSERT_TRUE(nccl.group.ok() && host.ok());
-    ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
-    ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+    DeviceCodecRanks t(n);
+    ASSERT_TRUE(t.set_policy(p));
     std::vector<qc_error_buffer_t> eb_dev(n), eb_host(n);
     for (int r = 0; r < n; ++r) {
-      mc[r].device = &dev[r];
-      ASSERT_EQ(qc_error_buffer_create(nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
-      ASSERT_EQ(qc_error_buffer_create(host[r], count, &eb_host[r]), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_create(t.nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_create(t.host[r], count, &eb_host[r]), QC_SUCCESS);
     }
     for (int call = 0; call < 3; ++call) {
       SCOPED_TRACE("call " + std::to_string(call));
       const auto in = qct::encode_all(qct::random_inputs(n, count, 50 + call), QC_DTYPE_FLOAT32);
       std::vector<Bytes> want(n, Bytes(count * 4));
       qct::run_ranks(n, [&](int r) {
-        EXPECT_EQ(qc_allreduce(host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
+        EXPECT_EQ(qc_allreduce(t.host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
                                QC_OP_AVG, nullptr, eb_host[r], nullptr),
                   QC_SUCCESS);
       });
       std::vector<void*> send(n), recv(n);
       for (int r = 0; r < n; ++r) {
-        send[r] = dev[r].upload(in[r]);
-        recv[r] = dev[r].alloc(count * 4);
-        mc[r].encodes = mc[r].compensated_encodes = 0;
+        send[r] = t.dev[r].upload(in[r]);
+        recv[r] = t.dev[r].alloc(count * 4);
+        t.mc[r].encodes = t.mc[r].compensated_encodes = 0;
       }
       std::vector<qc::Status> s(n);
       qct::run_ranks(n, [&](int r) {
-        s[r] = codec_allreduce(nccl.group[r], dev[r], mc[r], stream_of(r), send[r], recv[r],
+        s[r] = codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
                                count, QC_OP_AVG, eb_dev[r]);
       });
       for (int r = 0; r < n; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
         ASSERT_TRUE(s[r].is_ok()) << s[r].message();
-        EXPECT_EQ(dev[r].download(recv[r], count * 4), want[r]);
-        EXPECT_GT(mc[r].compensated_encodes, 0);
-        EXPECT_EQ(mc[r].compensated_encodes, mc[r].encodes) << "every encode compensated";
-        EXPECT_EQ(mc[r].synchronizations, 0) << "nothing awaited";
-        EXPECT_TRUE(dev[r].host_waits.empty()) << "the residuals stayed on the device";
-        EXPECT_GT(nccl.world->device_groups(r), 0);
+        EXPECT_EQ(t.dev[r].download(recv[r], count * 4), want[r]);
+        EXPECT_GT(t.mc[r].compensated_encodes, 0);
+        EXPECT_EQ(t.mc[r].compensated_encodes, t.mc[r].encodes) << "every encode compensated";
+        EXPECT_EQ(t.mc[r].synchronizations, 0) << "nothing awaited";
+        EXPECT_TRUE(t.dev[r].host_waits.empty()) << "the residuals stayed on the device";
+        EXPECT_GT(t.nccl.world->device_groups(r), 0);
       }
     }
     EXPECT_EQ(images_of(eb_dev), images_of(eb_host));
     for (int r = 0; r < n; ++r) {
-      EXPECT_FALSE(dev[r].host_waits.empty()) << "reading the residuals waited for the stream";
+      EXPECT_FALSE(t.dev[r].host_waits.empty()) << "reading the residuals waited for the stream";
       qc_error_buffer_destroy(eb_dev[r]);
       qc_error_buffer_destroy(eb_host[r]);
     }
@@ -1142,45 +1150,39 @@ TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
       p.rounding = QC_ROUND_STOCHASTIC;
       p.min_compress_bytes = 0;
       p.seed = 5;
-      std::vector<qcfake::FakeDevice> dev(n);  // outlive the communicators
-      std::vector<qcfake::CpuMessageCodec> mc(n);
-      NcclGroup nccl(n, qct::kTimeoutSeconds);
-      Group host(n);
-      ASSERT_TRUE(nccl.group.ok() && host.ok());
-      ASSERT_EQ(nccl.group.set_policy("*", p), QC_SUCCESS);
-      ASSERT_EQ(host.set_policy("*", p), QC_SUCCESS);
+      DeviceCodecRanks t(n);
+      ASSERT_TRUE(t.set_policy(p));
       const auto in = qct::encode_all(qct::random_inputs(n, cpr * n, 71, dtype), dtype);
       std::vector<Bytes> want(n, Bytes(cpr * n * item));
       std::vector<void*> send(n), recv(n);
       for (int r = 0; r < n; ++r) {
-        mc[r].device = &dev[r];
-        send[r] = dev[r].upload(in[r]);
-        recv[r] = dev[r].alloc(cpr * n * item);
+        send[r] = t.dev[r].upload(in[r]);
+        recv[r] = t.dev[r].alloc(cpr * n * item);
       }
       std::vector<qc_status_t> sh(n);
       std::vector<qc::Status> sd(n);
       qct::run_ranks(n, [&](int r) {
-        sh[r] = qc_alltoall(host[r], in[r].data(), want[r].data(), cpr, dtype, nullptr, nullptr);
-        sd[r] = qc::alltoall_placed(nccl.group[r], &dev[r], &mc[r], stream_of(r), send[r],
+        sh[r] = qc_alltoall(t.host[r], in[r].data(), want[r].data(), cpr, dtype, nullptr, nullptr);
+        sd[r] = qc::alltoall_placed(t.nccl.group[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
                                     recv[r], cpr, dtype, nullptr);
       });
       for (int r = 0; r < n; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
         ASSERT_EQ(sh[r], QC_SUCCESS);
         ASSERT_TRUE(sd[r].is_ok()) << sd[r].message();
-        EXPECT_EQ(dev[r].download(recv[r], cpr * n * item), want[r]);
-        EXPECT_EQ(dev[r].copies_to_host + dev[r].copies_to_device, 0) << "nothing staged";
-        EXPECT_EQ(mc[r].synchronizations + mc[r].norms, 0) << "nothing awaited";
-        EXPECT_EQ(mc[r].encodes, n);
-        EXPECT_EQ(mc[r].decodes, n);
-        EXPECT_EQ(nccl.world->device_groups(r), n > 1 ? 1 : 0) << "one group";
-        EXPECT_EQ(nccl.world->groups(r), 0) << "no host frames";
-        EXPECT_EQ(dev[r].event_records, 1);
+        EXPECT_EQ(t.dev[r].download(recv[r], cpr * n * item), want[r]);
+        EXPECT_EQ(t.dev[r].copies_to_host + t.dev[r].copies_to_device, 0) << "nothing staged";
+        EXPECT_EQ(t.mc[r].synchronizations + t.mc[r].norms, 0) << "nothing awaited";
+        EXPECT_EQ(t.mc[r].encodes, n);
+        EXPECT_EQ(t.mc[r].decodes, n);
+        EXPECT_EQ(t.nccl.world->device_groups(r), n > 1 ? 1 : 0) << "one group";
+        EXPECT_EQ(t.nccl.world->groups(r), 0) << "no host frames";
+        EXPECT_EQ(t.dev[r].event_records, 1);
         if (n > 1) {
-          EXPECT_EQ(nccl.world->last_stream(r), stream_of(r));
+          EXPECT_EQ(t.nccl.world->last_stream(r), stream_of(r));
         }
       }
-      EXPECT_EQ(nccl.world->size_mismatch(), "");
+      EXPECT_EQ(t.nccl.world->size_mismatch(), "");
     }
   }
 }

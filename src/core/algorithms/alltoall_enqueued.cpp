@@ -6,9 +6,9 @@
 // at once. No envelope travels: the agreement before the call fixed the
 // codec and the block size.
 #include <string>
-#include <vector>
 
 #include "core/algorithms/algorithm.h"
+#include "core/algorithms/payload_slots.h"
 
 namespace qc {
 Status alltoall_enqueued_payload_bytes(size_t payload, int ranks, size_t* bytes) {
@@ -36,25 +36,16 @@ Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,
     QC_RETURN_IF_ERROR(ctx.encode_payload(send + to * count_per_rank, count_per_rank,
                                           to * count_per_rank, out + to * slot));
   }
-  std::vector<DeviceTransfer> ops;
-  if (payload > 0) {
-    for (int k = 1; k < n; ++k) {
-      DeviceTransfer t;
-      t.send = true;
-      t.peer = (r + k) % n;
-      t.data = out + static_cast<size_t>(t.peer) * slot;
-      t.bytes = payload;
-      ops.push_back(t);
-    }
-    for (int k = 1; k < n; ++k) {
-      DeviceTransfer t;
-      t.peer = (r - k + n) % n;
-      t.data = in + static_cast<size_t>(t.peer) * slot;
-      t.bytes = payload;
-      ops.push_back(t);
-    }
+  DeviceGroup group;
+  for (int k = 1; k < n; ++k) {
+    const int to = (r + k) % n;
+    group.send(to, out + static_cast<size_t>(to) * slot, payload);
   }
-  QC_RETURN_IF_ERROR(ctx.enqueue_group(ops.data(), ops.size()));
+  for (int k = 1; k < n; ++k) {
+    const int from = (r - k + n) % n;
+    group.recv(from, in + static_cast<size_t>(from) * slot, payload);
+  }
+  QC_RETURN_IF_ERROR(group.enqueue(ctx));
   for (int from = 0; from < n; ++from) {
     const uint8_t* block = (from == r ? out : in) + static_cast<size_t>(from) * slot;
     QC_RETURN_IF_ERROR(ctx.decode_payload(block, recv + static_cast<size_t>(from) * count_per_rank,

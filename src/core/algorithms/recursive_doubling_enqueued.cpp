@@ -97,7 +97,9 @@ Status lay_out(PayloadSlots* slots, size_t count, int n, int r, int group_size) 
   QC_RETURN_IF_ERROR(slots->add(count, &index));
   if (r >= sh.M) return Status::ok();
   const Range part = partition(count, sh, r % sh.G);
-  for (int m = 0; m < sh.G; ++m) QC_RETURN_IF_ERROR(slots->add(partition(count, sh, m).count, &index));
+  for (int m = 0; m < sh.G; ++m) {
+    QC_RETURN_IF_ERROR(slots->add(partition(count, sh, m).count, &index));
+  }
   for (int m = 0; m < sh.G; ++m) QC_RETURN_IF_ERROR(slots->add(part.count, &index));
   for (const Halving& h : halving_levels(count, sh, r)) {
     QC_RETURN_IF_ERROR(slots->add(h.give.count, &index));
