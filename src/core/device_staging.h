@@ -19,7 +19,8 @@
 // *_enqueued.cpp, through the same DeviceValues).
 // Every other device call goes through host_staging.h. The bytes on the wire
 // are the host path's, bit for bit, so ranks on device and on host memory can
-// meet in one call, and the results are the host path's too.
+// meet in one call (not on NCCL, whose stream-ordered calls agree first and
+// carry no envelopes), and the results are the host path's too.
 #pragma once
 
 #include <cstddef>

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/algorithms/algorithm.h"
 #include "core/communicator.h"
 #include "core/host_staging.h"
 #include "core/policy.h"
@@ -805,6 +806,15 @@ INSTANTIATE_TEST_SUITE_P(
         EnqueuedCase{"OnebitRecursiveDoublingFiveRanksGroupsOfOne", QC_CODEC_ONEBIT, 1, 64,
                      QC_ROUND_NEAREST_EVEN, QC_ALGO_RECURSIVE_DOUBLING, 5, 1000, QC_OP_AVG, true,
                      1, {6, 4, 4, 4, 2}},
+        // AUTO's recursive doubling, told from SRA by its schedule.
+        EnqueuedCase{"Minmax4AutoFiveRanksGroupsOfTwo", QC_CODEC_MINMAX, 4, 128,
+                     QC_ROUND_STOCHASTIC, QC_ALGO_AUTO, 5, 1001, QC_OP_SUM, false, 2,
+                     {6, 4, 4, 4, 2}},
+        // Groups of 2 across 4 groups: two halvings, two doublings, a gather
+        // of four blocks from the other member.
+        EnqueuedCase{"Qsgd4RecursiveDoublingEightRanksGroupsOfTwo", QC_CODEC_QSGD, 4, 64,
+                     QC_ROUND_STOCHASTIC, QC_ALGO_RECURSIVE_DOUBLING, 8, 2003, QC_OP_AVG, false,
+                     2, each(8, 6)},
         EnqueuedCase{"Minmax8RecursiveDoublingFewerValuesThanRanks", QC_CODEC_MINMAX, 8, 128,
                      QC_ROUND_NEAREST_EVEN, QC_ALGO_RECURSIVE_DOUBLING, 7, 4, QC_OP_SUM, false, 2,
                      {}}),
@@ -908,6 +918,8 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
         recv[r] = t.dev[r].alloc(count * 4);
         t.mc[r].encodes = t.mc[r].compensated_encodes = 0;
       }
+      std::vector<long> groups_before(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) groups_before[r] = t.nccl.world->device_groups(r);
       std::vector<qc::Status> s(n);
       qct::run_ranks(n, [&](int r) {
         s[r] = codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
@@ -921,7 +933,8 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
         EXPECT_EQ(t.mc[r].compensated_encodes, t.mc[r].encodes) << "every encode compensated";
         EXPECT_EQ(t.mc[r].synchronizations, 0) << "nothing awaited";
         EXPECT_TRUE(t.dev[r].host_waits.empty()) << "the residuals stayed on the device";
-        EXPECT_GT(t.nccl.world->device_groups(r), 0);
+        EXPECT_GT(t.nccl.world->device_groups(r), groups_before[static_cast<size_t>(r)])
+            << "this call's groups";
       }
     }
     EXPECT_EQ(images_of(eb_dev), images_of(eb_host));
@@ -931,6 +944,96 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
       qc_error_buffer_destroy(eb_host[r]);
     }
   }
+}
+
+// AUTO picks on device buffers what it picks on host buffers, so one error
+// buffer serves both kinds of call without a reset (its grid is the
+// algorithm's): a device, a host and a device call on NCCL give the results
+// and residuals of three host calls. Below 64 KiB per rank recursive
+// doubling, above SRA.
+TEST(NcclEnqueuedFeedback, AutoKeepsOneGridForHostAndDeviceCalls) {
+  const int n = 3;
+  for (const size_t count : {size_t{6000}, size_t{40000}}) {
+    SCOPED_TRACE(std::to_string(count) + " values");
+    const qc_policy_t p = [] {
+      qc_policy_t q = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
+                                                   QC_ROUND_STOCHASTIC, QC_ALGO_AUTO, 0, 0,
+                                                   QC_OP_SUM, false, 0, {}});
+      q.error_feedback = 1;
+      return q;
+    }();
+    DeviceCodecRanks t(n);
+    ASSERT_TRUE(t.set_policy(p));
+    std::vector<qc_error_buffer_t> eb_dev(n), eb_host(n);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(qc_error_buffer_create(t.nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
+      ASSERT_EQ(qc_error_buffer_create(t.host[r], count, &eb_host[r]), QC_SUCCESS);
+    }
+    for (int call = 0; call < 3; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      const bool on_device = call != 1;
+      const auto in = qct::encode_all(qct::random_inputs(n, count, 80 + call), QC_DTYPE_FLOAT32);
+      std::vector<Bytes> want(n, Bytes(count * 4)), got(n, Bytes(count * 4));
+      std::vector<void*> send(n), recv(n);
+      for (int r = 0; r < n && on_device; ++r) {
+        send[r] = t.dev[r].upload(in[r]);
+        recv[r] = t.dev[r].alloc(count * 4);
+      }
+      std::vector<qc_status_t> sh(n), sn(n);
+      qct::run_ranks(n, [&](int r) {
+        sh[r] = qc_allreduce(t.host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
+                             QC_OP_SUM, nullptr, eb_host[r], nullptr);
+        sn[r] = on_device ? codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r),
+                                            send[r], recv[r], count, QC_OP_SUM, eb_dev[r])
+                                .code()
+                          : qc_allreduce(t.nccl.group[r], in[r].data(), got[r].data(), count,
+                                         QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, eb_dev[r], nullptr);
+      });
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_EQ(sh[r], QC_SUCCESS);
+        ASSERT_EQ(sn[r], QC_SUCCESS);
+        if (on_device) got[r] = t.dev[r].download(recv[r], count * 4);
+        EXPECT_EQ(got[r], want[r]);
+      }
+    }
+    EXPECT_EQ(images_of(eb_dev), images_of(eb_host)) << "no reset between the calls";
+    for (int r = 0; r < n; ++r) {
+      qc_error_buffer_destroy(eb_dev[r]);
+      qc_error_buffer_destroy(eb_host[r]);
+    }
+  }
+}
+
+// A rank reserves device memory only for the payloads it sends or
+// receives: no fold slot where no rank is folded, none for its own
+// partition, no child's slot on a leaf of the tree.
+TEST(EnqueuedLayout, NoSlotForWhatARankNeverTouches) {
+  qc_policy_t p = QC_POLICY_INIT;
+  p.codec = QC_CODEC_MINMAX;
+  std::unique_ptr<qc::Codec> codec;
+  ASSERT_TRUE(qc::make_codec(p, QC_DTYPE_FLOAT32, &codec));
+  const size_t count = size_t{1} << 20;
+  qc::WireHeader h;
+  ASSERT_TRUE(codec->header_for(count, &h));
+  const size_t whole = qc::device_payload_slot(h.payload_bytes);
+  auto bytes = [&](qc_algorithm_t algorithm, int n, int r, int group_size) {
+    size_t b = 0;
+    EXPECT_TRUE(qc::allreduce_enqueued_payload_bytes(algorithm, *codec, count, n, r, group_size,
+                                                     &b));
+    return b;
+  };
+  EXPECT_EQ(bytes(QC_ALGO_TREE, 4, 1, 8), whole) << "a leaf sends up and receives the result";
+  EXPECT_EQ(bytes(QC_ALGO_TREE, 5, 4, 8), whole) << "an even rank can be a leaf too";
+  EXPECT_EQ(bytes(QC_ALGO_TREE, 4, 0, 8), 2 * whole) << "the root receives its children's too";
+  // Groups of two, M = 4 core ranks: a fifth rank folds into rank 0 alone.
+  const qc_algorithm_t rd = QC_ALGO_RECURSIVE_DOUBLING;
+  EXPECT_EQ(bytes(rd, 5, 0, 2), bytes(rd, 4, 0, 2) + whole);
+  EXPECT_EQ(bytes(rd, 5, 1, 2), bytes(rd, 4, 1, 2));
+  EXPECT_EQ(bytes(rd, 5, 4, 2), bytes(QC_ALGO_RING, 4, 0, 2) + whole)
+      << "a folded rank: the blocks it gets back and its tensor";
+  // One group of four, no fold: the blocks, three partitions out and three in.
+  EXPECT_LT(bytes(rd, 4, 0, 8), bytes(QC_ALGO_RING, 4, 0, 8) + 2 * whole);
 }
 
 // The memory an enqueued call used (the communicator's staging) is still in
@@ -1086,7 +1189,7 @@ TEST(NcclEnqueuedOrdering, WorkThatNeverFinishesDoesNotHangTheDestroy) {
 
 // The agreement comes first: a rank whose buffers NCCL cannot take gets
 // INVALID_ARGUMENT and its peers MISMATCH. A rank on host buffers runs the
-// host ring, whose messages carry envelopes and which does not agree first:
+// host algorithm, whose messages carry envelopes and which does not agree first:
 // it and the device ranks wait in different collectives until the timeout
 // (TIMEOUT everywhere, the group aborted). In neither case does a device
 // rank encode or enqueue a group its peers would wait for on the device.

@@ -94,13 +94,17 @@ Status lay_out(PayloadSlots* slots, size_t count, int n, int r, int group_size) 
   for (size_t b = 0; b < static_cast<size_t>(sh.M); ++b) {
     QC_RETURN_IF_ERROR(slots->add(block_range(count, static_cast<size_t>(sh.M), b).count, &index));
   }
-  QC_RETURN_IF_ERROR(slots->add(count, &index));
+  // Slots a rank never uses are empty (a slot of no bytes takes none), so
+  // the indices stay those of SlotIndex.
+  const bool folds = r >= sh.M || r + sh.M < n;
+  QC_RETURN_IF_ERROR(slots->add(folds ? count : 0, &index));
   if (r >= sh.M) return Status::ok();
-  const Range part = partition(count, sh, r % sh.G);
+  const int l = r % sh.G;
+  const Range part = partition(count, sh, l);
   for (int m = 0; m < sh.G; ++m) {
-    QC_RETURN_IF_ERROR(slots->add(partition(count, sh, m).count, &index));
+    QC_RETURN_IF_ERROR(slots->add(m == l ? 0 : partition(count, sh, m).count, &index));
   }
-  for (int m = 0; m < sh.G; ++m) QC_RETURN_IF_ERROR(slots->add(part.count, &index));
+  for (int m = 0; m < sh.G; ++m) QC_RETURN_IF_ERROR(slots->add(m == l ? 0 : part.count, &index));
   for (const Halving& h : halving_levels(count, sh, r)) {
     QC_RETURN_IF_ERROR(slots->add(h.give.count, &index));
     QC_RETURN_IF_ERROR(slots->add(h.keep.count, &index));

@@ -16,10 +16,12 @@ namespace {
 constexpr size_t kOut = 0;
 constexpr size_t kIn = 1;
 
-Status lay_out(PayloadSlots* slots, size_t count, int /*n*/, int /*r*/, int /*group_size*/) {
+Status lay_out(PayloadSlots* slots, size_t count, int n, int r, int /*group_size*/) {
   size_t index = 0;
   QC_RETURN_IF_ERROR(slots->add(count, &index));
-  return slots->add(count, &index);
+  // Only an even rank with a right neighbour has children (rank r+1 first).
+  const bool has_children = r % 2 == 0 && r + 1 < n;
+  return slots->add(has_children ? count : 0, &index);
 }
 
 Status run(CollectiveContext& ctx, const PayloadSlots& slots, float* data, size_t count,
