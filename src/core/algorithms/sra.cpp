@@ -8,6 +8,7 @@
 #include "core/algorithms/algorithm.h"
 #include "core/algorithms/blob_list.h"
 #include "core/algorithms/partition.h"
+#include "core/algorithms/sra_sum.h"
 
 namespace qc {
 namespace {
@@ -44,17 +45,13 @@ Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count) {
   }
   QC_RETURN_IF_ERROR(ctx.wait(reqs.data(), reqs.size(), recv_msgs.data(), recv_msgs.size()));
 
-  // Reduce in rank order so the sum does not depend on arrival order.
   float* sum = nullptr;
-  QC_RETURN_IF_ERROR(ctx.zeroed_values(mine.count, &sum));
-  for (int from = 0; from < n; ++from) {
-    if (from == r) {
-      QC_RETURN_IF_ERROR(ctx.add_values(sum, data + mine.begin, mine.count));
-    } else {
-      QC_RETURN_IF_ERROR(ctx.decode_accumulate(in[from].payload(), in[from].payload_size(),
-                                               sum, mine.count));
-    }
-  }
+  QC_RETURN_IF_ERROR(sum_in_rank_order(
+      ctx, data + mine.begin, mine.count,
+      [&](int from, float* acc) {
+        return ctx.decode_accumulate(in[from].payload(), in[from].payload_size(), acc, mine.count);
+      },
+      &sum));
 
   // Allgather: the owner's encoded sum, forwarded unchanged.
   BlockBlobs blobs(ctx.blob_storage(), n);

@@ -10,6 +10,7 @@
 #include "core/algorithms/algorithm.h"
 #include "core/algorithms/enqueued.h"
 #include "core/algorithms/partition.h"
+#include "core/algorithms/sra_sum.h"
 
 namespace qc {
 namespace {
@@ -48,17 +49,13 @@ Status run(CollectiveContext& ctx, const PayloadSlots& slots, float* data, size_
   }
   QC_RETURN_IF_ERROR(group.enqueue(ctx));
 
-  // The sum of this rank's block, in rank order.
   float* sum = nullptr;
-  QC_RETURN_IF_ERROR(ctx.zeroed_values(mine.count, &sum));
-  for (int from = 0; from < n; ++from) {
-    if (from == r) {
-      QC_RETURN_IF_ERROR(ctx.add_values(sum, data + mine.begin, mine.count));
-    } else {
-      QC_RETURN_IF_ERROR(
-          ctx.decode_payload(slots.at(incoming(from)), sum, mine.count, /*accumulate=*/true));
-    }
-  }
+  QC_RETURN_IF_ERROR(sum_in_rank_order(
+      ctx, data + mine.begin, mine.count,
+      [&](int from, float* acc) {
+        return ctx.decode_payload(slots.at(incoming(from)), acc, mine.count, /*accumulate=*/true);
+      },
+      &sum));
 
   // Allgather: the owner's encoded sum to everyone, bytes unchanged.
   const size_t own = static_cast<size_t>(r);
