@@ -878,6 +878,36 @@ std::vector<Bytes> images_of(const std::vector<qc_error_buffer_t>& ebs) {
   return out;
 }
 
+// The enqueued tests' minmax 4-bit stochastic policy with error feedback.
+qc_policy_t feedback_policy(qc_algorithm_t algorithm, int group_size, qc_reduce_op_t op) {
+  qc_policy_t p = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128, QC_ROUND_STOCHASTIC,
+                                               algorithm, 0, 0, op, false, group_size, {}});
+  p.error_feedback = 1;
+  return p;
+}
+
+// An error buffer of `count` per rank on each side of `t` (dev: the NCCL
+// ranks', host: the reference's), destroyed with this.
+struct FeedbackBuffers {
+  FeedbackBuffers(DeviceCodecRanks& t, size_t count)
+      : dev(t.dev.size(), nullptr), host(t.dev.size(), nullptr) {
+    for (size_t r = 0; r < dev.size(); ++r) {
+      ok = ok && qc_error_buffer_create(t.nccl.group[static_cast<int>(r)], count, &dev[r]) ==
+                     QC_SUCCESS;
+      ok = ok && qc_error_buffer_create(t.host[static_cast<int>(r)], count, &host[r]) ==
+                     QC_SUCCESS;
+    }
+  }
+  ~FeedbackBuffers() {
+    for (qc_error_buffer_t eb : dev) qc_error_buffer_destroy(eb);
+    for (qc_error_buffer_t eb : host) qc_error_buffer_destroy(eb);
+  }
+  FeedbackBuffers(const FeedbackBuffers&) = delete;
+  FeedbackBuffers& operator=(const FeedbackBuffers&) = delete;
+  std::vector<qc_error_buffer_t> dev, host;
+  bool ok = true;
+};
+
 // With error feedback the residuals stay on the device and every encode is
 // compensated there: three calls give the host algorithm's results and,
 // read back (which waits for the enqueued work first), its residuals. Five
@@ -889,27 +919,17 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
   for (const qc_algorithm_t algorithm : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA,
                                          QC_ALGO_TREE}) {
     SCOPED_TRACE(qc::algorithm_name(algorithm));
-    const qc_policy_t p = [&] {
-      qc_policy_t q = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
-                                                   QC_ROUND_STOCHASTIC, algorithm, n, count,
-                                                   QC_OP_AVG, false, 2, {}});
-      q.error_feedback = 1;
-      return q;
-    }();
     DeviceCodecRanks t(n);
-    ASSERT_TRUE(t.set_policy(p));
-    std::vector<qc_error_buffer_t> eb_dev(n), eb_host(n);
-    for (int r = 0; r < n; ++r) {
-      ASSERT_EQ(qc_error_buffer_create(t.nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
-      ASSERT_EQ(qc_error_buffer_create(t.host[r], count, &eb_host[r]), QC_SUCCESS);
-    }
+    ASSERT_TRUE(t.set_policy(feedback_policy(algorithm, 2, QC_OP_AVG)));
+    FeedbackBuffers eb(t, count);
+    ASSERT_TRUE(eb.ok) << qc_last_error();
     for (int call = 0; call < 3; ++call) {
       SCOPED_TRACE("call " + std::to_string(call));
       const auto in = qct::encode_all(qct::random_inputs(n, count, 50 + call), QC_DTYPE_FLOAT32);
       std::vector<Bytes> want(n, Bytes(count * 4));
       qct::run_ranks(n, [&](int r) {
         EXPECT_EQ(qc_allreduce(t.host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
-                               QC_OP_AVG, nullptr, eb_host[r], nullptr),
+                               QC_OP_AVG, nullptr, eb.host[r], nullptr),
                   QC_SUCCESS);
       });
       std::vector<void*> send(n), recv(n);
@@ -923,7 +943,7 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
       std::vector<qc::Status> s(n);
       qct::run_ranks(n, [&](int r) {
         s[r] = codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
-                               count, QC_OP_AVG, eb_dev[r]);
+                               count, QC_OP_AVG, eb.dev[r]);
       });
       for (int r = 0; r < n; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
@@ -937,11 +957,9 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
             << "this call's groups";
       }
     }
-    EXPECT_EQ(images_of(eb_dev), images_of(eb_host));
+    EXPECT_EQ(images_of(eb.dev), images_of(eb.host));
     for (int r = 0; r < n; ++r) {
       EXPECT_FALSE(t.dev[r].host_waits.empty()) << "reading the residuals waited for the stream";
-      qc_error_buffer_destroy(eb_dev[r]);
-      qc_error_buffer_destroy(eb_host[r]);
     }
   }
 }
@@ -955,20 +973,10 @@ TEST(NcclEnqueuedFeedback, AutoKeepsOneGridForHostAndDeviceCalls) {
   const int n = 3;
   for (const size_t count : {size_t{6000}, size_t{40000}}) {
     SCOPED_TRACE(std::to_string(count) + " values");
-    const qc_policy_t p = [] {
-      qc_policy_t q = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
-                                                   QC_ROUND_STOCHASTIC, QC_ALGO_AUTO, 0, 0,
-                                                   QC_OP_SUM, false, 0, {}});
-      q.error_feedback = 1;
-      return q;
-    }();
     DeviceCodecRanks t(n);
-    ASSERT_TRUE(t.set_policy(p));
-    std::vector<qc_error_buffer_t> eb_dev(n), eb_host(n);
-    for (int r = 0; r < n; ++r) {
-      ASSERT_EQ(qc_error_buffer_create(t.nccl.group[r], count, &eb_dev[r]), QC_SUCCESS);
-      ASSERT_EQ(qc_error_buffer_create(t.host[r], count, &eb_host[r]), QC_SUCCESS);
-    }
+    ASSERT_TRUE(t.set_policy(feedback_policy(QC_ALGO_AUTO, 0, QC_OP_SUM)));
+    FeedbackBuffers eb(t, count);
+    ASSERT_TRUE(eb.ok) << qc_last_error();
     for (int call = 0; call < 3; ++call) {
       SCOPED_TRACE("call " + std::to_string(call));
       const bool on_device = call != 1;
@@ -982,12 +990,12 @@ TEST(NcclEnqueuedFeedback, AutoKeepsOneGridForHostAndDeviceCalls) {
       std::vector<qc_status_t> sh(n), sn(n);
       qct::run_ranks(n, [&](int r) {
         sh[r] = qc_allreduce(t.host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
-                             QC_OP_SUM, nullptr, eb_host[r], nullptr);
+                             QC_OP_SUM, nullptr, eb.host[r], nullptr);
         sn[r] = on_device ? codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r),
-                                            send[r], recv[r], count, QC_OP_SUM, eb_dev[r])
+                                            send[r], recv[r], count, QC_OP_SUM, eb.dev[r])
                                 .code()
                           : qc_allreduce(t.nccl.group[r], in[r].data(), got[r].data(), count,
-                                         QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, eb_dev[r], nullptr);
+                                         QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, eb.dev[r], nullptr);
       });
       for (int r = 0; r < n; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
@@ -997,11 +1005,7 @@ TEST(NcclEnqueuedFeedback, AutoKeepsOneGridForHostAndDeviceCalls) {
         EXPECT_EQ(got[r], want[r]);
       }
     }
-    EXPECT_EQ(images_of(eb_dev), images_of(eb_host)) << "no reset between the calls";
-    for (int r = 0; r < n; ++r) {
-      qc_error_buffer_destroy(eb_dev[r]);
-      qc_error_buffer_destroy(eb_host[r]);
-    }
+    EXPECT_EQ(images_of(eb.dev), images_of(eb.host)) << "no reset between the calls";
   }
 }
 
