@@ -216,6 +216,11 @@ class CollectiveContext {
   // the call's stream; none is nothing.
   Status enqueue_group(const DeviceTransfer* ops, size_t count);
 
+  // A failure of this rank's device work ("rank R could not <step>: ..."),
+  // in words its peers can act on (the group breaks with it, so they read
+  // it too).
+  Status device_failure(const char* step, const Status& cause) const;
+
   // Shorthands for the common patterns.
   Status send(int peer, uint32_t step, Message* msg, size_t frame);
   Status recv(int peer, uint32_t step, Message* msg);
@@ -231,9 +236,6 @@ class CollectiveContext {
   Status residual_slots(uint64_t element_offset, size_t count, float** slots) const;
   Status decode_on_device(const uint8_t* data, size_t size, float* dst, size_t count,
                           bool accumulate);
-  // A failure of this rank's device work, in words its peers can act on.
-  Status device_failure(const char* step, const Status& cause) const;
-
   // A transport tag is the call's sequence number and the step's low 20 bits.
   static constexpr uint32_t kTagStepMask = 0xfffffu;
   uint64_t tag(uint32_t step) const { return (sequence_ << 20) | (step & kTagStepMask); }

@@ -70,9 +70,7 @@ template <typename Run>
 Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
                       uint64_t logical_bytes, const std::vector<LayerShare>& layers, Run&& run) {
   const uint64_t sequence = comm->next_sequence++;
-  const Deadline deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(comm->timeout_seconds));
+  const Deadline deadline = deadline_after(comm->timeout_seconds);
   CollectiveContext ctx(*comm->transport, codec, comm->scratch, sequence, signature, deadline);
   const bool single = layers.size() == 1;
   if (single && !codec.is_lossless()) ctx.request_error_estimate();
@@ -432,10 +430,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
                                 comm->staging, stream, &values);
     }
     if (s && widened) s = comm->staging.reserve_device_floats(mem, count, &data);
-    if (!s) {
-      s = Status(s.code(), "rank " + std::to_string(ctx.rank()) +
-                               " could not prepare its device values: " + s.message());
-    }
+    if (!s) s = ctx.device_failure("prepare its device values", s);
     float* residual = nullptr;
     if (s && error_buffer != nullptr) {
       s = device_residuals_for(comm, mem, device_codec, error_buffer, grid, count, layer, stream,
@@ -460,8 +455,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
     if (s && !widened && sendbuf != recvbuf) {
       s = device_codec.copy(data, static_cast<const float*>(sendbuf), count, stream);
     }
-    if (!s) return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
-                                        " could not prepare its device values: " + s.message());
+    if (!s) return ctx.device_failure("prepare its device values", s);
     ctx.set_seed(policy.seed);
     ctx.set_device_values(values);
     if (residual != nullptr) ctx.set_residual(residual, count);
@@ -486,8 +480,7 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
       s = device_codec.synchronize(stream);
       settled = s.is_ok();
     }
-    if (!s) return Status(s.code(), "rank " + std::to_string(ctx.rank()) +
-                                        " could not finish its device values: " + s.message());
+    if (!s) return ctx.device_failure("finish its device values", s);
     return s;
   });
   // The residuals' working block was written by whatever reached the
@@ -826,10 +819,6 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
   const uint64_t signature = plan.signature ^ (enqueued ? kEnqueuedOnDevice : 0);
   return run_collective(comm, codec, signature, logical_bytes, layers,
                         [&](CollectiveContext& ctx) -> Status {
-    auto failure = [&](const char* what, const Status& cause) {
-      return Status(cause.code(), "rank " + std::to_string(ctx.rank()) + " could not " + what +
-                                      ": " + cause.message());
-    };
     // This rank's own preparation first: on an enqueued call a rank that
     // fails here says so in the agreement, so that none enqueues a group
     // its peers would wait for on the device.
@@ -854,7 +843,7 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
       values.payload = device;
       values.payload_capacity = bytes;
     }
-    if (!s) s = failure("prepare its device memory", s);
+    if (!s) s = ctx.device_failure("prepare its device memory", s);
     QC_RETURN_IF_ERROR(conclude_preparation(ctx, enqueued, sendbuf, recvbuf, s));
     // From here on work is on the stream: unless the call waits for it at
     // the end, the next user of the memory must.
@@ -863,7 +852,7 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
                                 settled);
     ctx.set_seed(plan.policy.seed);
     if (widened) s = device_codec.widen(sendbuf, dtype, widened_send, total, stream);
-    if (!s) return failure("prepare its device values", s);
+    if (!s) return ctx.device_failure("prepare its device values", s);
     if (enqueued) {
       ctx.set_device_values(values);
       QC_RETURN_IF_ERROR(alltoall_enqueued(ctx, send, recv, count_per_rank));
@@ -878,7 +867,7 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
       s = device_codec.synchronize(stream);
       settled = s.is_ok();
     }
-    return s ? s : failure("finish its device values", s);
+    return s ? s : ctx.device_failure("finish its device values", s);
   });
 }
 

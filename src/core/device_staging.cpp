@@ -57,13 +57,6 @@ class CudaMessageCodec final : public DeviceMessageCodec {
 };
 #endif
 
-// A failure of this rank's device work, in words its peers can act on (the
-// group breaks with it, so they read it too).
-Status device_failure(const CollectiveContext& ctx, const char* step, const Status& cause) {
-  return Status(cause.code(), "rank " + std::to_string(ctx.rank()) + " could not " + step + ": " +
-                                  cause.message());
-}
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -168,7 +161,7 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
   unsigned char* host_in = host + blocks * slot;
   Status s = device_codec.squared_norm(send, blocks * count_per_rank, device + 2 * blocks * slot,
                                        stream, sq_norm);
-  if (!s) return device_failure(ctx, "measure its input on the device", s);
+  if (!s) return ctx.device_failure("measure its input on the device", s);
 
   // 1. Every block encoded on the device, in alltoall_pairwise's order and
   // with its random keys, then only the payloads copied to the host.
@@ -180,7 +173,7 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
                             device + to * slot, stream);
   }
   if (s) s = mem.to_host(host, device, blocks * slot, stream);
-  if (!s) return device_failure(ctx, "encode its blocks on the device", s);
+  if (!s) return ctx.device_failure("encode its blocks on the device", s);
   ctx.add_codec_seconds(seconds_since(start));
 
   // 2. The messages: the header every block shares, then its payload.
@@ -225,7 +218,7 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
                             /*accumulate=*/false, stream);
   }
   if (s) s = device_codec.synchronize(stream);
-  if (!s) return device_failure(ctx, "decode the received blocks on the device", s);
+  if (!s) return ctx.device_failure("decode the received blocks on the device", s);
   ctx.add_codec_seconds(seconds_since(start));
   return s;
 }

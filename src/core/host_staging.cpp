@@ -1,10 +1,9 @@
 #include "core/host_staging.h"
 
-#include <chrono>
 #include <string>
-#include <thread>
 
 #include "core/communicator.h"
+#include "core/transports/backoff.h"
 #if defined(QC_HAVE_CUDA)
 #include "cuda/device_runtime.h"
 #endif
@@ -66,6 +65,10 @@ const DeviceMemory* cuda_device_memory() {
 #endif
 }
 
+Status PendingDeviceWork::abandoned_error() {
+  return timeout_error("earlier device work of this memory never finished");
+}
+
 PendingDeviceWork::~PendingDeviceWork() {
   // An event may be destroyed while work before it runs; an abandoned one
   // is left alone all the same, with the memory it guards.
@@ -74,7 +77,7 @@ PendingDeviceWork::~PendingDeviceWork() {
 
 Status PendingDeviceWork::enqueued(const DeviceMemory& mem, void* stream,
                                    double timeout_seconds) {
-  if (abandoned_) return timeout_error("earlier device work of this memory never finished");
+  if (abandoned_) return abandoned_error();
   if (mem_ != &mem) {
     QC_RETURN_IF_ERROR(wait());
     if (event_ != nullptr) mem_->destroy_event(event_);
@@ -89,18 +92,16 @@ Status PendingDeviceWork::enqueued(const DeviceMemory& mem, void* stream,
 }
 
 Status PendingDeviceWork::order_before(void* stream) {
-  if (abandoned_) return timeout_error("earlier device work of this memory never finished");
+  if (abandoned_) return abandoned_error();
   if (!pending_) return Status::ok();
   return mem_->stream_wait_event(stream, event_);
 }
 
 Status PendingDeviceWork::wait() {
-  if (abandoned_) return timeout_error("earlier device work of this memory never finished");
+  if (abandoned_) return abandoned_error();
   if (!pending_) return Status::ok();
-  const auto give_up = std::chrono::steady_clock::now() +
-                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                           std::chrono::duration<double>(timeout_seconds_));
-  auto pause = std::chrono::microseconds(20);
+  const Deadline give_up = deadline_after(timeout_seconds_);
+  Backoff backoff;
   for (;;) {
     bool done = false;
     Status s = mem_->query_event(event_, &done);
@@ -109,14 +110,13 @@ Status PendingDeviceWork::wait() {
       pending_ = false;
       return s;
     }
-    if (std::chrono::steady_clock::now() >= give_up) {
+    if (Clock::now() >= give_up) {
       abandoned_ = true;
       return timeout_error("enqueued device work did not finish within " +
                      std::to_string(timeout_seconds_) +
                      " s (a peer may have failed before its part); its memory stays allocated");
     }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::milliseconds(1)) pause *= 2;
+    backoff.pause();
   }
 }
 

@@ -83,6 +83,7 @@ class PendingDeviceWork {
   double timeout_seconds_ = 0;
   bool pending_ = false;
   bool abandoned_ = false;  // a wait timed out: the work may never finish
+  static Status abandoned_error();
 };
 
 // The CUDA runtime's DeviceMemory; nullptr in a build without CUDA.

@@ -19,40 +19,54 @@ namespace {
 
 using namespace kernel;
 
-__global__ void __launch_bounds__(kThreads) add_kernel(float* dst, const float* src, size_t count) {
+// `op(i)` for every element i < count, one grid-stride loop for all of
+// this file's operations.
+template <typename Op>
+__global__ void __launch_bounds__(kThreads) for_each_element(Op op, size_t count) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    dst[i] = dst[i] + src[i];
+    op(i);
   }
 }
 
-__global__ void __launch_bounds__(kThreads) scale_kernel(float* dst, float factor, size_t count) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
-    dst[i] = dst[i] * factor;
-  }
-}
+struct AddOp {
+  float* dst;
+  const float* src;
+  __device__ void operator()(size_t i) const { dst[i] = dst[i] + src[i]; }
+};
+
+struct ScaleOp {
+  float* dst;
+  float factor;
+  __device__ void operator()(size_t i) const { dst[i] = dst[i] * factor; }
+};
 
 template <bool kBfloat16>
-__global__ void __launch_bounds__(kThreads)
-    widen_kernel(const uint16_t* src, float* dst, size_t count) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
+struct WidenOp {
+  const uint16_t* src;
+  float* dst;
+  __device__ void operator()(size_t i) const {
     dst[i] = kBfloat16 ? cpu::bfloat16_to_float(src[i]) : cpu::half_to_float(src[i]);
   }
-}
+};
 
 template <bool kBfloat16>
-__global__ void __launch_bounds__(kThreads)
-    narrow_kernel(const float* src, uint16_t* dst, size_t count) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
+struct NarrowOp {
+  const float* src;
+  uint16_t* dst;
+  __device__ void operator()(size_t i) const {
     dst[i] = kBfloat16 ? cpu::float_to_bfloat16(src[i]) : cpu::float_to_half(src[i]);
   }
+};
+
+// Enqueues `op` over `count` elements on `stream`; `what` names it in errors.
+template <typename Op>
+Status launch_elementwise(const Op& op, size_t count, void* stream, const char* what) {
+  if (count == 0) return Status::ok();
+  auto* kernel = &for_each_element<Op>;
+  QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(op, count);
+  return launch_status(what);
 }
 
 Status check_16bit(qc_dtype_t dtype, const void* p) {
@@ -76,40 +90,30 @@ Status check_aligned(const float* p) {
 Status add_values(float* dst, const float* src, size_t count, void* stream) {
   QC_RETURN_IF_ERROR(check_aligned(dst));
   QC_RETURN_IF_ERROR(check_aligned(src));
-  if (count == 0) return Status::ok();
-  auto* kernel = &add_kernel;
-  QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(dst, src,
-                                                                                     count);
-  return launch_status("cuda: add");
+  return launch_elementwise(AddOp{dst, src}, count, stream, "cuda: add");
 }
 
 Status scale_values(float* dst, float factor, size_t count, void* stream) {
   QC_RETURN_IF_ERROR(check_aligned(dst));
-  if (count == 0) return Status::ok();
-  auto* kernel = &scale_kernel;
-  QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(dst, factor,
-                                                                                     count);
-  return launch_status("cuda: scale");
+  return launch_elementwise(ScaleOp{dst, factor}, count, stream, "cuda: scale");
 }
 
 Status widen_values(const void* src, qc_dtype_t dtype, float* dst, size_t count, void* stream) {
   QC_RETURN_IF_ERROR(check_16bit(dtype, src));
   QC_RETURN_IF_ERROR(check_aligned(dst));
-  if (count == 0) return Status::ok();
-  auto* kernel = dtype == QC_DTYPE_BFLOAT16 ? &widen_kernel<true> : &widen_kernel<false>;
-  QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(
-      static_cast<const uint16_t*>(src), dst, count);
-  return launch_status("cuda: widen");
+  const auto* from = static_cast<const uint16_t*>(src);
+  return dtype == QC_DTYPE_BFLOAT16
+             ? launch_elementwise(WidenOp<true>{from, dst}, count, stream, "cuda: widen")
+             : launch_elementwise(WidenOp<false>{from, dst}, count, stream, "cuda: widen");
 }
 
 Status narrow_values(const float* src, qc_dtype_t dtype, void* dst, size_t count, void* stream) {
   QC_RETURN_IF_ERROR(check_16bit(dtype, dst));
   QC_RETURN_IF_ERROR(check_aligned(src));
-  if (count == 0) return Status::ok();
-  auto* kernel = dtype == QC_DTYPE_BFLOAT16 ? &narrow_kernel<true> : &narrow_kernel<false>;
-  QC_LAUNCH(kernel, blocks_for(count), kThreads, static_cast<cudaStream_t>(stream))(
-      src, static_cast<uint16_t*>(dst), count);
-  return launch_status("cuda: narrow");
+  auto* to = static_cast<uint16_t*>(dst);
+  return dtype == QC_DTYPE_BFLOAT16
+             ? launch_elementwise(NarrowOp<true>{src, to}, count, stream, "cuda: narrow")
+             : launch_elementwise(NarrowOp<false>{src, to}, count, stream, "cuda: narrow");
 }
 
 Status zero_values(float* dst, size_t count, void* stream) {

@@ -137,11 +137,6 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
   EXPECT_EQ(qc_error_buffer_destroy(eb), QC_SUCCESS);
 }
 
-// Allreduce on device buffers, on the caller's stream, in place or not: the
-// bucketed and cast codecs run the algorithms on the device values with the
-// kernels (core/device_staging.h: only payloads staged); global_linear's
-// native sum and codec none are staged whole (host_staging.h). Either way
-// the results are the emulation's bit for bit.
 // fn(r) on one thread per rank, as the ranks of a local group must run.
 std::vector<qc_status_t> on_each_rank(int n, const std::function<qc_status_t(int)>& fn) {
   std::vector<qc_status_t> status(n, QC_ERROR_INTERNAL);
@@ -163,6 +158,46 @@ void expect_layer_norm(qc_comm_t comm, const std::vector<float>& x) {
   EXPECT_NEAR(ls.mean_sq_norm, want, 1e-9 * want);
 }
 
+// A local group of n ranks under policy `p`; the test destroys it.
+::testing::AssertionResult local_group(int n, const qc_policy_t& p,
+                                       std::vector<qc_comm_t>* comms) {
+  comms->assign(static_cast<size_t>(n), nullptr);
+  if (qc_comm_create_local(n, comms->data()) != QC_SUCCESS) {
+    return ::testing::AssertionFailure() << qc_last_error();
+  }
+  for (qc_comm_t comm : *comms) {
+    if (qc_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
+      return ::testing::AssertionFailure() << qc_last_error();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Each rank's input copied to the device, and a device output of its size
+// (none with `with_out` false: in place).
+struct DeviceRanks {
+  std::vector<std::unique_ptr<DeviceBytes>> in, out;
+};
+
+template <typename T>
+DeviceRanks upload_each(const std::vector<std::vector<T>>& x, bool with_out) {
+  DeviceRanks d;
+  d.in.resize(x.size());
+  d.out.resize(x.size());
+  for (size_t r = 0; r < x.size(); ++r) {
+    const size_t bytes = x[r].size() * sizeof(T);
+    d.in[r] = std::make_unique<DeviceBytes>(bytes);
+    d.in[r]->upload(x[r].data(), bytes);
+    if (with_out) d.out[r] = std::make_unique<DeviceBytes>(bytes);
+  }
+  return d;
+}
+
+// Allreduce on device buffers, on the caller's stream, in place or not: the
+// bucketed and cast codecs run the algorithms on the device values with the
+// kernels (core/device_staging.h: only payloads staged); global_linear's
+// native sum and codec none are staged whole (host_staging.h). Either way
+// the results are the emulation's bit for bit.
 TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
   const int n = 3;
   const size_t count = 20011;
@@ -206,23 +241,17 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
                                    nullptr),
               QC_SUCCESS)
         << qc_last_error();
-    std::vector<qc_comm_t> comms(n);
-    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
-    for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
-    std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
-    for (int r = 0; r < n; ++r) {
-      in_dev[r] = std::make_unique<DeviceBytes>(4 * count);
-      in_dev[r]->upload(x[r].data(), 4 * count);
-      if (!c.in_place) out_dev[r] = std::make_unique<DeviceBytes>(4 * count);
-    }
+    std::vector<qc_comm_t> comms;
+    ASSERT_TRUE(local_group(n, p, &comms));
+    const DeviceRanks d = upload_each(x, !c.in_place);
     const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
-      void* out = c.in_place ? in_dev[r]->data() : out_dev[r]->data();
-      return qc_allreduce(comms[r], in_dev[r]->data(), out, count, QC_DTYPE_FLOAT32, c.op,
+      void* out = c.in_place ? d.in[r]->data() : d.out[r]->data();
+      return qc_allreduce(comms[r], d.in[r]->data(), out, count, QC_DTYPE_FLOAT32, c.op,
                           nullptr, nullptr, streams[r]);
     });
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
-      const auto got = (c.in_place ? in_dev[r] : out_dev[r])->contents();
+      const auto got = (c.in_place ? d.in[r] : d.out[r])->contents();
       EXPECT_EQ(first_float_diff(as_floats(got), want[r]), -1) << "rank " << r;
       expect_layer_norm(comms[r], x[r]);
     }
@@ -257,22 +286,16 @@ TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
     ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, QC_OP_AVG, &p, nullptr),
               QC_SUCCESS)
         << qc_last_error();
-    std::vector<qc_comm_t> comms(n);
-    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
-    for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
-    std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
-    for (int r = 0; r < n; ++r) {
-      in_dev[r] = std::make_unique<DeviceBytes>(2 * count);
-      in_dev[r]->upload(x[r].data(), 2 * count);
-      out_dev[r] = std::make_unique<DeviceBytes>(2 * count);
-    }
+    std::vector<qc_comm_t> comms;
+    ASSERT_TRUE(local_group(n, p, &comms));
+    const DeviceRanks d = upload_each(x, true);
     const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
-      return qc_allreduce(comms[r], in_dev[r]->data(), out_dev[r]->data(), count, dtype,
+      return qc_allreduce(comms[r], d.in[r]->data(), d.out[r]->data(), count, dtype,
                           QC_OP_AVG, nullptr, nullptr, nullptr);
     });
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
-      const auto got = out_dev[r]->contents();
+      const auto got = d.out[r]->contents();
       EXPECT_EQ(std::memcmp(got.data(), want[r].data(), 2 * count), 0) << "rank " << r;
     }
     // The alltoall of the same buffers (count / n values per block).
@@ -280,12 +303,12 @@ TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
     ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, dtype, &p), QC_SUCCESS)
         << qc_last_error();
     const std::vector<qc_status_t> all = on_each_rank(n, [&](int r) {
-      return qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr, dtype, nullptr,
+      return qc_alltoall(comms[r], d.in[r]->data(), d.out[r]->data(), cpr, dtype, nullptr,
                          nullptr);
     });
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(all[r], QC_SUCCESS) << "alltoall, rank " << r;
-      const auto got = out_dev[r]->contents();
+      const auto got = d.out[r]->contents();
       EXPECT_EQ(std::memcmp(got.data(), want[r].data(), 2 * cpr * n), 0) << "alltoall, rank " << r;
     }
     for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
@@ -315,11 +338,10 @@ TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
     p.algorithm = c.algo;
     p.error_feedback = 1;
     p.min_compress_bytes = 0;
-    std::vector<qc_comm_t> comms(n);
-    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
+    std::vector<qc_comm_t> comms;
+    ASSERT_TRUE(local_group(n, p, &comms));
     std::vector<qc_error_buffer_t> emulated(n), on_device(n);
     for (int r = 0; r < n; ++r) {
-      ASSERT_EQ(qc_set_layer_policy(comms[r], "*", &p), QC_SUCCESS);
       ASSERT_EQ(qc_error_buffer_create(nullptr, count, &emulated[r]), QC_SUCCESS);
       ASSERT_EQ(qc_error_buffer_create(comms[r], count, &on_device[r]), QC_SUCCESS);
     }
@@ -336,19 +358,14 @@ TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
                                      &p, emulated.data()),
                 QC_SUCCESS)
           << qc_last_error();
-      std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
-      for (int r = 0; r < n; ++r) {
-        in_dev[r] = std::make_unique<DeviceBytes>(4 * count);
-        in_dev[r]->upload(x[r].data(), 4 * count);
-        out_dev[r] = std::make_unique<DeviceBytes>(4 * count);
-      }
+      const DeviceRanks d = upload_each(x, true);
       const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
-        return qc_allreduce(comms[r], in_dev[r]->data(), out_dev[r]->data(), count,
+        return qc_allreduce(comms[r], d.in[r]->data(), d.out[r]->data(), count,
                             QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, on_device[r], nullptr);
       });
       for (int r = 0; r < n; ++r) {
         ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r;
-        EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1)
+        EXPECT_EQ(first_float_diff(as_floats(d.out[r]->contents()), want[r]), -1)
             << "call " << call << " rank " << r;
       }
     }
@@ -403,22 +420,16 @@ TEST(CudaStaging, AlltoallOnDeviceBuffersMatchesTheEmulation) {
     }
     ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &p),
               QC_SUCCESS);
-    std::vector<qc_comm_t> comms(n);
-    ASSERT_EQ(qc_comm_create_local(n, comms.data()), QC_SUCCESS);
-    for (auto comm : comms) ASSERT_EQ(qc_set_layer_policy(comm, "*", &p), QC_SUCCESS);
-    std::vector<std::unique_ptr<DeviceBytes>> in_dev(n), out_dev(n);
-    for (int r = 0; r < n; ++r) {
-      in_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
-      in_dev[r]->upload(x[r].data(), 4 * cpr * n);
-      out_dev[r] = std::make_unique<DeviceBytes>(4 * cpr * n);
-    }
+    std::vector<qc_comm_t> comms;
+    ASSERT_TRUE(local_group(n, p, &comms));
+    const DeviceRanks d = upload_each(x, true);
     const std::vector<qc_status_t> status = on_each_rank(n, [&](int r) {
-      return qc_alltoall(comms[r], in_dev[r]->data(), out_dev[r]->data(), cpr, QC_DTYPE_FLOAT32,
+      return qc_alltoall(comms[r], d.in[r]->data(), d.out[r]->data(), cpr, QC_DTYPE_FLOAT32,
                          nullptr, nullptr);
     });
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(status[r], QC_SUCCESS) << "rank " << r << ": " << qc_last_error();
-      EXPECT_EQ(first_float_diff(as_floats(out_dev[r]->contents()), want[r]), -1)
+      EXPECT_EQ(first_float_diff(as_floats(d.out[r]->contents()), want[r]), -1)
           << "rank " << r;
       expect_layer_norm(comms[r], x[r]);
     }

@@ -17,6 +17,7 @@
 #include "core/codecs/device_message_codec.h"
 #include "core/host_staging.h"
 #include "fake_device.h"
+#include "device_groups.h"
 #include "fake_device_codec.h"
 #include "test_util.h"
 
@@ -257,28 +258,6 @@ TEST(Staged, AlltoallAndSegmentsMatchTheHostPath) {
 // alltoall with the codec on the device: only compressed bytes staged
 // (core/device_staging.h)
 // ---------------------------------------------------------------------------
-
-// Per-rank fakes (a fake is not thread-safe), each codec checking that it is
-// handed that rank's device memory, and two groups: `host` gives the host
-// path's results, `device` runs the calls under test. Declared first, the
-// fakes outlive the groups, whose staging holds their memory.
-struct TwoGroups {
-  explicit TwoGroups(int n) : dev(n), mc(n), host(n), device(n) {
-    for (int r = 0; r < n; ++r) mc[r].device = &dev[r];
-  }
-  std::vector<FakeDevice> dev;
-  std::vector<CpuMessageCodec> mc;
-  Group host;
-  Group device;
-};
-
-::testing::AssertionResult under_policy(TwoGroups& g, const qc_policy_t& p) {
-  if (!g.host.ok() || !g.device.ok()) return ::testing::AssertionFailure() << "no groups";
-  if (g.host.set_policy("*", p) != QC_SUCCESS || g.device.set_policy("*", p) != QC_SUCCESS) {
-    return ::testing::AssertionFailure() << "set_policy: " << qc_last_error();
-  }
-  return ::testing::AssertionSuccess();
-}
 
 // A device call measures its input's norm on the device (the fake: the host
 // loop's sum), so the layer's mean_sq_norm is the host path's; the error
@@ -749,26 +728,6 @@ TEST(CompressedAllreduceMixed, DeviceAndHostRanksMeetInOneCall) {
   EXPECT_EQ(out[0], want.out[0]);
   EXPECT_EQ(out[2], want.out[2]);
 }
-
-// Error buffers on both groups of a TwoGroups (none without feedback),
-// destroyed with this.
-struct PairedErrorBuffers {
-  PairedErrorBuffers(const TwoGroups& g, size_t count, bool feedback)
-      : host(g.host.size(), nullptr), device(g.device.size(), nullptr) {
-    for (int r = 0; feedback && r < g.host.size(); ++r) {
-      EXPECT_EQ(qc_error_buffer_create(g.host[r], count, &host[r]), QC_SUCCESS);
-      EXPECT_EQ(qc_error_buffer_create(g.device[r], count, &device[r]), QC_SUCCESS);
-    }
-  }
-  ~PairedErrorBuffers() {
-    for (auto* list : {&host, &device}) {
-      for (qc_error_buffer_t eb : *list) {
-        if (eb != nullptr) qc_error_buffer_destroy(eb);
-      }
-    }
-  }
-  std::vector<qc_error_buffer_t> host, device;
-};
 
 // One allreduce of `in` on both groups: the host group on host memory (its
 // results returned), the device group on device copies `send` (results in

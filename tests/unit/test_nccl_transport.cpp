@@ -20,6 +20,7 @@
 #include "core/host_staging.h"
 #include "core/policy.h"
 #include "core/transports/nccl_transport.h"
+#include "device_groups.h"
 #include "fake_device.h"
 #include "fake_device_codec.h"
 #include "fake_nccl.h"
@@ -638,26 +639,15 @@ qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
                               nullptr, eb);
 }
 
-// n ranks, each with a fake device and the CPU codecs over it standing in
-// for the kernels, in one NCCL group over the fake NCCL, and a local group
-// of n host ranks for the reference; set_policy gives both `p`.
-struct DeviceCodecRanks {
-  explicit DeviceCodecRanks(int n, double timeout_seconds = qct::kTimeoutSeconds)
-      : dev(static_cast<size_t>(n)), mc(static_cast<size_t>(n)), nccl(n, timeout_seconds),
-        host(n) {
-    for (int r = 0; r < n; ++r) mc[static_cast<size_t>(r)].device = &dev[static_cast<size_t>(r)];
-  }
-  ::testing::AssertionResult set_policy(const qc_policy_t& p) {
-    if (!nccl.group.ok() || !host.ok()) return ::testing::AssertionFailure() << "no groups";
-    if (nccl.group.set_policy("*", p) != QC_SUCCESS || host.set_policy("*", p) != QC_SUCCESS) {
-      return ::testing::AssertionFailure() << qc_last_error();
+// TwoGroups (device_groups.h) whose device group runs on NCCL transports
+// over one fake NCCL.
+struct NcclTwoGroups : TwoGroups {
+  explicit NcclTwoGroups(int n) : TwoGroups(n), world(qcfake::FakeNcclWorld::create(n)) {
+    for (int r = 0; r < n && device.ok(); ++r) {
+      device[r]->transport = std::make_unique<qc::NcclTransport>(world->backend(r));
     }
-    return ::testing::AssertionSuccess();
   }
-  std::vector<qcfake::FakeDevice> dev;  // first: they outlive the communicators
-  std::vector<qcfake::CpuMessageCodec> mc;
-  NcclGroup nccl;
-  Group host;
+  std::shared_ptr<qcfake::FakeNcclWorld> world;
 };
 
 // The host path's outputs on the local group `g` (under the device ranks'
@@ -719,8 +709,8 @@ TEST_P(NcclEnqueued, MatchesTheHostPathWithNothingStagedOrAwaited) {
   const EnqueuedCase& c = GetParam();
   const int n = c.ranks;
   const qc_policy_t p = enqueued_policy(c);
-  DeviceCodecRanks t(n);
-  ASSERT_TRUE(t.set_policy(p));
+  NcclTwoGroups t(n);
+  ASSERT_TRUE(under_policy(t, p));
   const auto in = qct::encode_all(qct::random_inputs(n, c.count, 31), QC_DTYPE_FLOAT32);
   const std::vector<Bytes> want = host_allreduce(t.host, in, c.count, c.op);
   ASSERT_EQ(want.size(), static_cast<size_t>(n));
@@ -731,7 +721,7 @@ TEST_P(NcclEnqueued, MatchesTheHostPathWithNothingStagedOrAwaited) {
   }
   std::vector<qc::Status> s(n);
   qct::run_ranks(n, [&](int r) {
-    s[r] = codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
+    s[r] = codec_allreduce(t.device[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
                            c.count, c.op);
   });
   for (int r = 0; r < n; ++r) {
@@ -744,20 +734,20 @@ TEST_P(NcclEnqueued, MatchesTheHostPathWithNothingStagedOrAwaited) {
     EXPECT_EQ(t.mc[r].norms, 0) << "a norm would wait for the stream";
     EXPECT_GT(t.mc[r].encodes, 0);
     for (void* st : t.mc[r].streams) EXPECT_EQ(st, stream_of(r)) << "the caller's stream";
-    EXPECT_EQ(t.nccl.world->allreduces(r, qc::NcclReduction::kMinUint64), n > 1 ? 1 : 0)
+    EXPECT_EQ(t.world->allreduces(r, qc::NcclReduction::kMinUint64), n > 1 ? 1 : 0)
         << "one agreement (none needed alone)";
-    EXPECT_EQ(t.nccl.world->groups(r), 0) << "no host frames";
-    EXPECT_EQ(t.nccl.world->enqueued(r), 0);
+    EXPECT_EQ(t.world->groups(r), 0) << "no host frames";
+    EXPECT_EQ(t.world->enqueued(r), 0);
     if (!c.groups.empty()) {
-      EXPECT_EQ(t.nccl.world->device_groups(r), c.groups[static_cast<size_t>(r)]);
+      EXPECT_EQ(t.world->device_groups(r), c.groups[static_cast<size_t>(r)]);
     }
     if (n > 1) {
-      EXPECT_EQ(t.nccl.world->last_stream(r), stream_of(r));
+      EXPECT_EQ(t.world->last_stream(r), stream_of(r));
     }
     EXPECT_EQ(t.dev[r].event_records, 1) << "the call's end, for the next user of its memory";
     EXPECT_TRUE(t.dev[r].host_waits.empty());
   }
-  EXPECT_EQ(t.nccl.world->size_mismatch(), "");
+  EXPECT_EQ(t.world->size_mismatch(), "");
 }
 
 std::vector<long> each(int n, long groups) {
@@ -837,8 +827,8 @@ TEST(NcclEnqueued16Bit, MatchesTheHostPathOnAFloat32Copy) {
     const qc_policy_t p = enqueued_policy(EnqueuedCase{"", QC_CODEC_MINMAX, 4, 128,
                                                        QC_ROUND_STOCHASTIC, algorithm, n, count,
                                                        QC_OP_AVG, false, 0, {}});
-    DeviceCodecRanks t(n);
-    ASSERT_TRUE(t.set_policy(p));
+    NcclTwoGroups t(n);
+    ASSERT_TRUE(under_policy(t, p));
     const auto in = qct::encode_all(qct::random_inputs(n, count, 37, dtype), dtype);
     const std::vector<Bytes> want = host_allreduce(t.host, in, count, QC_OP_AVG, dtype);
     ASSERT_EQ(want.size(), static_cast<size_t>(n));
@@ -849,7 +839,7 @@ TEST(NcclEnqueued16Bit, MatchesTheHostPathOnAFloat32Copy) {
     }
     std::vector<qc::Status> s(n);
     qct::run_ranks(n, [&](int r) {
-      s[r] = qc::allreduce_placed(t.nccl.group[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
+      s[r] = qc::allreduce_placed(t.device[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
                                   recv[r], count, dtype, QC_OP_AVG, nullptr, nullptr);
     });
     for (int r = 0; r < n; ++r) {
@@ -858,7 +848,7 @@ TEST(NcclEnqueued16Bit, MatchesTheHostPathOnAFloat32Copy) {
       EXPECT_EQ(t.dev[r].download(recv[r], count * 2), want[r]);
       EXPECT_EQ(t.dev[r].copies_to_host + t.dev[r].copies_to_device, 0) << "nothing staged";
       EXPECT_EQ(t.mc[r].synchronizations, 0) << "nothing awaited";
-      EXPECT_EQ(t.nccl.world->device_groups(r), groups[static_cast<size_t>(r)]);
+      EXPECT_EQ(t.world->device_groups(r), groups[static_cast<size_t>(r)]);
       ASSERT_FALSE(t.mc[r].arithmetic_ops.empty());
       EXPECT_EQ(t.mc[r].arithmetic_ops.front(), "widen");
       EXPECT_EQ(t.mc[r].arithmetic_ops.back(), "narrow");
@@ -886,28 +876,6 @@ qc_policy_t feedback_policy(qc_algorithm_t algorithm, int group_size, qc_reduce_
   return p;
 }
 
-// An error buffer of `count` per rank on each side of `t` (dev: the NCCL
-// ranks', host: the reference's), destroyed with this.
-struct FeedbackBuffers {
-  FeedbackBuffers(DeviceCodecRanks& t, size_t count)
-      : dev(t.dev.size(), nullptr), host(t.dev.size(), nullptr) {
-    for (size_t r = 0; r < dev.size(); ++r) {
-      ok = ok && qc_error_buffer_create(t.nccl.group[static_cast<int>(r)], count, &dev[r]) ==
-                     QC_SUCCESS;
-      ok = ok && qc_error_buffer_create(t.host[static_cast<int>(r)], count, &host[r]) ==
-                     QC_SUCCESS;
-    }
-  }
-  ~FeedbackBuffers() {
-    for (qc_error_buffer_t eb : dev) qc_error_buffer_destroy(eb);
-    for (qc_error_buffer_t eb : host) qc_error_buffer_destroy(eb);
-  }
-  FeedbackBuffers(const FeedbackBuffers&) = delete;
-  FeedbackBuffers& operator=(const FeedbackBuffers&) = delete;
-  std::vector<qc_error_buffer_t> dev, host;
-  bool ok = true;
-};
-
 // With error feedback the residuals stay on the device and every encode is
 // compensated there: three calls give the host algorithm's results and,
 // read back (which waits for the enqueued work first), its residuals. Five
@@ -919,10 +887,9 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
   for (const qc_algorithm_t algorithm : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA,
                                          QC_ALGO_TREE}) {
     SCOPED_TRACE(qc::algorithm_name(algorithm));
-    DeviceCodecRanks t(n);
-    ASSERT_TRUE(t.set_policy(feedback_policy(algorithm, 2, QC_OP_AVG)));
-    FeedbackBuffers eb(t, count);
-    ASSERT_TRUE(eb.ok) << qc_last_error();
+    NcclTwoGroups t(n);
+    ASSERT_TRUE(under_policy(t, feedback_policy(algorithm, 2, QC_OP_AVG)));
+    const PairedErrorBuffers eb(t, count, /*feedback=*/true);
     for (int call = 0; call < 3; ++call) {
       SCOPED_TRACE("call " + std::to_string(call));
       const auto in = qct::encode_all(qct::random_inputs(n, count, 50 + call), QC_DTYPE_FLOAT32);
@@ -939,11 +906,11 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
         t.mc[r].encodes = t.mc[r].compensated_encodes = 0;
       }
       std::vector<long> groups_before(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) groups_before[r] = t.nccl.world->device_groups(r);
+      for (int r = 0; r < n; ++r) groups_before[r] = t.world->device_groups(r);
       std::vector<qc::Status> s(n);
       qct::run_ranks(n, [&](int r) {
-        s[r] = codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
-                               count, QC_OP_AVG, eb.dev[r]);
+        s[r] = codec_allreduce(t.device[r], t.dev[r], t.mc[r], stream_of(r), send[r], recv[r],
+                               count, QC_OP_AVG, eb.device[r]);
       });
       for (int r = 0; r < n; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
@@ -953,11 +920,11 @@ TEST(NcclEnqueuedFeedback, ResidualsOnTheDeviceEqualTheHostPaths) {
         EXPECT_EQ(t.mc[r].compensated_encodes, t.mc[r].encodes) << "every encode compensated";
         EXPECT_EQ(t.mc[r].synchronizations, 0) << "nothing awaited";
         EXPECT_TRUE(t.dev[r].host_waits.empty()) << "the residuals stayed on the device";
-        EXPECT_GT(t.nccl.world->device_groups(r), groups_before[static_cast<size_t>(r)])
+        EXPECT_GT(t.world->device_groups(r), groups_before[static_cast<size_t>(r)])
             << "this call's groups";
       }
     }
-    EXPECT_EQ(images_of(eb.dev), images_of(eb.host));
+    EXPECT_EQ(images_of(eb.device), images_of(eb.host));
     for (int r = 0; r < n; ++r) {
       EXPECT_FALSE(t.dev[r].host_waits.empty()) << "reading the residuals waited for the stream";
     }
@@ -973,10 +940,9 @@ TEST(NcclEnqueuedFeedback, AutoKeepsOneGridForHostAndDeviceCalls) {
   const int n = 3;
   for (const size_t count : {size_t{6000}, size_t{40000}}) {
     SCOPED_TRACE(std::to_string(count) + " values");
-    DeviceCodecRanks t(n);
-    ASSERT_TRUE(t.set_policy(feedback_policy(QC_ALGO_AUTO, 0, QC_OP_SUM)));
-    FeedbackBuffers eb(t, count);
-    ASSERT_TRUE(eb.ok) << qc_last_error();
+    NcclTwoGroups t(n);
+    ASSERT_TRUE(under_policy(t, feedback_policy(QC_ALGO_AUTO, 0, QC_OP_SUM)));
+    const PairedErrorBuffers eb(t, count, /*feedback=*/true);
     for (int call = 0; call < 3; ++call) {
       SCOPED_TRACE("call " + std::to_string(call));
       const bool on_device = call != 1;
@@ -991,11 +957,11 @@ TEST(NcclEnqueuedFeedback, AutoKeepsOneGridForHostAndDeviceCalls) {
       qct::run_ranks(n, [&](int r) {
         sh[r] = qc_allreduce(t.host[r], in[r].data(), want[r].data(), count, QC_DTYPE_FLOAT32,
                              QC_OP_SUM, nullptr, eb.host[r], nullptr);
-        sn[r] = on_device ? codec_allreduce(t.nccl.group[r], t.dev[r], t.mc[r], stream_of(r),
-                                            send[r], recv[r], count, QC_OP_SUM, eb.dev[r])
+        sn[r] = on_device ? codec_allreduce(t.device[r], t.dev[r], t.mc[r], stream_of(r),
+                                            send[r], recv[r], count, QC_OP_SUM, eb.device[r])
                                 .code()
-                          : qc_allreduce(t.nccl.group[r], in[r].data(), got[r].data(), count,
-                                         QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, eb.dev[r], nullptr);
+                          : qc_allreduce(t.device[r], in[r].data(), got[r].data(), count,
+                                         QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, eb.device[r], nullptr);
       });
       for (int r = 0; r < n; ++r) {
         SCOPED_TRACE("rank " + std::to_string(r));
@@ -1005,7 +971,7 @@ TEST(NcclEnqueuedFeedback, AutoKeepsOneGridForHostAndDeviceCalls) {
         EXPECT_EQ(got[r], want[r]);
       }
     }
-    EXPECT_EQ(images_of(eb.dev), images_of(eb.host)) << "no reset between the calls";
+    EXPECT_EQ(images_of(eb.device), images_of(eb.host)) << "no reset between the calls";
   }
 }
 
@@ -1257,8 +1223,8 @@ TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
       p.rounding = QC_ROUND_STOCHASTIC;
       p.min_compress_bytes = 0;
       p.seed = 5;
-      DeviceCodecRanks t(n);
-      ASSERT_TRUE(t.set_policy(p));
+      NcclTwoGroups t(n);
+      ASSERT_TRUE(under_policy(t, p));
       const auto in = qct::encode_all(qct::random_inputs(n, cpr * n, 71, dtype), dtype);
       std::vector<Bytes> want(n, Bytes(cpr * n * item));
       std::vector<void*> send(n), recv(n);
@@ -1270,7 +1236,7 @@ TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
       std::vector<qc::Status> sd(n);
       qct::run_ranks(n, [&](int r) {
         sh[r] = qc_alltoall(t.host[r], in[r].data(), want[r].data(), cpr, dtype, nullptr, nullptr);
-        sd[r] = qc::alltoall_placed(t.nccl.group[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
+        sd[r] = qc::alltoall_placed(t.device[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
                                     recv[r], cpr, dtype, nullptr);
       });
       for (int r = 0; r < n; ++r) {
@@ -1282,14 +1248,14 @@ TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
         EXPECT_EQ(t.mc[r].synchronizations + t.mc[r].norms, 0) << "nothing awaited";
         EXPECT_EQ(t.mc[r].encodes, n);
         EXPECT_EQ(t.mc[r].decodes, n);
-        EXPECT_EQ(t.nccl.world->device_groups(r), n > 1 ? 1 : 0) << "one group";
-        EXPECT_EQ(t.nccl.world->groups(r), 0) << "no host frames";
+        EXPECT_EQ(t.world->device_groups(r), n > 1 ? 1 : 0) << "one group";
+        EXPECT_EQ(t.world->groups(r), 0) << "no host frames";
         EXPECT_EQ(t.dev[r].event_records, 1);
         if (n > 1) {
-          EXPECT_EQ(t.nccl.world->last_stream(r), stream_of(r));
+          EXPECT_EQ(t.world->last_stream(r), stream_of(r));
         }
       }
-      EXPECT_EQ(t.nccl.world->size_mismatch(), "");
+      EXPECT_EQ(t.world->size_mismatch(), "");
     }
   }
 }

@@ -1,4 +1,5 @@
-// Pauses between polling rounds of a transport's wait (MPI, NCCL).
+// Pauses between polling rounds of a wait: a transport's (MPI, NCCL), or
+// the host's for enqueued device work (PendingDeviceWork).
 #pragma once
 
 #include <algorithm>

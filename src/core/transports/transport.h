@@ -24,6 +24,12 @@ namespace qc {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
+// The deadline `seconds` from now (a communicator's timeout).
+inline Deadline deadline_after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 struct Request {
   enum class Kind { kNone, kSend, kRecv };
   Kind kind = Kind::kNone;
