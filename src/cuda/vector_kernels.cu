@@ -1,9 +1,10 @@
 // The float32 arithmetic the allreduce algorithms do on their values between
 // codec calls (core/device_staging.h): SRA's rank-order sum of its own block,
 // AVG's one division; and 16-bit data widened to the float32 values and the
-// result narrowed back, with the CPU's conversions (cpu/half_convert.h). Each element gets the host loop's single IEEE
-// operation (compiled with --fmad=false like every kernel here), so the
-// device values stay the host path's bit for bit.
+// result narrowed back, with the CPU's conversions (cpu/half_convert.h).
+// Each element gets the host loop's single IEEE operation (compiled with
+// --fmad=false like every kernel here), so the device values stay the host
+// path's bit for bit.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -34,6 +35,13 @@ struct AddOp {
   float* dst;
   const float* src;
   __device__ void operator()(size_t i) const { dst[i] = dst[i] + src[i]; }
+};
+
+// A kernel rather than cudaMemsetAsync, so the warp emulator, which has no
+// CUDA runtime to call, checks it with the others (tests/cuda).
+struct ZeroOp {
+  float* dst;
+  __device__ void operator()(size_t i) const { dst[i] = 0.0f; }
 };
 
 struct ScaleOp {
@@ -117,10 +125,8 @@ Status narrow_values(const float* src, qc_dtype_t dtype, void* dst, size_t count
 }
 
 Status zero_values(float* dst, size_t count, void* stream) {
-  if (count == 0) return Status::ok();
-  return cuda_status(cudaMemsetAsync(dst, 0, count * sizeof(float),
-                                     static_cast<cudaStream_t>(stream)),
-                     "cuda: zero");
+  QC_RETURN_IF_ERROR(check_aligned(dst));
+  return launch_elementwise(ZeroOp{dst}, count, stream, "cuda: zero");
 }
 
 }  // namespace cuda

@@ -597,6 +597,93 @@ TEST(CudaNorm, SquaredNormMatchesTheHostSum) {
             QC_ERROR_INVALID_ARGUMENT);
 }
 
+// ---- the arithmetic between codec calls (vector_kernels.cu) -----------------------
+
+// add, scale, zero, widen and narrow against the host path's loops
+// (CollectiveContext's dst[i] += src[i], dst[i] *= factor; cpu::to_float32 and
+// from_float32): every element bit for bit, NaN, infinities, -0 and
+// denormals included; buffers 4 bytes off the allocation's alignment; nothing
+// written past the count (canaries), count 0 writing nothing.
+TEST(CudaVector, ArithmeticMatchesTheHostLoops) {
+  const size_t kSizes[] = {0, 1, 7, 1000, 65537 / kSizeScale};
+  for (size_t n : kSizes) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const std::vector<float> a = make_data(n, Data::kSpecial, 11 + n);
+    const std::vector<float> b = make_data(n, Data::kSpecial, 12 + n);
+    DeviceBytes dst(4 * n, 4), src(4 * n, 4);
+
+    std::vector<float> want = a;
+    for (size_t i = 0; i < n; ++i) want[i] += b[i];
+    dst.upload(a.data(), 4 * n);
+    src.upload(b.data(), 4 * n);
+    qc::Status st = qc::cuda::add_values(reinterpret_cast<float*>(dst.data()),
+                                         reinterpret_cast<float*>(src.data()), n, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    sync();
+    ASSERT_EQ(first_float_diff(as_floats(dst.contents()), want), -1) << "add";
+    ASSERT_EQ(first_float_diff(as_floats(src.contents()), b), -1) << "add changed its source";
+
+    for (float factor : {1.0f / 3, -0.0f, 1e-30f}) {
+      SCOPED_TRACE("factor " + std::to_string(factor));
+      std::vector<float> scaled = a;
+      for (float& v : scaled) v *= factor;
+      dst.upload(a.data(), 4 * n);
+      st = qc::cuda::scale_values(reinterpret_cast<float*>(dst.data()), factor, n, nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sync();
+      ASSERT_EQ(first_float_diff(as_floats(dst.contents()), scaled), -1) << "scale";
+    }
+
+    dst.upload(a.data(), 4 * n);
+    st = qc::cuda::zero_values(reinterpret_cast<float*>(dst.data()), n, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    sync();
+    for (uint8_t byte : dst.contents()) ASSERT_EQ(byte, 0) << "zero";
+
+    for (qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16}) {
+      SCOPED_TRACE(dtype == QC_DTYPE_FLOAT16 ? "float16" : "bfloat16");
+      std::vector<uint8_t> narrow_want(2 * n);
+      qc::cpu::from_float32(a.data(), dtype, narrow_want.data(), n);
+      DeviceBytes half(2 * n, 2);
+      dst.upload(a.data(), 4 * n);
+      st = qc::cuda::narrow_values(reinterpret_cast<float*>(dst.data()), dtype, half.data(), n,
+                                   nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sync();
+      ASSERT_EQ(half.contents(), narrow_want) << "narrow";
+
+      std::vector<float> widen_want(n);
+      qc::cpu::to_float32(narrow_want.data(), dtype, widen_want.data(), n);
+      st = qc::cuda::widen_values(half.data(), dtype, reinterpret_cast<float*>(dst.data()), n,
+                                  nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      sync();
+      ASSERT_EQ(first_float_diff(as_floats(dst.contents()), widen_want), -1) << "widen";
+    }
+  }
+}
+
+// Misaligned pointers and a dtype that is not 16-bit are refused before any
+// launch, and nothing is written.
+TEST(CudaVector, BadArgumentsAreRefused) {
+  DeviceBytes buf(64);
+  float* f = reinterpret_cast<float*>(buf.data());
+  float* odd = reinterpret_cast<float*>(buf.data() + 2);
+  EXPECT_EQ(qc::cuda::add_values(odd, f, 4, nullptr).code(), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc::cuda::add_values(f, odd, 4, nullptr).code(), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc::cuda::scale_values(odd, 2.0f, 4, nullptr).code(), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc::cuda::widen_values(buf.data() + 1, QC_DTYPE_FLOAT16, f, 4, nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc::cuda::widen_values(buf.data(), QC_DTYPE_FLOAT32, f, 4, nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc::cuda::narrow_values(f, QC_DTYPE_BFLOAT16, buf.data() + 1, 4, nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc::cuda::narrow_values(odd, QC_DTYPE_FLOAT16, buf.data(), 4, nullptr).code(),
+            QC_ERROR_INVALID_ARGUMENT);
+  sync();
+  for (uint8_t byte : buf.contents()) ASSERT_EQ(byte, kCanary);
+}
+
 // ---- golden vectors ---------------------------------------------------------------
 
 bool read_file(const std::string& path, std::vector<uint8_t>* out) {
