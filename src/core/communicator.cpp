@@ -835,13 +835,9 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
     if (s && enqueued) {
       size_t bytes = 0;
       s = alltoall_enqueued_payload_bytes(header.payload_bytes, n, &bytes);
-      unsigned char* device = nullptr;
-      if (s) s = comm->staging.reserve_device(mem, bytes, &device);
-      values.mem = &mem;
-      values.codec = &device_codec;
-      values.stream = stream;
-      values.payload = device;
-      values.payload_capacity = bytes;
+      if (s) {
+        s = reserve_device_payloads(bytes, mem, device_codec, comm->staging, stream, &values);
+      }
     }
     if (!s) s = ctx.device_failure("prepare its device memory", s);
     QC_RETURN_IF_ERROR(conclude_preparation(ctx, enqueued, sendbuf, recvbuf, s));

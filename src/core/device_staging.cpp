@@ -112,6 +112,31 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
   return codec_stages_compressed(policy, codec) && count > 0 && codec.header_for(count, &header);
 }
 
+namespace {
+
+// DeviceValues with payload memory only, at `device`.
+DeviceValues payload_values(const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
+                            void* stream, unsigned char* device, size_t payload_capacity) {
+  DeviceValues values;
+  values.mem = &mem;
+  values.codec = &device_codec;
+  values.stream = stream;
+  values.payload = device;
+  values.payload_capacity = payload_capacity;
+  return values;
+}
+
+}  // namespace
+
+Status reserve_device_payloads(size_t payload_bytes, const DeviceMemory& mem,
+                               const DeviceMessageCodec& device_codec, HostStaging& staging,
+                               void* stream, DeviceValues* values) {
+  unsigned char* device = nullptr;
+  QC_RETURN_IF_ERROR(staging.reserve_device(mem, payload_bytes, &device));
+  *values = payload_values(mem, device_codec, stream, device, payload_bytes);
+  return Status::ok();
+}
+
 Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t payload_area,
                              const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
                              HostStaging& staging, void* stream, DeviceValues* values) {
@@ -129,11 +154,7 @@ Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t
   unsigned char* device = nullptr;
   QC_RETURN_IF_ERROR(
       staging.reserve_device(mem, payload + norm + floats * sizeof(float), &device));
-  values->mem = &mem;
-  values->codec = &device_codec;
-  values->stream = stream;
-  values->payload = device;
-  values->payload_capacity = payload_capacity;
+  *values = payload_values(mem, device_codec, stream, device, payload_capacity);
   values->norm_scratch = device + payload;
   values->values = reinterpret_cast<float*>(device + payload + norm);
   values->values_capacity = floats;

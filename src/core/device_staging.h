@@ -51,6 +51,11 @@ bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
 Status reserve_device_values(const Codec& codec, size_t count, int ranks, size_t payload_area,
                              const DeviceMemory& mem, const DeviceMessageCodec& device_codec,
                              HostStaging& staging, void* stream, DeviceValues* values);
+// Only payload memory, `payload_bytes` of it (an enqueued alltoall, whose
+// values are the caller's buffers and which measures no norm).
+Status reserve_device_payloads(size_t payload_bytes, const DeviceMemory& mem,
+                               const DeviceMessageCodec& device_codec, HostStaging& staging,
+                               void* stream, DeviceValues* values);
 
 // The alltoall of alltoall_pairwise (same blocks, random keys, order and
 // messages), with the encode and decode on the device: send and recv are
