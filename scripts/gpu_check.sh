@@ -7,13 +7,16 @@
 #                                     # programs into build-gpu/ (git-ignored)
 #   bash scripts/gpu_check.sh run     # there, with build-gpu carried: the GPU
 #                                     # tests, compute-sanitizer memcheck on a
-#                                     # subset, 2-4 MPI processes on the one
+#                                     # subset, the NCCL smoke test (stage
+#                                     # "tests"); 2-4 MPI processes on the one
 #                                     # GPU (with that machine's Open MPI, or
-#                                     # the one carried in build-gpu/ompi-debs),
-#                                     # the 256 MiB kernel table, qc-perf on
-#                                     # device buffers with and without the
-#                                     # device codec; logs and tables go to
+#                                     # the one carried in build-gpu/ompi-debs;
+#                                     # "mpi"); the 256 MiB kernel table and
+#                                     # qc-perf on device buffers with and
+#                                     # without the device codec ("bench");
+#                                     # logs, tables and summary.txt go to
 #                                     # $OUT (or ./gpu-out)
+#   bash scripts/gpu_check.sh run tests   # only the named stages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What Debian's libmpi.so.40 and mpirun need beyond glibc, zlib and libudev.
@@ -70,57 +73,95 @@ case "${1:-}" in
     du -sh build-gpu
     ;;
   run)
+    # Stages, each a separate `run` call if one would not fit its 600 s:
+    # tests (the GPU tests, memcheck, the NCCL smoke), mpi (2-4 processes),
+    # bench (the kernel table, qc-perf on device buffers); none: all three.
+    # Every step has its own time limit, so a hang costs that step, not the
+    # ones after it; $OUT/summary.txt says how each step ended.
     out="${OUT:-gpu-out}"
     mkdir -p "$out"
+    stages=("${@:2}")
+    [ "${#stages[@]}" -gt 0 ] || stages=(tests mpi bench)
     export QC_TEST_DATA_DIR="$PWD/tests/data"
     status=0
+    # step NAME SECONDS LOG COMMAND...: COMMAND's output to $out/LOG (and its
+    # tail to the terminal); exit 77 counts as skipped.
+    step() {
+      local name=$1 limit=$2 log=$out/$3 rc=0
+      shift 3
+      timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1 || rc=$?
+      tail -4 "$log"
+      local verdict=passed
+      case $rc in
+        0) grep -q 'no CUDA device' "$log" && verdict="skipped (no CUDA device)" ;;
+        77) verdict="skipped ($(head -c 200 "$log" | head -1))" ;;
+        124|137) verdict="timed out after $limit s"; status=1 ;;
+        *) verdict="failed (exit $rc)"; status=1 ;;
+      esac
+      echo "$name: $verdict" | tee -a "$out/summary.txt"
+    }
     { date -u; nvidia-smi; } > "$out/device.txt" 2>&1 || true
-    build-gpu/tests/cuda/qc_test_cuda_codecs 2>&1 | tee "$out/cuda_tests.log" || status=1
-    if command -v compute-sanitizer > /dev/null; then
-      compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/tests/cuda/qc_test_cuda_codecs \
-        --gtest_filter='CudaGolden.*:CudaQuant.EdgesMatchTheCpu:CudaGlobal.EdgesMatchTheCpu:CudaApi.*:CudaStaging.*' \
-        > "$out/memcheck.log" 2>&1 || status=1
-      tail -3 "$out/memcheck.log"
-    fi
-    # NCCL's library: the system's, else the one PyTorch's wheels bring.
-    nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
-    (LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}" build-gpu/tests/cuda/qc_test_cuda_nccl
-     rc=$?; [ "$rc" = 77 ] && rc=0; exit "$rc") 2>&1 | tee "$out/nccl_smoke.log" || status=1
-    mpi_test=build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
-    # The machine's own Open MPI if it has one (QC_GPU_CHECK_CARRIED_MPI=1
-    # takes the carried one anyway), else the carried packages.
-    if { [ "${QC_GPU_CHECK_CARRIED_MPI:-0}" = 1 ] || ! command -v mpirun > /dev/null; } &&
-       compgen -G 'build-gpu/ompi-debs/*.deb' > /dev/null; then
-      use_carried_mpi /tmp/qc-carried-mpi
-      echo "Open MPI: the carried packages, unpacked in /tmp/qc-carried-mpi" | tee "$out/mpi_device.log"
-    fi
-    if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
-       ! ldd "$mpi_test" | grep -q 'not found'; then
-      for np in 2 3 4; do
-        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-          mpirun -np "$np" --oversubscribe "$mpi_test" --device \
-          > "$out/mpi_device_np$np.log" 2>&1 || status=1
-        tail -4 "$out/mpi_device_np$np.log"
-      done
-    else
-      echo "no mpirun or libmpi here (or no MPI build): the multi-process device test did not run" \
-        | tee "$out/mpi_device.log"
-    fi
-    build-gpu/tools/qc-cuda-bench/qc-cuda-bench --size 256 -i 20 --check \
-      2>&1 | tee "$out/cuda_bench.txt" || status=1
-    # Collectives on device buffers, 3 ranks of one process on the one GPU:
-    # the codec on the device (default) against whole-buffer staging
-    # (QC_DEVICE_CODEC=0), the same rows, in one run of this script.
-    for codec_on_device in 1 0; do
-      QC_DEVICE_CODEC=$codec_on_device build-gpu/tools/qc-perf/qc-perf -n 3 --device -o all \
-        -c none,fp16,minmax:4,minmax:2,qsgd+ef,onebit+ef -a ring,sra,tree,auto -b 64K -e 16M -f 4 \
-        --profile > "$out/qc_perf_device_codec$codec_on_device.txt" 2>&1 || status=1
-      tail -2 "$out/qc_perf_device_codec$codec_on_device.txt"
+    for stage in "${stages[@]}"; do
+      case $stage in
+        tests)
+          step cuda.codecs 300 cuda_tests.log build-gpu/tests/cuda/qc_test_cuda_codecs
+          if command -v compute-sanitizer > /dev/null; then
+            step memcheck 300 memcheck.log compute-sanitizer --tool memcheck --error-exitcode 3 \
+              build-gpu/tests/cuda/qc_test_cuda_codecs \
+              --gtest_filter='CudaGolden.*:CudaQuant.EdgesMatchTheCpu:CudaGlobal.EdgesMatchTheCpu:CudaVector.*:CudaApi.*:CudaStaging.*'
+          fi
+          # NCCL's library: the system's, else the one PyTorch's wheels bring.
+          nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+          step cuda.nccl_smoke 120 nccl_smoke.log \
+            env LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}" \
+            build-gpu/tests/cuda/qc_test_cuda_nccl
+          ;;
+        mpi)
+          mpi_test=build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
+          # The machine's own Open MPI if it has one (QC_GPU_CHECK_CARRIED_MPI=1
+          # takes the carried one anyway), else the carried packages.
+          if { [ "${QC_GPU_CHECK_CARRIED_MPI:-0}" = 1 ] || ! command -v mpirun > /dev/null; } &&
+             compgen -G 'build-gpu/ompi-debs/*.deb' > /dev/null; then
+            use_carried_mpi /tmp/qc-carried-mpi
+            echo "Open MPI: the carried packages, unpacked in /tmp/qc-carried-mpi" | tee "$out/mpi_device.log"
+          fi
+          if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
+             ! ldd "$mpi_test" | grep -q 'not found'; then
+            for np in 2 3 4; do
+              step "mpi.device.np$np" 150 "mpi_device_np$np.log" \
+                env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+                mpirun -np "$np" --oversubscribe "$mpi_test" --device
+            done
+          else
+            echo "mpi.device: not run (no mpirun or libmpi here, or no MPI build)" \
+              | tee -a "$out/mpi_device.log" "$out/summary.txt"
+            status=1
+          fi
+          ;;
+        bench)
+          step qc-cuda-bench 200 cuda_bench.txt \
+            build-gpu/tools/qc-cuda-bench/qc-cuda-bench --size 256 -i 20 --check
+          # Collectives on device buffers, 3 ranks of one process on the one
+          # GPU: the codec on the device (default) against whole-buffer
+          # staging (QC_DEVICE_CODEC=0), the same rows, in one run.
+          for codec_on_device in 1 0; do
+            step "qc-perf --device (QC_DEVICE_CODEC=$codec_on_device)" 180 \
+              "qc_perf_device_codec$codec_on_device.txt" \
+              env QC_DEVICE_CODEC=$codec_on_device build-gpu/tools/qc-perf/qc-perf -n 3 --device \
+              -o all -c none,fp16,minmax:4,minmax:2,qsgd+ef,onebit+ef -a ring,sra,tree,auto \
+              -b 64K -e 16M -f 4 --profile
+          done
+          ;;
+        *)
+          echo "unknown stage '$stage' (tests, mpi, bench)" >&2
+          exit 2
+          ;;
+      esac
     done
     exit "$status"
     ;;
   *)
-    echo "usage: bash scripts/gpu_check.sh build|run" >&2
+    echo "usage: bash scripts/gpu_check.sh build | run [tests] [mpi] [bench]" >&2
     exit 2
     ;;
 esac
