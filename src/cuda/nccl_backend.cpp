@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -136,7 +137,7 @@ class RealNcclBackend final : public NcclBackend {
       api_.comm_destroy(comm_);
     }
     cudaStreamDestroy(stream_);
-    if (arena_ != nullptr) cudaFree(arena_);
+    release_arena();
   }
 
   int rank() const override { return rank_; }
@@ -147,12 +148,9 @@ class RealNcclBackend final : public NcclBackend {
     if (aborted_) return transport_error("the NCCL communicator was aborted");
     DeviceScope scope(device_);
     QC_RETURN_IF_ERROR(reserve_arena(image_bytes));
-    Status copied = for_each_run(ops, /*send=*/true, [&](size_t offset, size_t bytes) {
-      cudaError_t e = cudaMemcpyAsync(arena_ + offset, image + offset, bytes,
-                                      cudaMemcpyHostToDevice, stream_);
-      return e == cudaSuccess ? Status::ok() : cuda_status(e, "cudaMemcpyAsync of NCCL frames");
-    });
-    QC_RETURN_IF_ERROR(copied);
+    QC_RETURN_IF_ERROR(for_each_run(ops, /*send=*/true, [&](size_t offset, size_t bytes) {
+      return stage_in(image + offset, offset, bytes);
+    }));
     ncclResult_t r = api_.group_start();
     if (r != ncclSuccess) return nccl_status(api_, r, "ncclGroupStart");
     for (const NcclOp& op : ops) {
@@ -166,12 +164,10 @@ class RealNcclBackend final : public NcclBackend {
     r = api_.group_end();
     if (r != ncclSuccess) return nccl_status(api_, r, "ncclGroupEnd");
     copy_back_.clear();
-    (void)for_each_run(ops, /*send=*/false, [&](size_t offset, size_t bytes) {
-      copy_back_.push_back({image + offset, arena_ + offset, bytes});
-      return Status::ok();
-    });
     copied_back_ = false;
-    return Status::ok();
+    return for_each_run(ops, /*send=*/false, [&](size_t offset, size_t bytes) {
+      return stage_out(image + offset, offset, bytes);
+    });
   }
 
   Status start_allreduce(void* data, size_t count, NcclReduction reduction) override {
@@ -180,8 +176,7 @@ class RealNcclBackend final : public NcclBackend {
     DeviceScope scope(device_);
     const size_t bytes = count * element_bytes(reduction);
     QC_RETURN_IF_ERROR(reserve_arena(bytes));
-    cudaError_t e = cudaMemcpyAsync(arena_, data, bytes, cudaMemcpyHostToDevice, stream_);
-    if (e != cudaSuccess) return cuda_status(e, "cudaMemcpyAsync of the allreduce's input");
+    QC_RETURN_IF_ERROR(stage_in(data, 0, bytes));
     ncclDataType_t type = ncclFloat32;
     ncclRedOp_t op = ncclSum;
     switch (reduction) {
@@ -192,9 +187,9 @@ class RealNcclBackend final : public NcclBackend {
     }
     ncclResult_t r = api_.all_reduce(arena_, arena_, count, type, op, comm_, stream_);
     if (r != ncclSuccess) return nccl_status(api_, r, "ncclAllReduce");
-    copy_back_.assign(1, {static_cast<uint8_t*>(data), arena_, bytes});
+    copy_back_.clear();
     copied_back_ = false;
-    return Status::ok();
+    return stage_out(data, 0, bytes);
   }
 
   Status enqueue_allreduce(const float* send, float* recv, size_t count, bool average,
@@ -287,12 +282,16 @@ class RealNcclBackend final : public NcclBackend {
     DeviceScope scope(device_);
     if (!copied_back_) {
       cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaErrorNotReady) return Status::ok();
-      if (e != cudaSuccess) return cuda_status(e, "the NCCL group's stream");
-      for (const CopyBack& c : copy_back_) {
-        e = cudaMemcpy(c.host, c.device, c.bytes, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) return cuda_status(e, "cudaMemcpy of NCCL's results");
+      if (e == cudaErrorNotReady) {
+        // Not an error, but recorded as the thread's last one: cleared, or
+        // the next kernel launch check would report it (as query_event).
+        (void)cudaGetLastError();
+        return Status::ok();
       }
+      if (e != cudaSuccess) return cuda_status(e, "the NCCL group's stream");
+      // The stream copied the results to page-locked memory; the caller's
+      // buffer may be pageable, so the last step is the host's.
+      for (const CopyBack& c : copy_back_) std::memcpy(c.host, c.pinned, c.bytes);
       copied_back_ = true;
     }
     *done = true;
@@ -308,16 +307,48 @@ class RealNcclBackend final : public NcclBackend {
   }
 
  private:
-  // The device buffer every group and allreduce works in, grown as needed;
-  // the stream is idle when this is called (the previous poll said done).
+  // The device buffer every group and allreduce works in, and its
+  // page-locked host copy, grown as needed; the stream is idle when this is
+  // called (the previous poll said done).
   Status reserve_arena(size_t bytes) {
     if (arena_bytes_ >= bytes) return Status::ok();
-    if (arena_ != nullptr) cudaFree(arena_);
-    arena_ = nullptr;
-    arena_bytes_ = 0;
+    release_arena();
     cudaError_t e = cudaMalloc(&arena_, bytes);
-    if (e != cudaSuccess) return cuda_status(e, "cudaMalloc for NCCL's device buffer");
+    if (e == cudaSuccess) e = cudaMallocHost(&pinned_, bytes);
+    if (e != cudaSuccess) {
+      release_arena();
+      return cuda_status(e, "allocating NCCL's device and page-locked buffers");
+    }
     arena_bytes_ = bytes;
+    return Status::ok();
+  }
+  void release_arena() {
+    if (arena_ != nullptr) cudaFree(arena_);
+    if (pinned_ != nullptr) cudaFreeHost(pinned_);
+    arena_ = nullptr;
+    pinned_ = nullptr;
+    arena_bytes_ = 0;
+  }
+
+  // `bytes` of host memory to the arena at `offset`, through its page-locked
+  // copy, so the copy is ordered on qc's stream alone.
+  Status stage_in(const void* host, size_t offset, size_t bytes) {
+    if (bytes == 0) return Status::ok();
+    std::memcpy(pinned_ + offset, host, bytes);
+    const cudaError_t e = cudaMemcpyAsync(arena_ + offset, pinned_ + offset, bytes,
+                                          cudaMemcpyHostToDevice, stream_);
+    return e == cudaSuccess ? Status::ok() : cuda_status(e, "cudaMemcpyAsync to NCCL's buffer");
+  }
+  // Enqueues the arena's `bytes` at `offset` back to its page-locked copy,
+  // which poll hands to `host` once the stream is done. A synchronous copy
+  // there would run on the legacy stream, which waits for every blocking
+  // stream's work on the device, the caller's qc groups included.
+  Status stage_out(void* host, size_t offset, size_t bytes) {
+    if (bytes == 0) return Status::ok();
+    const cudaError_t e = cudaMemcpyAsync(pinned_ + offset, arena_ + offset, bytes,
+                                          cudaMemcpyDeviceToHost, stream_);
+    if (e != cudaSuccess) return cuda_status(e, "cudaMemcpyAsync of NCCL's results");
+    copy_back_.push_back({static_cast<uint8_t*>(host), pinned_ + offset, bytes});
     return Status::ok();
   }
 
@@ -332,12 +363,13 @@ class RealNcclBackend final : public NcclBackend {
   std::mutex mutex_;
   bool aborted_ = false;
   uint8_t* arena_ = nullptr;
+  uint8_t* pinned_ = nullptr;  // page-locked, arena_bytes_ too
   size_t arena_bytes_ = 0;
-  // What poll copies back to the host once the stream is done: the started
-  // group's receive runs, or the allreduce's result.
+  // What poll copies to the caller's memory once the stream is done: the
+  // started group's receive runs, or the allreduce's result.
   struct CopyBack {
     uint8_t* host;
-    const uint8_t* device;
+    const uint8_t* pinned;
     size_t bytes;
   };
   std::vector<CopyBack> copy_back_;
