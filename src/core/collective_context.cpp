@@ -389,9 +389,9 @@ Status CollectiveContext::native_allreduce_float(const float* send, float* recv,
 
 Status CollectiveContext::enqueue_device_allreduce_float(const float* send, float* recv,
                                                          size_t count, bool average,
-                                                         void* stream) {
+                                                         void* stream, const Status& local) {
   const auto start = Clock::now();
-  Status s = agree_on_buffers(send, recv, Status::ok());
+  Status s = agree_on_buffers(send, recv, local);
   if (s) s = transport_.enqueue_device_allreduce_float(send, recv, count, average, stream);
   counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * (count * 4 + 16) / size_ : 0;
   counters_.transport_seconds += seconds_since(start);

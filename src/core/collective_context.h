@@ -182,9 +182,10 @@ class CollectiveContext {
   Status native_allreduce_float(const float* send, float* recv, size_t count);
   // The transport's float sum (or average) of device buffers, enqueued on
   // `stream` after the agreement: a rank whose buffers the transport cannot
-  // take says so in the agreement, so every rank fails it and none enqueues.
+  // take, or whose own preparation failed (`local`), says so in the
+  // agreement, so every rank fails it and none enqueues.
   Status enqueue_device_allreduce_float(const float* send, float* recv, size_t count,
-                                        bool average, void* stream);
+                                        bool average, void* stream, const Status& local);
 
   // Only the agreement, for a call on device buffers that the transport
   // takes as they are (`send`, `recv`): a rank whose buffers it cannot take

@@ -311,9 +311,15 @@ Status enqueue_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
   return run_collective(comm, *plan.codec, signature, count * 4,
                         one_layer(layer, count, count * 4, unknown_norm),
                         [&](CollectiveContext& ctx) {
-    QC_RETURN_IF_ERROR(ctx.enqueue_device_allreduce_float(static_cast<const float*>(sendbuf),
-                                                          static_cast<float*>(recvbuf), count,
-                                                          op == QC_OP_AVG, stream));
+    // After qc's earlier work, which may be on another stream: the pending
+    // event this call records then covers that work too, and the next user
+    // of qc's memory (a call, a growth, the destroy) waits for all of it.
+    const Status ordered =
+        mem != nullptr ? comm->staging.pending().order_before(stream) : Status::ok();
+    QC_RETURN_IF_ERROR(ctx.enqueue_device_allreduce_float(
+        static_cast<const float*>(sendbuf), static_cast<float*>(recvbuf), count, op == QC_OP_AVG,
+        stream, ordered ? ordered : ctx.device_failure("order its call after qc's earlier work",
+                                                       ordered)));
     // It uses none of qc's memory, but the destroy must not hang on it if a
     // peer never joins (qc_comm_s's destructor waits with a timeout).
     return mem != nullptr ? comm->staging.pending().enqueued(*mem, stream, comm->timeout_seconds)

@@ -1073,6 +1073,23 @@ TEST(NcclEnqueuedOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
         << "four enqueued calls of recursive doubling in one group of two";
   }
   EXPECT_EQ(dev[0].stream_waits.size(), stream_waits) << "it uses none of the pending memory";
+  // NCCL's own uncompressed allreduce on A uses none of qc's memory either,
+  // but records the pending event anew: it must wait for B's work first, or
+  // the event would no longer cover it (the next call, a growth or the
+  // destroy would free or reuse the memory B's work may still use).
+  qc_policy_t plain = QC_POLICY_INIT;
+  plain.algorithm = QC_ALGO_NATIVE;
+  ASSERT_EQ(nccl->group.set_policy("plain", plain), QC_SUCCESS);
+  call_all(stream_a, small, 256, "plain");
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(nccl->world->enqueued(r), 1) << "NCCL's allreduce, enqueued";
+    EXPECT_EQ(dev[r].stream_waits.back(), Wait(stream_a(r), stream_b(r))) << "A waits for B";
+  }
+  call_all(stream_b, small, 256, nullptr);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(dev[r].stream_waits.back(), Wait(stream_b(r), stream_a(r)))
+        << "B waits for A, whose event covers B's earlier work";
+  }
   const size_t host_waits = dev[0].host_waits.size();
   nccl.reset();
   for (int r = 0; r < n; ++r) EXPECT_EQ(dev[r].live_events, 0);
