@@ -31,6 +31,8 @@ use_carried_mpi() {
   rm -rf "$root" && mkdir -p "$root"
   local deb
   for deb in build-gpu/ompi-debs/*.deb; do dpkg -x "$deb" "$root"; done
+  # Debian names it mpirun through update-alternatives, which dpkg -x skips.
+  ln -sf orterun "$root/usr/bin/mpirun"
   export OPAL_PREFIX="$root/usr" PATH="$root/usr/bin:$PATH"
   export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export OMPI_MCA_mca_base_param_files="$root/etc/openmpi/openmpi-mca-params.conf"
@@ -122,9 +124,12 @@ case "${1:-}" in
           ;;
         mpi)
           mpi_test=build-gpu/mpi/tests/mpi/qc_test_mpi_device_collectives
-          # The machine's own Open MPI if it has one (QC_GPU_CHECK_CARRIED_MPI=1
-          # takes the carried one anyway), else the carried packages.
-          if { [ "${QC_GPU_CHECK_CARRIED_MPI:-0}" = 1 ] || ! command -v mpirun > /dev/null; } &&
+          # The machine's own Open MPI if it is the 4.x the test was linked
+          # with (libmpi.so.40; QC_GPU_CHECK_CARRIED_MPI=1 takes the carried
+          # one anyway), else the carried packages: an mpirun of another MPI
+          # or version (say one a Python package brought) cannot start it.
+          if { [ "${QC_GPU_CHECK_CARRIED_MPI:-0}" = 1 ] ||
+               ! mpirun --version 2>/dev/null | grep -q 'Open MPI) 4\.'; } &&
              compgen -G 'build-gpu/ompi-debs/*.deb' > /dev/null; then
             use_carried_mpi /tmp/qc-carried-mpi
             echo "Open MPI: the carried packages, unpacked in /tmp/qc-carried-mpi" | tee "$out/mpi_device.log"

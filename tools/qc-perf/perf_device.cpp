@@ -44,6 +44,9 @@ bool device_begin(const RankBuffers& host, DeviceRank* d, std::string* error) {
   // 0xff bytes are NaN in float, half and bfloat16: an element qc never
   // writes shows up as wrong, as on the host.
   ok = ok && cuda_ok(cudaMemset(d->recv, 0xff, host.bytes), "cudaMemset", error);
+  // The upload and the memset ran on the legacy stream, which the rank's
+  // non-blocking stream does not wait for.
+  ok = ok && cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error);
   if (!ok) {
     std::string ignored;
     device_end(d, nullptr, &ignored);
