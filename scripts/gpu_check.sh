@@ -17,6 +17,9 @@
 #                                     # logs, tables and summary.txt go to
 #                                     # $OUT (or ./gpu-out)
 #   bash scripts/gpu_check.sh run tests   # only the named stages
+#   bash scripts/gpu_check.sh report DIR  # here: a docs/benchmarks.md
+#                                     # section drafted from the files a
+#                                     # run sent back to DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What Debian's libmpi.so.40 and mpirun need beyond glibc, zlib and libudev.
@@ -67,6 +70,7 @@ case "${1:-}" in
         echo "apt-get download of Open MPI failed: the MPI device test runs only where mpirun is" >&2
       du -ch build-gpu/ompi-debs | tail -1
     fi
+    git describe --always --dirty > build-gpu/commit.txt
     strip "${programs[@]}"
     du -chL "${programs[@]}"
     # Only the programs travel usefully: the objects would count against the
@@ -106,7 +110,13 @@ case "${1:-}" in
       esac
       echo "$name: $verdict" | tee -a "$out/summary.txt"
     }
-    { date -u; nvidia-smi; } > "$out/device.txt" 2>&1 || true
+    # Line 2: "name, driver, memory"; line 3: the commit built (what report
+    # quotes).
+    { date -u
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
+        echo "no nvidia-smi, ?, ?"
+      cat build-gpu/commit.txt 2>/dev/null || echo "unknown commit"
+      nvidia-smi; } > "$out/device.txt" 2>&1 || true
     for stage in "${stages[@]}"; do
       case $stage in
         tests)
@@ -172,8 +182,41 @@ case "${1:-}" in
     done
     exit "$status"
     ;;
+  report)
+    # A docs/benchmarks.md section drafted from a run's files ($2: the
+    # folder they came back to): device, driver and date from device.txt,
+    # each step's verdict, the GPU tests' summary and the kernel table.
+    # Numbers are copied, never typed; the prose around them is yours.
+    dir=${2:?usage: bash scripts/gpu_check.sh report DIR}
+    IFS=, read -r gpu driver memory < <(sed -n 2p "$dir/device.txt")
+    echo "## CUDA kernels and GPU tests ($(head -1 "$dir/device.txt"))"
+    echo
+    echo "Device: ${gpu:-?} (${memory# }), driver ${driver# }. Built here with \`bash scripts/gpu_check.sh build\`,"
+    echo "run there with \`bash scripts/gpu_check.sh run\` (commit $(sed -n 3p "$dir/device.txt"))."
+    echo
+    echo '```'
+    cat "$dir/summary.txt" 2>/dev/null || echo "(no summary.txt)"
+    echo '```'
+    if [ -f "$dir/cuda_tests.log" ]; then
+      echo
+      echo "GPU tests (CPU/GPU byte equality on the golden vectors and random tensors):"
+      echo
+      echo '```'
+      grep -E '^\[ *(PASSED|FAILED) *\]|tests? from .* ran' "$dir/cuda_tests.log" | tail -5
+      echo '```'
+    fi
+    if [ -f "$dir/cuda_bench.txt" ]; then
+      echo
+      echo "Kernel throughput, 256 MiB float32, GB/s of input bytes, \`xcopy\` the ratio to a"
+      echo "device-to-device copy in the same run (\`qc-cuda-bench --size 256 -i 20 --check\`):"
+      echo
+      echo '```'
+      cat "$dir/cuda_bench.txt"
+      echo '```'
+    fi
+    ;;
   *)
-    echo "usage: bash scripts/gpu_check.sh build | run [tests] [mpi] [bench]" >&2
+    echo "usage: bash scripts/gpu_check.sh build | run [tests] [mpi] [bench] | report DIR" >&2
     exit 2
     ;;
 esac
