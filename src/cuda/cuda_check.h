@@ -16,6 +16,10 @@ namespace cuda {
 // argument QC_ERROR_INVALID_ARGUMENT, everything else QC_ERROR_INTERNAL.
 inline Status cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::ok();
+  // Reported here, so not left as the thread's last error for the next
+  // kernel launch check (launch_status) to report as that kernel's; a
+  // sticky error stays whatever this does.
+  (void)cudaGetLastError();
   std::string m = std::string(what) + ": CUDA error " + cudaGetErrorName(err) + " (" +
                   cudaGetErrorString(err) + ")";
   switch (err) {

@@ -83,6 +83,7 @@ Status nccl_status(const NcclApi& api, ncclResult_t r, const char* what) {
 }
 
 Status cuda_status(cudaError_t e, const char* what) {
+  (void)cudaGetLastError();  // reported here, not again by the next launch check
   return transport_error(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 

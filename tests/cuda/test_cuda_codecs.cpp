@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include "cuda/device_runtime.h"
 #include "cuda_codec_cases.h"
 #include "qc.h"
 
@@ -78,6 +79,23 @@ TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
         << qc_last_error();
     ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), back_host), -1);
   }
+}
+
+// A failed CUDA call that qc reports as a status (here a record on no
+// event: cudaErrorInvalidResourceHandle, not sticky) is not left as the
+// thread's last error, where the next kernel launch check would report it
+// as that kernel's failure.
+TEST(CudaApi, AReportedCudaErrorIsNotReportedAgain) {
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const qc::Status failed = qc::cuda::record_event(nullptr, nullptr);
+  EXPECT_FALSE(failed.is_ok());
+  EXPECT_NE(failed.message().find("cudaEventRecord"), std::string::npos) << failed.message();
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  DeviceBytes x(4 * 256);
+  const qc::Status launched =
+      qc::cuda::scale_values(reinterpret_cast<float*>(x.data()), 2.0f, 256, nullptr);
+  EXPECT_TRUE(launched.is_ok()) << launched.message();
+  sync();
 }
 
 TEST(CudaApi, DeviceMemoryErrorsAreClear) {
