@@ -53,7 +53,7 @@ cudaError_t fail(cudaError_t e) {
 
 // The allocation holding [p, p + bytes), or with bytes 0 the one holding
 // the address p (a block of 0 bytes holds its start).
-bool find(const void* p, size_t bytes, Allocation* out, uintptr_t* base = nullptr) {
+bool find(const void* p, size_t bytes, Allocation* out) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   const auto a = reinterpret_cast<uintptr_t>(p);
@@ -65,7 +65,6 @@ bool find(const void* p, size_t bytes, Allocation* out, uintptr_t* base = nullpt
   if (bytes == 0 ? offset >= (size > 0 ? size : 1) : (offset >= size || bytes > size - offset))
     return false;
   *out = it->second;
-  if (base != nullptr) *base = it->first;
   return true;
 }
 
@@ -136,6 +135,21 @@ struct FakeEvent {
   bool recorded = false;
   std::chrono::steady_clock::time_point at{};
 };
+
+// cudaStreamCreateWithFlags and cudaEventCreateWithFlags: a new Fake as the
+// opaque Handle.
+template <class Fake, class Handle>
+cudaError_t create_handle(Handle* out, unsigned flags) {
+  if (out == nullptr) return fail(cudaErrorInvalidValue);
+  *out = reinterpret_cast<Handle>(new Fake{flags});
+  return cudaSuccess;
+}
+template <class Fake, class Handle>
+cudaError_t destroy_handle(Handle handle) {
+  if (handle == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  delete reinterpret_cast<Fake*>(handle);
+  return cudaSuccess;
+}
 
 }  // namespace
 
@@ -222,10 +236,9 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p)
   if (attr == nullptr) return fail(cudaErrorInvalidValue);
   std::memset(attr, 0, sizeof *attr);
   Allocation a{};
-  uintptr_t base = 0;
   // As CUDA 11 and later: memory the runtime does not know is "unregistered",
   // not an error.
-  if (p == nullptr || !find(p, 0, &a, &base)) {
+  if (p == nullptr || !find(p, 0, &a)) {
     attr->type = cudaMemoryTypeUnregistered;
     attr->device = -2;
     attr->hostPointer = const_cast<void*>(p);
@@ -251,9 +264,7 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  if (stream == nullptr) return fail(cudaErrorInvalidValue);
-  *stream = reinterpret_cast<cudaStream_t>(new FakeStream{flags});
-  return cudaSuccess;
+  return create_handle<FakeStream>(stream, flags);
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
@@ -262,8 +273,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) {
 // a small constant) are never created or destroyed.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(stream) < 0x100) return fail(cudaErrorInvalidResourceHandle);
-  delete reinterpret_cast<FakeStream*>(stream);
-  return cudaSuccess;
+  return destroy_handle<FakeStream>(stream);
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
@@ -273,18 +283,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
-  if (event == nullptr) return fail(cudaErrorInvalidValue);
-  *event = reinterpret_cast<cudaEvent_t>(new FakeEvent{flags});
-  return cudaSuccess;
+  return create_handle<FakeEvent>(event, flags);
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
   return cudaEventCreateWithFlags(event, cudaEventDefault);
 }
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  delete reinterpret_cast<FakeEvent*>(event);
-  return cudaSuccess;
-}
+cudaError_t cudaEventDestroy(cudaEvent_t event) { return destroy_handle<FakeEvent>(event); }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   if (event == nullptr) return fail(cudaErrorInvalidResourceHandle);
   auto* e = reinterpret_cast<FakeEvent*>(event);
