@@ -6,17 +6,18 @@
 #   bash scripts/gpu_check.sh build   # here: Release build of the GPU
 #                                     # programs into build-gpu/ (git-ignored)
 #   bash scripts/gpu_check.sh run     # there, with build-gpu carried: the GPU
-#                                     # tests, compute-sanitizer memcheck on a
-#                                     # subset, the NCCL smoke test (stage
+#                                     # tests and the NCCL smoke test (stage
 #                                     # "tests"); 2-4 MPI processes on the one
 #                                     # GPU (with that machine's Open MPI, or
 #                                     # the one carried in build-gpu/ompi-debs;
 #                                     # "mpi"); the 256 MiB kernel table and
 #                                     # qc-perf on device buffers with and
 #                                     # without the device codec ("bench");
-#                                     # logs, tables and summary.txt go to
-#                                     # $OUT (or ./gpu-out)
-#   bash scripts/gpu_check.sh run tests   # only the named stages
+#                                     # compute-sanitizer memcheck on a subset
+#                                     # ("memcheck"); logs, tables and
+#                                     # summary.txt go to ./gpu-out, or packed
+#                                     # into $OUT/gpu-logs.tar.gz
+#   bash scripts/gpu_check.sh run tests bench   # only these stages, in order
 #   bash scripts/gpu_check.sh report DIR  # here: a docs/benchmarks.md
 #                                     # section drafted from the files a
 #                                     # run sent back to DIR
@@ -84,16 +85,25 @@ case "${1:-}" in
     # bench (the kernel table, qc-perf on device buffers); none: all three.
     # Every step has its own time limit, so a hang costs that step, not the
     # ones after it; $OUT/summary.txt says how each step ended.
+    # The device tool sends back at most 8 files from $OUT, and a run writes
+    # a dozen: there the logs are written elsewhere and packed into
+    # $OUT/gpu-logs.tar.gz after every step (what came back before a kill
+    # stays whole), with summary.txt beside it to read at once.
     out="${OUT:-gpu-out}"
     mkdir -p "$out"
+    if [ -n "${OUT:-}" ]; then work=$(mktemp -d /tmp/qc-gpu-logs.XXXXXX); else work=$out; fi
+    pack() {
+      [ "$work" = "$out" ] && return 0
+      tar czf "$out/gpu-logs.tar.gz" -C "$work" . && cp "$work/summary.txt" "$out/" 2>/dev/null || true
+    }
     stages=("${@:2}")
-    [ "${#stages[@]}" -gt 0 ] || stages=(tests mpi bench)
+    [ "${#stages[@]}" -gt 0 ] || stages=(tests mpi bench memcheck)
     export QC_TEST_DATA_DIR="$PWD/tests/data"
     status=0
-    # step NAME SECONDS LOG COMMAND...: COMMAND's output to $out/LOG (and its
+    # step NAME SECONDS LOG COMMAND...: COMMAND's output to $work/LOG (and its
     # tail to the terminal); exit 77 counts as skipped.
     step() {
-      local name=$1 limit=$2 log=$out/$3 rc=0
+      local name=$1 limit=$2 log=$work/$3 rc=0
       shift 3
       timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1 || rc=$?
       tail -4 "$log"
@@ -108,7 +118,8 @@ case "${1:-}" in
         124|137) verdict="timed out after $limit s"; status=1 ;;
         *) verdict="failed (exit $rc)"; status=1 ;;
       esac
-      echo "$name: $verdict" | tee -a "$out/summary.txt"
+      echo "$name: $verdict" | tee -a "$work/summary.txt"
+      pack
     }
     # Line 2: "name, driver, memory"; line 3: the commit built (what report
     # quotes).
@@ -116,18 +127,20 @@ case "${1:-}" in
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null ||
         echo "no nvidia-smi, ?, ?"
       cat build-gpu/commit.txt 2>/dev/null || echo "unknown commit"
-      nvidia-smi; } > "$out/device.txt" 2>&1 || true
+      nvidia-smi; } > "$work/device.txt" 2>&1 || true
+    pack
     for stage in "${stages[@]}"; do
       case $stage in
         tests)
           step cuda.codecs 300 cuda_tests.log build-gpu/tests/cuda/qc_test_cuda_codecs
-          if command -v compute-sanitizer > /dev/null; then
-            step memcheck 300 memcheck.log compute-sanitizer --tool memcheck --error-exitcode 3 \
-              build-gpu/tests/cuda/qc_test_cuda_codecs \
-              --gtest_filter='CudaGolden.*:CudaQuant.EdgesMatchTheCpu:CudaGlobal.EdgesMatchTheCpu:CudaVector.*:CudaApi.*:CudaStaging.*'
+          # NCCL's library: the system's, else the one PyTorch's wheels bring
+          # (nvidia-nccl-cu13 and its like, wherever the wheel puts it).
+          nccl_dir=
+          if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+            nccl_lib=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null |
+                       while read -r d; do find "$d/nvidia" -name 'libnccl.so.2*' 2>/dev/null; done | head -1)
+            [ -z "$nccl_lib" ] || nccl_dir=$(dirname "$nccl_lib")
           fi
-          # NCCL's library: the system's, else the one PyTorch's wheels bring.
-          nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
           step cuda.nccl_smoke 120 nccl_smoke.log \
             env LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}" \
             build-gpu/tests/cuda/qc_test_cuda_nccl
@@ -142,7 +155,7 @@ case "${1:-}" in
                ! mpirun --version 2>/dev/null | grep -q 'Open MPI) 4\.'; } &&
              compgen -G 'build-gpu/ompi-debs/*.deb' > /dev/null; then
             use_carried_mpi /tmp/qc-carried-mpi
-            echo "Open MPI: the carried packages, unpacked in /tmp/qc-carried-mpi" | tee "$out/mpi_device.log"
+            echo "Open MPI: the carried packages, unpacked in /tmp/qc-carried-mpi" | tee "$work/mpi_device.log"
           fi
           if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
              ! ldd "$mpi_test" | grep -q 'not found'; then
@@ -156,8 +169,19 @@ case "${1:-}" in
             done
           else
             echo "mpi.device: not run (no mpirun or libmpi here, or no MPI build)" \
-              | tee -a "$out/mpi_device.log" "$out/summary.txt"
+              | tee -a "$work/mpi_device.log" "$work/summary.txt"
             status=1
+          fi
+          ;;
+        memcheck)
+          # Last by default: under compute-sanitizer the tests run many times
+          # slower, and the gVisor machines refuse it (skipped, above).
+          if command -v compute-sanitizer > /dev/null; then
+            step memcheck 300 memcheck.log compute-sanitizer --tool memcheck --error-exitcode 3 \
+              build-gpu/tests/cuda/qc_test_cuda_codecs \
+              --gtest_filter='CudaGolden.*:CudaQuant.EdgesMatchTheCpu:CudaGlobal.EdgesMatchTheCpu:CudaVector.*:CudaApi.*:CudaStaging.*'
+          else
+            echo "memcheck: skipped (no compute-sanitizer)" | tee -a "$work/summary.txt"
           fi
           ;;
         bench)
@@ -175,11 +199,12 @@ case "${1:-}" in
           done
           ;;
         *)
-          echo "unknown stage '$stage' (tests, mpi, bench)" >&2
+          echo "unknown stage '$stage' (tests, mpi, bench, memcheck)" >&2
           exit 2
           ;;
       esac
     done
+    pack
     exit "$status"
     ;;
   report)
@@ -188,6 +213,11 @@ case "${1:-}" in
     # each step's verdict, the GPU tests' summary and the kernel table.
     # Numbers are copied, never typed; the prose around them is yours.
     dir=${2:?usage: bash scripts/gpu_check.sh report DIR}
+    if [ -f "$dir/gpu-logs.tar.gz" ]; then
+      logs=$(mktemp -d)
+      tar xzf "$dir/gpu-logs.tar.gz" -C "$logs"
+      dir=$logs
+    fi
     IFS=, read -r gpu driver memory < <(sed -n 2p "$dir/device.txt")
     echo "## CUDA kernels and GPU tests ($(head -1 "$dir/device.txt"))"
     echo
@@ -216,7 +246,7 @@ case "${1:-}" in
     fi
     ;;
   *)
-    echo "usage: bash scripts/gpu_check.sh build | run [tests] [mpi] [bench] | report DIR" >&2
+    echo "usage: bash scripts/gpu_check.sh build | run [tests] [mpi] [bench] [memcheck] | report DIR" >&2
     exit 2
     ;;
 esac
