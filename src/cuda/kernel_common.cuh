@@ -11,6 +11,14 @@ namespace qc {
 namespace cuda {
 namespace kernel {
 
+// Unrolls a loop with a compile-time trip count, so arrays it indexes stay
+// in registers (a plain loop for the warp emulator's C++ build).
+#ifdef __CUDACC__
+#define QC_UNROLL _Pragma("unroll")
+#else
+#define QC_UNROLL
+#endif
+
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = 256;  // threads per block for every kernel here
 constexpr size_t kMaxBlocks = size_t{1} << 20;

@@ -93,7 +93,9 @@ __device__ __forceinline__ void store_e4(const EncodeJob& j, size_t i, int valid
     *reinterpret_cast<float4*>(j.e + i) = make_float4(r[0], r[1], r[2], r[3]);
     return;
   }
-  for (int c = 0; c < valid; ++c) j.e[i + c] = r[c];
+  QC_UNROLL
+  for (int c = 0; c < 4; ++c)
+    if (c < valid) j.e[i + c] = r[c];
 }
 
 // ---- bucket statistics --------------------------------------------------------
@@ -263,11 +265,28 @@ __device__ __forceinline__ float dequantize(const BucketQuant& q, uint32_t code,
 
 // ---- kernels ------------------------------------------------------------------
 
+// Elements the lane holds at step k of its bucket (0..4), i its first.
+__device__ __forceinline__ int valid_at(size_t i, size_t n) {
+  return i < n ? static_cast<int>(size_min(4, n - i)) : 0;
+}
+
+template <Kind K>
+__device__ __forceinline__ void add4_to_stats(LaneStats& s, const float z[4], size_t i, int valid) {
+  QC_UNROLL
+  for (int c = 0; c < 4; ++c)
+    if (c < valid) add_to_stats<K>(s, z[c], static_cast<uint32_t>(i + c), c);
+}
+
 // One team of 4 lanes per bucket: statistics, then (kQuantize) the codes.
 // Loops are uniform across the warp (every team runs ceil(bucket / 16)
 // steps, idle lanes with no valid elements) because the statistics and the
 // code pairs are exchanged with full-warp shuffles.
-template <Kind K, bool kQuantize>
+//
+// kCachedSteps > 0, for buckets of at most 16 * kCachedSteps elements: the
+// lane issues all its loads at once and keeps z in registers from the
+// statistics to the codes, so the input is read once and many loads are in
+// flight; otherwise the codes step reads the bucket again (from cache).
+template <Kind K, bool kQuantize, int kCachedSteps>
 __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
   const unsigned lane = threadIdx.x & 31u;
   const unsigned team_lane = lane & (kTeamLanes - 1);
@@ -284,12 +303,25 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
     const size_t n = active ? size_min(j.bucket, j.count - b0) : 0;
 
     LaneStats s;
-    for (size_t k = 0; k < steps; ++k) {
-      const size_t i = k * kTeamTile + team_lane * 4;
-      const int valid = i < n ? static_cast<int>(size_min(4, n - i)) : 0;
-      float z[4];
-      load_z4(j, b0 + i, valid, z);
-      for (int c = 0; c < valid; ++c) add_to_stats<K>(s, z[c], static_cast<uint32_t>(i + c), c);
+    float cached[kCachedSteps > 0 ? kCachedSteps : 1][4];
+    if constexpr (kCachedSteps > 0) {
+      QC_UNROLL
+      for (int k = 0; k < kCachedSteps; ++k) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        load_z4(j, b0 + i, valid_at(i, n), cached[k]);
+      }
+      QC_UNROLL
+      for (int k = 0; k < kCachedSteps; ++k) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        add4_to_stats<K>(s, cached[k], i, valid_at(i, n));
+      }
+    } else {
+      for (size_t k = 0; k < steps; ++k) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        float z[4];
+        load_z4(j, b0 + i, valid_at(i, n), z);
+        add4_to_stats<K>(s, z, i, valid_at(i, n));
+      }
     }
     float m0, m1;
     team_meta<K>(s, n, j.bits, &m0, &m1);
@@ -303,14 +335,16 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
     }
     if constexpr (kQuantize) {
       const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
-      for (size_t k = 0; k < steps; ++k) {
+      // Step k's codes from its values z (warp-uniform: it shuffles).
+      auto codes_step = [&](size_t k, const float z[4]) {
         const size_t i = k * kTeamTile + team_lane * 4;
-        const int valid = i < n ? static_cast<int>(size_min(4, n - i)) : 0;
-        float z[4], r[4];
-        load_z4(j, b0 + i, valid, z);
+        const int valid = valid_at(i, n);
+        float r[4];
         uint32_t packed = 0;  // 4 codes, 4 * bits <= 32 bits
-        for (int c = 0; c < valid; ++c)
-          packed |= quantize<K>(q, z[c], j, j.index_base + b0 + i + c, &r[c]) << (c * j.bits);
+        QC_UNROLL
+        for (int c = 0; c < 4; ++c)
+          if (c < valid)
+            packed |= quantize<K>(q, z[c], j, j.index_base + b0 + i + c, &r[c]) << (c * j.bits);
         if (j.e != nullptr && valid > 0) store_e4(j, b0 + i, valid, r);
         const uint32_t odd = __shfl_down_sync(kFullMask, packed, 1);
         if ((team_lane & 1u) == 0 && valid > 0) {
@@ -319,6 +353,17 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
           const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
           const size_t in_pair = size_min(8, n - i);
           store_code_bytes(j.codes + (b0 + i) * j.bits / 8, word, (in_pair * j.bits + 7) / 8);
+        }
+      };
+      if constexpr (kCachedSteps > 0) {
+        QC_UNROLL
+        for (int k = 0; k < kCachedSteps; ++k)
+          if (static_cast<size_t>(k) < steps) codes_step(k, cached[k]);
+      } else {
+        for (size_t k = 0; k < steps; ++k) {
+          float z[4];
+          load_z4(j, b0 + k * kTeamTile + team_lane * 4, valid_at(k * kTeamTile + team_lane * 4, n), z);
+          codes_step(k, z);
         }
       }
     }
@@ -413,12 +458,18 @@ template <Kind K>
 Status launch_encode(const EncodeJob& j, cudaStream_t s) {
   const size_t nbuckets = (j.count + j.bucket - 1) / j.bucket;
   const size_t threads = (nbuckets + kTeamsPerWarp - 1) / kTeamsPerWarp * 32;
+  // Buckets of up to 128 elements (the default and the common sizes) stay in
+  // registers between statistics and codes.
+  constexpr int kCachedSteps = 8;
+  const bool cached = j.bucket <= static_cast<size_t>(kCachedSteps * kTeamTile);
   if (j.bucket % 8 == 0) {
-    auto* single_pass = &bucket_team_kernel<K, true>;
+    auto* single_pass =
+        cached ? &bucket_team_kernel<K, true, kCachedSteps> : &bucket_team_kernel<K, true, 0>;
     QC_LAUNCH(single_pass, blocks_for(threads), kThreads, s)(j);
     return launch_status("cuda: quantize (single pass)");
   }
-  auto* statistics = &bucket_team_kernel<K, false>;
+  auto* statistics =
+      cached ? &bucket_team_kernel<K, false, kCachedSteps> : &bucket_team_kernel<K, false, 0>;
   QC_LAUNCH(statistics, blocks_for(threads), kThreads, s)(j);
   QC_RETURN_IF_ERROR(launch_status("cuda: bucket statistics"));
   auto* groups = &quantize_groups_kernel<K>;
