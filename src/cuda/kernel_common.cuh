@@ -61,11 +61,26 @@ __device__ __forceinline__ void for_each_group_of_8(size_t count, Body&& body) {
 }
 
 // Writes the low `nbytes` bytes of `word`, the packed codes of one group of 8
-// elements (a group's codes are exactly `bits` whole bytes).
+// elements (a group's codes are exactly `bits` whole bytes): one store of 1,
+// 2, 4 or 8 bytes where the address allows it (bits 1, 2, 4, 8; a GPU is
+// little-endian like the wire), else byte by byte.
 __device__ __forceinline__ void store_code_bytes(uint8_t* out, uint64_t word, size_t nbytes) {
-  for (size_t t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
+  const uintptr_t at = reinterpret_cast<uintptr_t>(out);
+  if (nbytes == 4 && at % 4 == 0) {
+    *reinterpret_cast<uint32_t*>(out) = static_cast<uint32_t>(word);
+  } else if (nbytes == 8 && at % 8 == 0) {
+    *reinterpret_cast<uint64_t*>(out) = word;
+  } else if (nbytes == 2 && at % 2 == 0) {
+    *reinterpret_cast<uint16_t*>(out) = static_cast<uint16_t>(word);
+  } else {
+    for (size_t t = 0; t < nbytes; ++t) out[t] = static_cast<uint8_t>(word >> (8 * t));
+  }
 }
 __device__ __forceinline__ uint64_t load_code_bytes(const uint8_t* in, size_t nbytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(in);
+  if (nbytes == 4 && at % 4 == 0) return *reinterpret_cast<const uint32_t*>(in);
+  if (nbytes == 8 && at % 8 == 0) return *reinterpret_cast<const uint64_t*>(in);
+  if (nbytes == 2 && at % 2 == 0) return *reinterpret_cast<const uint16_t*>(in);
   uint64_t word = 0;
   for (size_t t = 0; t < nbytes; ++t) word |= static_cast<uint64_t>(in[t]) << (8 * t);
   return word;

@@ -59,6 +59,7 @@ struct EncodeJob {
   uint8_t* meta;
   uint8_t* codes;
   bool vector_io;  // float32, x and e 16-byte aligned, bucket % 4 == 0: float4 loads/stores
+  size_t first_bucket;  // the bucket-team kernels start here (a launch of the rest)
 };
 
 __device__ __forceinline__ float load_input(const EncodeJob& j, size_t i) {
@@ -103,8 +104,9 @@ __device__ __forceinline__ void store_e4(const EncodeJob& j, size_t i, int valid
 // What one lane has seen of its bucket.
 struct LaneStats {
   int finite = 1;
-  int any = 0;  // minmax: lo/hi are set
-  float lo = 0.0f, hi = 0.0f;
+  // minmax: every finite value is < lo and > hi at first, so the first one
+  // sets both; a non-finite value makes the metadata NaN whatever they hold.
+  float lo = INFINITY, hi = -INFINITY;
   uint32_t lo_at = 0, hi_at = 0;  // bucket-local index of lo / hi
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // canonical sum partials acc[4l + c]
 };
@@ -113,14 +115,8 @@ template <Kind K>
 __device__ __forceinline__ void add_to_stats(LaneStats& s, float z, uint32_t at, int c) {
   s.finite &= isfinite(z) ? 1 : 0;
   if constexpr (K == Kind::kMinmax) {
-    if (!s.any) {
-      s.lo = s.hi = z;
-      s.lo_at = s.hi_at = at;
-      s.any = 1;
-    } else {
-      if (z < s.lo) s.lo = z, s.lo_at = at;  // strict: the first of equal values stays
-      if (s.hi < z) s.hi = z, s.hi_at = at;
-    }
+    if (z < s.lo) s.lo = z, s.lo_at = at;  // strict: the first of equal values stays
+    if (s.hi < z) s.hi = z, s.hi_at = at;
   } else if constexpr (K == Kind::kQsgd) {
     const float sq = z * z;
     s.acc[c] = s.acc[c] + sq;
@@ -141,16 +137,14 @@ __device__ void team_meta(const LaneStats& s, size_t n, int bits, float* m0, flo
   if constexpr (K == Kind::kMinmax) {
     float lo = s.lo, hi = s.hi;
     uint32_t lo_at = s.lo_at, hi_at = s.hi_at;
-    int any = s.any;
     for (int off = 1; off < kTeamLanes; off <<= 1) {
       const float olo = __shfl_xor_sync(kFullMask, lo, off);
       const float ohi = __shfl_xor_sync(kFullMask, hi, off);
       const uint32_t olo_at = __shfl_xor_sync(kFullMask, lo_at, off);
       const uint32_t ohi_at = __shfl_xor_sync(kFullMask, hi_at, off);
-      const int oany = __shfl_xor_sync(kFullMask, any, off);
-      if (oany && (!any || olo < lo || (olo == lo && olo_at < lo_at))) lo = olo, lo_at = olo_at;
-      if (oany && (!any || hi < ohi || (ohi == hi && ohi_at < hi_at))) hi = ohi, hi_at = ohi_at;
-      any |= oany;
+      // A lane that saw nothing holds +-inf, which every finite value beats.
+      if (olo < lo || (olo == lo && olo_at < lo_at)) lo = olo, lo_at = olo_at;
+      if (hi < ohi || (ohi == hi && ohi_at < hi_at)) hi = ohi, hi_at = ohi_at;
     }
     const float L = static_cast<float>((1u << bits) - 1u);
     *m0 = finite ? lo : nan;
@@ -219,12 +213,17 @@ __device__ __forceinline__ float minmax_level(const cpu::MinmaxLevels& m, float 
   return ref_min((m.lo + j * m.scale) * m.f, FLT_MAX);
 }
 
+// Stochastic rounding is a template parameter, not a branch: as a branch the
+// compiler computed the random draw for every element and selected, so the
+// nearest rounding paid for it too (minmax encode at 0.46 of a copy, H200).
+template <bool kStochastic>
 __device__ __forceinline__ float round_code(float t, const EncodeJob& j, uint64_t index) {
-  return j.stochastic ? floorf(t + cpu::random_uniform(j.rng, index)) : rintf(t);
+  if constexpr (kStochastic) return floorf(t + cpu::random_uniform(j.rng, index));
+  return rintf(t);
 }
 
 // The code of z and, in *residual, z - decode(code).
-template <Kind K>
+template <Kind K, bool kStochastic>
 __device__ __forceinline__ uint32_t quantize(const BucketQuant& q, float z, const EncodeJob& j,
                                              uint64_t index, float* residual) {
   if (q.nan) {
@@ -233,12 +232,12 @@ __device__ __forceinline__ uint32_t quantize(const BucketQuant& q, float z, cons
   }
   if constexpr (K == Kind::kMinmax) {
     const float t = (z - q.lo) * q.inv;
-    const float code = ref_min(ref_max(round_code(t, j, index), 0.0f), q.top);
+    const float code = ref_min(ref_max(round_code<kStochastic>(t, j, index), 0.0f), q.top);
     *residual = z - minmax_level(q.levels, code);
     return static_cast<uint32_t>(code);
   } else if constexpr (K == Kind::kQsgd) {
     const float t = fabsf(z) * q.inv;
-    const float level = ref_min(ref_max(round_code(t, j, index), 0.0f), q.top);
+    const float level = ref_min(ref_max(round_code<kStochastic>(t, j, index), 0.0f), q.top);
     const bool negative = z < 0;
     const float v = level * q.step;
     *residual = z - (negative ? -v : v);
@@ -286,8 +285,23 @@ __device__ __forceinline__ void add4_to_stats(LaneStats& s, const float z[4], si
 // lane issues all its loads at once and keeps z in registers from the
 // statistics to the codes, so the input is read once and many loads are in
 // flight; otherwise the codes step reads the bucket again (from cache).
-template <Kind K, bool kQuantize, int kCachedSteps>
-__global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
+// kFull: every bucket the launch covers holds exactly 16 * kCachedSteps
+// elements (the host launches it on the whole warps' worth of such buckets,
+// the rest separately), so every count and test of `valid` is a constant.
+//
+// The kernel was bound by instructions and latency, not memory (Nsight
+// Compute on an H200: SM 58% busy, DRAM 15%), so what it leaves out
+// matters: without error feedback (kErrorFeedback false) no residual is
+// computed; the cached encode is held to 64 registers (4 blocks an SM; its
+// natural 94 gave 2) with no spills; and kFull drops every count test.
+// minmax 4-bit encode, as a fraction of a copy on an H200, went 0.47 ->
+// 0.64 -> 0.78 -> 1.32 (docs/benchmarks.md).
+template <Kind K, bool kQuantize, int kCachedSteps, bool kStochastic, bool kErrorFeedback,
+          bool kFull>
+__global__ void __launch_bounds__(kThreads, kCachedSteps == 0 ? 1 : (kErrorFeedback ? 2 : 4))
+    bucket_team_kernel(EncodeJob j) {
+  // A constant null e lets the compiler drop the residuals and their tests.
+  if constexpr (!kErrorFeedback) j.e = nullptr;
   const unsigned lane = threadIdx.x & 31u;
   const unsigned team_lane = lane & (kTeamLanes - 1);
   const unsigned team = lane / kTeamLanes;
@@ -295,84 +309,88 @@ __global__ void __launch_bounds__(kThreads) bucket_team_kernel(EncodeJob j) {
   const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
   const size_t nbuckets = (j.count + j.bucket - 1) / j.bucket;
   const size_t steps = (j.bucket + kTeamTile - 1) / kTeamTile;
+  static_assert(!kFull || kCachedSteps > 0, "kFull is a case of the cached kernel");
 
-  for (size_t first = warp * kTeamsPerWarp; first < nbuckets; first += warps * kTeamsPerWarp) {
+  for (size_t first = j.first_bucket + warp * kTeamsPerWarp; first < nbuckets;
+       first += warps * kTeamsPerWarp) {
     const size_t b = first + team;
     const bool active = b < nbuckets;
     const size_t b0 = active ? b * j.bucket : 0;
     const size_t n = active ? size_min(j.bucket, j.count - b0) : 0;
 
-    LaneStats s;
-    float cached[kCachedSteps > 0 ? kCachedSteps : 1][4];
-    if constexpr (kCachedSteps > 0) {
-      QC_UNROLL
-      for (int k = 0; k < kCachedSteps; ++k) {
-        const size_t i = k * kTeamTile + team_lane * 4;
-        load_z4(j, b0 + i, valid_at(i, n), cached[k]);
-      }
-      QC_UNROLL
-      for (int k = 0; k < kCachedSteps; ++k) {
-        const size_t i = k * kTeamTile + team_lane * 4;
-        add4_to_stats<K>(s, cached[k], i, valid_at(i, n));
-      }
-    } else {
-      for (size_t k = 0; k < steps; ++k) {
-        const size_t i = k * kTeamTile + team_lane * 4;
-        float z[4];
-        load_z4(j, b0 + i, valid_at(i, n), z);
-        add4_to_stats<K>(s, z, i, valid_at(i, n));
-      }
-    }
-    float m0, m1;
-    team_meta<K>(s, n, j.bits, &m0, &m1);
-    if (active && team_lane == 0) {
-      if constexpr (K == Kind::kMinmax) {
-        store_meta(j.meta + 8 * b, m0);
-        store_meta(j.meta + 8 * b + 4, m1);
-      } else {
-        store_meta(j.meta + 4 * b, m0);
-      }
-    }
-    if constexpr (kQuantize) {
-      const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
-      // Step k's codes from its values z (warp-uniform: it shuffles).
-      auto codes_step = [&](size_t k, const float z[4]) {
-        const size_t i = k * kTeamTile + team_lane * 4;
-        const int valid = valid_at(i, n);
-        float r[4];
-        uint32_t packed = 0;  // 4 codes, 4 * bits <= 32 bits
-        QC_UNROLL
-        for (int c = 0; c < 4; ++c)
-          if (c < valid)
-            packed |= quantize<K>(q, z[c], j, j.index_base + b0 + i + c, &r[c]) << (c * j.bits);
-        if (j.e != nullptr && valid > 0) store_e4(j, b0 + i, valid, r);
-        const uint32_t odd = __shfl_down_sync(kFullMask, packed, 1);
-        if ((team_lane & 1u) == 0 && valid > 0) {
-          // The pair's 8 elements start on a byte (bucket % 8 == 0) and lie
-          // in this bucket; at the tensor's end the high bits stay 0.
-          const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
-          const size_t in_pair = size_min(8, n - i);
-          store_code_bytes(j.codes + (b0 + i) * j.bits / 8, word, (in_pair * j.bits + 7) / 8);
-        }
-      };
+    auto valid_of = [&](size_t i) { return kFull ? 4 : valid_at(i, n); };
+      LaneStats s;
+      [[maybe_unused]] float cached[kCachedSteps > 0 ? kCachedSteps : 1][4];
       if constexpr (kCachedSteps > 0) {
         QC_UNROLL
-        for (int k = 0; k < kCachedSteps; ++k)
-          if (static_cast<size_t>(k) < steps) codes_step(k, cached[k]);
+        for (int k = 0; k < kCachedSteps; ++k) {
+          const size_t i = k * kTeamTile + team_lane * 4;
+          load_z4(j, b0 + i, valid_of(i), cached[k]);
+        }
+        QC_UNROLL
+        for (int k = 0; k < kCachedSteps; ++k) {
+          const size_t i = k * kTeamTile + team_lane * 4;
+          add4_to_stats<K>(s, cached[k], i, valid_of(i));
+        }
       } else {
         for (size_t k = 0; k < steps; ++k) {
+          const size_t i = k * kTeamTile + team_lane * 4;
           float z[4];
-          load_z4(j, b0 + k * kTeamTile + team_lane * 4, valid_at(k * kTeamTile + team_lane * 4, n), z);
-          codes_step(k, z);
+          load_z4(j, b0 + i, valid_of(i), z);
+          add4_to_stats<K>(s, z, i, valid_of(i));
         }
       }
-    }
+      float m0, m1;
+      team_meta<K>(s, n, j.bits, &m0, &m1);
+      if (active && team_lane == 0) {
+        if constexpr (K == Kind::kMinmax) {
+          store_meta(j.meta + 8 * b, m0);
+          store_meta(j.meta + 8 * b + 4, m1);
+        } else {
+          store_meta(j.meta + 4 * b, m0);
+        }
+      }
+      if constexpr (kQuantize) {
+        const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
+        // Step k's codes from its values z (warp-uniform: it shuffles).
+        auto codes_step = [&](size_t k, const float z[4]) {
+          const size_t i = k * kTeamTile + team_lane * 4;
+          const int valid = valid_of(i);
+          float r[4];
+          uint32_t packed = 0;  // 4 codes, 4 * bits <= 32 bits
+          QC_UNROLL
+          for (int c = 0; c < 4; ++c)
+            if (c < valid)
+              packed |= quantize<K, kStochastic>(q, z[c], j, j.index_base + b0 + i + c, &r[c])
+                        << (c * j.bits);
+          if (j.e != nullptr && valid > 0) store_e4(j, b0 + i, valid, r);
+          const uint32_t odd = __shfl_down_sync(kFullMask, packed, 1);
+          if ((team_lane & 1u) == 0 && valid > 0) {
+            // The pair's 8 elements start on a byte (bucket % 8 == 0) and lie
+            // in this bucket; at the tensor's end the high bits stay 0.
+            const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
+            const size_t in_pair = kFull ? 8 : size_min(8, n - i);
+            store_code_bytes(j.codes + (b0 + i) * j.bits / 8, word, (in_pair * j.bits + 7) / 8);
+          }
+        };
+        if constexpr (kCachedSteps > 0) {
+          QC_UNROLL
+          for (int k = 0; k < kCachedSteps; ++k)
+            if (kFull || static_cast<size_t>(k) < steps) codes_step(k, cached[k]);
+        } else {
+          for (size_t k = 0; k < steps; ++k) {
+            float z[4];
+            load_z4(j, b0 + k * kTeamTile + team_lane * 4, valid_of(k * kTeamTile + team_lane * 4), z);
+            codes_step(k, z);
+          }
+        }
+      }
   }
 }
 
 // The second kernel of the two-kernel path: one thread per group of 8
 // elements (whose codes are exactly `bits` whole bytes), any bucket size.
-template <Kind K>
+template <Kind K, bool kStochastic>
 __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) {
   for_each_group_of_8(j.count, [&](size_t g, size_t i0, int valid) {
     size_t b = i0 / j.bucket;
@@ -387,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) 
         q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
       }
       float r;
-      word |= static_cast<uint64_t>(quantize<K>(q, load_z(j, i), j, j.index_base + i, &r))
+      word |= static_cast<uint64_t>(quantize<K, kStochastic>(q, load_z(j, i), j, j.index_base + i, &r))
               << (c * j.bits);
       if (j.e != nullptr) j.e[i] = r;
     }
@@ -454,27 +472,49 @@ Status check_bits(qc_codec_t codec, int bits) {
   return Status::ok();
 }
 
-template <Kind K>
+template <Kind K, bool kStochastic, bool kErrorFeedback>
 Status launch_encode(const EncodeJob& j, cudaStream_t s) {
   const size_t nbuckets = (j.count + j.bucket - 1) / j.bucket;
-  const size_t threads = (nbuckets + kTeamsPerWarp - 1) / kTeamsPerWarp * 32;
+  const auto threads_for = [](size_t buckets) {
+    return (buckets + kTeamsPerWarp - 1) / kTeamsPerWarp * 32;
+  };
   // Buckets of up to 128 elements (the default and the common sizes) stay in
   // registers between statistics and codes.
   constexpr int kCachedSteps = 8;
-  const bool cached = j.bucket <= static_cast<size_t>(kCachedSteps * kTeamTile);
+  constexpr size_t kCachedBucket = kCachedSteps * kTeamTile;
+  const bool cached = j.bucket <= kCachedBucket;
   if (j.bucket % 8 == 0) {
+    EncodeJob rest = j;
+    if (j.bucket == kCachedBucket && j.count / kCachedBucket >= kTeamsPerWarp) {
+      // Whole warps of whole buckets first, by the kernel compiled for them.
+      EncodeJob whole = j;
+      whole.count = j.count / kCachedBucket / kTeamsPerWarp * kTeamsPerWarp * kCachedBucket;
+      auto* full = &bucket_team_kernel<K, true, kCachedSteps, kStochastic, kErrorFeedback, true>;
+      QC_LAUNCH(full, blocks_for(threads_for(whole.count / kCachedBucket)), kThreads, s)(whole);
+      QC_RETURN_IF_ERROR(launch_status("cuda: quantize (single pass, whole buckets)"));
+      rest.first_bucket = whole.count / kCachedBucket;
+      if (rest.first_bucket == nbuckets) return Status::ok();
+    }
     auto* single_pass =
-        cached ? &bucket_team_kernel<K, true, kCachedSteps> : &bucket_team_kernel<K, true, 0>;
-    QC_LAUNCH(single_pass, blocks_for(threads), kThreads, s)(j);
+        cached ? &bucket_team_kernel<K, true, kCachedSteps, kStochastic, kErrorFeedback, false>
+               : &bucket_team_kernel<K, true, 0, kStochastic, kErrorFeedback, false>;
+    QC_LAUNCH(single_pass, blocks_for(threads_for(nbuckets - rest.first_bucket)), kThreads, s)(rest);
     return launch_status("cuda: quantize (single pass)");
   }
-  auto* statistics =
-      cached ? &bucket_team_kernel<K, false, kCachedSteps> : &bucket_team_kernel<K, false, 0>;
-  QC_LAUNCH(statistics, blocks_for(threads), kThreads, s)(j);
+  auto* statistics = cached ? &bucket_team_kernel<K, false, kCachedSteps, false, true, false>
+                            : &bucket_team_kernel<K, false, 0, false, true, false>;
+  QC_LAUNCH(statistics, blocks_for(threads_for(nbuckets)), kThreads, s)(j);
   QC_RETURN_IF_ERROR(launch_status("cuda: bucket statistics"));
-  auto* groups = &quantize_groups_kernel<K>;
+  auto* groups = &quantize_groups_kernel<K, kStochastic>;
   QC_LAUNCH(groups, blocks_for((j.count + 7) / 8), kThreads, s)(j);
   return launch_status("cuda: quantize groups");
+}
+
+template <Kind K>
+Status launch_encode(const EncodeJob& j, cudaStream_t s) {
+  if (j.e != nullptr)
+    return j.stochastic ? launch_encode<K, true, true>(j, s) : launch_encode<K, false, true>(j, s);
+  return j.stochastic ? launch_encode<K, true, false>(j, s) : launch_encode<K, false, false>(j, s);
 }
 
 template <Kind K>
@@ -497,7 +537,7 @@ Status quant_encode(const void* x, float* e, size_t count, const DeviceQuantArgs
     return invalid_argument("cuda: device input must be aligned to its element size");
   if (count == 0) return Status::ok();
   EncodeJob j{x, e, count, a.bucket, a.bits, a.input_dtype, a.stochastic, a.rng, a.index_base,
-              meta, codes, false};
+              meta, codes, false, 0};
   // A team's float4 at bucket offset 16k + 4l is 16-byte aligned only when
   // bucket starts are (found by the warp emulator: bucket 5 faulted).
   j.vector_io = a.input_dtype == QC_DTYPE_FLOAT32 && a.bucket % 4 == 0 && aligned(x, 16) &&

@@ -293,7 +293,7 @@ TEST(CudaQuant, SixteenBitInputMatchesTheCpu) {
   uint64_t seed = 900;
   for (qc_codec_t codec : kQuantCodecs)
     for (qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16})
-      for (size_t bucket : {size_t{64}, size_t{7}}) {
+      for (size_t bucket : {size_t{64}, size_t{7}, size_t{128}}) {
         check_quant({codec, codec == QC_CODEC_ONEBIT ? 1 : 4, bucket, 3001 / kSizeScale, true, false, dtype, 0, 0,
                      Data::kSpecial, seed++});
         if (HasFatalFailure()) return;
@@ -317,6 +317,13 @@ TEST(CudaQuant, EdgesMatchTheCpu) {
     check_quant({codec, codec == QC_CODEC_ONEBIT ? 1 : 5, 256, 70000 / kSizeScale, true, true, QC_DTYPE_FLOAT32, 0,
                  (uint64_t{1} << 32) - 30000, Data::kPlain, seed++});
     if (HasFatalFailure()) return;
+    // Bucket 128 takes the kernel for whole warps of whole buckets, here
+    // with scalar loads (misaligned input), with and without feedback.
+    for (bool error_feedback : {false, true}) {
+      check_quant({codec, codec == QC_CODEC_ONEBIT ? 1 : 4, 128, 3001 / kSizeScale, false, error_feedback,
+                   QC_DTYPE_FLOAT32, 1, 0, Data::kSpecial, seed++});
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
