@@ -77,6 +77,8 @@ case "${1:-}" in
     # Only the programs travel usefully: the objects would count against the
     # carry limit (64 MiB) and `run` builds nothing.
     find build-gpu -name '*.o' -delete
+    # CMake's compiler-identification scratch (6 MB a tree), not its result.
+    find build-gpu -path '*/CMakeFiles/*/CompilerId*/tmp' -prune -exec rm -rf {} +
     du -sh build-gpu
     ;;
   run)
