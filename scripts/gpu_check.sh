@@ -143,6 +143,9 @@ case "${1:-}" in
                        while read -r d; do find "$d/nvidia" -name 'libnccl.so.2*' 2>/dev/null; done | head -1)
             [ -z "$nccl_lib" ] || nccl_dir=$(dirname "$nccl_lib")
           fi
+          system_nccl=$(ldconfig -p 2>/dev/null | grep -m1 -o '/[^ ]*libnccl[.]so[.]2' || echo "none found")
+          if [ -n "$nccl_dir" ]; then nccl_used="$nccl_dir"; else nccl_used="the system's: $system_nccl"; fi
+          echo "libnccl.so.2: $nccl_used" | tee "$work/nccl_library.txt"
           step cuda.nccl_smoke 120 nccl_smoke.log \
             env LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}" \
             build-gpu/tests/cuda/qc_test_cuda_nccl
@@ -159,6 +162,8 @@ case "${1:-}" in
             use_carried_mpi /tmp/qc-carried-mpi
             echo "Open MPI: the carried packages, unpacked in /tmp/qc-carried-mpi" | tee "$work/mpi_device.log"
           fi
+          { echo "mpirun: $(command -v mpirun || echo none)"
+            mpirun --version 2>&1 | head -1; } | tee -a "$work/mpi_device.log"
           if [ -x "$mpi_test" ] && command -v mpirun > /dev/null &&
              ! ldd "$mpi_test" | grep -q 'not found'; then
             # Shared memory without the cross-process single copy (CMA),
