@@ -55,57 +55,51 @@ __device__ __forceinline__ float widen(uint16_t h, bool bf16) {
 __global__ void __launch_bounds__(kThreads)
     cast_encode_kernel(const float* x, float* e, size_t count, uint8_t* out, bool bf16,
                        bool aligned2, bool vec4) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  size_t scalar_from = 0;
-  if (vec4) {
-    const size_t groups = count / 4;
-    for (size_t g = tid; g < groups; g += stride) {
-      const float4 xv = reinterpret_cast<const float4*>(x)[g];
-      const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
-      float es[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (e != nullptr) {
-        const float4 ev = reinterpret_cast<const float4*>(e)[g];
-        es[0] = ev.x, es[1] = ev.y, es[2] = ev.z, es[3] = ev.w;
-      }
-      uint16_t h[4];
-      QC_UNROLL
-      for (int c = 0; c < 4; ++c) h[c] = cast_encode_one(xs[c], e != nullptr ? &es[c] : nullptr, bf16);
-      reinterpret_cast<uint2*>(out)[g] =
-          make_uint2(h[0] | static_cast<uint32_t>(h[1]) << 16, h[2] | static_cast<uint32_t>(h[3]) << 16);
-      if (e != nullptr) reinterpret_cast<float4*>(e)[g] = make_float4(es[0], es[1], es[2], es[3]);
-    }
-    scalar_from = 4 * groups;
-  }
-  for (size_t i = scalar_from + tid; i < count; i += stride)
-    store_u16(out + 2 * i, cast_encode_one(x[i], e != nullptr ? e + i : nullptr, bf16), aligned2);
+  for_each_4_then_1(
+      count, vec4,
+      [&](size_t g) {
+        const float4 xv = reinterpret_cast<const float4*>(x)[g];
+        const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
+        float es[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (e != nullptr) {
+          const float4 ev = reinterpret_cast<const float4*>(e)[g];
+          es[0] = ev.x, es[1] = ev.y, es[2] = ev.z, es[3] = ev.w;
+        }
+        uint32_t h[4];
+        QC_UNROLL
+        for (int c = 0; c < 4; ++c)
+          h[c] = cast_encode_one(xs[c], e != nullptr ? &es[c] : nullptr, bf16);
+        reinterpret_cast<uint2*>(out)[g] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+        if (e != nullptr) reinterpret_cast<float4*>(e)[g] = make_float4(es[0], es[1], es[2], es[3]);
+      },
+      [&](size_t i) {
+        store_u16(out + 2 * i, cast_encode_one(x[i], e != nullptr ? e + i : nullptr, bf16),
+                  aligned2);
+      });
 }
 
 // vec4: 8 wire bytes in, a float4 out (in 8-byte, dst 16-byte aligned).
 __global__ void __launch_bounds__(kThreads)
     cast_decode_kernel(const uint8_t* in, size_t count, float* dst, bool bf16, bool accumulate,
                        bool aligned2, bool vec4) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  size_t scalar_from = 0;
-  if (vec4) {
-    const size_t groups = count / 4;
-    for (size_t g = tid; g < groups; g += stride) {
-      const uint2 w = reinterpret_cast<const uint2*>(in)[g];
-      float4 v = make_float4(widen(static_cast<uint16_t>(w.x), bf16), widen(static_cast<uint16_t>(w.x >> 16), bf16),
-                             widen(static_cast<uint16_t>(w.y), bf16), widen(static_cast<uint16_t>(w.y >> 16), bf16));
-      if (accumulate) {
-        const float4 d = reinterpret_cast<const float4*>(dst)[g];
-        v = make_float4(d.x + v.x, d.y + v.y, d.z + v.z, d.w + v.w);
-      }
-      reinterpret_cast<float4*>(dst)[g] = v;
-    }
-    scalar_from = 4 * groups;
-  }
-  for (size_t i = scalar_from + tid; i < count; i += stride) {
-    const float v = widen(load_u16(in + 2 * i, aligned2), bf16);
-    dst[i] = accumulate ? dst[i] + v : v;
-  }
+  for_each_4_then_1(
+      count, vec4,
+      [&](size_t g) {
+        const uint2 w = reinterpret_cast<const uint2*>(in)[g];
+        float4 v = make_float4(widen(static_cast<uint16_t>(w.x), bf16),
+                               widen(static_cast<uint16_t>(w.x >> 16), bf16),
+                               widen(static_cast<uint16_t>(w.y), bf16),
+                               widen(static_cast<uint16_t>(w.y >> 16), bf16));
+        if (accumulate) {
+          const float4 d = reinterpret_cast<const float4*>(dst)[g];
+          v = make_float4(d.x + v.x, d.y + v.y, d.z + v.z, d.w + v.w);
+        }
+        reinterpret_cast<float4*>(dst)[g] = v;
+      },
+      [&](size_t i) {
+        const float v = widen(load_u16(in + 2 * i, aligned2), bf16);
+        dst[i] = accumulate ? dst[i] + v : v;
+      });
 }
 
 bool aligned_to(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }

@@ -60,6 +60,22 @@ __device__ __forceinline__ void for_each_group_of_8(size_t count, Body&& body) {
   }
 }
 
+// Grid-stride loop that takes four elements at a time where the caller's
+// buffers allow wide accesses: four(g) for elements 4g .. 4g + 3 while vec4,
+// then one(i) for the count % 4 left (every element without vec4).
+template <class Four, class One>
+__device__ __forceinline__ void for_each_4_then_1(size_t count, bool vec4, Four&& four, One&& one) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  size_t from = 0;
+  if (vec4) {
+    const size_t groups = count / 4;
+    for (size_t g = tid; g < groups; g += stride) four(g);
+    from = 4 * groups;
+  }
+  for (size_t i = from + tid; i < count; i += stride) one(i);
+}
+
 // Writes the low `nbytes` bytes of `word`, the packed codes of one group of 8
 // elements (a group's codes are exactly `bits` whole bytes): one store of 1,
 // 2, 4 or 8 bytes where the address allows it (bits 1, 2, 4, 8; a GPU is

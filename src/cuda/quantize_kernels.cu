@@ -319,72 +319,73 @@ __global__ void __launch_bounds__(kThreads, kCachedSteps == 0 ? 1 : (kErrorFeedb
     const size_t n = active ? size_min(j.bucket, j.count - b0) : 0;
 
     auto valid_of = [&](size_t i) { return kFull ? 4 : valid_at(i, n); };
-      LaneStats s;
-      [[maybe_unused]] float cached[kCachedSteps > 0 ? kCachedSteps : 1][4];
+    LaneStats s;
+    [[maybe_unused]] float cached[kCachedSteps > 0 ? kCachedSteps : 1][4];
+    if constexpr (kCachedSteps > 0) {
+      QC_UNROLL
+      for (int k = 0; k < kCachedSteps; ++k) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        load_z4(j, b0 + i, valid_of(i), cached[k]);
+      }
+      QC_UNROLL
+      for (int k = 0; k < kCachedSteps; ++k) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        add4_to_stats<K>(s, cached[k], i, valid_of(i));
+      }
+    } else {
+      for (size_t k = 0; k < steps; ++k) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        float z[4];
+        load_z4(j, b0 + i, valid_of(i), z);
+        add4_to_stats<K>(s, z, i, valid_of(i));
+      }
+    }
+    float m0, m1;
+    team_meta<K>(s, n, j.bits, &m0, &m1);
+    if (active && team_lane == 0) {
+      if constexpr (K == Kind::kMinmax) {
+        store_meta(j.meta + 8 * b, m0);
+        store_meta(j.meta + 8 * b + 4, m1);
+      } else {
+        store_meta(j.meta + 4 * b, m0);
+      }
+    }
+    if constexpr (kQuantize) {
+      const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
+      // Step k's codes from its values z (warp-uniform: it shuffles).
+      auto codes_step = [&](size_t k, const float z[4]) {
+        const size_t i = k * kTeamTile + team_lane * 4;
+        const int valid = valid_of(i);
+        float r[4];
+        uint32_t packed = 0;  // 4 codes, 4 * bits <= 32 bits
+        QC_UNROLL
+        for (int c = 0; c < 4; ++c)
+          if (c < valid)
+            packed |= quantize<K, kStochastic>(q, z[c], j, j.index_base + b0 + i + c, &r[c])
+                      << (c * j.bits);
+        if (j.e != nullptr && valid > 0) store_e4(j, b0 + i, valid, r);
+        const uint32_t odd = __shfl_down_sync(kFullMask, packed, 1);
+        if ((team_lane & 1u) == 0 && valid > 0) {
+          // The pair's 8 elements start on a byte (bucket % 8 == 0) and lie
+          // in this bucket; at the tensor's end the high bits stay 0.
+          const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
+          const size_t in_pair = kFull ? 8 : size_min(8, n - i);
+          store_code_bytes(j.codes + (b0 + i) * j.bits / 8, word, (in_pair * j.bits + 7) / 8);
+        }
+      };
       if constexpr (kCachedSteps > 0) {
         QC_UNROLL
-        for (int k = 0; k < kCachedSteps; ++k) {
-          const size_t i = k * kTeamTile + team_lane * 4;
-          load_z4(j, b0 + i, valid_of(i), cached[k]);
-        }
-        QC_UNROLL
-        for (int k = 0; k < kCachedSteps; ++k) {
-          const size_t i = k * kTeamTile + team_lane * 4;
-          add4_to_stats<K>(s, cached[k], i, valid_of(i));
-        }
+        for (int k = 0; k < kCachedSteps; ++k)
+          if (kFull || static_cast<size_t>(k) < steps) codes_step(k, cached[k]);
       } else {
         for (size_t k = 0; k < steps; ++k) {
           const size_t i = k * kTeamTile + team_lane * 4;
           float z[4];
           load_z4(j, b0 + i, valid_of(i), z);
-          add4_to_stats<K>(s, z, i, valid_of(i));
+          codes_step(k, z);
         }
       }
-      float m0, m1;
-      team_meta<K>(s, n, j.bits, &m0, &m1);
-      if (active && team_lane == 0) {
-        if constexpr (K == Kind::kMinmax) {
-          store_meta(j.meta + 8 * b, m0);
-          store_meta(j.meta + 8 * b + 4, m1);
-        } else {
-          store_meta(j.meta + 4 * b, m0);
-        }
-      }
-      if constexpr (kQuantize) {
-        const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
-        // Step k's codes from its values z (warp-uniform: it shuffles).
-        auto codes_step = [&](size_t k, const float z[4]) {
-          const size_t i = k * kTeamTile + team_lane * 4;
-          const int valid = valid_of(i);
-          float r[4];
-          uint32_t packed = 0;  // 4 codes, 4 * bits <= 32 bits
-          QC_UNROLL
-          for (int c = 0; c < 4; ++c)
-            if (c < valid)
-              packed |= quantize<K, kStochastic>(q, z[c], j, j.index_base + b0 + i + c, &r[c])
-                        << (c * j.bits);
-          if (j.e != nullptr && valid > 0) store_e4(j, b0 + i, valid, r);
-          const uint32_t odd = __shfl_down_sync(kFullMask, packed, 1);
-          if ((team_lane & 1u) == 0 && valid > 0) {
-            // The pair's 8 elements start on a byte (bucket % 8 == 0) and lie
-            // in this bucket; at the tensor's end the high bits stay 0.
-            const uint64_t word = packed | static_cast<uint64_t>(odd) << (4 * j.bits);
-            const size_t in_pair = kFull ? 8 : size_min(8, n - i);
-            store_code_bytes(j.codes + (b0 + i) * j.bits / 8, word, (in_pair * j.bits + 7) / 8);
-          }
-        };
-        if constexpr (kCachedSteps > 0) {
-          QC_UNROLL
-          for (int k = 0; k < kCachedSteps; ++k)
-            if (kFull || static_cast<size_t>(k) < steps) codes_step(k, cached[k]);
-        } else {
-          for (size_t k = 0; k < steps; ++k) {
-            float z[4];
-            load_z4(j, b0 + k * kTeamTile + team_lane * 4, valid_of(k * kTeamTile + team_lane * 4), z);
-            codes_step(k, z);
-          }
-        }
-      }
+    }
   }
 }
 
@@ -405,8 +406,8 @@ __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) 
         q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
       }
       float r;
-      word |= static_cast<uint64_t>(quantize<K, kStochastic>(q, load_z(j, i), j, j.index_base + i, &r))
-              << (c * j.bits);
+      const uint32_t code = quantize<K, kStochastic>(q, load_z(j, i), j, j.index_base + i, &r);
+      word |= static_cast<uint64_t>(code) << (c * j.bits);
       if (j.e != nullptr) j.e[i] = r;
     }
     store_code_bytes(j.codes + g * j.bits, word, (valid * j.bits + 7) / 8);
@@ -498,7 +499,8 @@ Status launch_encode(const EncodeJob& j, cudaStream_t s) {
     auto* single_pass =
         cached ? &bucket_team_kernel<K, true, kCachedSteps, kStochastic, kErrorFeedback, false>
                : &bucket_team_kernel<K, true, 0, kStochastic, kErrorFeedback, false>;
-    QC_LAUNCH(single_pass, blocks_for(threads_for(nbuckets - rest.first_bucket)), kThreads, s)(rest);
+    const size_t rest_buckets = nbuckets - rest.first_bucket;
+    QC_LAUNCH(single_pass, blocks_for(threads_for(rest_buckets)), kThreads, s)(rest);
     return launch_status("cuda: quantize (single pass)");
   }
   auto* statistics = cached ? &bucket_team_kernel<K, false, kCachedSteps, false, true, false>
