@@ -138,14 +138,13 @@ case "${1:-}" in
           # NCCL's library: the system's, else the one PyTorch's wheels bring
           # (nvidia-nccl-cu13 and its like, wherever the wheel puts it).
           nccl_dir=
-          if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+          system_nccl=$(ldconfig -p 2>/dev/null | grep -m1 -o '/[^ ]*libnccl[.]so[.]2' || true)
+          if [ -z "$system_nccl" ]; then
             nccl_lib=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null |
                        while read -r d; do find "$d/nvidia" -name 'libnccl.so.2*' 2>/dev/null; done | head -1)
             [ -z "$nccl_lib" ] || nccl_dir=$(dirname "$nccl_lib")
           fi
-          system_nccl=$(ldconfig -p 2>/dev/null | grep -m1 -o '/[^ ]*libnccl[.]so[.]2' || echo "none found")
-          if [ -n "$nccl_dir" ]; then nccl_used="$nccl_dir"; else nccl_used="the system's: $system_nccl"; fi
-          echo "libnccl.so.2: $nccl_used" | tee "$work/nccl_library.txt"
+          echo "libnccl.so.2: ${nccl_dir:-${system_nccl:-none found}}" | tee "$work/nccl_library.txt"
           step cuda.nccl_smoke 120 nccl_smoke.log \
             env LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}${LD_LIBRARY_PATH:-}" \
             build-gpu/tests/cuda/qc_test_cuda_nccl

@@ -37,15 +37,15 @@ __device__ __forceinline__ void store_u16(uint8_t* p, uint16_t v, bool aligned2)
 // sent, e = z - its widening; one IEEE operation each, as on the CPU. (A NaN
 // that x + e makes is CUDA's canonical NaN, where x86 keeps x's payload: a
 // NaN's payload is not part of the contract, that it is NaN is.)
+__device__ __forceinline__ float widen(uint16_t h, bool bf16) {
+  return bf16 ? cpu::bfloat16_to_float(h) : cpu::half_to_float(h);
+}
+
 __device__ __forceinline__ uint16_t cast_encode_one(float x, float* e, bool bf16) {
   const float z = e != nullptr ? x + *e : x;  // x alone: -0 + 0 would be +0
   const uint16_t h = bf16 ? cpu::float_to_bfloat16(z) : cpu::float_to_half(z);
-  if (e != nullptr) *e = z - (bf16 ? cpu::bfloat16_to_float(h) : cpu::half_to_float(h));
+  if (e != nullptr) *e = z - widen(h, bf16);
   return h;
-}
-
-__device__ __forceinline__ float widen(uint16_t h, bool bf16) {
-  return bf16 ? cpu::bfloat16_to_float(h) : cpu::half_to_float(h);
 }
 
 // vec4 (x and e 16-byte aligned, the wire 8-byte aligned): four elements
@@ -102,12 +102,10 @@ __global__ void __launch_bounds__(kThreads)
       });
 }
 
-bool aligned_to(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
 Status check_cast(qc_codec_t codec, const float* f32) {
   if (codec != QC_CODEC_FP16 && codec != QC_CODEC_BF16)
     return unsupported("cuda: the cast kernels take fp16 or bf16");
-  if (reinterpret_cast<uintptr_t>(f32) % 4 != 0)
+  if (!aligned(f32, 4))
     return invalid_argument("cuda: device float32 buffer must be 4-byte aligned");
   return Status::ok();
 }
@@ -119,11 +117,11 @@ Status cast_encode(qc_codec_t codec, const float* x, float* e, size_t count, uin
   QC_RETURN_IF_ERROR(check_cast(codec, x));
   if (e != nullptr) QC_RETURN_IF_ERROR(check_cast(codec, e));
   if (count == 0) return Status::ok();
-  const bool vec4 = aligned_to(x, 16) && (e == nullptr || aligned_to(e, 16)) && aligned_to(out, 8);
+  const bool vec4 = aligned(x, 16) && (e == nullptr || aligned(e, 16)) && aligned(out, 8);
   auto* kernel = &cast_encode_kernel;
   QC_LAUNCH(kernel, blocks_for(vec4 ? (count + 3) / 4 : count), kThreads,
             static_cast<cudaStream_t>(stream))(x, e, count, out, codec == QC_CODEC_BF16,
-                                               aligned_to(out, 2), vec4);
+                                               aligned(out, 2), vec4);
   return launch_status("cuda: cast encode");
 }
 
@@ -131,11 +129,11 @@ Status cast_decode(qc_codec_t codec, const uint8_t* in, size_t count, float* dst
                    void* stream) {
   QC_RETURN_IF_ERROR(check_cast(codec, dst));
   if (count == 0) return Status::ok();
-  const bool vec4 = aligned_to(in, 8) && aligned_to(dst, 16);
+  const bool vec4 = aligned(in, 8) && aligned(dst, 16);
   auto* kernel = &cast_decode_kernel;
   QC_LAUNCH(kernel, blocks_for(vec4 ? (count + 3) / 4 : count), kThreads,
             static_cast<cudaStream_t>(stream))(in, count, dst, codec == QC_CODEC_BF16, accumulate,
-                                               aligned_to(in, 2), vec4);
+                                               aligned(in, 2), vec4);
   return launch_status("cuda: cast decode");
 }
 

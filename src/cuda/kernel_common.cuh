@@ -45,6 +45,9 @@ __device__ __forceinline__ float load_meta(const uint8_t* p) {
 }
 __device__ __forceinline__ void store_meta(uint8_t* p, float v) { memcpy(p, &v, 4); }
 
+// Host side: whether p suits an access of `a` bytes (vector paths, checks).
+inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
 // Grid-stride loop over groups of 8 consecutive elements, the unit of the
 // per-element kernels (8 codes are exactly `bits` whole bytes, so groups
 // never share a code byte): body(g, i0, valid) for group g, whose elements

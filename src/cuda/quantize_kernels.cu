@@ -463,8 +463,6 @@ __global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
 
 // ---- host side ----------------------------------------------------------------
 
-bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 Status check_bits(qc_codec_t codec, int bits) {
   const int lo = codec == QC_CODEC_QSGD ? 2 : 1;
   const int hi = codec == QC_CODEC_ONEBIT ? 1 : 8;
