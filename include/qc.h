@@ -224,6 +224,13 @@ QC_API qc_status_t qc_policy_init(qc_policy_t* policy);
 /* 4. Communicators                                                          */
 /* ======================================================================== */
 
+/**
+ * A communicator handle. Handles (communicators and error buffers) are
+ * opaque values, not addresses: never dereference one. Each is issued once
+ * per process and never again, so a destroyed handle is refused with
+ * QC_ERROR_INVALID_ARGUMENT by every function forever, even after its memory
+ * went to a new object.
+ */
 typedef struct qc_comm_s* qc_comm_t;
 
 typedef struct qc_comm_config {
@@ -274,6 +281,15 @@ QC_API qc_status_t qc_comm_create_local_with_config(int nranks,
  * Peers of a local group that later wait for a message this rank will never
  * send fail at once with QC_ERROR_TRANSPORT instead of waiting for the
  * timeout. NULL is accepted and does nothing.
+ *
+ * Thread safety: the handle is invalid from the moment this is called. A
+ * collective on `comm` running on another thread (a watchdog's destroy of
+ * a stuck rank) is interrupted: it returns QC_ERROR_TRANSPORT ("destroyed")
+ * and the group is broken, as if this rank had failed; other calls there
+ * (queries) finish. This function waits for those calls to return, then
+ * frees the communicator, so nothing is freed under them.
+ * @return QC_ERROR_INVALID_ARGUMENT for a handle already destroyed (also by
+ *         a destroy running on another thread) or never created.
  */
 QC_API qc_status_t qc_comm_destroy(qc_comm_t comm);
 
@@ -656,7 +672,14 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
  */
 QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
                                           qc_error_buffer_t* error_buffer);
-/** NULL is accepted and does nothing. */
+/**
+ * NULL is accepted and does nothing.
+ * An error buffer serves one call at a time: while a call on another thread
+ * uses it (a collective, which may wait until its timeout, or a query), this
+ * and every other call that names it fail with QC_ERROR_INVALID_ARGUMENT
+ * ("in use") and change nothing; destroy it after that call has returned.
+ * A destroyed handle is refused forever (see qc_comm_t).
+ */
 QC_API qc_status_t qc_error_buffer_destroy(qc_error_buffer_t error_buffer);
 /** Set every residual to zero. */
 QC_API qc_status_t qc_error_buffer_reset(qc_error_buffer_t error_buffer);

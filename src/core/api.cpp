@@ -43,7 +43,7 @@ constexpr size_t kCgxMinCompressBytes = 16384;
 constexpr const char* kCgxFullPrecisionPatterns[] = {"*bias*", "*norm*", "*Norm*", "*.bn*",
                                                      "bn*",    "*.ln*",  "ln*"};
 
-Status apply_cgx_preset(qc_comm_t comm, const qc_policy_t& base) {
+Status apply_cgx_preset(Communicator* comm, const qc_policy_t& base) {
   qc_policy_t compressed = base;
   if (compressed.min_compress_bytes < kCgxMinCompressBytes) {
     compressed.min_compress_bytes = kCgxMinCompressBytes;
@@ -62,6 +62,28 @@ Status check_nranks(int nranks, const qc_comm_t* comms) {
                             std::to_string(kMaxLocalRanks));
   }
   return require(comms, "comms");
+}
+
+// Hands new communicators to the handle table and writes their handles.
+void publish(std::vector<std::unique_ptr<Communicator>>* made, qc_comm_t* handles) {
+  for (size_t r = 0; r < made->size(); ++r) {
+    handles[r] = reinterpret_cast<qc_comm_t>(live_communicators().add(std::move((*made)[r])));
+  }
+}
+
+Status publish_one(Status created, std::unique_ptr<Communicator> made, qc_comm_t* handle) {
+  QC_RETURN_IF_ERROR(created);
+  std::vector<std::unique_ptr<Communicator>> one;
+  one.push_back(std::move(made));
+  publish(&one, handle);
+  return Status::ok();
+}
+
+Status create_published_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) {
+  std::vector<std::unique_ptr<Communicator>> made;
+  QC_RETURN_IF_ERROR(create_local_group(nranks, timeout_seconds, &made));
+  publish(&made, comms);
+  return Status::ok();
 }
 
 }  // namespace
@@ -104,10 +126,16 @@ QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* com
         return invalid_argument(
             "argument 'config': transport QC_TRANSPORT_LOCAL needs all ranks created at once; "
             "use qc_comm_create_local or qc_comm_create_local_with_config");
-      case QC_TRANSPORT_MPI:
-        return create_mpi_comm(c.mpi_comm, c.timeout_seconds, comm);
-      case QC_TRANSPORT_NCCL:
-        return create_nccl_comm(c.nccl_comm, c.timeout_seconds, comm);
+      case QC_TRANSPORT_MPI: {
+        std::unique_ptr<Communicator> made;
+        return publish_one(create_mpi_comm(c.mpi_comm, c.timeout_seconds, &made),
+                           std::move(made), comm);
+      }
+      case QC_TRANSPORT_NCCL: {
+        std::unique_ptr<Communicator> made;
+        return publish_one(create_nccl_comm(c.nccl_comm, c.timeout_seconds, &made),
+                           std::move(made), comm);
+      }
     }
     return internal_error("unreachable transport");
   });
@@ -116,7 +144,7 @@ QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* com
 QC_API qc_status_t qc_comm_create_local(int nranks, qc_comm_t* comms) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(check_nranks(nranks, comms));
-    return create_local_group(nranks, default_comm_config().timeout_seconds, comms);
+    return create_published_local_group(nranks, default_comm_config().timeout_seconds, comms);
   });
 }
 
@@ -130,44 +158,65 @@ QC_API qc_status_t qc_comm_create_local_with_config(int nranks, const qc_comm_co
       return invalid_argument("argument 'config': field 'transport' must be QC_TRANSPORT_LOCAL "
                               "for a local group");
     }
-    return create_local_group(nranks, c.timeout_seconds, comms);
+    return create_published_local_group(nranks, c.timeout_seconds, comms);
   });
 }
 
 QC_API qc_status_t qc_comm_destroy(qc_comm_t comm) {
   return QC_API_CALL({
     if (comm == nullptr) return Status::ok();
-    // Taken out of the registry first: of two destroys of one handle, only
-    // one gets to delete it.
-    if (!live_communicators().remove(comm)) return require_comm(comm);
-    delete comm;
+    const uintptr_t handle = handle_value(comm);
+    Communicator* object = nullptr;
+    // Closed first: of two destroys of one handle only one goes on, and no
+    // call on another thread can start with it from here on.
+    switch (live_communicators().close(handle, &object)) {
+      case HandleTable<Communicator>::Use::kNotLive: {
+        CommLease none;
+        return lease_comm(comm, false, &none);  // the "not live" message
+      }
+      case HandleTable<Communicator>::Use::kCollectives:
+        // A collective on another thread may be waiting for peers: it ends
+        // with this status, as if a peer had failed, and the group is broken.
+        object->transport->interrupt(transport_error(
+            "the communicator was destroyed (qc_comm_destroy on another thread) while this "
+            "call was running on it"));
+        break;
+      case HandleTable<Communicator>::Use::kQueries:
+      case HandleTable<Communicator>::Use::kIdle:
+        break;
+    }
+    // Freed here, once the calls using it have returned.
+    live_communicators().take_when_unused(handle).reset();
     return Status::ok();
   });
 }
 
 QC_API qc_status_t qc_comm_rank(qc_comm_t comm, int* rank) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     QC_RETURN_IF_ERROR(require(rank, "rank"));
-    *rank = comm->transport->rank();
+    *rank = c->transport->rank();
     return Status::ok();
   });
 }
 
 QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     QC_RETURN_IF_ERROR(require(size, "size"));
-    *size = comm->transport->size();
+    *size = c->transport->size();
     return Status::ok();
   });
 }
 
 QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_error) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     QC_RETURN_IF_ERROR(require(async_error, "async_error"));
-    const Status failure = comm->transport->failure();
+    const Status failure = c->transport->failure();
     *async_error = failure.code();
     // The query succeeded, so the guard records nothing: the message of the
     // failure it reports is set here, as the header promises.
@@ -178,11 +227,12 @@ QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_er
 
 QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     qc_stats_t copy;
     {
-      std::lock_guard<std::mutex> lock(comm->stats_mutex);
-      copy = comm->stats;
+      std::lock_guard<std::mutex> lock(c->stats_mutex);
+      copy = c->stats;
     }
     copy.struct_size = sizeof(qc_stats_t);
     return write_struct(copy, kStatsV0Size, "stats", "qc_stats_t", stats);
@@ -192,12 +242,13 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats) {
 QC_API qc_status_t qc_comm_get_layer_stats(qc_comm_t comm, const char* layer,
                                            qc_layer_stats_t* stats) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     qc_layer_stats_t copy{};
     {
-      std::lock_guard<std::mutex> lock(comm->stats_mutex);
-      auto it = comm->layer_stats.find(layer != nullptr ? layer : "*");
-      if (it != comm->layer_stats.end()) copy = it->second;
+      std::lock_guard<std::mutex> lock(c->stats_mutex);
+      auto it = c->layer_stats.find(layer != nullptr ? layer : "*");
+      if (it != c->layer_stats.end()) copy = it->second;
     }
     copy.struct_size = sizeof(qc_layer_stats_t);
     return write_struct(copy, sizeof(qc_layer_stats_t), "stats", "qc_layer_stats_t", stats);
@@ -206,10 +257,11 @@ QC_API qc_status_t qc_comm_get_layer_stats(qc_comm_t comm, const char* layer,
 
 QC_API qc_status_t qc_comm_layer_count(qc_comm_t comm, size_t* count) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     QC_RETURN_IF_ERROR(require(count, "count"));
-    std::lock_guard<std::mutex> lock(comm->stats_mutex);
-    *count = comm->layer_stats.size();
+    std::lock_guard<std::mutex> lock(c->stats_mutex);
+    *count = c->layer_stats.size();
     return Status::ok();
   });
 }
@@ -217,17 +269,18 @@ QC_API qc_status_t qc_comm_layer_count(qc_comm_t comm, size_t* count) {
 QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, size_t capacity,
                                       size_t* length) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     QC_RETURN_IF_ERROR(require(length, "length"));
     if (capacity > 0) QC_RETURN_IF_ERROR(require(name, "name"));
     std::string found;
     {
-      std::lock_guard<std::mutex> lock(comm->stats_mutex);
-      if (index >= comm->layer_stats.size()) {
+      std::lock_guard<std::mutex> lock(c->stats_mutex);
+      if (index >= c->layer_stats.size()) {
         return invalid_argument("argument 'index' is " + std::to_string(index) + " but " +
-                                std::to_string(comm->layer_stats.size()) + " layers were seen");
+                                std::to_string(c->layer_stats.size()) + " layers were seen");
       }
-      found = std::next(comm->layer_stats.begin(), static_cast<std::ptrdiff_t>(index))->first;
+      found = std::next(c->layer_stats.begin(), static_cast<std::ptrdiff_t>(index))->first;
     }
     *length = found.size();
     if (capacity == 0) return Status::ok();
@@ -244,28 +297,31 @@ QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, 
 QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
                                        const qc_policy_t* policy) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     QC_RETURN_IF_ERROR(require(pattern, "pattern"));
     if (pattern[0] == '\0') return invalid_argument("argument 'pattern' is an empty string");
     qc_policy_t p;
     QC_RETURN_IF_ERROR(read_policy(policy, "policy", &p));
     warn_if_error_feedback_diverges(p, std::string("layer pattern \"") + pattern + "\"");
-    comm->policies.set(pattern, p);
+    c->policies.set(pattern, p);
     return Status::ok();
   });
 }
 
 QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
-    return write_struct(comm->policies.resolve(layer), kPolicyV0Size, "policy", "qc_policy_t",
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
+    return write_struct(c->policies.resolve(layer), kPolicyV0Size, "policy", "qc_policy_t",
                         policy);
   });
 }
 
 QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name, const qc_policy_t* base) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     QC_RETURN_IF_ERROR(require(name, "name"));
     if (std::strcmp(name, "cgx") != 0) {
       return invalid_argument(std::string("argument 'name' is \"") + name +
@@ -279,9 +335,9 @@ QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name, const qc_p
     } else {
       // The entry of the pattern "*" itself: resolving the name "*" could
       // pick a glob set later that also matches it ("?", "**").
-      b = comm->policies.resolve(nullptr);
+      b = c->policies.resolve(nullptr);
     }
-    return apply_cgx_preset(comm, b);
+    return apply_cgx_preset(c.get(), b);
   });
 }
 

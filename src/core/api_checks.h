@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "core/handle_registry.h"
+#include "core/handle_table.h"
 #include "core/status.h"
 #if defined(QC_HAVE_CUDA)
 #include "cuda/device_runtime.h"
@@ -39,32 +39,29 @@ inline Status require_host_memory(const void* pointer, const std::string& arg) {
   return Status::ok();
 }
 
-// A communicator argument: not NULL, and live (created by qc_comm_create*
-// and not yet destroyed; core/handle_registry.h).
-inline Status require_comm(const void* comm, const char* arg = "comm") {
-  QC_RETURN_IF_ERROR(require(comm, arg));
-  if (live_communicators().contains(comm)) return Status::ok();
-  return invalid_argument(std::string("argument '") + arg +
-                          "' is not a live qc communicator (destroyed, or not created by "
-                          "qc_comm_create*)");
-}
+// Handles as the entry points see them: a qc_comm_t or qc_error_buffer_t
+// is a number naming an entry of a handle table (core/handle_table.h).
+using CommLease = HandleTable<Communicator>::Lease;
+using ErrorBufferLease = HandleTable<ErrorBuffer>::Lease;
 
-// An error buffer argument that may be NULL; if not NULL it must be live
-// (created by qc_error_buffer_create and not yet destroyed).
-inline Status check_live_error_buffer(const void* error_buffer, const std::string& arg) {
-  if (error_buffer == nullptr || live_error_buffers().contains(error_buffer)) {
-    return Status::ok();
-  }
-  return invalid_argument("argument '" + arg +
-                          "' is not a live qc error buffer (destroyed, or not created by "
-                          "qc_error_buffer_create)");
-}
+inline uintptr_t handle_value(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
+
+// A communicator argument: not NULL, and live (created by qc_comm_create*
+// and not yet destroyed). *out holds it for the rest of the call, so a
+// destroy on another thread waits for the call instead of freeing it under
+// it. `collective`: the call may wait for peers (qc_comm_destroy aborts
+// those).
+Status lease_comm(qc_comm_t comm, bool collective, CommLease* out, const char* arg = "comm");
+
+// An error buffer argument that may be NULL (*out stays empty then); if not
+// NULL it must be live (created by qc_error_buffer_create and not yet
+// destroyed).
+Status lease_optional_error_buffer(qc_error_buffer_t error_buffer, const std::string& arg,
+                                   ErrorBufferLease* out);
 
 // An error buffer argument that must not be NULL.
-inline Status require_error_buffer(const void* error_buffer, const char* arg = "error_buffer") {
-  QC_RETURN_IF_ERROR(require(error_buffer, arg));
-  return check_live_error_buffer(error_buffer, arg);
-}
+Status lease_error_buffer(qc_error_buffer_t error_buffer, ErrorBufferLease* out,
+                          const char* arg = "error_buffer");
 
 inline Status check_dtype(qc_dtype_t dtype) {
   if (dtype_is_valid(static_cast<int>(dtype))) return Status::ok();

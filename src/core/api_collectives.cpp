@@ -1,6 +1,7 @@
 // Entry points of the collectives and the emulation.
 #include <cstdint>
-#include <set>
+#include <algorithm>
+#include <vector>
 #include <string>
 
 #include "core/api_checks.h"
@@ -28,7 +29,7 @@ Status check_emulation_host_buffers(const void* const* sendbufs, void* const* re
 }
 
 // Emulation checks every rank's error buffer before any rank starts.
-Status check_emulation_error_buffer(const qc_error_buffer_s* eb, int rank, int nranks,
+Status check_emulation_error_buffer(const ErrorBuffer* eb, int rank, int nranks,
                                     size_t count, const std::string& arg) {
   if (eb == nullptr) return Status::ok();
   if (eb->residual.size() != count) {
@@ -89,19 +90,17 @@ Status check_emulation_aliasing(int nranks, const void* const* sendbufs, void* c
 
 namespace qc {
 
-Status validate_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
-                          qc_dtype_t dtype, qc_reduce_op_t op, qc_error_buffer_t error_buffer) {
+Status validate_allreduce(const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
+                          qc_reduce_op_t op) {
   QC_RETURN_IF_ERROR(check_dtype(dtype));
   QC_RETURN_IF_ERROR(check_op(op));
   size_t bytes = 0;
   QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
   QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
   QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
-  QC_RETURN_IF_ERROR(check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf"));
-  QC_RETURN_IF_ERROR(check_live_error_buffer(error_buffer, "error_buffer"));
   // The error buffer's count, rank and size are checked by comm_allreduce,
   // which breaks the group on a mismatch so that no peer waits for this rank.
-  return Status::ok();
+  return check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf");
 }
 
 Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t count_per_rank,
@@ -123,10 +122,13 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
                                 qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
                                 qc_error_buffer_t error_buffer, void* stream) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
-    QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, count, dtype, op, error_buffer));
-    return allreduce_placed(comm, cuda_device_memory(), cuda_message_codec(), stream, sendbuf,
-                            recvbuf, count, dtype, op, layer, error_buffer);
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_optional_error_buffer(error_buffer, "error_buffer", &eb));
+    QC_RETURN_IF_ERROR(validate_allreduce(sendbuf, recvbuf, count, dtype, op));
+    return allreduce_placed(c.get(), cuda_device_memory(), cuda_message_codec(), stream, sendbuf,
+                            recvbuf, count, dtype, op, layer, eb.get());
   });
 }
 
@@ -136,7 +138,10 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
                                          qc_reduce_op_t op, qc_error_buffer_t error_buffer,
                                          void* stream) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_optional_error_buffer(error_buffer, "error_buffer", &eb));
     if (nsegments > 0) QC_RETURN_IF_ERROR(require(counts, "counts"));
     size_t total = 0;
     for (size_t i = 0; i < nsegments; ++i) {
@@ -146,13 +151,13 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
       }
       total += counts[i];
     }
-    QC_RETURN_IF_ERROR(validate_allreduce(comm, sendbuf, recvbuf, total, dtype, op, error_buffer));
+    QC_RETURN_IF_ERROR(validate_allreduce(sendbuf, recvbuf, total, dtype, op));
     const size_t bytes = total * dtype_size(dtype);
     return run_on_placed_buffers(
-        comm, cuda_device_memory(), stream, sendbuf, bytes, recvbuf, bytes,
+        c.get(), cuda_device_memory(), stream, sendbuf, bytes, recvbuf, bytes,
         [&](const void* send, void* recv) {
-          return comm_allreduce_segments(comm, send, recv, nsegments, counts, layers, dtype, op,
-                                         error_buffer);
+          return comm_allreduce_segments(c.get(), send, recv, nsegments, counts, layers, dtype,
+                                         op, eb.get());
         });
   });
 }
@@ -161,10 +166,11 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
                                size_t count_per_rank, qc_dtype_t dtype, const char* layer,
                                void* stream) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_comm(comm));
-    const int n = comm->transport->size();
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    const int n = c->transport->size();
     QC_RETURN_IF_ERROR(validate_alltoall(n, sendbuf, recvbuf, count_per_rank, dtype));
-    return alltoall_placed(comm, cuda_device_memory(), cuda_message_codec(), stream, sendbuf,
+    return alltoall_placed(c.get(), cuda_device_memory(), cuda_message_codec(), stream, sendbuf,
                            recvbuf, count_per_rank, dtype, layer);
   });
 }
@@ -176,26 +182,30 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
   return QC_API_CALL({
     EmulationArgs args;
     QC_RETURN_IF_ERROR(check_emulation_args(nranks, sendbufs, recvbufs, policy, &args));
-    std::set<qc_error_buffer_t> seen;
+    // One exclusive lease per rank's error buffer: an entry that repeats an
+    // earlier rank's is refused as busy, by the lease itself.
+    std::vector<ErrorBufferLease> leases(static_cast<size_t>(nranks));
+    std::vector<ErrorBuffer*> buffers(static_cast<size_t>(nranks), nullptr);
     for (int r = 0; r < nranks; ++r) {
       QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count));
-      qc_error_buffer_t eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
-      QC_RETURN_IF_ERROR(
-          check_live_error_buffer(eb, "error_buffers[" + std::to_string(r) + "]"));
-      if (eb != nullptr && !seen.insert(eb).second) {
+      qc_error_buffer_t handle = error_buffers != nullptr ? error_buffers[r] : nullptr;
+      const std::string name = "error_buffers[" + std::to_string(r) + "]";
+      if (handle != nullptr && std::find(error_buffers, error_buffers + r, handle) !=
+                                   error_buffers + r) {
         return invalid_argument("argument 'error_buffers': entry " + std::to_string(r) +
                                 " is also used by an earlier rank; each rank needs its own");
       }
-      Status s = validate_allreduce(nullptr, sendbufs[r], recvbufs[r], count, dtype, op, nullptr);
+      QC_RETURN_IF_ERROR(lease_optional_error_buffer(handle, name, &leases[r]));
+      buffers[r] = leases[r].get();
+      Status s = validate_allreduce(sendbufs[r], recvbufs[r], count, dtype, op);
       if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
       QC_RETURN_IF_ERROR(check_emulation_host_buffers(sendbufs, recvbufs, r));
-      const std::string name = "error_buffers[" + std::to_string(r) + "]";
-      QC_RETURN_IF_ERROR(check_emulation_error_buffer(eb, r, nranks, count, name));
+      QC_RETURN_IF_ERROR(check_emulation_error_buffer(buffers[r], r, nranks, count, name));
     }
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
     QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, recvbufs, bytes));
-    return emulate_allreduce(args, count, dtype, op, error_buffers);
+    return emulate_allreduce(args, count, dtype, op, buffers.data());
   });
 }
 

@@ -16,16 +16,17 @@ QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
                                           qc_error_buffer_t* error_buffer) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require(error_buffer, "error_buffer"));
-    if (comm != nullptr) QC_RETURN_IF_ERROR(require_comm(comm));
+    CommLease c;
+    if (comm != nullptr) QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count, sizeof(float), 1, "count", &bytes));
-    auto buffer = std::make_unique<qc_error_buffer_s>();
+    auto buffer = std::make_unique<ErrorBuffer>();
     if (comm != nullptr) {
-      buffer->rank = comm->transport->rank();
-      buffer->size = comm->transport->size();
+      buffer->rank = c->transport->rank();
+      buffer->size = c->transport->size();
     }
     buffer->residual.assign(count, 0.0f);
-    *error_buffer = buffer.release();
+    *error_buffer = reinterpret_cast<qc_error_buffer_t>(live_error_buffers().add(std::move(buffer)));
     return Status::ok();
   });
 }
@@ -33,31 +34,47 @@ QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
 QC_API qc_status_t qc_error_buffer_destroy(qc_error_buffer_t error_buffer) {
   return QC_API_CALL({
     if (error_buffer == nullptr) return Status::ok();
-    // Taken out of the registry first: of two destroys of one handle, only
-    // one gets to delete it.
-    if (!live_error_buffers().remove(error_buffer)) {
-      return check_live_error_buffer(error_buffer, "error_buffer");
+    const uintptr_t handle = handle_value(error_buffer);
+    ErrorBuffer* object = nullptr;
+    // Closed first: of two destroys of one handle only one goes on.
+    switch (live_error_buffers().close(handle, &object)) {
+      case HandleTable<ErrorBuffer>::Use::kNotLive: {
+        ErrorBufferLease none;
+        return lease_error_buffer(error_buffer, &none);  // the "not live" message
+      }
+      case HandleTable<ErrorBuffer>::Use::kCollectives:
+      case HandleTable<ErrorBuffer>::Use::kQueries:
+        // A call on another thread holds it; that call may wait for peers
+        // until its timeout, so this refuses rather than waits.
+        live_error_buffers().reopen(handle);
+        return invalid_argument(
+            "argument 'error_buffer' is in use by a call running on another thread (a "
+            "collective, or a query); destroy it after that call has returned");
+      case HandleTable<ErrorBuffer>::Use::kIdle:
+        break;
     }
-    delete error_buffer;
+    live_error_buffers().take_when_unused(handle).reset();
     return Status::ok();
   });
 }
 
 QC_API qc_status_t qc_error_buffer_reset(qc_error_buffer_t error_buffer) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
-    std::fill(error_buffer->residual.begin(), error_buffer->residual.end(), 0.0f);
-    error_buffer->device.host_changed();
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_error_buffer(error_buffer, &eb));
+    std::fill(eb->residual.begin(), eb->residual.end(), 0.0f);
+    eb->device.host_changed();
     return Status::ok();
   });
 }
 
 QC_API qc_status_t qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* l2_norm) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_error_buffer(error_buffer, &eb));
     QC_RETURN_IF_ERROR(require(l2_norm, "l2_norm"));
-    QC_RETURN_IF_ERROR(residuals_to_host(error_buffer));
-    *l2_norm = error_buffer_norm(*error_buffer);
+    QC_RETURN_IF_ERROR(residuals_to_host(eb.get()));
+    *l2_norm = error_buffer_norm(*eb);
     return Status::ok();
   });
 }
@@ -65,9 +82,10 @@ QC_API qc_status_t qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* 
 QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* dst,
                                         size_t capacity, size_t* size) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_error_buffer(error_buffer, &eb));
     QC_RETURN_IF_ERROR(require(size, "size"));
-    const size_t need = error_buffer_image_size(*error_buffer);
+    const size_t need = error_buffer_image_size(*eb);
     *size = need;
     if (dst == nullptr) return Status::ok();
     QC_RETURN_IF_ERROR(require_host_memory(dst, "dst"));
@@ -75,8 +93,8 @@ QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* ds
       return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
                               " bytes) is too small; the image needs " + std::to_string(need));
     }
-    QC_RETURN_IF_ERROR(residuals_to_host(error_buffer));
-    save_error_buffer(*error_buffer, static_cast<uint8_t*>(dst));
+    QC_RETURN_IF_ERROR(residuals_to_host(eb.get()));
+    save_error_buffer(*eb, static_cast<uint8_t*>(dst));
     return Status::ok();
   });
 }
@@ -84,10 +102,11 @@ QC_API qc_status_t qc_error_buffer_save(qc_error_buffer_t error_buffer, void* ds
 QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const void* src,
                                         size_t size) {
   return QC_API_CALL({
-    QC_RETURN_IF_ERROR(require_error_buffer(error_buffer));
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_error_buffer(error_buffer, &eb));
     QC_RETURN_IF_ERROR(require(src, "src"));
     QC_RETURN_IF_ERROR(require_host_memory(src, "src"));
-    return load_error_buffer(error_buffer, static_cast<const uint8_t*>(src), size);
+    return load_error_buffer(eb.get(), static_cast<const uint8_t*>(src), size);
   });
 }
 

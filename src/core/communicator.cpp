@@ -67,7 +67,7 @@ Status broken_status(const Status& cause) {
 // Runs one call's algorithm, then books the counters and, on failure, breaks
 // the group so that no peer waits for this rank until its timeout.
 template <typename Run>
-Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
+Status run_collective(Communicator* comm, const Codec& codec, uint64_t signature,
                       uint64_t logical_bytes, const std::vector<LayerShare>& layers, Run&& run) {
   const uint64_t sequence = comm->next_sequence++;
   const Deadline deadline = deadline_after(comm->timeout_seconds);
@@ -108,7 +108,7 @@ Status run_collective(qc_comm_s* comm, const Codec& codec, uint64_t signature,
 // them (the period's first call) or reuses the kept ones. The period
 // restarts when the layer's call shape (its signature: count, dtype,
 // policy, algorithm) changes, so a policy change never reuses stale scales.
-ScaleMemory* scale_memory_for(qc_comm_s* comm, CollectiveKind kind, const char* layer,
+ScaleMemory* scale_memory_for(Communicator* comm, CollectiveKind kind, const char* layer,
                               uint64_t signature, const qc_policy_t& policy, bool* refresh) {
   *refresh = true;
   if (policy.scale_update_period <= 1 || policy.codec == QC_CODEC_NONE) return nullptr;
@@ -152,7 +152,7 @@ std::string describe_grid(const ErrorBufferGrid& g) {
 
 // An error buffer fits a call when it has the call's count and belongs to
 // this rank of a group of this size (or has not met a group yet).
-Status check_error_buffer_binding(const qc_error_buffer_s& eb, int rank, int size, size_t count) {
+Status check_error_buffer_binding(const ErrorBuffer& eb, int rank, int size, size_t count) {
   if (eb.residual.size() != count) {
     return mismatch("argument 'error_buffer' holds " + std::to_string(eb.residual.size()) +
                     " residuals but the call reduces " + std::to_string(count) + " elements");
@@ -173,7 +173,7 @@ std::string layer_label(const char* layer) {
 // Whether a call on `grid` starts `eb` from zero: its residuals were
 // computed on another grid (they would be noise), said in a warning naming
 // `what`.
-bool residuals_reset(const qc_error_buffer_s& eb, const ErrorBufferGrid& grid,
+bool residuals_reset(const ErrorBuffer& eb, const ErrorBufferGrid& grid,
                      const std::string& what) {
   if (!eb.bound || eb.grid == grid) return false;
   log_warning(what + ": the error buffer's residuals were computed with " +
@@ -192,7 +192,7 @@ ErrorBufferGrid allreduce_grid(const qc_policy_t& policy, qc_algorithm_t algorit
 // Copies the error buffer's residuals into comm->residual_work for a call
 // on `grid`, after checking that the buffer fits; a buffer computed on
 // another grid starts from zero, with a warning naming `what`.
-Status load_residuals(qc_comm_s* comm, qc_error_buffer_s& eb, const ErrorBufferGrid& grid,
+Status load_residuals(Communicator* comm, ErrorBuffer& eb, const ErrorBufferGrid& grid,
                       size_t count, const std::string& what) {
   Status fits = check_error_buffer_binding(eb, comm->transport->rank(), comm->transport->size(),
                                           count);
@@ -215,7 +215,7 @@ Status load_residuals(qc_comm_s* comm, qc_error_buffer_s& eb, const ErrorBufferG
 }
 
 // The buffer now holds residuals of this rank's encodes on `grid`.
-void bind_error_buffer(const qc_comm_s* comm, qc_error_buffer_s* eb, const ErrorBufferGrid& grid) {
+void bind_error_buffer(const Communicator* comm, ErrorBuffer* eb, const ErrorBufferGrid& grid) {
   eb->rank = comm->transport->rank();
   eb->size = comm->transport->size();
   eb->bound = true;
@@ -223,7 +223,7 @@ void bind_error_buffer(const qc_comm_s* comm, qc_error_buffer_s* eb, const Error
 }
 
 // After a successful call: the working residuals become the buffer's.
-void commit_residuals(qc_comm_s* comm, qc_error_buffer_s* eb, const ErrorBufferGrid& grid) {
+void commit_residuals(Communicator* comm, ErrorBuffer* eb, const ErrorBufferGrid& grid) {
   eb->residual.swap(comm->residual_work);
   bind_error_buffer(comm, eb, grid);
 }
@@ -241,7 +241,7 @@ void finish_allreduce(float* work, size_t count, qc_dtype_t dtype, qc_reduce_op_
 
 }  // namespace
 
-Status check_healthy(const qc_comm_s* comm) {
+Status check_healthy(const Communicator* comm) {
   Status failure = comm->transport->failure();
   return failure ? Status::ok() : broken_status(failure);
 }
@@ -271,7 +271,7 @@ struct AllreducePlan {
   bool native_float = false;  // native with codec none: the transport's own float sum
 };
 
-Status plan_allreduce(const qc_comm_s* comm, size_t count, qc_dtype_t dtype, const char* layer,
+Status plan_allreduce(const Communicator* comm, size_t count, qc_dtype_t dtype, const char* layer,
                       AllreducePlan* plan) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
   plan->policy = effective_policy(comm->policies.resolve(layer), count * dtype_size(dtype));
@@ -300,7 +300,7 @@ namespace {
 
 // The uncompressed sum of float32 device buffers enqueued on the caller's
 // stream (NCCL): no staging, no wait.
-Status enqueue_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
+Status enqueue_allreduce_on_device(Communicator* comm, const DeviceMemory* mem,
                                    const AllreducePlan& plan, const void* sendbuf, void* recvbuf,
                                    size_t count, qc_reduce_op_t op, const char* layer,
                                    void* stream) {
@@ -321,7 +321,7 @@ Status enqueue_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
         stream, ordered ? ordered : ctx.device_failure("order its call after qc's earlier work",
                                                        ordered)));
     // It uses none of qc's memory, but the destroy must not hang on it if a
-    // peer never joins (qc_comm_s's destructor waits with a timeout).
+    // peer never joins (Communicator's destructor waits with a timeout).
     return mem != nullptr ? comm->staging.pending().enqueued(*mem, stream, comm->timeout_seconds)
                           : Status::ok();
   });
@@ -329,8 +329,8 @@ Status enqueue_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
 
 // The device twin of load_residuals: the working residuals of a device
 // call on `grid`, on the device (device_residuals.h), after the same checks.
-Status device_residuals_for(const qc_comm_s* comm, const DeviceMemory& mem,
-                            const DeviceMessageCodec& device_codec, qc_error_buffer_s* eb,
+Status device_residuals_for(const Communicator* comm, const DeviceMemory& mem,
+                            const DeviceMessageCodec& device_codec, ErrorBuffer* eb,
                             const ErrorBufferGrid& grid, size_t count, const char* layer,
                             void* stream, float** work) {
   QC_RETURN_IF_ERROR(check_error_buffer_binding(*eb, comm->transport->rank(),
@@ -392,12 +392,12 @@ class PendingOnExit {
 // after the ranks' agreement; it returns without waiting, and the work it
 // left behind is recorded where qc's memory is (the staging, the residuals)
 // so the next user of that memory waits for it.
-Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
+Status allreduce_with_device_codec(Communicator* comm, const DeviceMemory& mem,
                                    const DeviceMessageCodec& device_codec,
                                    const AllreducePlan& plan, bool enqueued, const void* sendbuf,
                                    void* recvbuf, size_t count, qc_dtype_t dtype,
                                    qc_reduce_op_t op, const char* layer,
-                                   qc_error_buffer_s* error_buffer, void* stream) {
+                                   ErrorBuffer* error_buffer, void* stream) {
   const qc_policy_t& policy = plan.policy;
   const int n = comm->transport->size();
   const qc_algorithm_t algorithm = plan.algorithm;
@@ -503,10 +503,10 @@ Status allreduce_with_device_codec(qc_comm_s* comm, const DeviceMemory& mem,
 
 }  // namespace
 
-Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
+Status comm_allreduce_on_device(Communicator* comm, const DeviceMemory* mem,
                                 const DeviceMessageCodec* device_codec, const void* sendbuf,
                                 void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
-                                const char* layer, qc_error_buffer_s* error_buffer, void* stream,
+                                const char* layer, ErrorBuffer* error_buffer, void* stream,
                                 bool* ran) {
   *ran = false;
   // NCCL's own sum takes float32 only; 16-bit data runs the codec on a
@@ -522,7 +522,7 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
                                        stream);
   }
   if (mem == nullptr || device_codec == nullptr) return Status::ok();
-  qc_error_buffer_s* eb = feedback ? error_buffer : nullptr;
+  ErrorBuffer* eb = feedback ? error_buffer : nullptr;
   // On a transport that moves device bytes itself (NCCL), every algorithm
   // the codec runs on the device for runs stream-ordered: each of their
   // messages has a size fixed by the call's shape, and none needs a host step.
@@ -535,10 +535,10 @@ Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
   return Status::ok();
 }
 
-Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem,
+Status allreduce_placed(Communicator* comm, const DeviceMemory* mem,
                         const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                         void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
-                        const char* layer, qc_error_buffer_s* error_buffer) {
+                        const char* layer, ErrorBuffer* error_buffer) {
   if (!comm->device_codec) device_codec = nullptr;  // QC_DEVICE_CODEC=0
   const size_t bytes = count * dtype_size(dtype);
   return run_on_placed_buffers(
@@ -552,9 +552,9 @@ Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem,
       });
 }
 
-Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
+Status comm_allreduce(Communicator* comm, const void* sendbuf, void* recvbuf, size_t count,
                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
-                      qc_error_buffer_s* error_buffer) {
+                      ErrorBuffer* error_buffer) {
   AllreducePlan plan;
   QC_RETURN_IF_ERROR(plan_allreduce(comm, count, dtype, layer, &plan));
   const qc_policy_t& policy = plan.policy;
@@ -638,7 +638,7 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
   return Status::ok();
 }
 
-Status comm_allreduce_exact(qc_comm_s* comm, float* values, size_t count, uint64_t signature) {
+Status comm_allreduce_exact(Communicator* comm, float* values, size_t count, uint64_t signature) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
   qc_policy_t none = default_policy();
   none.min_compress_bytes = 0;
@@ -649,10 +649,10 @@ Status comm_allreduce_exact(qc_comm_s* comm, float* values, size_t count, uint64
   });
 }
 
-Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
+Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* recvbuf,
                                size_t nsegments, const size_t* counts, const char* const* layers,
                                qc_dtype_t dtype, qc_reduce_op_t op,
-                               qc_error_buffer_s* error_buffer) {
+                               ErrorBuffer* error_buffer) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
   const int n = comm->transport->size();
   const size_t item = dtype_size(dtype);
@@ -753,7 +753,7 @@ struct AlltoallPlan {
   uint64_t signature = 0;
 };
 
-Status plan_alltoall(const qc_comm_s* comm, size_t count_per_rank, qc_dtype_t dtype,
+Status plan_alltoall(const Communicator* comm, size_t count_per_rank, qc_dtype_t dtype,
                      const char* layer, AlltoallPlan* plan) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
   plan->policy =
@@ -766,7 +766,7 @@ Status plan_alltoall(const qc_comm_s* comm, size_t count_per_rank, qc_dtype_t dt
 
 }  // namespace
 
-Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
+Status comm_alltoall(Communicator* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer) {
   AlltoallPlan plan;
   QC_RETURN_IF_ERROR(plan_alltoall(comm, count_per_rank, dtype, layer, &plan));
@@ -796,7 +796,7 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
   return Status::ok();
 }
 
-Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
+Status comm_alltoall_on_device(Communicator* comm, const DeviceMemory& mem,
                                const DeviceMessageCodec& device_codec, const void* sendbuf,
                                void* recvbuf, size_t count_per_rank, qc_dtype_t dtype,
                                const char* layer, void* stream, bool* ran) {
@@ -873,7 +873,7 @@ Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
   });
 }
 
-Status alltoall_placed(qc_comm_s* comm, const DeviceMemory* mem,
+Status alltoall_placed(Communicator* comm, const DeviceMemory* mem,
                        const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                        void* recvbuf, size_t count_per_rank, qc_dtype_t dtype, const char* layer) {
   if (!comm->device_codec) device_codec = nullptr;  // QC_DEVICE_CODEC=0
@@ -924,9 +924,9 @@ Status environment_defaults(double configured_timeout, CommDefaults* out) {
 
 // A communicator around `transport` with the settings every transport starts
 // from.
-std::unique_ptr<qc_comm_s> make_comm(std::unique_ptr<Transport> transport,
+std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
                                      const CommDefaults& defaults) {
-  auto comm = std::make_unique<qc_comm_s>();
+  auto comm = std::make_unique<Communicator>();
   comm->transport = std::move(transport);
   comm->timeout_seconds = defaults.timeout_seconds;
   comm->device_codec = defaults.device_codec;
@@ -937,20 +937,21 @@ std::unique_ptr<qc_comm_s> make_comm(std::unique_ptr<Transport> transport,
 
 }  // namespace
 
-Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms) {
+Status create_local_group(int nranks, double timeout_seconds,
+                          std::vector<std::unique_ptr<Communicator>>* group) {
   CommDefaults defaults;
   QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
-  auto group = std::make_shared<LocalGroup>(nranks);
-  std::vector<std::unique_ptr<qc_comm_s>> made;
-  made.reserve(nranks);
+  auto local = std::make_shared<LocalGroup>(nranks);
+  group->clear();
+  group->reserve(nranks);
   for (int r = 0; r < nranks; ++r) {
-    made.push_back(make_comm(std::make_unique<LocalTransport>(group, r), defaults));
+    group->push_back(make_comm(std::make_unique<LocalTransport>(local, r), defaults));
   }
-  for (int r = 0; r < nranks; ++r) comms[r] = made[r].release();
   return Status::ok();
 }
 
-Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t* comm) {
+Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds,
+                       std::unique_ptr<Communicator>* comm) {
 #if QC_HAVE_MPI
   if (fortran_handle < INT32_MIN || fortran_handle > INT32_MAX) {
     return invalid_argument("argument 'config': field 'mpi_comm' is " +
@@ -961,7 +962,7 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t
   QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
   std::unique_ptr<Transport> transport;
   QC_RETURN_IF_ERROR(MpiTransport::create(static_cast<MPI_Fint>(fortran_handle), &transport));
-  *comm = make_comm(std::move(transport), defaults).release();
+  *comm = make_comm(std::move(transport), defaults);
   return Status::ok();
 #else
   (void)fortran_handle;
@@ -972,13 +973,14 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t
 #endif
 }
 
-Status create_nccl_comm(void* nccl_comm, double timeout_seconds, qc_comm_t* comm) {
+Status create_nccl_comm(void* nccl_comm, double timeout_seconds,
+                        std::unique_ptr<Communicator>* comm) {
 #if QC_HAVE_NCCL
   CommDefaults defaults;
   QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
   std::unique_ptr<NcclBackend> backend;
   QC_RETURN_IF_ERROR(cuda::make_nccl_backend(nccl_comm, &backend));
-  *comm = make_comm(std::make_unique<NcclTransport>(std::move(backend)), defaults).release();
+  *comm = make_comm(std::make_unique<NcclTransport>(std::move(backend)), defaults);
   return Status::ok();
 #else
   (void)nccl_comm;

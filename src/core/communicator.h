@@ -1,4 +1,4 @@
-// qc_comm_s: one rank's view of a group. It owns the transport, the layer
+// qc::Communicator (what a qc_comm_t names): one rank's view of a group. It owns the transport, the layer
 // policies, the call counter that keeps calls apart on the wire, and the
 // statistics. The collective drivers here turn a validated API call into an
 // algorithm run: resolve the policy, build the codec and the call context,
@@ -12,18 +12,20 @@
 
 #include "core/codecs/device_message_codec.h"
 #include "core/collective_context.h"
-#include "core/handle_registry.h"
+#include "core/handle_table.h"
 #include "core/host_staging.h"
 #include "core/policy_table.h"
 #include "core/transports/transport.h"
 
-struct qc_error_buffer_s;
+namespace qc {
 
-struct qc_comm_s {
-  // Live from construction to destruction (core/handle_registry.h), so the
-  // entry points can tell a destroyed or foreign qc_comm_t from a real one.
-  qc_comm_s() { qc::live_communicators().add(this); }
-  ~qc_comm_s() {
+struct ErrorBuffer;
+
+// Owned by live_communicators() (core/handle_table.h) from qc_comm_create*
+// to qc_comm_destroy; the entry points reach it through a lease.
+struct Communicator {
+  Communicator() = default;
+  ~Communicator() {
     // Work a stream-ordered call left on the device may wait for a peer
     // that failed before its part and never finish: after the timeout the
     // transport is aborted (which ends NCCL's waiting operations) rather
@@ -31,10 +33,9 @@ struct qc_comm_s {
     // allocated (host_staging.h: PendingDeviceWork).
     qc::Status idle = staging.pending().wait();
     if (!idle && transport != nullptr) transport->abort(idle);
-    qc::live_communicators().remove(this);
   }
-  qc_comm_s(const qc_comm_s&) = delete;
-  qc_comm_s& operator=(const qc_comm_s&) = delete;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   std::unique_ptr<qc::Transport> transport;
   qc::PolicyTable policies;
@@ -67,16 +68,14 @@ struct qc_comm_s {
   std::map<std::string, uint64_t> layer_norm_samples;
 };
 
-namespace qc {
-
 // QC_SUCCESS while the group is healthy, else the status that broke it, in
 // the words every later call gives ("the communicator is broken by ...").
-Status check_healthy(const qc_comm_s* comm);
+Status check_healthy(const Communicator* comm);
 
 // Arguments are validated by the API layer before these run.
-Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count,
+Status comm_allreduce(Communicator* comm, const void* sendbuf, void* recvbuf, size_t count,
                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
-                      qc_error_buffer_s* error_buffer);
+                      ErrorBuffer* error_buffer);
 // An allreduce of float32 device buffers that runs on the device values:
 //  - enqueued on `stream` without a copy or a wait when the transport sums
 //    device buffers itself (NCCL) and the policy gives the transport's own
@@ -86,31 +85,31 @@ Status comm_allreduce(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_
 //    allows (allreduce_stages_compressed).
 // *ran is false, and nothing done, for every other call: the caller then
 // stages it whole (host_staging.h).
-Status comm_allreduce_on_device(qc_comm_s* comm, const DeviceMemory* mem,
+Status comm_allreduce_on_device(Communicator* comm, const DeviceMemory* mem,
                                 const DeviceMessageCodec* device_codec, const void* sendbuf,
                                 void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
-                                const char* layer, qc_error_buffer_s* error_buffer, void* stream,
+                                const char* layer, ErrorBuffer* error_buffer, void* stream,
                                 bool* ran);
 // qc_allreduce after its argument checks: host buffers run comm_allreduce;
 // device buffers (as `mem` tells them, nullptr in a build without CUDA) run
 // comm_allreduce_on_device when it takes the call, else comm_allreduce on
 // staged host copies (host_staging.h).
-Status allreduce_placed(qc_comm_s* comm, const DeviceMemory* mem,
+Status allreduce_placed(Communicator* comm, const DeviceMemory* mem,
                         const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                         void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
-                        const char* layer, qc_error_buffer_s* error_buffer);
+                        const char* layer, ErrorBuffer* error_buffer);
 // One allreduce over a flat buffer of nsegments layers (counts[i] elements
 // each, layers[i] the name whose policy applies; layers or an entry may be
 // NULL for "*").
-Status comm_allreduce_segments(qc_comm_s* comm, const void* sendbuf, void* recvbuf,
+Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* recvbuf,
                                size_t nsegments, const size_t* counts, const char* const* layers,
                                qc_dtype_t dtype, qc_reduce_op_t op,
-                               qc_error_buffer_s* error_buffer);
+                               ErrorBuffer* error_buffer);
 // Library-internal: an uncompressed ring sum of `values` over the group
 // (identical on every rank); `signature` names what is summed, so ranks
 // summing different things get QC_ERROR_MISMATCH.
-Status comm_allreduce_exact(qc_comm_s* comm, float* values, size_t count, uint64_t signature);
-Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
+Status comm_allreduce_exact(Communicator* comm, float* values, size_t count, uint64_t signature);
+Status comm_alltoall(Communicator* comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                      qc_dtype_t dtype, const char* layer);
 // An alltoall of device buffers with the codec on the device (16-bit data
 // on float32 copies there), when its policy allows
@@ -118,14 +117,14 @@ Status comm_alltoall(qc_comm_s* comm, const void* sendbuf, void* recvbuf, size_t
 // (device_staging.h), or, on a transport with device groups (NCCL),
 // stream-ordered (algorithms/alltoall_enqueued.cpp). *ran is false, and
 // nothing done, otherwise.
-Status comm_alltoall_on_device(qc_comm_s* comm, const DeviceMemory& mem,
+Status comm_alltoall_on_device(Communicator* comm, const DeviceMemory& mem,
                                const DeviceMessageCodec& device_codec, const void* sendbuf,
                                void* recvbuf, size_t count_per_rank, qc_dtype_t dtype,
                                const char* layer, void* stream, bool* ran);
 // qc_alltoall after its argument checks: host buffers run comm_alltoall;
 // device buffers comm_alltoall_on_device when `device_codec` is given and
 // takes the call, else comm_alltoall on staged host copies.
-Status alltoall_placed(qc_comm_s* comm, const DeviceMemory* mem,
+Status alltoall_placed(Communicator* comm, const DeviceMemory* mem,
                        const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                        void* recvbuf, size_t count_per_rank, qc_dtype_t dtype, const char* layer);
 
@@ -141,15 +140,19 @@ struct LayerShare {
 // Squared L2 norm, accumulated in double.
 double squared_norm(const float* x, size_t count);
 
-// Creates the n communicators of a local group (all or none).
-Status create_local_group(int nranks, double timeout_seconds, qc_comm_t* comms);
+// Creates the n communicators of a local group (all or none) in *group.
+// The entry points publish them as handles (handle_table.h).
+Status create_local_group(int nranks, double timeout_seconds,
+                          std::vector<std::unique_ptr<Communicator>>* group);
 
 // Creates this rank's communicator over the MPI communicator whose Fortran
 // handle is `fortran_handle` (collective over its ranks). QC_ERROR_UNSUPPORTED
 // in a build without MPI.
-Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds, qc_comm_t* comm);
+Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds,
+                       std::unique_ptr<Communicator>* comm);
 // Over qc's own communicator split from `nccl_comm` (an ncclComm_t):
 // collective over its ranks. UNSUPPORTED in builds without NCCL.
-Status create_nccl_comm(void* nccl_comm, double timeout_seconds, qc_comm_t* comm);
+Status create_nccl_comm(void* nccl_comm, double timeout_seconds,
+                        std::unique_ptr<Communicator>* comm);
 
 }  // namespace qc

@@ -1,12 +1,12 @@
 // An error buffer's residuals on the device, for allreduces of device
 // buffers with error feedback (device_staging.h). Kept there from call to
 // call, so a training loop on the GPU never copies its residuals across; the
-// host copy (qc_error_buffer_s::residual) catches up only when the host
+// host copy (ErrorBuffer::residual) catches up only when the host
 // reads it (a host call with the buffer, save, norm).
 //
 // Two device blocks: the current residuals and the ones a call works on, so
 // a call that fails leaves the residuals as they were, as the host path's
-// working copy (qc_comm_s::residual_work) does.
+// working copy (Communicator::residual_work) does.
 #pragma once
 
 #include <cstddef>

@@ -17,11 +17,11 @@ namespace {
 // one thread per rank (rank 0 on the caller's), and returns the first
 // failure by rank order, or success.
 Status run_ranks(const EmulationArgs& args,
-                 const std::function<Status(int, qc_comm_s*)>& body) {
+                 const std::function<Status(int, Communicator*)>& body) {
   const int n = args.nranks;
-  std::vector<qc_comm_t> comms(n, nullptr);
-  QC_RETURN_IF_ERROR(create_local_group(n, default_comm_config().timeout_seconds, comms.data()));
-  for (qc_comm_t c : comms) c->policies.set("*", args.policy);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  QC_RETURN_IF_ERROR(create_local_group(n, default_comm_config().timeout_seconds, &comms));
+  for (auto& c : comms) c->policies.set("*", args.policy);
 
   std::vector<Status> results(n);
   std::vector<std::thread> threads;
@@ -29,16 +29,16 @@ Status run_ranks(const EmulationArgs& args,
   try {
     threads.reserve(n - 1);
     for (int r = 1; r < n; ++r)
-      threads.emplace_back([&, r] { results[r] = body(r, comms[r]); });
+      threads.emplace_back([&, r] { results[r] = body(r, comms[r].get()); });
   } catch (const std::system_error& e) {
     // Ranks already running would wait for the missing ones: break the group.
     spawn = Status(QC_ERROR_OUT_OF_MEMORY,
                    std::string("could not start a thread per virtual rank: ") + e.what());
     comms[0]->transport->abort(spawn);
   }
-  if (spawn) results[0] = body(0, comms[0]);
+  if (spawn) results[0] = body(0, comms[0].get());
   for (std::thread& t : threads) t.join();
-  for (qc_comm_t c : comms) delete c;
+  comms.clear();
   if (!spawn) return spawn;
   for (int r = 0; r < n; ++r) {
     if (!results[r]) return Status(results[r].code(), "rank " + std::to_string(r) + ": " +
@@ -65,15 +65,15 @@ Status check_emulation_args(int nranks, const void* const* sendbufs, void* const
 }
 
 Status emulate_allreduce(const EmulationArgs& args, size_t count, qc_dtype_t dtype,
-                         qc_reduce_op_t op, qc_error_buffer_t* error_buffers) {
-  return run_ranks(args, [&](int r, qc_comm_s* comm) {
-    qc_error_buffer_s* eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
+                         qc_reduce_op_t op, ErrorBuffer* const* error_buffers) {
+  return run_ranks(args, [&](int r, Communicator* comm) {
+    ErrorBuffer* eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
     return comm_allreduce(comm, args.sendbufs[r], args.recvbufs[r], count, dtype, op, nullptr, eb);
   });
 }
 
 Status emulate_alltoall(const EmulationArgs& args, size_t count_per_rank, qc_dtype_t dtype) {
-  return run_ranks(args, [&](int r, qc_comm_s* comm) {
+  return run_ranks(args, [&](int r, Communicator* comm) {
     return comm_alltoall(comm, args.sendbufs[r], args.recvbufs[r], count_per_rank, dtype, nullptr);
   });
 }

@@ -15,12 +15,15 @@ struct EmulationArgs {
 
 Status check_emulation_args(int nranks, const void* const* sendbufs, void* const* recvbufs,
                             const qc_policy_t* policy, EmulationArgs* args);
+struct ErrorBuffer;
+
+// error_buffers: NULL, or one per rank (entries may be NULL).
 Status emulate_allreduce(const EmulationArgs& args, size_t count, qc_dtype_t dtype,
-                         qc_reduce_op_t op, qc_error_buffer_t* error_buffers);
+                         qc_reduce_op_t op, ErrorBuffer* const* error_buffers);
 Status emulate_alltoall(const EmulationArgs& args, size_t count_per_rank, qc_dtype_t dtype);
 
-Status validate_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
-                          qc_dtype_t dtype, qc_reduce_op_t op, qc_error_buffer_t error_buffer);
+Status validate_allreduce(const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
+                          qc_reduce_op_t op);
 Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                          qc_dtype_t dtype);
 

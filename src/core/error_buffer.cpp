@@ -32,11 +32,11 @@ uint64_t fnv1a64(const void* data, size_t size, uint64_t hash) {
   return hash;
 }
 
-size_t error_buffer_image_size(const qc_error_buffer_s& b) {
+size_t error_buffer_image_size(const ErrorBuffer& b) {
   return kErrorBufferHeaderBytes + 4 * b.residual.size();
 }
 
-void save_error_buffer(const qc_error_buffer_s& b, uint8_t* dst) {
+void save_error_buffer(const ErrorBuffer& b, uint8_t* dst) {
   uint8_t* payload = dst + kErrorBufferHeaderBytes;
   for (size_t i = 0; i < b.residual.size(); ++i) {
     uint32_t bits;
@@ -57,7 +57,7 @@ void save_error_buffer(const qc_error_buffer_s& b, uint8_t* dst) {
   store_le64(dst + kChecksumOffset, image_checksum(dst, 4 * b.residual.size()));
 }
 
-Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) {
+Status load_error_buffer(ErrorBuffer* b, const uint8_t* src, size_t size) {
   if (size < kErrorBufferHeaderBytes) {
     return corrupt_data("error buffer image of " + std::to_string(size) +
                         " bytes is shorter than its " + std::to_string(kErrorBufferHeaderBytes) +
@@ -85,7 +85,7 @@ Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) 
     return corrupt_data("error buffer image has unknown flag bits set");
   }
   // What the image says the residuals belong to (a plain struct: a
-  // qc_error_buffer_s would be a live handle of its own).
+  // ErrorBuffer would be a live handle of its own).
   struct {
     int rank;
     int size;
@@ -138,9 +138,9 @@ Status load_error_buffer(qc_error_buffer_s* b, const uint8_t* src, size_t size) 
   return Status::ok();
 }
 
-Status residuals_to_host(qc_error_buffer_s* b) { return b->device.to_host(&b->residual); }
+Status residuals_to_host(ErrorBuffer* b) { return b->device.to_host(&b->residual); }
 
-double error_buffer_norm(const qc_error_buffer_s& b) {
+double error_buffer_norm(const ErrorBuffer& b) {
   double sum = 0.0;
   for (float v : b.residual) sum += static_cast<double>(v) * v;
   return std::sqrt(sum);

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/device_residuals.h"
-#include "core/handle_registry.h"
+#include "core/handle_table.h"
 #include "core/status.h"
 
 namespace qc {
@@ -45,16 +45,13 @@ struct ErrorBufferGrid {
   bool operator!=(const ErrorBufferGrid& o) const { return !(*this == o); }
 };
 
-}  // namespace qc
-
-struct qc_error_buffer_s {
-  // Live from construction to destruction (core/handle_registry.h), so the
-  // entry points can tell a destroyed or foreign qc_error_buffer_t from a
-  // real one.
-  qc_error_buffer_s() { qc::live_error_buffers().add(this); }
-  ~qc_error_buffer_s() { qc::live_error_buffers().remove(this); }
-  qc_error_buffer_s(const qc_error_buffer_s&) = delete;
-  qc_error_buffer_s& operator=(const qc_error_buffer_s&) = delete;
+// What a qc_error_buffer_t names: owned by live_error_buffers()
+// (core/handle_table.h) from qc_error_buffer_create to
+// qc_error_buffer_destroy; the entry points reach it through a lease.
+struct ErrorBuffer {
+  ErrorBuffer() = default;
+  ErrorBuffer(const ErrorBuffer&) = delete;
+  ErrorBuffer& operator=(const ErrorBuffer&) = delete;
 
   // Rank and group size, -1 until known (at creation from the communicator,
   // or at first use for emulation buffers).
@@ -68,8 +65,6 @@ struct qc_error_buffer_s {
   qc::DeviceResiduals device;
 };
 
-namespace qc {
-
 // Checkpoint image, little-endian:
 //    0 magic "QCEB"          4 u32 format version (2)
 //    8 u64 element count    16 i32 rank (-1: unknown)   20 i32 group size
@@ -79,13 +74,13 @@ namespace qc {
 //   56 payload: the residuals as float32
 constexpr size_t kErrorBufferHeaderBytes = 56;
 
-size_t error_buffer_image_size(const qc_error_buffer_s& buffer);
-void save_error_buffer(const qc_error_buffer_s& buffer, uint8_t* dst);
+size_t error_buffer_image_size(const ErrorBuffer& buffer);
+void save_error_buffer(const ErrorBuffer& buffer, uint8_t* dst);
 // Checks everything before changing anything: on failure the buffer is as it was.
-Status load_error_buffer(qc_error_buffer_s* buffer, const uint8_t* src, size_t size);
-double error_buffer_norm(const qc_error_buffer_s& buffer);
+Status load_error_buffer(ErrorBuffer* buffer, const uint8_t* src, size_t size);
+double error_buffer_norm(const ErrorBuffer& buffer);
 // Before the host reads `residual`: the device's residuals, when newer.
-Status residuals_to_host(qc_error_buffer_s* buffer);
+Status residuals_to_host(ErrorBuffer* buffer);
 
 uint64_t fnv1a64(const void* data, size_t size, uint64_t hash = 0xcbf29ce484222325ull);
 

@@ -46,7 +46,7 @@ class CudaDeviceMemory final : public DeviceMemory {
 #endif
 
 // The rank's own failure, told to its peers in words they can act on.
-Status staging_failure(const qc_comm_s* comm, const char* step, const Status& cause) {
+Status staging_failure(const Communicator* comm, const char* step, const Status& cause) {
   return Status(cause.code(), "rank " + std::to_string(comm->transport->rank()) + " could not " +
                                   step + ": " + cause.message());
 }
@@ -177,7 +177,7 @@ Status place_collective_buffers(const DeviceMemory* mem, const void* stream, con
   return Status::ok();
 }
 
-Status run_staged(qc_comm_s* comm, const DeviceMemory& mem, void* stream, const void* sendbuf,
+Status run_staged(Communicator* comm, const DeviceMemory& mem, void* stream, const void* sendbuf,
                   size_t send_bytes, void* recvbuf, size_t recv_bytes,
                   const HostCollective& collective) {
   // A broken group fails at once, as on host memory, without copying.
@@ -203,7 +203,7 @@ Status run_staged(qc_comm_s* comm, const DeviceMemory& mem, void* stream, const 
   return s;
 }
 
-Status run_on_placed_buffers(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
+Status run_on_placed_buffers(Communicator* comm, const DeviceMemory* mem, void* stream,
                              const void* sendbuf, size_t send_bytes, void* recvbuf,
                              size_t recv_bytes, const HostCollective& collective,
                              const DeviceCollective& on_device) {

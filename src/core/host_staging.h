@@ -18,9 +18,9 @@
 
 #include "core/status.h"
 
-struct qc_comm_s;
-
 namespace qc {
+
+struct Communicator;
 
 class DeviceMemory {
  public:
@@ -155,7 +155,7 @@ using HostCollective = std::function<Status(const void* sendbuf, void* recvbuf)>
 // rank sends a byte, so its peers fail at once rather than wait for it until
 // the timeout; failing to copy the result back breaks it too, so that peers
 // whose calls succeeded learn of it (qc_comm_get_async_error).
-Status run_staged(qc_comm_s* comm, const DeviceMemory& mem, void* stream, const void* sendbuf,
+Status run_staged(Communicator* comm, const DeviceMemory& mem, void* stream, const void* sendbuf,
                   size_t send_bytes, void* recvbuf, size_t recv_bytes,
                   const HostCollective& collective);
 
@@ -167,7 +167,7 @@ using DeviceCollective =
 // The entry points' dispatch: host buffers run `collective` directly; device
 // buffers run `on_device` when it is given and takes the call, else
 // `collective` through run_staged.
-Status run_on_placed_buffers(qc_comm_s* comm, const DeviceMemory* mem, void* stream,
+Status run_on_placed_buffers(Communicator* comm, const DeviceMemory* mem, void* stream,
                              const void* sendbuf, size_t send_bytes, void* recvbuf,
                              size_t recv_bytes, const HostCollective& collective,
                              const DeviceCollective& on_device = nullptr);

@@ -5,6 +5,7 @@
 #include <thread>
 #include <utility>
 
+#include "comm_internals.h"
 #include "core/communicator.h"
 
 namespace qcfault {
@@ -168,15 +169,21 @@ void FaultTransport::abort(const Status& reason) {
   inner_->abort(reason);
 }
 
+void FaultTransport::interrupt(const Status& reason) {
+  if (killed_) return;
+  inner_->interrupt(reason);
+}
+
 Status FaultTransport::failure() const {
   if (killed_) return killed_status();
   return inner_->failure();
 }
 
 FaultTransport* install(qc_comm_t comm, const FaultPlan& plan) {
-  auto wrapper = std::make_unique<FaultTransport>(std::move(comm->transport), plan);
+  qc::Communicator& object = *qct::internals_of(comm);
+  auto wrapper = std::make_unique<FaultTransport>(std::move(object.transport), plan);
   FaultTransport* raw = wrapper.get();
-  comm->transport = std::move(wrapper);
+  object.transport = std::move(wrapper);
   return raw;
 }
 

@@ -2,7 +2,7 @@
 // rank's real transport and, following a FaultPlan, drops, delays,
 // duplicates, truncates or corrupts one chosen message, or "kills" the rank.
 //
-// Test-only: it reaches into qc_comm_s (src/core/communicator.h) to replace
+// Test-only: it reaches into Communicator (src/core/communicator.h) to replace
 // a communicator's transport, so the test links the internal objects.
 //
 // Which message: the plan names the sending rank and that rank's message
@@ -126,6 +126,7 @@ class FaultTransport final : public qc::Transport {
 
   uint64_t instance_id() const override { return inner_->instance_id(); }
   void abort(const qc::Status& reason) override;
+  void interrupt(const qc::Status& reason) override;
   qc::Status failure() const override;
 
   // Read by the test thread after the rank threads joined.

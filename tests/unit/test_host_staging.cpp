@@ -16,6 +16,7 @@
 #include "core/error_buffer.h"
 #include "core/codecs/device_message_codec.h"
 #include "core/host_staging.h"
+#include "comm_internals.h"
 #include "fake_device.h"
 #include "device_groups.h"
 #include "fake_device_codec.h"
@@ -34,8 +35,8 @@ void* const kStream = reinterpret_cast<void*>(0x5eed);
 // qc_allreduce's dispatch with the fake in place of the CUDA runtime.
 qc::Status staged_allreduce(qc_comm_t comm, const FakeDevice& dev, const void* send, void* recv,
                             size_t count, qc_dtype_t dtype, qc_error_buffer_t eb = nullptr) {
-  return qc::allreduce_placed(comm, &dev, nullptr, kStream, send, recv, count, dtype, QC_OP_SUM,
-                              nullptr, eb);
+  return qc::allreduce_placed(qct::internals_of(comm), &dev, nullptr, kStream, send, recv, count,
+                              dtype, QC_OP_SUM, nullptr, qct::internals_of(eb));
 }
 
 qc_policy_t policy_of(qc_codec_t codec, int bits, qc_algorithm_t algo) {
@@ -233,15 +234,16 @@ TEST(Staged, AlltoallAndSegmentsMatchTheHostPath) {
   }
   std::vector<qc::Status> sa(n), sg(n);
   run_ranks(n, [&](int r) {
-    sa[r] = qc::run_on_placed_buffers(g[r], &dev[r], kStream, send[r], bytes, recv[r], bytes,
+    sa[r] = qc::run_on_placed_buffers(qct::internals_of(g[r]), &dev[r], kStream, send[r], bytes, recv[r], bytes,
                                       [&](const void* s, void* d) {
-                                        return qc::comm_alltoall(g[r], s, d, cpr,
+                                        return qc::comm_alltoall(qct::internals_of(g[r]), s, d, cpr,
                                                                  QC_DTYPE_FLOAT32, nullptr);
                                       });
-    sg[r] = qc::run_on_placed_buffers(g[r], &dev[r], kStream, send[r], 750 * 4, seg[r], 750 * 4,
+    sg[r] = qc::run_on_placed_buffers(qct::internals_of(g[r]), &dev[r], kStream, send[r], 750 * 4, seg[r], 750 * 4,
                                       [&](const void* s, void* d) {
                                         return qc::comm_allreduce_segments(
-                                            g[r], s, d, 2, counts, layers, QC_DTYPE_FLOAT32,
+                                            qct::internals_of(g[r]), s, d, 2, counts, layers,
+                                            QC_DTYPE_FLOAT32,
                                             QC_OP_SUM, nullptr);
                                       });
   });
@@ -275,7 +277,7 @@ void expect_device_layer_norm(qc_comm_t host, qc_comm_t device) {
 qc::Status device_alltoall(qc_comm_t comm, const FakeDevice& dev, const CpuMessageCodec* codec,
                            const void* send, void* recv, size_t count_per_rank,
                            qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
-  return qc::alltoall_placed(comm, &dev, codec, kStream, send, recv, count_per_rank, dtype,
+  return qc::alltoall_placed(qct::internals_of(comm), &dev, codec, kStream, send, recv, count_per_rank, dtype,
                              nullptr);
 }
 
@@ -383,7 +385,7 @@ TEST(CompressedAlltoallMixed, DeviceAndHostRanksMeetInOneCall) {
   std::vector<qc::Status> s(n);
   run_ranks(n, [&](int r) {
     s[r] = r == 0 ? device_alltoall(mixed[r], dev[r], &mc[r], send0, recv0, cpr)
-                  : qc::alltoall_placed(mixed[r], &dev[r], &mc[r], nullptr, in[r].data(),
+                  : qc::alltoall_placed(qct::internals_of(mixed[r]), &dev[r], &mc[r], nullptr, in[r].data(),
                                         out[r].data(), cpr, QC_DTYPE_FLOAT32, nullptr);
   });
   for (int r = 0; r < n; ++r) ASSERT_TRUE(s[r]) << "rank " << r << ": " << s[r].message();
@@ -574,8 +576,8 @@ qc::Status device_allreduce(qc_comm_t comm, const FakeDevice& dev, const CpuMess
                             const void* send, void* recv, size_t count,
                             qc_reduce_op_t op = QC_OP_SUM, qc_error_buffer_t eb = nullptr,
                             qc_dtype_t dtype = QC_DTYPE_FLOAT32) {
-  return qc::allreduce_placed(comm, &dev, codec, kStream, send, recv, count, dtype, op, nullptr,
-                              eb);
+  return qc::allreduce_placed(qct::internals_of(comm), &dev, codec, kStream, send, recv, count,
+                              dtype, op, nullptr, qct::internals_of(eb));
 }
 
 void reset_counts(FakeDevice& dev, CpuMessageCodec& mc) {
@@ -717,7 +719,7 @@ TEST(CompressedAllreduceMixed, DeviceAndHostRanksMeetInOneCall) {
   std::vector<qc::Status> s(n);
   run_ranks(n, [&](int r) {
     s[r] = r == 1 ? device_allreduce(mixed[r], dev[r], &mc[r], send1, recv1, count)
-                  : qc::allreduce_placed(mixed[r], &dev[r], &mc[r], nullptr, in[r].data(),
+                  : qc::allreduce_placed(qct::internals_of(mixed[r]), &dev[r], &mc[r], nullptr, in[r].data(),
                                          out[r].data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
                                          nullptr, nullptr);
   });
@@ -1073,9 +1075,9 @@ TEST(CompressedAllreduceFeedback, DeviceAndHostCallsShareOneBuffer) {
                                   eb_device[r]);
           got[r] = dev[r].download(recv, count * 4);
         } else {
-          s[r] = qc::allreduce_placed(device[r], &dev[r], &mc[r], nullptr, in[r].data(),
-                                      got[r].data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                                      nullptr, eb_device[r]);
+          s[r] = qc::allreduce_placed(qct::internals_of(device[r]), &dev[r], &mc[r], nullptr,
+                                      in[r].data(), got[r].data(), count, QC_DTYPE_FLOAT32,
+                                      QC_OP_SUM, nullptr, qct::internals_of(eb_device[r]));
         }
       });
       for (int r = 0; r < n; ++r) {

@@ -23,6 +23,7 @@
 #include "device_groups.h"
 #include "fake_device.h"
 #include "fake_device_codec.h"
+#include "comm_internals.h"
 #include "fake_nccl.h"
 #include "test_util.h"
 
@@ -37,7 +38,7 @@ struct NcclGroup {
   NcclGroup(int n, double timeout_seconds)
       : world(qcfake::FakeNcclWorld::create(n)), group(n, timeout_seconds) {
     for (int r = 0; r < n && group.ok(); ++r) {
-      group[r]->transport = std::make_unique<qc::NcclTransport>(world->backend(r));
+      qct::internals_of(group[r])->transport = std::make_unique<qc::NcclTransport>(world->backend(r));
     }
   }
   std::shared_ptr<qcfake::FakeNcclWorld> world;
@@ -387,8 +388,8 @@ void* stream_of(int r) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0
 qc::Status device_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev, int r,
                             const void* send, void* recv, size_t count, qc_reduce_op_t op,
                             qc_dtype_t dtype = QC_DTYPE_FLOAT32, qc_error_buffer_t eb = nullptr) {
-  return qc::allreduce_placed(comm, &dev, nullptr, stream_of(r), send, recv, count, dtype, op,
-                              nullptr, eb);
+  return qc::allreduce_placed(qct::internals_of(comm), &dev, nullptr, stream_of(r), send, recv,
+                              count, dtype, op, nullptr, qct::internals_of(eb));
 }
 
 std::vector<float> floats_of(const std::vector<uint8_t>& b) {
@@ -635,8 +636,8 @@ qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
                            const qcfake::CpuMessageCodec& mc, void* stream, const void* send,
                            void* recv, size_t count, qc_reduce_op_t op,
                            qc_error_buffer_t eb = nullptr) {
-  return qc::allreduce_placed(comm, &dev, &mc, stream, send, recv, count, QC_DTYPE_FLOAT32, op,
-                              nullptr, eb);
+  return qc::allreduce_placed(qct::internals_of(comm), &dev, &mc, stream, send, recv, count,
+                              QC_DTYPE_FLOAT32, op, nullptr, qct::internals_of(eb));
 }
 
 // TwoGroups (device_groups.h) whose device group runs on NCCL transports
@@ -644,7 +645,7 @@ qc::Status codec_allreduce(qc_comm_t comm, const qcfake::FakeDevice& dev,
 struct NcclTwoGroups : TwoGroups {
   explicit NcclTwoGroups(int n) : TwoGroups(n), world(qcfake::FakeNcclWorld::create(n)) {
     for (int r = 0; r < n && device.ok(); ++r) {
-      device[r]->transport = std::make_unique<qc::NcclTransport>(world->backend(r));
+      qct::internals_of(device[r])->transport = std::make_unique<qc::NcclTransport>(world->backend(r));
     }
   }
   std::shared_ptr<qcfake::FakeNcclWorld> world;
@@ -839,7 +840,7 @@ TEST(NcclEnqueued16Bit, MatchesTheHostPathOnAFloat32Copy) {
     }
     std::vector<qc::Status> s(n);
     qct::run_ranks(n, [&](int r) {
-      s[r] = qc::allreduce_placed(t.device[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
+      s[r] = qc::allreduce_placed(qct::internals_of(t.device[r]), &t.dev[r], &t.mc[r], stream_of(r), send[r],
                                   recv[r], count, dtype, QC_OP_AVG, nullptr, nullptr);
     });
     for (int r = 0; r < n; ++r) {
@@ -1035,7 +1036,7 @@ TEST(NcclEnqueuedOrdering, TheNextUserOfTheMemoryWaitsForTheEnqueuedWork) {
                       size_t count, const char* layer) {
     std::vector<qc::Status> s(n);
     qct::run_ranks(n, [&](int r) {
-      s[r] = qc::allreduce_placed(nccl->group[r], &dev[r], &mc[r], stream(r), buf[r], buf[r],
+      s[r] = qc::allreduce_placed(qct::internals_of(nccl->group[r]), &dev[r], &mc[r], stream(r), buf[r], buf[r],
                                   count, QC_DTYPE_FLOAT32, QC_OP_SUM, layer, nullptr);
     });
     for (int r = 0; r < n; ++r) EXPECT_TRUE(s[r].is_ok()) << "rank " << r << ": " << s[r].message();
@@ -1253,7 +1254,7 @@ TEST(NcclEnqueuedAlltoall, MatchesTheHostAlltoallWithNothingStagedOrAwaited) {
       std::vector<qc::Status> sd(n);
       qct::run_ranks(n, [&](int r) {
         sh[r] = qc_alltoall(t.host[r], in[r].data(), want[r].data(), cpr, dtype, nullptr, nullptr);
-        sd[r] = qc::alltoall_placed(t.device[r], &t.dev[r], &t.mc[r], stream_of(r), send[r],
+        sd[r] = qc::alltoall_placed(qct::internals_of(t.device[r]), &t.dev[r], &t.mc[r], stream_of(r), send[r],
                                     recv[r], cpr, dtype, nullptr);
       });
       for (int r = 0; r < n; ++r) {

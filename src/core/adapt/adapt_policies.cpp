@@ -61,9 +61,8 @@ Status read_adapt_config(const qc_adapt_config_t* user, AdaptConfig* out) {
   return Status::ok();  // widths and alpha are checked by adapt_bit_widths
 }
 
-Status adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
-                    qc_adapt_report_t* report) {
-  QC_RETURN_IF_ERROR(require_comm(comm));
+Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
+                      qc_adapt_report_t* report) {
   AdaptConfig base;
   QC_RETURN_IF_ERROR(read_adapt_config(config, &base));
   if (report != nullptr && report->struct_size != sizeof(qc_adapt_report_t)) {
@@ -146,5 +145,9 @@ Status adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
 
 QC_API qc_status_t qc_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
                                      qc_adapt_report_t* report) {
-  return QC_API_CALL({ return adapt_policies(comm, config, report); });
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));  // it sums over the group
+    return adapt_policies(c.get(), config, report);
+  });
 }

@@ -140,6 +140,12 @@ class Transport {
   // Folded into every call signature, so a stray message is a MISMATCH.
   virtual uint64_t instance_id() const { return 0; }
   virtual void abort(const Status& reason) = 0;
+  // abort() from a thread other than the one running this rank's call
+  // (qc_comm_destroy while a collective waits): the waiting call wakes and
+  // fails with `reason`. A transport whose abort() may not run beside its
+  // own calls (MPI below MPI_THREAD_MULTIPLE) only records the reason there
+  // and leaves telling the peers to the waiting call.
+  virtual void interrupt(const Status& reason) { abort(reason); }
   // QC_SUCCESS while the group is healthy, else the status that broke it.
   virtual Status failure() const = 0;
 };
