@@ -1,0 +1,207 @@
+"""qc.torch refuses a communicator whose ranks are not torch.distributed's.
+
+QcHookState builds its communicator from MPI's world by default. Launched the
+way torchrun launches (RANK, WORLD_SIZE, MASTER_ADDR; no mpirun) every process
+is alone in MPI's world while DDP's process group spans all of them: the hook
+then "averages" each gradient with itself and the replicas drift apart with no
+error (issue 28, item 7). The hook must refuse with qc.MismatchError naming
+both ranks and sizes and what to do.
+
+  - test_torchrun_style_launch_is_refused: two processes launched by
+    subprocess with torchrun's environment, gloo, no mpirun;
+  - the unit tests: one process, a one-rank gloo group, and a qc
+    communicator (or a fake one) whose rank/size differ.
+
+Labels python;torch (no mpirun; the launch test needs mpi4py and skips without).
+"""
+
+import copy
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+qc = pytest.importorskip("qc")
+if not hasattr(qc, "Comm"):
+    pytest.skip("the qc extension is not built", allow_module_level=True)
+import torch.distributed as dist  # noqa: E402
+
+import qc.torch as qct  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "torch_launch_worker.py"
+PYTHON = sys.executable or "/usr/bin/python3"
+BAD_VALUE = qc.InvalidArgumentError
+BAD_TYPE = getattr(qc, "ArgumentTypeError", type("_Missing", (Exception,), {}))
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch_env(rank, world, port):
+    # Nothing of an mpirun launch: the processes must be MPI singletons.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "MPI_LOCALRANK"))}
+    qc_root = os.path.dirname(os.path.dirname(os.path.abspath(qc.__file__)))
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+               LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([qc_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    return env
+
+
+def test_torchrun_style_launch_is_refused():
+    pytest.importorskip("mpi4py")
+    world, port = 2, _free_port()
+    procs = [subprocess.Popen([PYTHON, str(WORKER)], env=_launch_env(r, world, port), cwd=str(HERE),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+             for r in range(world)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=180)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("the torchrun-style launch did not finish in 180 s:\n" +
+                    "\n".join(p.communicate()[0][-2000:] for p in procs))
+    if any("REFUSED UnsupportedError" in o for o in outs):
+        pytest.skip("qc was built without the MPI transport")
+    for rank, out in enumerate(outs):
+        lines = [l for l in out.splitlines() if l.startswith("LAUNCH_WORKER ")]
+        assert lines, f"rank {rank} printed no result:\n{out[-3000:]}"
+        assert lines[-1].startswith("LAUNCH_WORKER REFUSED MismatchError"), f"rank {rank}: {out[-3000:]}"
+        # names both sides and the way out
+        assert "rank 0 of 1" in lines[-1] and f"rank {rank} of 2" in lines[-1], lines[-1]
+        assert "mpirun" in lines[-1] and "comm=" in lines[-1], lines[-1]
+
+
+@pytest.fixture
+def one_rank_group(tmp_path, monkeypatch):
+    """torch.distributed with a one-process gloo group (file store)."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _ddp():
+    torch.manual_seed(0)
+    return torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+
+
+def test_hook_refuses_a_communicator_of_another_size(one_rank_group):
+    comms = qc.Comm.local(2)
+    try:
+        with pytest.raises(qc.MismatchError) as info:
+            qct.QcHookState(_ddp(), comm=comms[1], policy=qc.Policy(codec="none"))
+        text = str(info.value)
+        assert "rank 1 of 2" in text and "rank 0 of 1" in text, text
+        assert not comms[1].closed  # a communicator passed in stays the caller's
+    finally:
+        for c in comms:
+            c.close()
+
+
+def test_hook_accepts_a_matching_communicator(one_rank_group):
+    (c,) = qc.Comm.local(1)
+    with c, qct.QcHookState(_ddp(), comm=c, policy=qc.Policy(codec="none")) as state:
+        assert state.comm is c
+
+
+def test_check_with_a_fake_communicator(one_rank_group):
+    check = getattr(qct, "check_ranks_match", None)
+    assert check is not None, "qc.torch.check_ranks_match is missing"
+    check(types.SimpleNamespace(rank=0, size=1))  # matches: no exception
+    for rank, size in ((0, 3), (1, 1), (2, 4)):
+        with pytest.raises(qc.MismatchError, match=rf"rank {rank} of {size}.*rank 0 of 1"):
+            check(types.SimpleNamespace(rank=rank, size=size))
+
+
+def test_hook_checks_at_its_first_call_when_torch_starts_later(tmp_path, monkeypatch):
+    """A state made before init_process_group is checked when DDP first calls the hook."""
+    assert not dist.is_initialized()
+    comms = qc.Comm.local(2)
+    try:
+        state = qct.QcHookState(None, comm=comms[1], policy=qc.Policy(codec="none"), preset=None)
+        monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+        try:
+            with pytest.raises(qc.MismatchError, match="rank 1 of 2"):
+                qct.allreduce_hook(state, object())  # refused before the bucket is touched
+        finally:
+            dist.destroy_process_group()
+        state.close()
+    finally:
+        for c in comms:
+            c.close()
+
+
+# ---- bad arguments of qc.torch (the rule of test_arguments.py) ----------------------
+
+def _state_dict(**bucket):
+    entry = dict(image=None, counts=[8], layers=["fc.weight"])
+    entry.update(bucket)
+    return {"format": "qc.torch.QcHookState/1", "buckets": {0: entry}}
+
+
+TORCH_CASES = [
+    ("op.value", lambda c: qct.QcHookState(comm=c, op="max"), BAD_VALUE),
+    ("op.nul", lambda c: qct.QcHookState(comm=c, op="avg\0"), BAD_VALUE),
+    ("op.type", lambda c: qct.QcHookState(comm=c, op=1), BAD_TYPE),
+    ("preset.nul", lambda c: qct.QcHookState(comm=c, policy=qc.Policy(), preset="cgx\0x"), BAD_VALUE),
+    ("preset.unknown", lambda c: qct.QcHookState(comm=c, policy=qc.Policy(), preset="nope"), BAD_VALUE),
+    ("comm.type", lambda c: qct.QcHookState(comm="comm"), BAD_TYPE),
+    ("policy.type", lambda c: qct.QcHookState(comm=c, policy="minmax"), BAD_TYPE),
+    ("pickle.state", lambda c: pickle.dumps(qct.QcHookState(comm=c)), BAD_TYPE),
+    ("copy.state", lambda c: copy.copy(qct.QcHookState(comm=c)), BAD_TYPE),
+    ("load_state_dict.type", lambda c: qct.QcHookState(comm=c).load_state_dict(5), BAD_TYPE),
+    ("load_state_dict.format",
+     lambda c: qct.QcHookState(comm=c).load_state_dict({"format": "x", "buckets": {}}), BAD_VALUE),
+    ("load_state_dict.key",
+     lambda c: qct.QcHookState(comm=c).load_state_dict({"format": "qc.torch.QcHookState/1",
+                                                         "buckets": {1.5: {}}}), BAD_TYPE),
+    ("load_state_dict.counts.float",
+     lambda c: qct.QcHookState(comm=c).load_state_dict(_state_dict(counts=[8.5])), BAD_TYPE),
+    ("load_state_dict.counts.-1",
+     lambda c: qct.QcHookState(comm=c).load_state_dict(_state_dict(counts=[-1])), BAD_VALUE),
+    ("load_state_dict.layers.len",
+     lambda c: qct.QcHookState(comm=c).load_state_dict(_state_dict(layers=["a", "b"])), BAD_VALUE),
+    ("load_state_dict.layers.nul",
+     lambda c: qct.QcHookState(comm=c).load_state_dict(_state_dict(layers=["a\0b"])), BAD_VALUE),
+    ("load_state_dict.image.type",
+     lambda c: qct.QcHookState(comm=c).load_state_dict(_state_dict(image=12)), BAD_TYPE),
+    ("load_state_dict.plain.image",
+     lambda c: qct.QcHookState(comm=c).load_state_dict({0: "text"}), BAD_TYPE),
+]
+
+
+@pytest.mark.parametrize("call, expected", [c[1:] for c in TORCH_CASES], ids=[c[0] for c in TORCH_CASES])
+def test_torch_bad_argument_raises_qc_error(call, expected):
+    (c,) = qc.Comm.local(1)
+    with c:
+        with pytest.raises(Exception) as info:
+            call(c)
+    e = info.value
+    assert isinstance(e, expected) and isinstance(e, qc.Error), f"{type(e).__name__}: {e}"
+    if expected is BAD_VALUE:
+        assert not isinstance(e, TypeError)
+    else:
+        assert not isinstance(e, ValueError)
+
+
+def test_init_process_group_from_mpi_checks_rendezvous_first():
+    with pytest.raises(BAD_VALUE, match="rendezvous"):
+        qct.init_process_group_from_mpi(rendezvous="carrier-pigeon")
+    with pytest.raises(BAD_TYPE, match="rendezvous"):
+        qct.init_process_group_from_mpi(rendezvous=None)

@@ -1,0 +1,56 @@
+"""One process of a torchrun-style launch (launched by test_torch_launch.py).
+
+    RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p python3 torch_launch_worker.py
+
+No mpirun: torch.distributed's group spans the n processes (gloo, env://), but
+MPI's world, from which QcHookState builds its communicator by default, is
+each process alone. The hook must refuse. The worker prints one line:
+
+    LAUNCH_WORKER REFUSED <exception class> <message>   the hook refused (expected)
+    LAUNCH_WORKER ACCEPTED <digest after 3 steps>       it did not (the bug)
+
+and exits 0 either way, so the test judges the lines, not the exit status.
+"""
+
+import hashlib
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import qc
+import qc.torch as qct
+
+
+def main() -> int:
+    dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Linear(16, 4))
+    try:
+        state = qct.QcHookState(model, policy=qc.Policy(codec="none"), preset=None, timeout=20.0)
+    except qc.Error as e:
+        print(f"LAUNCH_WORKER REFUSED {type(e).__name__} {e}", flush=True)
+        dist.destroy_process_group()
+        return 0
+    model.register_comm_hook(state, qct.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + rank)  # different data per rank
+    for _ in range(3):
+        x = torch.randn(8, 16, generator=g)
+        opt.zero_grad()
+        F.mse_loss(model(x), torch.zeros(8, 4)).backward()
+        opt.step()
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().numpy().tobytes())
+    print(f"LAUNCH_WORKER ACCEPTED {h.hexdigest()[:16]}", flush=True)
+    state.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
