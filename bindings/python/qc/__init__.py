@@ -27,13 +27,17 @@ Arrays are numpy arrays (float32, float16) or torch CPU or CUDA tensors
 without a copy, and ``out=x`` works in place (CUDA tensors are staged
 through host memory by a CUDA build of the library). The GIL is released while qc works.
 Failures raise ``qc.Error`` subclasses carrying ``.status`` and the library's
-message. See docs/python.md.
+message; a bad argument raises at the call: ``qc.InvalidArgumentError`` (a
+``ValueError``) for a wrong value, ``qc.ArgumentTypeError`` (a ``TypeError``)
+for a wrong Python type. See docs/python.md.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import math
+import operator
 import sys
 import threading
 import weakref
@@ -44,6 +48,7 @@ import numpy as np
 from . import _qc
 from ._errors import (
     STATUS_NAMES,
+    ArgumentTypeError,
     CorruptDataError,
     Error,
     InternalError,
@@ -62,6 +67,7 @@ __all__ = [
     "library_version",
     "Error",
     "InvalidArgumentError",
+    "ArgumentTypeError",
     "OutOfMemoryError",
     "UnsupportedError",
     "TransportError",
@@ -98,6 +104,54 @@ ArrayLike = Any
 def library_version() -> str:
     """Version ("M.m.p") of the libqc that is loaded (qc_version_string)."""
     return _qc.version_string()
+
+
+# ---------------------------------------------------------------------------
+# Arguments. The rule (docs/python.md, "Bad arguments"): a wrong value is
+# InvalidArgumentError (a ValueError), a wrong Python type ArgumentTypeError
+# (a TypeError), raised by the call that got it. Values passed straight to
+# the extension are checked there (src/qc_module.cpp, same rule and wording);
+# these helpers check what this layer uses itself.
+# ---------------------------------------------------------------------------
+
+_SIZE_MAX = 2**64 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _bad_value(message: str) -> InvalidArgumentError:
+    return InvalidArgumentError(1, message)
+
+
+def _bad_type(message: str) -> ArgumentTypeError:
+    return ArgumentTypeError(1, message)
+
+
+def _int_arg(value: Any, what: str, lo: int, hi: int) -> int:
+    """An int (or numpy integer; not a bool, float or str) in [lo, hi]."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise _bad_type(f"{what} must be an int, not {type(value).__name__}")
+    number = operator.index(value)
+    if not lo <= number <= hi:
+        raise _bad_value(f"{what} is {number}; expected an int in {lo}..{hi}")
+    return number
+
+
+def _list_arg(value: Any, what: str) -> list:
+    """The items of a list, tuple or other iterable; a str or bytes (whose
+    characters would pass for names or numbers) is refused."""
+    if isinstance(value, (str, bytes, bytearray, dict)) or not hasattr(type(value), "__iter__"):
+        raise _bad_type(f"{what} must be a list or tuple, not {type(value).__name__}")
+    return list(value)
+
+
+def _choice_arg(value: Any, table: Dict[str, int], what: str) -> int:
+    """A name from table (any case), e.g. op="avg"."""
+    if not isinstance(value, str):
+        raise _bad_type(f"{what} must be a str ({' or '.join(repr(k) for k in table)}), not {type(value).__name__}")
+    key = value.lower()
+    if key not in table:
+        raise _bad_value(f"{what} is {value!r}; expected {' or '.join(repr(k) for k in table)}")
+    return table[key]
 
 
 # ---------------------------------------------------------------------------
@@ -150,7 +204,7 @@ def _enum_value(value: Any, table: Dict[str, int], field: str) -> int:
         if int(value) not in table.values():
             raise InvalidArgumentError(1, f"qc.Policy: {field} {int(value)} is not a valid value")
         return int(value)
-    raise TypeError(f"qc.Policy: {field} must be a str (one of {', '.join(table)}), not {type(value).__name__}")
+    raise _bad_type(f"qc.Policy: {field} must be a str (one of {', '.join(table)}), not {type(value).__name__}")
 
 
 # ---------------------------------------------------------------------------
@@ -177,10 +231,10 @@ _UINT64_MAX = 2**64 - 1
 
 def _check_int(value: Any, field: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"qc.Policy: {field} must be an int, not {type(value).__name__}")
+        raise _bad_type(f"qc.Policy: {field} must be an int, not {type(value).__name__}")
     value = int(value)
     if not lo <= value <= hi:
-        raise InvalidArgumentError(1, f"qc.Policy: {field} {value} is out of range [{lo}, {hi}]")
+        raise _bad_value(f"qc.Policy: {field} {value} is out of range [{lo}, {hi}]")
     return value
 
 
@@ -281,14 +335,23 @@ class Policy:
         if name == "error_feedback":
             if isinstance(value, (bool, np.bool_)):
                 return bool(value)
-            if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
-                return bool(value)
-            raise TypeError(f"qc.Policy: error_feedback must be a bool, not {value!r}")
+            if isinstance(value, (int, np.integer)):
+                if int(value) in (0, 1):
+                    return bool(value)
+                raise _bad_value(f"qc.Policy: error_feedback {int(value)} is not a bool (True, False, 1 or 0)")
+            raise _bad_type(f"qc.Policy: error_feedback must be a bool, not {type(value).__name__}")
         if name == "topk_ratio":
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-                raise TypeError(f"qc.Policy: topk_ratio must be a float, not {type(value).__name__}")
+                raise _bad_type(f"qc.Policy: topk_ratio must be a float, not {type(value).__name__}")
+            try:
+                ratio = float(value)
+            except OverflowError:
+                raise _bad_value(f"qc.Policy: topk_ratio {value} is beyond the range of a float") from None
+            if math.isfinite(ratio) and abs(ratio) > _FLOAT32_MAX:
+                raise _bad_value(f"qc.Policy: topk_ratio {ratio!r} is beyond the float32 range; "
+                                 "expected a ratio in (0, 1]")
             # qc_policy_t holds a float: keep exactly what the library sees.
-            return float(np.float32(value))
+            return float(np.float32(ratio))
         if name == "seed":
             return _check_int(value, name, 0, _UINT64_MAX)
         if name == "min_compress_bytes":
@@ -368,13 +431,20 @@ class Policy:
         return self.to_dict()
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        for name, value in state.items():
-            object.__setattr__(self, name, value)
+        # pickle.loads and copy come here, not through __init__: validate the
+        # same way, so a damaged or hand-made pickle fails at load, not later.
+        if not isinstance(state, dict):
+            raise _bad_type(f"qc.Policy: pickled state must be a dict, not {type(state).__name__}")
+        unknown = [name for name in state if name not in POLICY_FIELDS]
+        if unknown:
+            raise _bad_value(f"qc.Policy: pickled state has unknown fields {unknown} "
+                             f"(fields: {', '.join(POLICY_FIELDS)})")
+        Policy.__init__(self, **state)  # fields left out get their defaults
 
 
 def _policy_tuple(policy: Any, what: str = "policy") -> tuple:
     if not isinstance(policy, Policy):
-        raise TypeError(f"{what} must be a qc.Policy, not {type(policy).__name__}")
+        raise _bad_type(f"{what} must be a qc.Policy, not {type(policy).__name__}")
     return policy._to_tuple()
 
 
@@ -415,35 +485,37 @@ def _as_buffer(x: Any, what: str, writable: bool = False) -> _Buffer:
     if isinstance(x, np.ndarray):
         name = x.dtype.name
         if name not in ("float32", "float16", "bfloat16") or x.dtype.kind == "c":
-            raise TypeError(
+            raise _bad_type(
                 f"{what}: unsupported dtype {x.dtype} (qc takes float32 or float16 numpy arrays; "
                 "bfloat16 through torch tensors)"
             )
         if not x.dtype.isnative:
-            raise TypeError(f"{what}: byte order of dtype {x.dtype.str} is not native; use x.astype(np.{name})")
+            raise _bad_type(f"{what}: byte order of dtype {x.dtype.str} is not native; use x.astype(np.{name})")
         if not x.flags.c_contiguous:
-            raise ValueError(
+            raise _bad_value(
                 f"{what}: the numpy array is not C-contiguous (strides {x.strides}); qc does not copy "
                 "silently: pass np.ascontiguousarray(...)"
             )
         if not x.flags.aligned:
-            raise ValueError(f"{what}: the numpy array's data is not aligned to its dtype; pass a copy")
+            raise _bad_value(f"{what}: the numpy array's data is not aligned to its dtype; pass a copy")
         if writable and not x.flags.writeable:
-            raise ValueError(f"{what}: the numpy array is read-only")
+            raise _bad_value(f"{what}: the numpy array is read-only")
         return _Buffer(x, int(x.__array_interface__["data"][0]), int(x.size), DTYPES[name], x.itemsize, False)
     torch = _torch_module()
     if torch is not None and isinstance(x, torch.Tensor):
         codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
         if x.dtype not in codes:
-            raise TypeError(
+            raise _bad_type(
                 f"{what}: unsupported dtype {x.dtype} (qc takes torch.float32, torch.float16 or torch.bfloat16)"
             )
         if x.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"{what}: the tensor is on {x.device}; qc takes CPU and CUDA tensors")
+            raise _bad_value(f"{what}: the tensor is on {x.device}; qc takes CPU and CUDA tensors")
         if x.layout != torch.strided:
-            raise ValueError(f"{what}: the tensor has layout {x.layout}; qc takes dense (strided) tensors")
+            raise _bad_value(f"{what}: the tensor has layout {x.layout}; qc takes dense (strided) tensors")
+        if x.data_ptr() % x.element_size():
+            raise _bad_value(f"{what}: the tensor's data is not aligned to its dtype; pass x.clone()")
         if not x.is_contiguous():
-            raise ValueError(
+            raise _bad_value(
                 f"{what}: the tensor is not contiguous (strides {tuple(x.stride())}); qc does not copy "
                 "silently: pass x.contiguous()"
             )
@@ -455,7 +527,7 @@ def _as_buffer(x: Any, what: str, writable: bool = False) -> _Buffer:
             return _Buffer(x, int(x.data_ptr()), int(x.numel()), codes[x.dtype], int(x.element_size()),
                            True, int(x.device.index), stream)
         return _Buffer(x, int(x.data_ptr()), int(x.numel()), codes[x.dtype], int(x.element_size()), True)
-    raise TypeError(f"{what}: expected a numpy array or a torch tensor, not {type(x).__name__}")
+    raise _bad_type(f"{what}: expected a numpy array or a torch tensor, not {type(x).__name__}")
 
 
 def _device_scope(buf: _Buffer) -> Any:
@@ -481,17 +553,17 @@ def _output(src: _Buffer, out: Any, count: Optional[int] = None) -> Tuple[Any, _
     if dst.cuda_device != src.cuda_device:
         def where(b: _Buffer) -> str:
             return "host memory" if b.cuda_device is None else f"cuda:{b.cuda_device}"
-        raise ValueError(f"out is in {where(dst)} but x in {where(src)}; qc needs both in one place")
+        raise _bad_value(f"out is in {where(dst)} but x in {where(src)}; qc needs both in one place")
     if dst.dtype != src.dtype:
-        raise TypeError(
+        raise _bad_type(
             f"out: dtype {_dtype_name(dst.dtype)} differs from the input's {_dtype_name(src.dtype)}"
         )
     expected = src.count if count is None else count
     if dst.count != expected:
-        raise ValueError(f"out: {dst.count} elements, expected {expected}")
+        raise _bad_value(f"out: {dst.count} elements, expected {expected}")
     if dst.ptr != src.ptr and dst.count and src.count:
         if dst.ptr < src.ptr + src.nbytes and src.ptr < dst.ptr + dst.nbytes:
-            raise ValueError("out overlaps the input without being the same buffer (in place means out is x)")
+            raise _bad_value("out overlaps the input without being the same buffer (in place means out is x)")
     return out, dst
 
 
@@ -500,14 +572,12 @@ def _dtype_name(code: int) -> str:
 
 
 def _op(op: str) -> int:
-    if not isinstance(op, str) or op.lower() not in OPS:
-        raise ValueError(f"op must be 'sum' or 'avg', not {op!r}")
-    return OPS[op.lower()]
+    return _choice_arg(op, OPS, "argument 'op'")
 
 
-def _layer(layer: Optional[str], what: str = "layer") -> Optional[str]:
-    if layer is not None and not isinstance(layer, str):
-        raise TypeError(f"{what} must be a str or None, not {type(layer).__name__}")
+def _layer(layer: Optional[str]) -> Optional[str]:
+    # Checked by the extension (a str without NUL, or None), which names it
+    # "argument 'layer'".
     return layer
 
 
@@ -548,7 +618,7 @@ class Comm:
 
     def __init__(self, handle: Any, transport: str) -> None:
         if not isinstance(handle, _qc.Comm):
-            raise TypeError("create communicators with qc.Comm.local(n) or qc.Comm.from_mpi(comm)")
+            raise _bad_type("create communicators with qc.Comm.local(n) or qc.Comm.from_mpi(comm)")
         self._h = handle
         self._rank: int = handle.rank
         self._size: int = handle.size
@@ -563,9 +633,7 @@ class Comm:
         rank of the group has made the same call, or until ``timeout``
         seconds pass (``qc.QcTimeoutError`` on every waiting rank).
         """
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise TypeError(f"n must be an int, not {type(n).__name__}")
-        return [cls(h, "local") for h in _qc.Comm.create_local(int(n), float(timeout))]
+        return [cls(h, "local") for h in _qc.Comm.create_local(n, timeout)]
 
     @classmethod
     def from_mpi(cls, comm: Any, timeout: float = 300.0) -> "Comm":
@@ -578,7 +646,7 @@ class Comm:
         open at interpreter exit).
         """
         if not hasattr(comm, "py2f"):
-            raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+            raise _bad_type(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
         MPI = sys.modules.get("mpi4py.MPI")
         if MPI is not None:
             if MPI.Is_finalized():
@@ -587,7 +655,7 @@ class Comm:
                 raise TransportError(4, "Comm.from_mpi: MPI is not initialized")
             if comm == MPI.COMM_NULL:
                 raise InvalidArgumentError(1, "Comm.from_mpi: comm is MPI.COMM_NULL")
-        c = cls(_qc.Comm.create_mpi(int(comm.py2f()), float(timeout)), "mpi")
+        c = cls(_qc.Comm.create_mpi(comm.py2f(), timeout), "mpi")
         with _open_lock:
             _open_mpi_comms.add(c)
         return c
@@ -623,6 +691,13 @@ class Comm:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<qc.Comm {self._transport} rank {self._rank} of {self._size}, {state}>"
+
+    def __reduce__(self) -> Any:
+        # pickle, copy and deepcopy: a second Python object on one handle (or
+        # a handle in another process) would be a rank nobody created.
+        raise _bad_type("a qc.Comm cannot be pickled or copied: it is one rank of a live group; create "
+                        "communicators in each process (Comm.local, Comm.from_mpi) and pass policies "
+                        "(qc.Policy pickles) instead")
 
     # ---- collectives ----
     def allreduce(
@@ -690,17 +765,15 @@ class Comm:
         ``sum(counts)`` must equal x's element count. error_buffer covers the
         whole buffer. Otherwise as allreduce.
         """
-        counts = [int(c) for c in counts]
-        if any(c < 0 for c in counts):
-            raise ValueError("counts must be >= 0")
-        if layers is None:
-            layers = [None] * len(counts)
-        layers = [_layer(name, "layers[i]") for name in layers]
+        counts = [_int_arg(c, f"argument 'counts[{i}]'", 0, _SIZE_MAX)
+                  for i, c in enumerate(_list_arg(counts, "argument 'counts'"))]
+        layers = [None] * len(counts) if layers is None else _list_arg(layers, "argument 'layers'")
         if len(layers) != len(counts):
-            raise ValueError(f"layers has {len(layers)} entries, counts {len(counts)}")
+            raise _bad_value(f"argument 'layers' has {len(layers)} entries but 'counts' {len(counts)}; "
+                             "one per segment")
         src = _as_buffer(x, "x")
         if sum(counts) != src.count:
-            raise ValueError(f"sum(counts) = {sum(counts)} but x has {src.count} elements")
+            raise _bad_value(f"sum(counts) = {sum(counts)} but x has {src.count} elements")
         out, dst = _output(src, out)
         eb = _error_buffer_handle(error_buffer)
         with _device_scope(src):
@@ -715,7 +788,7 @@ class Comm:
         """
         src = _as_buffer(x, "x")
         if src.count % self._size:
-            raise ValueError(f"x has {src.count} elements, not a multiple of the group size {self._size}")
+            raise _bad_value(f"x has {src.count} elements, not a multiple of the group size {self._size}")
         out, dst = _output(src, out)
         with _device_scope(src):
             self._h.alltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer), src.stream)
@@ -727,9 +800,7 @@ class Comm:
         name, or a glob with * and ?; "*" is the default). Exact names beat
         globs; among globs the one with most literal characters wins. Every
         rank must set the same policies. Applies from the next collective."""
-        if not isinstance(pattern, str):
-            raise TypeError(f"pattern must be a str, not {type(pattern).__name__}")
-        self._h.set_layer_policy(pattern, _policy_tuple(policy))
+        self._h.set_layer_policy(pattern, _policy_tuple(policy))  # pattern: checked by the extension
 
     def get_layer_policy(self, layer: Optional[str] = None) -> Policy:
         """The policy that layer name ``layer`` resolves to (None: "*")."""
@@ -739,18 +810,15 @@ class Comm:
         """Apply a named group of layer policies (qc_policy_preset), e.g.
         "cgx": everything with ``base`` (default: the current "*" policy),
         biases and normalisations in full precision."""
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, not {type(name).__name__}")
-        self._h.policy_preset(name, None if base is None else _policy_tuple(base, "base"))
+        self._h.policy_preset(name, None if base is None else _policy_tuple(base, "base"))  # name: ditto
 
     def adapt_policies(
         self, method: str = "kmeans", alpha: float = 2.0, allowed_bits: Sequence[int] = (2, 3, 4, 8)
     ) -> Dict[str, Any]:
         """Adaptive bit widths from the collected layer statistics
         (qc_adapt_policies; collective). Returns the report as a dict."""
-        if method not in _ADAPT_METHODS:
-            raise ValueError(f"method must be 'kmeans' or 'linear', not {method!r}")
-        return self._h.adapt_policies(_ADAPT_METHODS[method], float(alpha), [int(b) for b in allowed_bits])
+        return self._h.adapt_policies(_choice_arg(method, _ADAPT_METHODS, "argument 'method'"), alpha,
+                                      _list_arg(allowed_bits, "argument 'allowed_bits'"))
 
     def async_error(self) -> Optional[Error]:
         """The failure that broke this communicator's group, or None while it
@@ -791,7 +859,7 @@ def _error_buffer_handle(error_buffer: Optional["ErrorBuffer"]) -> Any:
     if error_buffer is None:
         return None
     if not isinstance(error_buffer, ErrorBuffer):
-        raise TypeError(f"error_buffer must be a qc.ErrorBuffer or None, not {type(error_buffer).__name__}")
+        raise _bad_type(f"error_buffer must be a qc.ErrorBuffer or None, not {type(error_buffer).__name__}")
     return error_buffer._h
 
 
@@ -810,10 +878,8 @@ class ErrorBuffer:
 
     def __init__(self, comm: Optional[Comm], count: int) -> None:
         if comm is not None and not isinstance(comm, Comm):
-            raise TypeError(f"comm must be a qc.Comm or None, not {type(comm).__name__}")
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-            raise ValueError(f"count must be an int >= 0, not {count!r}")
-        self._h = _qc.ErrorBuffer(None if comm is None else comm._h, int(count))
+            raise _bad_type(f"comm must be a qc.Comm or None, not {type(comm).__name__}")
+        self._h = _qc.ErrorBuffer(None if comm is None else comm._h, count)  # count: checked there
 
     @property
     def count(self) -> int:
@@ -840,8 +906,9 @@ class ErrorBuffer:
     def load(self, data: Union[bytes, bytearray, memoryview]) -> None:
         """Restore residuals saved by save(). qc.CorruptDataError for a damaged
         image, qc.MismatchError for another count, rank or group size; the
-        buffer is unchanged on failure."""
-        self._h.load(bytes(data))
+        buffer is unchanged on failure. data: bytes, bytearray, a contiguous
+        memoryview (read in place)."""
+        self._h.load(data)
 
     def close(self) -> None:
         """Release the buffer (idempotent)."""
@@ -856,6 +923,10 @@ class ErrorBuffer:
     def __repr__(self) -> str:
         return f"<qc.ErrorBuffer count={self.count}{', closed' if self.closed else ''}>"
 
+    def __reduce__(self) -> Any:
+        raise _bad_type("a qc.ErrorBuffer cannot be pickled or copied: it belongs to one rank of a live "
+                        "group; checkpoint its residuals with save() and load() them into a new one")
+
 
 # ---------------------------------------------------------------------------
 # Codecs on their own, and emulation
@@ -864,7 +935,7 @@ class ErrorBuffer:
 
 def encoded_size(policy: Policy, count: int) -> int:
     """Upper bound on the bytes encode() writes for count elements."""
-    return _qc.encoded_size(_policy_tuple(policy), int(count))
+    return _qc.encoded_size(_policy_tuple(policy), count)  # count: checked by the extension
 
 
 def encode(x: ArrayLike, policy: Policy) -> bytes:
@@ -884,43 +955,59 @@ def decode(
     tensor of count elements) and returns it. qc.MismatchError when count
     differs from the message's, qc.CorruptDataError for a damaged message.
     """
-    count = int(count)
+    count = _int_arg(count, "argument 'count'", 0, _SIZE_MAX)
     if out is None:
-        if isinstance(dtype, str):
-            name = dtype
-        elif str(dtype).startswith("torch."):
-            name = str(dtype)[len("torch."):]
-        else:
-            try:
-                name = np.dtype(dtype).name
-            except TypeError:
-                name = repr(dtype)
+        out = _new_array(count, _dtype_arg(dtype))
+    dst = _as_buffer(out, "out", writable=True)
+    if dst.count != count:
+        raise _bad_value(f"out: {dst.count} elements, expected {count}")
+    _qc.decode(data, dst.ptr, count, dst.dtype)  # data: any contiguous bytes-like, read in place
+    return out
+
+
+def _dtype_arg(dtype: Any) -> str:
+    """The name of a dtype qc takes, from a str, numpy dtype or torch dtype.
+    Another dtype is a type error, as numpy's np.dtype("flaot32") is."""
+    if isinstance(dtype, str):
+        name = dtype
+    elif str(dtype).startswith("torch."):
+        name = str(dtype)[len("torch."):]
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = repr(dtype)
+    if name not in DTYPES:
+        raise _bad_type(f"argument 'dtype' must be 'float32', 'float16' or 'bfloat16', not {dtype!r}")
+    return name
+
+
+def _new_array(count: int, name: str) -> Any:
+    """An empty array of count elements; failing to get the memory is a qc error."""
+    try:
         if name == "bfloat16":
             import torch  # bfloat16 arrays are torch tensors
 
-            out = torch.empty(count, dtype=torch.bfloat16)
-        elif name in ("float32", "float16"):
-            out = np.empty(count, dtype=name)
-        else:
-            raise TypeError(f"dtype must be 'float32', 'float16' or 'bfloat16', not {dtype!r}")
-    dst = _as_buffer(out, "out", writable=True)
-    if dst.count != count:
-        raise ValueError(f"out: {dst.count} elements, expected {count}")
-    _qc.decode(bytes(data), dst.ptr, count, dst.dtype)
-    return out
+            return torch.empty(count, dtype=torch.bfloat16)
+        return np.empty(count, dtype=name)
+    except MemoryError:
+        raise OutOfMemoryError(2, f"argument 'count' is {count}: no memory for {count} {name} elements") from None
+    except (ValueError, RuntimeError) as e:  # numpy: too big for an array; torch: allocation failed
+        raise _bad_value(f"argument 'count' is {count}: {e}") from None
 
 
 def _same_buffers(arrays: Sequence[ArrayLike], what: str) -> List[_Buffer]:
     if isinstance(arrays, np.ndarray):
         if arrays.ndim < 2:
-            raise ValueError(f"{what}: expected a list of arrays (or a 2-D array), one per rank")
+            raise _bad_value(f"{what}: expected a list of arrays (or a 2-D array), one per rank")
         arrays = list(arrays)  # rows of a C-contiguous array stay contiguous views
+    arrays = _list_arg(arrays, what)
     if not len(arrays):
-        raise ValueError(f"{what}: expected a non-empty list of arrays, one per rank")
+        raise _bad_value(f"{what}: expected a non-empty list of arrays, one per rank")
     bufs = [_as_buffer(a, f"{what}[{i}]") for i, a in enumerate(arrays)]
     for i, b in enumerate(bufs[1:], 1):
         if b.dtype != bufs[0].dtype or b.count != bufs[0].count:
-            raise ValueError(f"{what}[{i}]: every rank's array must have the same dtype and element count")
+            raise _bad_value(f"{what}[{i}]: every rank's array must have the same dtype and element count")
     return bufs
 
 
@@ -941,8 +1028,9 @@ def emulate_allreduce(
     dsts = [_as_buffer(o, "out") for o in outs]
     ebs = None
     if error_buffers is not None:
+        error_buffers = _list_arg(error_buffers, "argument 'error_buffers'")
         if len(error_buffers) != len(bufs):
-            raise ValueError("error_buffers must have one entry (or None) per rank")
+            raise _bad_value("error_buffers must have one entry (or None) per rank")
         ebs = [_error_buffer_handle(b) for b in error_buffers]
     _qc.emulate_allreduce(
         len(bufs),
@@ -963,7 +1051,7 @@ def emulate_alltoall(arrays: Sequence[ArrayLike], policy: Policy) -> List[ArrayL
     bufs = _same_buffers(arrays, "arrays")
     n = len(bufs)
     if bufs[0].count % n:
-        raise ValueError(f"arrays hold {bufs[0].count} elements, not a multiple of {n} ranks")
+        raise _bad_value(f"arrays hold {bufs[0].count} elements, not a multiple of {n} ranks")
     outs = [_empty_like(b) for b in bufs]
     dsts = [_as_buffer(o, "out") for o in outs]
     _qc.emulate_alltoall(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count // n, bufs[0].dtype,

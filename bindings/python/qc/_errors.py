@@ -50,6 +50,21 @@ class InvalidArgumentError(Error, ValueError):
     STATUS = 1
 
 
+class ArgumentTypeError(Error, TypeError):
+    """QC_ERROR_INVALID_ARGUMENT for an argument of the wrong Python type (also a TypeError).
+
+    Raised by the Python binding before the library is called: a float where
+    an int is needed, a list where a str is, an int where bytes are, an
+    array of a dtype qc does not take; also by pickle/copy of an object that
+    cannot be pickled or copied (qc.Comm, qc.ErrorBuffer). A value of the
+    right type that qc cannot take raises InvalidArgumentError (a ValueError).
+    Not a subclass of InvalidArgumentError: ``except ValueError`` does not
+    catch it. ``error_class(1)`` is InvalidArgumentError.
+    """
+
+    STATUS = 1
+
+
 class OutOfMemoryError(Error, MemoryError):
     """QC_ERROR_OUT_OF_MEMORY."""
 
@@ -119,4 +134,6 @@ _CLASSES: Dict[int, Type[Error]] = {
 
 def error_class(status: int) -> Type[Error]:
     """The exception class for a qc_status_t value (qc.Error for unknown ones)."""
-    return _CLASSES.get(int(status), Error)
+    if isinstance(status, bool) or not hasattr(status, "__index__"):
+        raise ArgumentTypeError(1, f"error_class: argument 'status' must be an int, not {type(status).__name__}")
+    return _CLASSES.get(status.__index__(), Error)

@@ -15,14 +15,26 @@
 //   - a closed handle gives qc.InvalidArgumentError, never a crash; a handle
 //     cannot be closed while another thread is inside a call on it.
 //   - policies cross as tuples in qc_policy_t field order (POLICY_FIELDS in
-//     qc/__init__.py), enumerations as their int values.
+//     qc/__init__.py), enumerations as their int values;
+//   - every argument is converted here by a helper that names it (int_arg,
+//     real_arg, name_arg, BytesArg, policy_arg ...), never by pybind11's
+//     casters: those answer an int out of C range with "incompatible
+//     function arguments" and a str passed on as char* ends at its first
+//     NUL. A wrong value is qc.InvalidArgumentError (a ValueError), a wrong
+//     Python type qc.ArgumentTypeError (a TypeError); docs/python.md, "Bad
+//     arguments".
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <exception>
+#include <limits>
+#include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -34,15 +46,22 @@ namespace py = pybind11;
 
 namespace {
 
-// A failed qc call: the status and the calling thread's qc_last_error().
+// A failed qc call (the status and the calling thread's qc_last_error()), or
+// an argument refused here; wrong_type: the argument had the wrong Python
+// type (qc.ArgumentTypeError) rather than a wrong value.
 struct QcFailure : std::exception {
   int status;
   std::string message;
-  QcFailure(int s, std::string m) : status(s), message(std::move(m)) {}
+  bool wrong_type;
+  QcFailure(int s, std::string m, bool t = false) : status(s), message(std::move(m)), wrong_type(t) {}
   const char* what() const noexcept override { return message.c_str(); }
 };
 
 [[noreturn]] void fail(int status, std::string message) { throw QcFailure(status, std::move(message)); }
+[[noreturn]] void fail_value(std::string message) { fail(QC_ERROR_INVALID_ARGUMENT, std::move(message)); }
+[[noreturn]] void fail_type(std::string message) {
+  throw QcFailure(QC_ERROR_INVALID_ARGUMENT, std::move(message), true);
+}
 
 // Runs a qc call with the GIL held (cheap, non-blocking calls).
 template <class F>
@@ -70,25 +89,163 @@ T* ptr(std::uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
+// ---- arguments ------------------------------------------------------------------
+// `what` names the argument as the Python caller wrote it ("argument 'count'",
+// "argument 'layers[2]'"), so the message says which one was refused.
+
+std::string type_name(py::handle value) { return Py_TYPE(value.ptr())->tp_name; }
+
+// repr() of a value for a message, cut to a readable length.
+std::string short_repr(py::handle value) {
+  std::string text = py::repr(value).cast<std::string>();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+// An int: a Python int or anything with __index__ (numpy integers), never a
+// bool, a float or a str; outside [lo, hi] (the C type's range unless
+// narrower) is a wrong value, never a silent wrap or truncation.
+template <class T>
+T int_arg(py::handle value, const std::string& what, T lo = std::numeric_limits<T>::min(),
+          T hi = std::numeric_limits<T>::max()) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    fail_type(what + " must be an int, not " + type_name(value));
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) throw py::error_already_set();
+  const auto number = py::reinterpret_steal<py::int_>(index);
+  if (number < py::int_(lo) || number > py::int_(hi))
+    fail_value(what + " is " + short_repr(number) + "; expected an int in " + std::to_string(lo) + ".." +
+               std::to_string(hi));
+  return number.cast<T>();
+}
+
+// A real number (float, int, numpy scalar; not a bool or a str). One beyond
+// a double's range is a wrong value; NaN and infinities pass, for the
+// library to judge.
+double real_arg(py::handle value, const std::string& what) {
+  if (PyBool_Check(value.ptr())) fail_type(what + " must be a number, not bool");
+  const double number = PyFloat_AsDouble(value.ptr());
+  if (number == -1.0 && PyErr_Occurred()) {
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+      PyErr_Clear();
+      fail_value(what + " is " + short_repr(value) + ", beyond the range of a double");
+    }
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      fail_type(what + " must be a number, not " + type_name(value));
+    }
+    throw py::error_already_set();
+  }
+  return number;
+}
+
+// A double narrowed to float without undefined behaviour: beyond the float
+// range it becomes an infinity (which the library refuses by name).
+float to_float(double number) {
+  if (std::isfinite(number) && std::fabs(number) > FLT_MAX) return number > 0 ? INFINITY : -INFINITY;
+  return static_cast<float>(number);
+}
+
+// A name (layer, pattern, preset): a str, as UTF-8, without NUL. C names end
+// at their first NUL, so "x\0a" would silently act on "x".
+std::string name_arg(py::handle value, const std::string& what) {
+  if (!PyUnicode_Check(value.ptr())) fail_type(what + " must be a str, not " + type_name(value));
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(value.ptr(), &size);
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+    fail_value(what + " " + short_repr(value) + " cannot be encoded as UTF-8 (it holds a lone surrogate)");
+  }
+  const Py_ssize_t nul = PyUnicode_FindChar(value.ptr(), 0, 0, PyUnicode_GetLength(value.ptr()), 1);
+  if (nul >= 0)
+    fail_value(what + " " + short_repr(value) + " contains a NUL character at index " + std::to_string(nul) +
+               "; qc names are C strings, which would end there");
+  return std::string(utf8, static_cast<size_t>(size));
+}
+
+std::optional<std::string> opt_name_arg(py::handle value, const std::string& what) {
+  if (value.is_none()) return std::nullopt;
+  return name_arg(value, what);
+}
+
+// A list or tuple (not a str or bytes, whose items would pass for names or ints).
+py::sequence sequence_arg(py::handle value, const std::string& what) {
+  if (PyUnicode_Check(value.ptr()) || PyBytes_Check(value.ptr()) || PyByteArray_Check(value.ptr()) ||
+      !PySequence_Check(value.ptr()))
+    fail_type(what + " must be a list or tuple, not " + type_name(value));
+  return py::reinterpret_borrow<py::sequence>(value);
+}
+
+std::string item(const std::string& what, size_t index) {
+  // "argument 'layers'" -> "argument 'layers[2]'"
+  const size_t quote = what.rfind('\'');
+  if (quote == std::string::npos || quote == 0) return what + "[" + std::to_string(index) + "]";
+  return what.substr(0, quote) + "[" + std::to_string(index) + "]" + what.substr(quote);
+}
+
+// A bytes-like argument (bytes, bytearray, memoryview, array.array, a numpy
+// array: its raw bytes), read in place. The buffer is held, so a bytearray
+// cannot be resized while the GIL is released; it must be contiguous.
+class BytesArg {
+ public:
+  BytesArg(py::handle value, const std::string& what) {
+    if (PyUnicode_Check(value.ptr()) || !PyObject_CheckBuffer(value.ptr()))
+      fail_type(what + " must be bytes-like (bytes, bytearray, memoryview), not " + type_name(value));
+    if (PyObject_GetBuffer(value.ptr(), &view_, PyBUF_SIMPLE) != 0) {
+      py::error_already_set error;
+      fail_value(what + " is not a contiguous buffer (" + std::string(error.what()) +
+                 "); pass bytes(...) of it");
+    }
+  }
+  BytesArg(const BytesArg&) = delete;
+  BytesArg& operator=(const BytesArg&) = delete;
+  ~BytesArg() { PyBuffer_Release(&view_); }  // with the GIL: destroyed after the call
+  const void* data() const { return view_.buf; }
+  size_t size() const { return static_cast<size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+std::uintptr_t address_arg(py::handle value, const std::string& what) {
+  return int_arg<std::uintptr_t>(value, what);
+}
+
+std::vector<std::uintptr_t> addresses_arg(py::handle value, const std::string& what) {
+  const py::sequence items = sequence_arg(value, what);
+  std::vector<std::uintptr_t> out;
+  out.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) out.push_back(address_arg(items[i], item(what, i)));
+  return out;
+}
+
 // ---- policies as tuples -------------------------------------------------------
 
 constexpr size_t kPolicyFields = 11;
+constexpr const char* kPolicyFieldNames[kPolicyFields] = {
+    "codec",  "bits",       "bucket_size",         "rounding", "algorithm",         "error_feedback",
+    "group_size", "topk_ratio", "scale_update_period", "seed",     "min_compress_bytes"};
 
-qc_policy_t policy_from_tuple(const py::tuple& t) {
+qc_policy_t policy_arg(py::handle value, const std::string& what) {
+  if (!PyTuple_Check(value.ptr()))
+    fail_type(what + " must be a policy tuple (qc.Policy._to_tuple()), not " + type_name(value));
+  const auto t = py::reinterpret_borrow<py::tuple>(value);
   if (t.size() != kPolicyFields)
-    fail(QC_ERROR_INVALID_ARGUMENT, "policy tuple must have " + std::to_string(kPolicyFields) + " fields");
+    fail_value(what + " has " + std::to_string(t.size()) + " fields; a policy tuple has " +
+               std::to_string(kPolicyFields));
+  auto field = [&](size_t i) { return what + " field '" + kPolicyFieldNames[i] + "'"; };
   qc_policy_t p = QC_POLICY_INIT;
-  p.codec = static_cast<qc_codec_t>(t[0].cast<int>());
-  p.bits = t[1].cast<int>();
-  p.bucket_size = t[2].cast<int>();
-  p.rounding = static_cast<qc_rounding_t>(t[3].cast<int>());
-  p.algorithm = static_cast<qc_algorithm_t>(t[4].cast<int>());
-  p.error_feedback = t[5].cast<int>();
-  p.group_size = t[6].cast<int>();
-  p.topk_ratio = t[7].cast<float>();
-  p.scale_update_period = t[8].cast<int>();
-  p.seed = t[9].cast<uint64_t>();
-  p.min_compress_bytes = t[10].cast<size_t>();
+  p.codec = static_cast<qc_codec_t>(int_arg<int>(t[0], field(0)));
+  p.bits = int_arg<int>(t[1], field(1));
+  p.bucket_size = int_arg<int>(t[2], field(2));
+  p.rounding = static_cast<qc_rounding_t>(int_arg<int>(t[3], field(3)));
+  p.algorithm = static_cast<qc_algorithm_t>(int_arg<int>(t[4], field(4)));
+  p.error_feedback = int_arg<int>(t[5], field(5));
+  p.group_size = int_arg<int>(t[6], field(6));
+  p.topk_ratio = to_float(real_arg(t[7], field(7)));
+  p.scale_update_period = int_arg<int>(t[8], field(8));
+  p.seed = int_arg<uint64_t>(t[9], field(9));
+  p.min_compress_bytes = int_arg<size_t>(t[10], field(10));
   return p;
 }
 
@@ -192,21 +349,24 @@ qc_comm_config_t comm_config(double timeout) {
   return cfg;
 }
 
-std::vector<std::unique_ptr<Comm>> create_local(int nranks, double timeout) {
-  if (nranks < 1) fail(QC_ERROR_INVALID_ARGUMENT, "argument 'n' (" + std::to_string(nranks) + ") must be >= 1");
-  std::vector<qc_comm_t> handles(static_cast<size_t>(nranks), nullptr);
-  qc_comm_config_t cfg = comm_config(timeout);
-  call([&] { return qc_comm_create_local_with_config(nranks, &cfg, handles.data()); });
+std::vector<std::unique_ptr<Comm>> create_local(py::handle n, py::handle timeout) {
+  const int nranks = int_arg<int>(n, "argument 'n'", 1);
+  qc_comm_config_t cfg = comm_config(real_arg(timeout, "argument 'timeout'"));
+  // Not initialised, so not touched before the library has checked nranks
+  // (a huge n would otherwise fill gigabytes just to be refused).
+  std::unique_ptr<qc_comm_t[]> handles(new (std::nothrow) qc_comm_t[static_cast<size_t>(nranks)]);
+  if (!handles) fail(QC_ERROR_OUT_OF_MEMORY, "argument 'n' is " + std::to_string(nranks) + ": no memory for the handles");
+  call([&] { return qc_comm_create_local_with_config(nranks, &cfg, handles.get()); });
   std::vector<std::unique_ptr<Comm>> comms;
-  comms.reserve(handles.size());
-  for (qc_comm_t h : handles) comms.push_back(std::make_unique<Comm>(h));
+  comms.reserve(static_cast<size_t>(nranks));
+  for (int i = 0; i < nranks; ++i) comms.push_back(std::make_unique<Comm>(handles[i]));
   return comms;
 }
 
-std::unique_ptr<Comm> create_mpi(int64_t fortran_handle, double timeout) {
-  qc_comm_config_t cfg = comm_config(timeout);
+std::unique_ptr<Comm> create_mpi(py::handle fortran_handle, py::handle timeout) {
+  qc_comm_config_t cfg = comm_config(real_arg(timeout, "argument 'timeout'"));
   cfg.transport = QC_TRANSPORT_MPI;
-  cfg.mpi_comm = fortran_handle;
+  cfg.mpi_comm = int_arg<int64_t>(fortran_handle, "argument 'fortran_handle'");
   qc_comm_t h = nullptr;
   // Collective over the MPI communicator: waits for the other processes.
   call_nogil([&] { return qc_comm_create(&cfg, &h); });
@@ -214,6 +374,33 @@ std::unique_ptr<Comm> create_mpi(int64_t fortran_handle, double timeout) {
 }
 
 const char* opt_cstr(const std::optional<std::string>& s) { return s ? s->c_str() : nullptr; }
+
+// A qc._qc.Comm or qc._qc.ErrorBuffer argument (None allowed where said).
+template <class T>
+T* handle_arg(py::handle value, const std::string& what, const char* class_name, bool none_ok) {
+  if (none_ok && value.is_none()) return nullptr;
+  if (!py::isinstance<T>(value))
+    fail_type(what + " must be a " + class_name + (none_ok ? " or None" : "") + ", not " + type_name(value));
+  return value.cast<T*>();
+}
+
+// Holds an error buffer, if any, for the duration of a call.
+struct ErrorBufferUse {
+  std::optional<InUse> use;
+  qc_error_buffer_t handle = nullptr;
+  explicit ErrorBufferUse(ErrorBuffer* eb) {
+    if (eb) {
+      use.emplace(eb->busy(), "the qc.ErrorBuffer");
+      handle = eb->handle();
+    }
+  }
+};
+
+[[noreturn]] void refuse_pickle(py::handle self) {
+  fail_type(std::string("a ") + type_name(self) +
+            " cannot be pickled or copied: it is a live library handle (one rank of a group, or "
+            "its residuals); create one in each process (ErrorBuffer residuals travel as save() bytes)");
+}
 
 py::dict stats_dict(const qc_stats_t& s) {
   py::dict d;
@@ -244,7 +431,7 @@ void raise_qc_error(const QcFailure& e) {
   // still carries the status and the message.
   try {
     py::object errors = py::module_::import("qc._errors");
-    py::object cls = errors.attr("error_class")(e.status);
+    py::object cls = e.wrong_type ? errors.attr("ArgumentTypeError") : errors.attr("error_class")(e.status);
     py::object exc = cls(e.status, e.message);
     PyErr_SetObject(cls.ptr(), exc.ptr());
   } catch (py::error_already_set&) {
@@ -283,11 +470,14 @@ PYBIND11_MODULE(_qc, m) {
   m.attr("STATUS_DESCRIPTIONS") = descriptions;
   m.attr("POLICY_FIELD_COUNT") = kPolicyFields;
 
+
   m.def("version_number", &qc_version_number, "qc_version_number(): version of the running libqc.");
   m.def("version_string", [] { return std::string(qc_version_string()); },
         "qc_version_string(): 'M.m.p' of the running libqc.");
-  m.def("status_string", [](int s) { return std::string(qc_status_string(static_cast<qc_status_t>(s))); },
-        py::arg("status"), "qc_status_string(): the name of a status, e.g. 'QC_ERROR_TIMEOUT'.");
+  m.def("status_string", [](py::handle status) {
+    const int s = int_arg<int>(status, "argument 'status'");
+    return std::string(qc_status_string(static_cast<qc_status_t>(s)));
+  }, py::arg("status"), "qc_status_string(): the name of a status, e.g. 'QC_ERROR_TIMEOUT'.");
   m.def("last_error", [] { return std::string(qc_last_error()); },
         "qc_last_error() of the calling thread.");
 
@@ -298,44 +488,54 @@ PYBIND11_MODULE(_qc, m) {
     call([&] { return qc_policy_init(&p); });
     return policy_to_tuple(p);
   }, "qc_policy_init() as a tuple in qc_policy_t field order.");
-  m.def("policy_check", [](const py::tuple& t) {
-    const qc_policy_t p = policy_from_tuple(t);
+  m.def("policy_check", [](py::handle policy) {
+    const qc_policy_t p = policy_arg(policy, "argument 'policy'");
     size_t bytes = 0;
     call([&] { return qc_encoded_size(&p, 0, &bytes); });
   }, py::arg("policy"), "Validate a policy tuple with the library's rules; raises qc.Error.");
-  m.def("encoded_size", [](const py::tuple& t, size_t count) {
-    const qc_policy_t p = policy_from_tuple(t);
+  m.def("encoded_size", [](py::handle policy, py::handle count) {
+    const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+    const size_t n = int_arg<size_t>(count, "argument 'count'");
     size_t bytes = 0;
-    call([&] { return qc_encoded_size(&p, count, &bytes); });
+    call([&] { return qc_encoded_size(&p, n, &bytes); });
     return bytes;
   }, py::arg("policy"), py::arg("count"));
-  m.def("encode", [](const py::tuple& t, std::uintptr_t src, size_t count, int dtype) {
-    const qc_policy_t p = policy_from_tuple(t);
+  m.def("encode", [](py::handle policy, py::handle src, py::handle count, py::handle dtype) {
+    const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+    const std::uintptr_t from = address_arg(src, "argument 'src'");
+    const size_t n = int_arg<size_t>(count, "argument 'count'");
+    const int type = int_arg<int>(dtype, "argument 'dtype'");
     size_t bound = 0;
-    call([&] { return qc_encoded_size(&p, count, &bound); });
+    call([&] { return qc_encoded_size(&p, n, &bound); });
     std::string out(bound, '\0');
     size_t written = 0;
     call_nogil([&] {
-      return qc_encode(&p, ptr<const void>(src), count, static_cast<qc_dtype_t>(dtype), out.data(),
-                       out.size(), &written);
+      return qc_encode(&p, ptr<const void>(from), n, static_cast<qc_dtype_t>(type), out.data(), out.size(),
+                       &written);
     });
     return py::bytes(out.data(), written);
   }, py::arg("policy"), py::arg("src"), py::arg("count"), py::arg("dtype"));
-  m.def("decode", [](const py::bytes& data, std::uintptr_t dst, size_t count, int dtype) {
-    char* buf = nullptr;
-    Py_ssize_t size = 0;
-    if (PyBytes_AsStringAndSize(data.ptr(), &buf, &size) != 0) throw py::error_already_set();
+  m.def("decode", [](py::handle data, py::handle dst, py::handle count, py::handle dtype) {
+    const BytesArg message(data, "argument 'data'");
+    const std::uintptr_t to = address_arg(dst, "argument 'dst'");
+    const size_t n = int_arg<size_t>(count, "argument 'count'");
+    const int type = int_arg<int>(dtype, "argument 'dtype'");
     call_nogil([&] {
-      return qc_decode(buf, static_cast<size_t>(size), ptr<void>(dst), count, static_cast<qc_dtype_t>(dtype));
+      return qc_decode(message.data(), message.size(), ptr<void>(to), n, static_cast<qc_dtype_t>(type));
     });
   }, py::arg("data"), py::arg("dst"), py::arg("count"), py::arg("dtype"));
 
   // ---- error buffers ----
   py::class_<ErrorBuffer>(m, "ErrorBuffer", "qc_error_buffer_t")
-      .def(py::init<Comm*, size_t>(), py::arg("comm").none(true), py::arg("count"))
+      .def(py::init([](py::handle comm, py::handle count) {
+             Comm* c = handle_arg<Comm>(comm, "argument 'comm'", "qc.Comm", true);
+             return std::make_unique<ErrorBuffer>(c, int_arg<size_t>(count, "argument 'count'"));
+           }),
+           py::arg("comm").none(true), py::arg("count"))
       .def_property_readonly("count", &ErrorBuffer::count)
       .def_property_readonly("closed", &ErrorBuffer::closed)
       .def("close", &ErrorBuffer::close)
+      .def("__reduce__", [](py::handle self) { refuse_pickle(self); })
       .def("reset", [](ErrorBuffer& b) {
         InUse use(b.busy(), "the qc.ErrorBuffer");
         qc_error_buffer_t h = b.handle();
@@ -357,13 +557,11 @@ PYBIND11_MODULE(_qc, m) {
         call_nogil([&] { return qc_error_buffer_save(h, out.data(), out.size(), &size); });
         return py::bytes(out.data(), size);
       })
-      .def("load", [](ErrorBuffer& b, const py::bytes& data) {
+      .def("load", [](ErrorBuffer& b, py::handle data) {
+        const BytesArg image(data, "argument 'data'");
         InUse use(b.busy(), "the qc.ErrorBuffer");
         qc_error_buffer_t h = b.handle();
-        char* buf = nullptr;
-        Py_ssize_t size = 0;
-        if (PyBytes_AsStringAndSize(data.ptr(), &buf, &size) != 0) throw py::error_already_set();
-        call_nogil([&] { return qc_error_buffer_load(h, buf, static_cast<size_t>(size)); });
+        call_nogil([&] { return qc_error_buffer_load(h, image.data(), image.size()); });
       }, py::arg("data"));
 
   // ---- communicators ----
@@ -372,6 +570,7 @@ PYBIND11_MODULE(_qc, m) {
       .def_static("create_mpi", &create_mpi, py::arg("fortran_handle"), py::arg("timeout"))
       .def_property_readonly("closed", &Comm::closed)
       .def("close", &Comm::close)
+      .def("__reduce__", [](py::handle self) { refuse_pickle(self); })
       .def_property_readonly("rank", [](Comm& c) {
         int r = 0;
         qc_comm_t h = c.handle();
@@ -395,86 +594,109 @@ PYBIND11_MODULE(_qc, m) {
                               std::string(e == QC_SUCCESS ? "" : qc_last_error()));
       })
       .def("allreduce",
-           [](Comm& c, std::uintptr_t send, std::uintptr_t recv, size_t count, int dtype, int op,
-              std::optional<std::string> layer, ErrorBuffer* eb, std::uintptr_t stream) {
+           [](Comm& c, py::handle send, py::handle recv, py::handle count, py::handle dtype, py::handle op,
+              py::handle layer, py::handle error_buffer, py::handle stream) {
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(count, "argument 'count'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             const std::uintptr_t queue = address_arg(stream, "argument 'stream'");
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
-             std::optional<InUse> use_eb;
-             qc_error_buffer_t ebh = nullptr;
-             if (eb) {
-               use_eb.emplace(eb->busy(), "the qc.ErrorBuffer");
-               ebh = eb->handle();
-             }
+             const ErrorBufferUse residuals(eb);
              call_nogil([&] {
-               return qc_allreduce(h, ptr<const void>(send), ptr<void>(recv), count,
-                                   static_cast<qc_dtype_t>(dtype), static_cast<qc_reduce_op_t>(op),
-                                   opt_cstr(layer), ebh, ptr<void>(stream));
+               return qc_allreduce(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                   static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), residuals.handle,
+                                   ptr<void>(queue));
              });
            },
            py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op"),
            py::arg("layer").none(true), py::arg("error_buffer").none(true), py::arg("stream") = 0)
       .def("allreduce_segments",
-           [](Comm& c, std::uintptr_t send, std::uintptr_t recv, std::vector<size_t> counts,
-              std::vector<std::optional<std::string>> layers, int dtype, int op, ErrorBuffer* eb,
-              std::uintptr_t stream) {
-             if (layers.size() != counts.size())
-               fail(QC_ERROR_INVALID_ARGUMENT, "argument 'layers' must have one entry per segment");
+           [](Comm& c, py::handle send, py::handle recv, py::handle counts, py::handle layers, py::handle dtype,
+              py::handle op, py::handle error_buffer, py::handle stream) {
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const py::sequence count_items = sequence_arg(counts, "argument 'counts'");
+             const py::sequence layer_items = sequence_arg(layers, "argument 'layers'");
+             if (layer_items.size() != count_items.size())
+               fail_value("argument 'layers' has " + std::to_string(layer_items.size()) + " entries but 'counts' " +
+                          std::to_string(count_items.size()) + "; one per segment");
+             std::vector<size_t> sizes;
+             std::vector<std::optional<std::string>> names;
+             for (size_t i = 0; i < count_items.size(); ++i) {
+               sizes.push_back(int_arg<size_t>(count_items[i], item("argument 'counts'", i)));
+               names.push_back(opt_name_arg(layer_items[i], item("argument 'layers'", i)));
+             }
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             const std::uintptr_t queue = address_arg(stream, "argument 'stream'");
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
-             std::optional<InUse> use_eb;
-             qc_error_buffer_t ebh = nullptr;
-             if (eb) {
-               use_eb.emplace(eb->busy(), "the qc.ErrorBuffer");
-               ebh = eb->handle();
-             }
-             std::vector<const char*> names;
-             names.reserve(layers.size());
-             for (const auto& l : layers) names.push_back(opt_cstr(l));
+             const ErrorBufferUse residuals(eb);
+             std::vector<const char*> cnames;
+             cnames.reserve(names.size());
+             for (const auto& name : names) cnames.push_back(opt_cstr(name));
              call_nogil([&] {
-               return qc_allreduce_segments(h, ptr<const void>(send), ptr<void>(recv), counts.size(),
-                                            counts.data(), names.data(), static_cast<qc_dtype_t>(dtype),
-                                            static_cast<qc_reduce_op_t>(op), ebh, ptr<void>(stream));
+               return qc_allreduce_segments(h, ptr<const void>(from), ptr<void>(to), sizes.size(), sizes.data(),
+                                            cnames.data(), static_cast<qc_dtype_t>(type),
+                                            static_cast<qc_reduce_op_t>(reduce), residuals.handle,
+                                            ptr<void>(queue));
              });
            },
            py::arg("send"), py::arg("recv"), py::arg("counts"), py::arg("layers"), py::arg("dtype"),
            py::arg("op"), py::arg("error_buffer").none(true), py::arg("stream") = 0)
       .def("alltoall",
-           [](Comm& c, std::uintptr_t send, std::uintptr_t recv, size_t count_per_rank, int dtype,
-              std::optional<std::string> layer, std::uintptr_t stream) {
+           [](Comm& c, py::handle send, py::handle recv, py::handle count_per_rank, py::handle dtype,
+              py::handle layer, py::handle stream) {
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(count_per_rank, "argument 'count_per_rank'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             const std::uintptr_t queue = address_arg(stream, "argument 'stream'");
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              call_nogil([&] {
-               return qc_alltoall(h, ptr<const void>(send), ptr<void>(recv), count_per_rank,
-                                  static_cast<qc_dtype_t>(dtype), opt_cstr(layer),
-                                  ptr<void>(stream));
+               return qc_alltoall(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                  opt_cstr(name), ptr<void>(queue));
              });
            },
            py::arg("send"), py::arg("recv"), py::arg("count_per_rank"), py::arg("dtype"),
            py::arg("layer").none(true), py::arg("stream") = 0)
       .def("set_layer_policy",
-           [](Comm& c, const std::string& pattern, const py::tuple& t) {
+           [](Comm& c, py::handle pattern, py::handle policy) {
+             const std::string name = name_arg(pattern, "argument 'pattern'");
+             const qc_policy_t p = policy_arg(policy, "argument 'policy'");
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
-             const qc_policy_t p = policy_from_tuple(t);
-             call([&] { return qc_set_layer_policy(h, pattern.c_str(), &p); });
+             call([&] { return qc_set_layer_policy(h, name.c_str(), &p); });
            },
            py::arg("pattern"), py::arg("policy"))
       .def("get_layer_policy",
-           [](Comm& c, std::optional<std::string> layer) {
+           [](Comm& c, py::handle layer) {
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              qc_policy_t p = QC_POLICY_INIT;
-             call([&] { return qc_get_layer_policy(h, opt_cstr(layer), &p); });
+             call([&] { return qc_get_layer_policy(h, opt_cstr(name), &p); });
              return policy_to_tuple(p);
            },
            py::arg("layer").none(true))
       .def("policy_preset",
-           [](Comm& c, const std::string& name, std::optional<py::tuple> base) {
+           [](Comm& c, py::handle name, py::handle base) {
+             const std::string preset = name_arg(name, "argument 'name'");
+             const std::optional<qc_policy_t> b =
+                 base.is_none() ? std::nullopt : std::optional<qc_policy_t>(policy_arg(base, "argument 'base'"));
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
-             qc_policy_t b = QC_POLICY_INIT;
-             if (base) b = policy_from_tuple(*base);
-             call([&] { return qc_policy_preset(h, name.c_str(), base ? &b : nullptr); });
+             call([&] { return qc_policy_preset(h, preset.c_str(), b ? &*b : nullptr); });
            },
            py::arg("name"), py::arg("base").none(true))
       .def("stats",
@@ -487,12 +709,13 @@ PYBIND11_MODULE(_qc, m) {
              return stats_dict(s);
            })
       .def("layer_stats",
-           [](Comm& c, std::optional<std::string> layer) {
+           [](Comm& c, py::handle layer) {
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              qc_layer_stats_t s{};
              s.struct_size = sizeof(s);
-             call([&] { return qc_comm_get_layer_stats(h, opt_cstr(layer), &s); });
+             call([&] { return qc_comm_get_layer_stats(h, opt_cstr(name), &s); });
              return layer_stats_dict(s);
            },
            py::arg("layer").none(true))
@@ -515,16 +738,18 @@ PYBIND11_MODULE(_qc, m) {
              return names;
            })
       .def("adapt_policies",
-           [](Comm& c, int method, double alpha, std::vector<int> allowed_bits) {
+           [](Comm& c, py::handle method, py::handle alpha, py::handle allowed_bits) {
+             qc_adapt_config_t cfg = QC_ADAPT_CONFIG_INIT;
+             cfg.method = static_cast<qc_adapt_method_t>(int_arg<int>(method, "argument 'method'"));
+             cfg.alpha = real_arg(alpha, "argument 'alpha'");
+             const py::sequence bits = sequence_arg(allowed_bits, "argument 'allowed_bits'");
+             if (bits.size() < 1 || bits.size() > 8)
+               fail_value("argument 'allowed_bits' has " + std::to_string(bits.size()) + " entries; expected 1..8");
+             cfg.num_allowed = static_cast<int>(bits.size());
+             for (size_t i = 0; i < bits.size(); ++i)
+               cfg.allowed_bits[i] = int_arg<int>(bits[i], item("argument 'allowed_bits'", i));
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
-             qc_adapt_config_t cfg = QC_ADAPT_CONFIG_INIT;
-             cfg.method = static_cast<qc_adapt_method_t>(method);
-             cfg.alpha = alpha;
-             if (allowed_bits.size() < 1 || allowed_bits.size() > 8)
-               fail(QC_ERROR_INVALID_ARGUMENT, "argument 'allowed_bits' must have 1..8 entries");
-             cfg.num_allowed = static_cast<int>(allowed_bits.size());
-             for (size_t i = 0; i < allowed_bits.size(); ++i) cfg.allowed_bits[i] = allowed_bits[i];
              qc_adapt_report_t r{};
              r.struct_size = sizeof(r);
              call_nogil([&] { return qc_adapt_policies(h, &cfg, &r); });
@@ -541,50 +766,65 @@ PYBIND11_MODULE(_qc, m) {
 
   // ---- emulation ----
   m.def("emulate_allreduce",
-        [](int nranks, std::vector<std::uintptr_t> sends, std::vector<std::uintptr_t> recvs, size_t count,
-           int dtype, int op, const py::tuple& t, std::optional<std::vector<ErrorBuffer*>> ebs) {
-          const qc_policy_t p = policy_from_tuple(t);
-          if (sends.size() != static_cast<size_t>(nranks) || recvs.size() != static_cast<size_t>(nranks))
-            fail(QC_ERROR_INVALID_ARGUMENT, "one send and one receive buffer per rank");
-          std::vector<const void*> s(sends.size());
-          std::vector<void*> r(recvs.size());
-          for (size_t i = 0; i < sends.size(); ++i) s[i] = ptr<const void>(sends[i]);
-          for (size_t i = 0; i < recvs.size(); ++i) r[i] = ptr<void>(recvs[i]);
+        [](py::handle nranks, py::handle sends, py::handle recvs, py::handle count, py::handle dtype, py::handle op,
+           py::handle policy, py::handle error_buffers) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const std::vector<std::uintptr_t> send_addresses = addresses_arg(sends, "argument 'sends'");
+          const std::vector<std::uintptr_t> recv_addresses = addresses_arg(recvs, "argument 'recvs'");
+          const size_t elements = int_arg<size_t>(count, "argument 'count'");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const int reduce = int_arg<int>(op, "argument 'op'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          if (n < 1 || send_addresses.size() != static_cast<size_t>(n) ||
+              recv_addresses.size() != static_cast<size_t>(n))
+            fail_value("argument 'nranks' is " + std::to_string(n) + "; expected >= 1 and one send and one receive "
+                       "buffer per rank");
+          std::vector<ErrorBuffer*> buffers;
+          if (!error_buffers.is_none()) {
+            const py::sequence items = sequence_arg(error_buffers, "argument 'error_buffers'");
+            if (items.size() != static_cast<size_t>(n))
+              fail_value("argument 'error_buffers' must have one entry (or None) per rank");
+            for (size_t i = 0; i < items.size(); ++i)
+              buffers.push_back(handle_arg<ErrorBuffer>(items[i], item("argument 'error_buffers'", i),
+                                                        "qc.ErrorBuffer", true));
+          }
+          std::vector<const void*> s(send_addresses.size());
+          std::vector<void*> r(recv_addresses.size());
+          for (size_t i = 0; i < s.size(); ++i) s[i] = ptr<const void>(send_addresses[i]);
+          for (size_t i = 0; i < r.size(); ++i) r[i] = ptr<void>(recv_addresses[i]);
           std::vector<qc_error_buffer_t> eb_handles;
-          std::vector<std::unique_ptr<InUse>> uses;
-          if (ebs) {
-            if (ebs->size() != static_cast<size_t>(nranks))
-              fail(QC_ERROR_INVALID_ARGUMENT, "argument 'error_buffers' must have one entry (or None) per rank");
-            for (ErrorBuffer* b : *ebs) {
-              if (b) {
-                uses.push_back(std::make_unique<InUse>(b->busy(), "the qc.ErrorBuffer"));
-                eb_handles.push_back(b->handle());
-              } else {
-                eb_handles.push_back(nullptr);
-              }
-            }
+          std::vector<std::unique_ptr<ErrorBufferUse>> uses;
+          for (ErrorBuffer* b : buffers) {
+            uses.push_back(std::make_unique<ErrorBufferUse>(b));
+            eb_handles.push_back(uses.back()->handle);
           }
           call_nogil([&] {
-            return qc_emulate_allreduce(nranks, s.data(), r.data(), count, static_cast<qc_dtype_t>(dtype),
-                                        static_cast<qc_reduce_op_t>(op), &p,
-                                        ebs ? eb_handles.data() : nullptr);
+            return qc_emulate_allreduce(n, s.data(), r.data(), elements, static_cast<qc_dtype_t>(type),
+                                        static_cast<qc_reduce_op_t>(reduce), &p,
+                                        error_buffers.is_none() ? nullptr : eb_handles.data());
           });
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count"), py::arg("dtype"), py::arg("op"),
         py::arg("policy"), py::arg("error_buffers").none(true));
   m.def("emulate_alltoall",
-        [](int nranks, std::vector<std::uintptr_t> sends, std::vector<std::uintptr_t> recvs,
-           size_t count_per_rank, int dtype, const py::tuple& t) {
-          const qc_policy_t p = policy_from_tuple(t);
-          if (sends.size() != static_cast<size_t>(nranks) || recvs.size() != static_cast<size_t>(nranks))
-            fail(QC_ERROR_INVALID_ARGUMENT, "one send and one receive buffer per rank");
-          std::vector<const void*> s(sends.size());
-          std::vector<void*> r(recvs.size());
-          for (size_t i = 0; i < sends.size(); ++i) s[i] = ptr<const void>(sends[i]);
-          for (size_t i = 0; i < recvs.size(); ++i) r[i] = ptr<void>(recvs[i]);
+        [](py::handle nranks, py::handle sends, py::handle recvs, py::handle count_per_rank, py::handle dtype,
+           py::handle policy) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const std::vector<std::uintptr_t> send_addresses = addresses_arg(sends, "argument 'sends'");
+          const std::vector<std::uintptr_t> recv_addresses = addresses_arg(recvs, "argument 'recvs'");
+          const size_t elements = int_arg<size_t>(count_per_rank, "argument 'count_per_rank'");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          if (n < 1 || send_addresses.size() != static_cast<size_t>(n) ||
+              recv_addresses.size() != static_cast<size_t>(n))
+            fail_value("argument 'nranks' is " + std::to_string(n) + "; expected >= 1 and one send and one receive "
+                       "buffer per rank");
+          std::vector<const void*> s(send_addresses.size());
+          std::vector<void*> r(recv_addresses.size());
+          for (size_t i = 0; i < s.size(); ++i) s[i] = ptr<const void>(send_addresses[i]);
+          for (size_t i = 0; i < r.size(); ++i) r[i] = ptr<void>(recv_addresses[i]);
           call_nogil([&] {
-            return qc_emulate_alltoall(nranks, s.data(), r.data(), count_per_rank,
-                                       static_cast<qc_dtype_t>(dtype), &p);
+            return qc_emulate_alltoall(n, s.data(), r.data(), elements, static_cast<qc_dtype_t>(type), &p);
           });
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count_per_rank"), py::arg("dtype"),
