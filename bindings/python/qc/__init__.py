@@ -144,6 +144,30 @@ def _list_arg(value: Any, what: str) -> list:
     return list(value)
 
 
+def _name_arg(value: Any, what: str) -> Optional[str]:
+    """None or a str without NUL (as the extension's name_arg)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _bad_type(f"{what} must be a str or None, not {type(value).__name__}")
+    if "\0" in value:
+        raise _bad_value(f"{what} {value!r} contains a NUL character at index {value.index(chr(0))}; "
+                         "qc names are C strings, which would end there")
+    return value
+
+
+def _bytes_arg(value: Any, what: str) -> bytes:
+    """A copy of a bytes-like value (bytes, bytearray, contiguous memoryview)."""
+    try:
+        view = memoryview(value)
+    except TypeError:
+        raise _bad_type(f"{what} must be bytes-like (bytes, bytearray, memoryview), "
+                        f"not {type(value).__name__}") from None
+    if not view.contiguous:
+        raise _bad_value(f"{what} is not a contiguous buffer; pass bytes(...) of it")
+    return view.tobytes()
+
+
 def _choice_arg(value: Any, table: Dict[str, int], what: str) -> int:
     """A name from table (any case), e.g. op="avg"."""
     if not isinstance(value, str):
@@ -404,6 +428,9 @@ class Policy:
 
     def replace(self, **changes: Any) -> "Policy":
         """A copy with some fields changed: ``p.replace(bits=2)``."""
+        unknown = [name for name in changes if name not in POLICY_FIELDS]
+        if unknown:
+            raise _bad_type(f"qc.Policy.replace: no field {unknown[0]!r} (fields: {', '.join(POLICY_FIELDS)})")
         values = self.to_dict()
         values.update(changes)
         return Policy(**values)

@@ -30,6 +30,8 @@ class Error(Exception):
     STATUS: Optional[int] = None
 
     def __init__(self, status: Optional[int] = None, message: str = "") -> None:
+        if isinstance(status, str) and not message:  # qc.InvalidArgumentError("text")
+            status, message = None, status
         if status is None:
             status = self.STATUS if self.STATUS is not None else 9
         self.status: int = int(status)

@@ -28,7 +28,14 @@ Launch line (OpenMPI; one process per rank, all on this host or across hosts)::
         mpirun -np 4 --oversubscribe /usr/bin/python3 train.py
 
 with ``PYTHONPATH`` pointing at the directory that holds the ``qc`` package (for a build
-tree: ``<build>/bindings/python``). Use Debian's ``/usr/bin/python3`` (it sees the apt
+tree: ``<build>/bindings/python``).
+
+Launch with mpirun, not torchrun. The communicator is built from MPI's world, so MPI's
+ranks must be DDP's. Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR; no mpirun) each
+process is alone in MPI's world and the hook would average every gradient with itself:
+:class:`QcHookState` refuses that with ``qc.MismatchError`` (see :func:`check_ranks_match`).
+To use another launcher, pass ``comm=`` a ``qc.Comm`` whose ranks are the process
+group's. Use Debian's ``/usr/bin/python3`` (it sees the apt
 torch/mpi4py). On a single host, :func:`init_process_group_from_mpi` sets
 ``GLOO_SOCKET_IFNAME=lo`` unless it is already set.
 
@@ -85,6 +92,7 @@ import qc as _qc
 __all__ = [
     "QcHookState",
     "allreduce_hook",
+    "check_ranks_match",
     "qc_policies_for_model",
     "init_process_group_from_mpi",
 ]
@@ -108,9 +116,60 @@ class _Slot:
 def _named_parameters(model: torch.nn.Module) -> Iterable[Tuple[str, torch.nn.Parameter]]:
     """named_parameters() of the wrapped module when `model` is a DDP wrapper, so names
     are the model's own ("fc1.weight", not "module.fc1.weight")."""
+    if not isinstance(model, torch.nn.Module):
+        raise _qc.ArgumentTypeError(1, f"argument 'model' must be a torch.nn.Module, not {type(model).__name__}")
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model = model.module
     return model.named_parameters()
+
+
+def _process_group_of(model: Optional[torch.nn.Module]) -> Any:
+    """The process group a DDP model reduces over (None: the default group)."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return getattr(model, "process_group", None)
+    return None
+
+
+def _mismatch(qc_rank: int, qc_size: int, torch_rank: int, torch_size: int, peer: str = "") -> "_qc.Error":
+    return _qc.MismatchError(
+        5, f"qc.torch: the qc communicator is rank {qc_rank} of {qc_size} but torch.distributed's "
+           f"process group is rank {torch_rank} of {torch_size}{peer}: the hook would reduce over other "
+           "processes than DDP and the replicas would drift apart. Launch with mpirun (and "
+           "qc.torch.init_process_group_from_mpi()), so that MPI's world is DDP's group; torchrun "
+           "without mpirun leaves each process alone in MPI's world. Or pass comm= a qc.Comm whose "
+           "ranks are the process group's, in the same order.")
+
+
+def check_ranks_match(comm: Any, process_group: Any = None, collective: bool = False) -> None:
+    """Raise ``qc.MismatchError`` unless `comm` (a qc.Comm) is the same rank of the same
+    number of ranks as this process in torch.distributed's `process_group` (None: the
+    default group, which must be initialized).
+
+    The message names both ranks and sizes and what to do. With ``collective=True``
+    (every rank of the group must call; gloo groups only, else ignored) the pairs are
+    gathered over the group, so every rank raises when any rank differs, rather than
+    only the ranks whose own numbers differ. QcHookState calls it at construction
+    (collective) when torch.distributed is initialized, else at the hook's first call.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        raise _qc.InvalidArgumentError(1, "qc.torch.check_ranks_match: torch.distributed is not "
+                                          "initialized; there is no process group to compare with")
+    mine = (int(comm.rank), int(comm.size))
+    torch_rank = dist.get_rank(process_group)
+    torch_size = dist.get_world_size(process_group)
+    everyone: List[Any] = []
+    if collective and dist.get_backend(process_group) == "gloo":
+        # Every rank joins before any judges: one that raised first would leave
+        # the others waiting in the all-gather for it.
+        everyone = [None] * torch_size
+        dist.all_gather_object(everyone, mine, group=process_group)
+    if mine != (torch_rank, torch_size):
+        raise _mismatch(*mine, torch_rank, torch_size)
+    for peer_rank, theirs in enumerate(everyone):
+        if tuple(theirs) != (peer_rank, torch_size):
+            raise _mismatch(*mine, torch_rank, torch_size,
+                            f" (and torch rank {peer_rank}'s qc communicator is rank {theirs[0]} of "
+                            f"{theirs[1]})")
 
 
 def qc_policies_for_model(comm: "_qc.Comm", model: torch.nn.Module,
@@ -125,8 +184,9 @@ def qc_policies_for_model(comm: "_qc.Comm", model: torch.nn.Module,
     parameter under 4096 float32 elements travels uncompressed whatever its name. The
     returned policies are the pattern match; the size rule applies per call.
     """
+    names = [name for name, _ in _named_parameters(model)]  # a bad model fails before any change
     comm.policy_preset("cgx", base=compressed)
-    return {name: comm.get_layer_policy(name) for name, _ in _named_parameters(model)}
+    return {name: comm.get_layer_policy(name) for name in names}
 
 
 class QcHookState:
@@ -147,6 +207,13 @@ class QcHookState:
         op: "avg" (DDP's semantics) or "sum".
         timeout: seconds, for a communicator built here.
 
+    Raises:
+        qc.MismatchError: the communicator's rank or size is not this process's in the
+            process group DDP uses (``model.process_group``, or the default group), e.g.
+            under torchrun without mpirun; checked here when torch.distributed is
+            initialized (on every rank of a gloo group), else at the hook's first call.
+        qc.InvalidArgumentError, qc.ArgumentTypeError: a bad argument.
+
     Attributes:
         steps: number of completed DDP steps seen (buckets with ``is_last()``).
         calls: number of buckets reduced.
@@ -155,8 +222,16 @@ class QcHookState:
     def __init__(self, model: Optional[torch.nn.Module] = None, comm: Optional["_qc.Comm"] = None,
                  mpi_comm: Any = None, policy: Optional["_qc.Policy"] = None,
                  preset: Optional[str] = "cgx", op: str = "avg", timeout: float = 300.0):
-        if op not in ("avg", "sum"):
-            raise ValueError(f"op must be 'avg' or 'sum', not {op!r}")
+        _qc._choice_arg(op, {"avg": 1, "sum": 0}, "argument 'op'")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise _qc.ArgumentTypeError(1, f"argument 'model' must be a torch.nn.Module or None, "
+                                           f"not {type(model).__name__}")
+        if comm is not None and not isinstance(comm, _qc.Comm):
+            raise _qc.ArgumentTypeError(1, f"argument 'comm' must be a qc.Comm or None, not {type(comm).__name__}")
+        if policy is not None and not isinstance(policy, _qc.Policy):
+            raise _qc.ArgumentTypeError(1, f"argument 'policy' must be a qc.Policy or None, "
+                                           f"not {type(policy).__name__}")
+        self._closed = True  # until constructed: close() does nothing
         self._owns_comm = comm is None
         if comm is None:
             if mpi_comm is None:
@@ -164,13 +239,23 @@ class QcHookState:
                 mpi_comm = MPI.COMM_WORLD
             comm = _qc.Comm.from_mpi(mpi_comm, timeout=timeout)
         self.comm = comm
-        self.op = op
+        self.op = op.lower()
         self.preset = preset
-        if policy is not None:
-            if preset is None:
-                comm.set_layer_policy("*", policy)
-            else:
-                comm.policy_preset(preset, base=policy)
+        self._process_group = _process_group_of(model)
+        self._ranks_checked = False
+        try:
+            if dist.is_available() and dist.is_initialized():
+                check_ranks_match(comm, self._process_group, collective=True)
+                self._ranks_checked = True
+            if policy is not None:
+                if preset is None:
+                    comm.set_layer_policy("*", policy)
+                else:
+                    comm.policy_preset(preset, base=policy)
+        except BaseException:
+            if self._owns_comm:
+                comm.close()
+            raise
         # id(param) -> name, and data_ptr -> name as a fallback for tensors that come
         # back from C++ as new Python objects.
         self._names_by_id: Dict[int, str] = {}
@@ -186,6 +271,12 @@ class QcHookState:
         self.calls = 0
         self._stats0 = dict(comm.stats())
         self._closed = False
+
+    def _check_ranks_once(self) -> None:
+        """At the first hook call of a state made before torch.distributed started."""
+        if not self._ranks_checked:
+            check_ranks_match(self.comm, self._process_group)
+            self._ranks_checked = True
 
     # ---- names and layouts ------------------------------------------------
     def _index_names(self, model: torch.nn.Module) -> None:
@@ -337,24 +428,15 @@ class QcHookState:
     def load_state_dict(self, state: Dict[Any, Any]) -> None:
         """Restore residuals saved by :meth:`state_dict` (also accepted: a plain
         ``{index: bytes}`` of ErrorBuffer images, matched on element count only).
+        A malformed state raises qc.InvalidArgumentError / qc.ArgumentTypeError here,
+        before anything changes.
 
         Call it after ``register_comm_hook`` and before the next backward. A bucket is
         restored when it first appears with the saved parameters (in any order: a fresh
         DDP's first iteration has its buckets in another order than the rebuilt ones a
         checkpoint is taken with, and the hook then reduces in the saved order so the
         step is exactly the one an uninterrupted run would take)."""
-        pending: Dict[int, Tuple[Optional[bytes], Optional[_Layout]]] = {}
-        if "buckets" in state:
-            if state.get("format") != _STATE_FORMAT:
-                raise ValueError(f"not a {_STATE_FORMAT} state: {state.get('format')!r}")
-            for k, v in state["buckets"].items():
-                layout = None
-                if v.get("counts") is not None:
-                    layout = (tuple(int(c) for c in v["counts"]), tuple(v["layers"]))
-                image = v.get("image")
-                pending[int(k)] = (None if image is None else bytes(image), layout)
-        else:
-            pending = {int(k): (bytes(v), None) for k, v in state.items()}
+        pending = _read_state(state)
         for slot in self._buffers.values():
             if slot.ebuf is not None:
                 slot.ebuf.close()
@@ -405,9 +487,46 @@ class QcHookState:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __getstate__(self):
-        raise TypeError("QcHookState holds a communicator and cannot be pickled; "
-                        "checkpoint state.state_dict() instead")
+    def __reduce__(self):
+        # pickle, copy and deepcopy
+        raise _qc.ArgumentTypeError(1, "a QcHookState holds a communicator and cannot be pickled or "
+                                       "copied; checkpoint state.state_dict() instead")
+
+
+def _read_state(state: Any) -> Dict[int, Tuple[Optional[bytes], Optional[_Layout]]]:
+    """The pending slots of a state_dict() (or a plain {index: image}), checked."""
+    if not isinstance(state, dict):
+        raise _qc.ArgumentTypeError(1, f"load_state_dict: state must be a dict, not {type(state).__name__}")
+    max_index = 2**63 - 1
+    pending: Dict[int, Tuple[Optional[bytes], Optional[_Layout]]] = {}
+    if "buckets" not in state:  # {index: ErrorBuffer image}
+        for k, v in state.items():
+            index = _qc._int_arg(k, f"load_state_dict: bucket index {k!r}", 0, max_index)
+            pending[index] = (_qc._bytes_arg(v, f"load_state_dict: bucket {index}'s image"), None)
+        return pending
+    if state.get("format") != _STATE_FORMAT:
+        raise _qc.InvalidArgumentError(1, f"load_state_dict: not a {_STATE_FORMAT} state: "
+                                          f"{state.get('format')!r}")
+    buckets = state["buckets"]
+    if not isinstance(buckets, dict):
+        raise _qc.ArgumentTypeError(1, f"load_state_dict: 'buckets' must be a dict, not {type(buckets).__name__}")
+    for k, v in buckets.items():
+        index = _qc._int_arg(k, f"load_state_dict: bucket index {k!r}", 0, max_index)
+        what = f"load_state_dict: bucket {index}"
+        if not isinstance(v, dict):
+            raise _qc.ArgumentTypeError(1, f"{what} must be a dict, not {type(v).__name__}")
+        layout = None
+        if v.get("counts") is not None:
+            counts = tuple(_qc._int_arg(c, f"{what}: counts[{i}]", 0, 2**64 - 1)
+                           for i, c in enumerate(_qc._list_arg(v["counts"], f"{what}: counts")))
+            layers = tuple(_qc._name_arg(n, f"{what}: layers[{i}]")
+                           for i, n in enumerate(_qc._list_arg(v.get("layers"), f"{what}: layers")))
+            if len(layers) != len(counts):
+                raise _qc.InvalidArgumentError(1, f"{what}: {len(layers)} layers but {len(counts)} counts")
+            layout = (counts, layers)
+        image = v.get("image")
+        pending[index] = (None if image is None else _qc._bytes_arg(image, f"{what}: image"), layout)
+    return pending
 
 
 # Real (not string) annotations: DDP's register_comm_hook compares them with
@@ -423,7 +542,8 @@ def allreduce_hook(state: QcHookState, bucket: dist.GradBucket) -> torch.futures
     holding the buffer.
     """
     if state._closed:
-        raise RuntimeError("qc.torch.allreduce_hook: the QcHookState is closed")
+        raise _qc.InvalidArgumentError(1, "qc.torch.allreduce_hook: the QcHookState is closed")
+    state._check_ranks_once()
     buf = state._reduce(bucket)
     state.calls += 1
     if bucket.is_last():
@@ -465,6 +585,11 @@ def init_process_group_from_mpi(backend: str = "gloo", mpi_comm: Any = None,
     communicator's ranks. Returns (rank, world_size). Does nothing but return them
     when the default group already exists.
     """
+    if rendezvous is None or not isinstance(rendezvous, str):
+        raise _qc.ArgumentTypeError(1, f"argument 'rendezvous' must be a str, not {type(rendezvous).__name__}")
+    if rendezvous not in ("auto", "file", "tcp"):
+        raise _qc.InvalidArgumentError(1, f"argument 'rendezvous' is {rendezvous!r}; expected 'auto', 'file' "
+                                          "or 'tcp'")
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
@@ -482,8 +607,6 @@ def init_process_group_from_mpi(backend: str = "gloo", mpi_comm: Any = None,
     one_host = len(set(hosts)) == 1
     if rendezvous == "auto":
         rendezvous = "file" if one_host else "tcp"
-    if rendezvous not in ("file", "tcp"):
-        raise ValueError(f"rendezvous must be 'auto', 'file' or 'tcp', not {rendezvous!r}")
     if one_host:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 

@@ -203,6 +203,9 @@ CASES = [
      lambda e: qc.emulate_allreduce([e.x, e.x], P, error_buffers=[None]), BAD_VALUE),
     ("emulate.policy.type", lambda e: qc.emulate_alltoall([e.x, e.x], "minmax"), BAD_TYPE),
     ("Comm.handle.type", lambda e: qc.Comm(1, "local"), BAD_TYPE),
+    # ---- keyword misuse the package sees (an unknown keyword of a def is Python's own TypeError) ----
+    ("Policy.replace.unknown", lambda e: P.replace(bitz=2), BAD_TYPE),
+    ("allreduce.positional_layer", lambda e: e.comm.allreduce(e.x, None, "sum", 5), BAD_TYPE),
     # ---- pickling and copying ----
     ("pickle.Comm", lambda e: pickle.dumps(e.comm), BAD_TYPE),
     ("copy.Comm", lambda e: copy.copy(e.comm), BAD_TYPE),
@@ -279,6 +282,11 @@ def test_policy_pickle_and_copy_round_trip(protocol):
         assert q == p and q is not p
         q.bits = 2
         assert p.bits == 4
+
+
+def test_error_with_only_a_message():
+    e = qc.InvalidArgumentError("bad thing")
+    assert e.status == 1 and e.message == "bad thing" and str(e) == "bad thing [QC_ERROR_INVALID_ARGUMENT]"
 
 
 def test_error_classes_pickle():

@@ -90,10 +90,18 @@ def test_error_buffer_checkpoint():
 
 
 def test_from_mpi_argument_errors():
-    with pytest.raises(TypeError):
+    with pytest.raises(qc.ArgumentTypeError):
         qc.Comm.from_mpi(42)
     with pytest.raises(qc.InvalidArgumentError):
         qc.Comm.from_mpi(MPI.COMM_NULL)
+    # refused before the collective create, on every rank alike
+    for timeout in (float("nan"), float("inf"), 0.0, 10**400):
+        with pytest.raises(qc.InvalidArgumentError, match="timeout"):
+            qc.Comm.from_mpi(WORLD, timeout=timeout)
+    with pytest.raises(qc.ArgumentTypeError, match="timeout"):
+        qc.Comm.from_mpi(WORLD, timeout="30")
+    with qc.Comm.from_mpi(WORLD, timeout=TIMEOUT) as c:  # still usable afterwards
+        assert c.size == WORLD.Get_size()
 
 
 # After a failed call the MPI transport leaves the failed group's MPI

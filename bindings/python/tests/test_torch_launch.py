@@ -59,10 +59,10 @@ def _launch_env(rank, world, port):
     return env
 
 
-def test_torchrun_style_launch_is_refused():
-    pytest.importorskip("mpi4py")
-    world, port = 2, _free_port()
-    procs = [subprocess.Popen([PYTHON, str(WORKER)], env=_launch_env(r, world, port), cwd=str(HERE),
+def _launch(world, *args):
+    """Run WORKER as torchrun would, world processes; their outputs."""
+    port = _free_port()
+    procs = [subprocess.Popen([PYTHON, str(WORKER), *args], env=_launch_env(r, world, port), cwd=str(HERE),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)
              for r in range(world)]
@@ -75,15 +75,36 @@ def test_torchrun_style_launch_is_refused():
             p.kill()
         pytest.fail("the torchrun-style launch did not finish in 180 s:\n" +
                     "\n".join(p.communicate()[0][-2000:] for p in procs))
+    return outs
+
+
+def _result(out, rank):
+    lines = [l for l in out.splitlines() if l.startswith("LAUNCH_WORKER ")]
+    assert lines, f"rank {rank} printed no result:\n{out[-3000:]}"
+    return lines[-1]
+
+
+def test_torchrun_style_launch_is_refused():
+    pytest.importorskip("mpi4py")
+    outs = _launch(2)
     if any("REFUSED UnsupportedError" in o for o in outs):
         pytest.skip("qc was built without the MPI transport")
     for rank, out in enumerate(outs):
-        lines = [l for l in out.splitlines() if l.startswith("LAUNCH_WORKER ")]
-        assert lines, f"rank {rank} printed no result:\n{out[-3000:]}"
-        assert lines[-1].startswith("LAUNCH_WORKER REFUSED MismatchError"), f"rank {rank}: {out[-3000:]}"
+        line = _result(out, rank)
+        assert line.startswith("LAUNCH_WORKER REFUSED MismatchError"), f"rank {rank}: {out[-3000:]}"
         # names both sides and the way out
-        assert "rank 0 of 1" in lines[-1] and f"rank {rank} of 2" in lines[-1], lines[-1]
-        assert "mpirun" in lines[-1] and "comm=" in lines[-1], lines[-1]
+        assert "rank 0 of 1" in line and f"rank {rank} of 2" in line, line
+        assert "mpirun" in line and "comm=" in line, line
+
+
+def test_every_rank_refuses_when_one_differs():
+    """Rank 0's own numbers match; rank 1's do not. Both refuse (a gloo all-gather),
+    so no rank goes on to wait for a peer that left."""
+    outs = _launch(2, "--fake-peer")
+    assert _result(outs[1], 1).startswith("LAUNCH_WORKER REFUSED MismatchError"), outs[1][-3000:]
+    line = _result(outs[0], 0)
+    assert line.startswith("LAUNCH_WORKER REFUSED MismatchError"), outs[0][-3000:]
+    assert "torch rank 1's qc communicator is rank 0 of 2" in line, line
 
 
 @pytest.fixture
@@ -163,6 +184,8 @@ TORCH_CASES = [
     ("preset.unknown", lambda c: qct.QcHookState(comm=c, policy=qc.Policy(), preset="nope"), BAD_VALUE),
     ("comm.type", lambda c: qct.QcHookState(comm="comm"), BAD_TYPE),
     ("policy.type", lambda c: qct.QcHookState(comm=c, policy="minmax"), BAD_TYPE),
+    ("model.type", lambda c: qct.QcHookState("model", comm=c), BAD_TYPE),
+    ("qc_policies_for_model.model", lambda c: qct.qc_policies_for_model(c, None, qc.Policy()), BAD_TYPE),
     ("pickle.state", lambda c: pickle.dumps(qct.QcHookState(comm=c)), BAD_TYPE),
     ("copy.state", lambda c: copy.copy(qct.QcHookState(comm=c)), BAD_TYPE),
     ("load_state_dict.type", lambda c: qct.QcHookState(comm=c).load_state_dict(5), BAD_TYPE),

@@ -10,10 +10,15 @@ each process alone. The hook must refuse. The worker prints one line:
     LAUNCH_WORKER ACCEPTED <digest after 3 steps>       it did not (the bug)
 
 and exits 0 either way, so the test judges the lines, not the exit status.
+
+With --fake-peer it instead calls qc.torch.check_ranks_match(collective=True) with
+a stand-in communicator that is "rank 0 of n" on every process: rank 0's own numbers
+match, the others' do not, and every rank must refuse (the check is collective).
 """
 
 import hashlib
 import sys
+import types
 
 import torch
 import torch.distributed as dist
@@ -27,6 +32,15 @@ import qc.torch as qct
 def main() -> int:
     dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
     rank = dist.get_rank()
+    if "--fake-peer" in sys.argv:
+        stand_in = types.SimpleNamespace(rank=0, size=dist.get_world_size())
+        try:
+            qct.check_ranks_match(stand_in, collective=True)
+            print("LAUNCH_WORKER ACCEPTED fake-peer", flush=True)
+        except qc.Error as e:
+            print(f"LAUNCH_WORKER REFUSED {type(e).__name__} {e}", flush=True)
+        dist.destroy_process_group()
+        return 0
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(16, 4))
     try:
