@@ -282,8 +282,8 @@ static inline int qct_fx_setup(qct_fx* fx) {
   if (qc_error_buffer_save(fx->eb, fx->image, fx->image_len, &fx->image_len) != QC_SUCCESS)
     goto qc_failed;
 
-  /* The destroyed handles come last, so that nothing the fixture creates
-   * reuses their memory. */
+  /* The destroyed handles come last. (Handles are never reused, so memory
+   * the fixture reuses would not revive them: rows D_*_memory_reused.) */
   if (qc_comm_create_local(1, &fx->dead_comm) != QC_SUCCESS) goto qc_failed;
   if (qc_error_buffer_create(NULL, QCT_N, &fx->dead_eb) != QC_SUCCESS) goto qc_failed;
   if (qc_comm_destroy(fx->dead_comm) != QC_SUCCESS) goto qc_failed;
