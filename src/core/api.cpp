@@ -71,10 +71,11 @@ void publish(std::vector<std::unique_ptr<Communicator>>* made, qc_comm_t* handle
   }
 }
 
-Status publish_one(Status created, std::unique_ptr<Communicator> made, qc_comm_t* handle) {
-  QC_RETURN_IF_ERROR(created);
-  std::vector<std::unique_ptr<Communicator>> one;
-  one.push_back(std::move(made));
+// `create` fills its argument with the communicator it makes.
+template <typename Create>
+Status create_published(Create&& create, qc_comm_t* handle) {
+  std::vector<std::unique_ptr<Communicator>> one(1);
+  QC_RETURN_IF_ERROR(create(&one[0]));
   publish(&one, handle);
   return Status::ok();
 }
@@ -126,16 +127,18 @@ QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* com
         return invalid_argument(
             "argument 'config': transport QC_TRANSPORT_LOCAL needs all ranks created at once; "
             "use qc_comm_create_local or qc_comm_create_local_with_config");
-      case QC_TRANSPORT_MPI: {
-        std::unique_ptr<Communicator> made;
-        return publish_one(create_mpi_comm(c.mpi_comm, c.timeout_seconds, &made),
-                           std::move(made), comm);
-      }
-      case QC_TRANSPORT_NCCL: {
-        std::unique_ptr<Communicator> made;
-        return publish_one(create_nccl_comm(c.nccl_comm, c.timeout_seconds, &made),
-                           std::move(made), comm);
-      }
+      case QC_TRANSPORT_MPI:
+        return create_published(
+            [&](std::unique_ptr<Communicator>* made) {
+              return create_mpi_comm(c.mpi_comm, c.timeout_seconds, made);
+            },
+            comm);
+      case QC_TRANSPORT_NCCL:
+        return create_published(
+            [&](std::unique_ptr<Communicator>* made) {
+              return create_nccl_comm(c.nccl_comm, c.timeout_seconds, made);
+            },
+            comm);
     }
     return internal_error("unreachable transport");
   });
