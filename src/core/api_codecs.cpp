@@ -55,7 +55,10 @@ QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count, size
     // The size of codec none depends on the dtype; report the float32 bound,
     // which covers the 16-bit dtypes too.
     QC_RETURN_IF_ERROR(make_codec(p, QC_DTYPE_FLOAT32, &codec));
-    *max_bytes = codec->max_encoded_size(count);
+    // Checked: a size past SIZE_MAX is an error, never a wrapped-around one.
+    size_t size = 0;
+    QC_RETURN_IF_ERROR(codec->encoded_size(count, &size));
+    *max_bytes = size;
     return Status::ok();
   });
 }
@@ -80,6 +83,8 @@ QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t 
 #endif
     std::unique_ptr<Codec> codec;
     QC_RETURN_IF_ERROR(make_codec(p, dtype, &codec));
+    size_t need = 0;  // a count whose message cannot exist fails here, naming 'count'
+    QC_RETURN_IF_ERROR(codec->encoded_size(count, &need));
     RandomKey key;
     key.seed = p.seed;
     // The input goes straight to the codec (the quantized and cast codecs

@@ -61,7 +61,8 @@ bool parse_cpu_isa(const char* text, int* out);
     "none, fp16, bf16, minmax, qsgd, global_linear, global_exp, onebit, topk",                 \
     "Codec of the \"*\" default policy (layers without a policy of their own).")               \
   X(bits, "QC_BITS", int, int, ::qc::parse_bits, "4", "1..8",                                  \
-    "Code width of the \"*\" default policy (qsgd needs 2..8; checked with the policy).")      \
+    "Code width of the \"*\" default policy (qsgd, global_linear and global_exp need 2..8; "  \
+    "checked with QC_CODEC when the communicator is created).")                                \
   X(bucket, "QC_BUCKET", int, int, ::qc::parse_positive_int, "128", ">= 1",                    \
     "Elements per bucket of the \"*\" default policy.")                                        \
   X(algo, "QC_ALGO", enum, qc_algorithm_t, ::qc::parse_algorithm, "auto",                      \
@@ -74,9 +75,11 @@ bool parse_cpu_isa(const char* text, int* out);
     "Messages smaller than this go uncompressed under the \"*\" default policy; 0 always "     \
     "compresses.")                                                                             \
   X(timeout, "QC_TIMEOUT", double, double, ::qc::parse_positive_seconds, "300",                \
-    "> 0 seconds",                                                                             \
+    "> 0 seconds, finite (nan, inf, 0, negatives and values past the double range are "       \
+    "refused)",                                                                                \
     "How long a blocked collective waits for its peers before QC_ERROR_TIMEOUT; replaces "     \
-    "the configured timeout_seconds.")                                                         \
+    "the configured timeout_seconds. Values above 1e9 (about 32 years) wait 1e9 s: for ever "  \
+    "in practice.")                                                                            \
   X(cpu_isa, "QC_CPU_ISA", enum, int, ::qc::parse_cpu_isa, "auto",                             \
     "auto, scalar, avx2, avx512",                                                              \
     "CPU kernels to use; auto picks the best this CPU supports, and so does a path the CPU "   \

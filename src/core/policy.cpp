@@ -24,15 +24,29 @@ Status bad_field(const char* arg, const char* field, const std::string& value, c
 }
 }  // namespace
 
+int min_bits_for(qc_codec_t codec) {
+  // These spend one bit on the sign: with one bit there are no magnitude
+  // levels (M = 2^(bits-1) - 1 = 0), and their encoders would divide by it.
+  switch (codec) {
+    case QC_CODEC_QSGD:
+    case QC_CODEC_GLOBAL_LINEAR:
+    case QC_CODEC_GLOBAL_EXP: return 2;
+    default: return 1;
+  }
+}
+
 Status validate_policy(const qc_policy_t& p, const char* arg) {
   const int codec = static_cast<int>(p.codec);
   if (codec < QC_CODEC_NONE || codec > QC_CODEC_TOPK)
     return bad_field(arg, "codec", std::to_string(codec), "expected a qc_codec_t value (0..8)");
   if (p.bits < 1 || p.bits > 8)
     return bad_field(arg, "bits", std::to_string(p.bits), "expected 1..8");
-  if (p.codec == QC_CODEC_QSGD && p.bits < 2)
-    return bad_field(arg, "bits", std::to_string(p.bits),
-                     "codec qsgd needs 2..8 (a sign bit plus magnitude levels)");
+  if (p.bits < min_bits_for(p.codec)) {
+    const std::string needs = std::string("codec ") + codec_name(p.codec) + " needs " +
+                              std::to_string(min_bits_for(p.codec)) +
+                              "..8 (a sign bit plus magnitude levels)";
+    return bad_field(arg, "bits", std::to_string(p.bits), needs.c_str());
+  }
   if (p.bucket_size < 1)
     return bad_field(arg, "bucket_size", std::to_string(p.bucket_size), "expected >= 1");
   const int rounding = static_cast<int>(p.rounding);

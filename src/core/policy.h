@@ -17,8 +17,21 @@ constexpr size_t kStatsV0Size = sizeof(qc_stats_t);
 qc_policy_t default_policy();
 qc_comm_config_t default_comm_config();
 
-// Every field in range; `arg` names the argument in messages.
+// Whether `policy` can run: every field in range, and the fields in range
+// for its codec (bits: min_bits_for). The one check of a policy: every
+// entry that takes one (qc_set_layer_policy, qc_policy_preset, the QC_*
+// environment, qc_adapt_policies' result, qc_encode / qc_encoded_size, the
+// emulation calls, a message header) calls it, and so does make_codec, the
+// gate of every collective, so a policy is refused where it is given,
+// never first in a later collective. Only what depends on the call is left
+// to the call: algorithm native (allreduce only; it needs a global codec,
+// or codec none on a transport with its own float sum) and topk's 2^32 - 1
+// elements. `arg` names the argument in messages.
 Status validate_policy(const qc_policy_t& policy, const char* arg);
+
+// The narrowest code width `codec` can use: 2 for qsgd, global_linear and
+// global_exp (a sign bit plus magnitude levels), 1 for the others.
+int min_bits_for(qc_codec_t codec);
 
 // struct_size check + copy over defaults + validation.
 Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out);

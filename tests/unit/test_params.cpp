@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/params.h"
@@ -74,7 +75,7 @@ const std::vector<Case>& cases() {
       {"QC_EF", {"0", "1"}, {"2", "yes", "true", "-1", "01x"}},
       {"QC_MIN_COMPRESS", {"0", "16384", "1K", "64k", "2M", "1G", "1g"},
        {"-1", "1T", "1KB", "K", "1.5K", " 1", "99999999999999999999", "17179869184G"}},
-      {"QC_TIMEOUT", {"300", "0.5", ".25", "1e3", "3600"},
+      {"QC_TIMEOUT", {"300", "0.5", ".25", "1e3", "3600", "1e300"},
        {"0", "-1", "0.0", "abc", "nan", "inf", "10s", "1e999", "-0"}},
       {"QC_CPU_ISA", {"auto", "scalar", "avx2", "avx512"}, {"sse", "AVX2", "avx-512"}},
       {"QC_DEVICE_CODEC", {"0", "1"}, {"2", "off", "true", "-1", "1 "}},
@@ -554,6 +555,47 @@ TEST_F(EnvAtCreation, ValidValuesThatMakeAnInvalidPolicyFail) {
             std::string::npos)
       << error;
   EXPECT_NE(error.find("bits"), std::string::npos) << error;
+}
+
+// Issue 28, item 9: the global codecs cannot use 1 bit either; the
+// environment gets the same policy check as qc_set_layer_policy.
+TEST_F(EnvAtCreation, GlobalCodecWithOneBitFails) {
+  for (const char* codec : {"global_linear", "global_exp"}) {
+    set("QC_CODEC", codec);
+    set("QC_BITS", "1");
+    std::string error;
+    EXPECT_EQ(create_local(2, nullptr, &error), QC_ERROR_INVALID_ARGUMENT) << codec;
+    EXPECT_NE(error.find(std::string("codec ") + codec + " needs 2..8"), std::string::npos)
+        << error;
+  }
+}
+
+// Issue 28, item 5: a huge QC_TIMEOUT is a wait for ever in practice. It
+// used to overflow the deadline, so that every call timed out at once.
+TEST_F(EnvAtCreation, HugeTimeoutDoesNotTimeOutAtOnce) {
+  for (const char* huge : {"1e12", "1e300", "9.3e9"}) {
+    set("QC_TIMEOUT", huge);
+    std::vector<qc_comm_t> comms;
+    std::string error;
+    ASSERT_EQ(create_local(2, &comms, &error), QC_SUCCESS) << error;
+    float x[2][4] = {{1, 2, 3, 4}, {1, 2, 3, 4}}, y[2][4];
+    qc_status_t status[2] = {QC_ERROR_INTERNAL, QC_ERROR_INTERNAL};
+    std::string errors[2];
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        status[r] = qc_allreduce(comms[r], x[r], y[r], 4, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr,
+                                 nullptr, nullptr);
+        if (status[r] != QC_SUCCESS) errors[r] = qc_last_error();
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(status[r], QC_SUCCESS) << "QC_TIMEOUT=" << huge << ", rank " << r << ": "
+                                       << errors[r];
+    }
+    for (qc_comm_t c : comms) qc_comm_destroy(c);
+  }
 }
 
 TEST_F(EnvAtCreation, SeveralBadValuesAreAllNamed) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/adapt/adaptive_bits.h"
@@ -110,6 +111,9 @@ Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
   }
   qc_adapt_report_t total{};
   total.struct_size = sizeof total;
+  // Every group is decided and every new policy checked before any is set:
+  // a failure in a later group must not leave an earlier one changed.
+  std::vector<std::pair<std::string, qc_policy_t>> decided;
   for (const auto& [key, members] : groups) {
     AdaptConfig cfg = base;
     cfg.codec = static_cast<qc_codec_t>(std::get<0>(key));
@@ -128,7 +132,11 @@ Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
     for (size_t k = 0; k < members.size(); ++k) {
       qc_policy_t p = layers[members[k]].policy;
       p.bits = result.bits[k];
-      comm->policies.set(layers[members[k]].name, p);
+      // The check every policy passes (policy.h), so that adaptation can
+      // never set one that qc_set_layer_policy would refuse (a width of
+      // config->allowed_bits that this layer's codec cannot use).
+      QC_RETURN_IF_ERROR(validate_policy(p, "config"));
+      decided.emplace_back(layers[members[k]].name, p);
     }
     total.layers += members.size();
     total.predicted_error += result.predicted_error;
@@ -137,6 +145,7 @@ Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
     total.predicted_bytes += result.predicted_bytes;
     total.bytes_at_4 += result.bytes_at_4;
   }
+  for (const auto& [name, policy] : decided) comm->policies.set(name, policy);
   if (report != nullptr) *report = total;
   return Status::ok();
 }

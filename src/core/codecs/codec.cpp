@@ -1,5 +1,6 @@
 #include "core/codecs/codec.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,17 @@ Status Codec::encode_error_compensated(const float* t, float* e, size_t count,
   QC_RETURN_IF_ERROR(encode(z.data(), count, key, dst, capacity, written));
   QC_RETURN_IF_ERROR(decode(dst, *written, e, count));
   for (size_t i = 0; i < count; ++i) e[i] = z[i] - e[i];
+  return Status::ok();
+}
+
+Status Codec::encoded_size(size_t count, size_t* bytes) const {
+  const size_t size = max_encoded_size(count);
+  if (size == SIZE_MAX) {
+    return invalid_argument("argument 'count' (" + std::to_string(count) +
+                            "): the message of codec " + codec_name(id()) + " for " +
+                            std::to_string(count) + " elements would be larger than SIZE_MAX bytes");
+  }
+  *bytes = size;
   return Status::ok();
 }
 
@@ -50,6 +62,10 @@ Status read_header_for(const uint8_t* src, size_t size, qc_codec_t codec, size_t
 }
 
 Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<Codec>* codec) {
+  // The same check as every entry that takes a policy, so a collective
+  // refuses exactly what qc_set_layer_policy refuses (and no codec is built
+  // from fields it cannot use).
+  QC_RETURN_IF_ERROR(validate_policy(policy, "policy"));
   switch (policy.codec) {
     case QC_CODEC_NONE:
       *codec = std::make_unique<CodecNone>(dtype);
@@ -66,11 +82,6 @@ Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<C
       return Status::ok();
     case QC_CODEC_GLOBAL_LINEAR:
     case QC_CODEC_GLOBAL_EXP:
-      if (policy.bits < 2) {
-        return invalid_argument(std::string("codec ") + codec_name(policy.codec) + " needs bits " +
-                                "2..8 (a sign bit plus magnitude levels); got " +
-                                std::to_string(policy.bits));
-      }
       *codec = std::make_unique<GlobalCodec>(policy.codec, policy.bits,
                                              policy.rounding == QC_ROUND_STOCHASTIC);
       return Status::ok();
@@ -98,12 +109,6 @@ Status make_codec_for_header(const WireHeader& header, std::unique_ptr<Codec>* c
     // topk messages carry bits 32 (TopkCodec::decode checks it) and k in the
     // payload; the policy's bits and topk_ratio do not matter for decoding.
     if (header.codec == QC_CODEC_TOPK) policy.bits = default_policy().bits;
-    if ((header.codec == QC_CODEC_GLOBAL_LINEAR || header.codec == QC_CODEC_GLOBAL_EXP) &&
-        header.bits < 2) {
-      return corrupt_data(std::string("encoded message header is invalid: codec ") +
-                          codec_name(policy.codec) + " with bits " + std::to_string(header.bits) +
-                          " (expected 2..8)");
-    }
   }
   Status valid = validate_policy(policy, "message");
   if (!valid) return corrupt_data("encoded message header is invalid: " + valid.message());

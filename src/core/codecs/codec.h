@@ -30,8 +30,17 @@ class Codec {
   // True when decode(encode(x)) == x for every x representable in the input
   // dtype, which lets error feedback be folded in before the collective.
   virtual bool is_lossless() const = 0;
-  // Bytes encode() may write for `count` elements, header included.
+  // Bytes encode() may write for `count` elements, header included, or
+  // SIZE_MAX when that does not fit in size_t: the arithmetic is checked
+  // (core/checked_math.h) and saturates instead of wrapping around, so an
+  // absurd count gives a size no buffer has, never a small one.
   virtual size_t max_encoded_size(size_t count) const = 0;
+  // max_encoded_size as a status, for entry points whose count comes from
+  // the caller (qc_encoded_size, qc_encode): QC_ERROR_INVALID_ARGUMENT
+  // naming 'count' where the size does not fit in size_t, and the codec's
+  // own limits on count (topk: QC_ERROR_UNSUPPORTED past 2^32 - 1 elements,
+  // as its encode).
+  virtual Status encoded_size(size_t count, size_t* bytes) const;
 
   virtual Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                         size_t capacity, size_t* written) const = 0;

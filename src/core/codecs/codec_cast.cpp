@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/checked_math.h"
 #include "core/policy.h"
 
 namespace qc {
@@ -14,13 +15,19 @@ CastCodec::CastCodec(qc_codec_t codec) : codec_(codec) {
   bf16_widen_fn_ = k.bf16_decode;
 }
 
+size_t CastCodec::max_encoded_size(size_t count) const {
+  size_t payload = 0, total = 0;
+  const bool fits = checked_mul(count, 2, &payload) && checked_add(kWireHeaderBytes, payload, &total);
+  return fits ? total : SIZE_MAX;
+}
+
 bool CastCodec::header_for(size_t count, WireHeader* h) const {
   *h = WireHeader();
   h->codec = static_cast<uint8_t>(codec_);
   h->bits = 16;
   h->dtype = static_cast<uint8_t>(codec_ == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16);
   h->count = count;
-  h->payload_bytes = 2 * count;
+  h->payload_bytes = max_encoded_size(count) - kWireHeaderBytes;
   return true;
 }
 
@@ -75,7 +82,7 @@ Status CastCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_
   QC_RETURN_IF_ERROR(read_header_for(src, size, codec_, count, &h));
   const uint8_t wire_dtype =
       static_cast<uint8_t>(codec_ == QC_CODEC_FP16 ? QC_DTYPE_FLOAT16 : QC_DTYPE_BFLOAT16);
-  if (h.bits != 16 || h.dtype != wire_dtype || h.payload_bytes != 2 * count) {
+  if (h.bits != 16 || h.dtype != wire_dtype || h.payload_bytes != max_encoded_size(count) - kWireHeaderBytes) {
     return corrupt_data(std::string("codec ") + codec_name(codec_) + " message: " +
                         std::to_string(h.payload_bytes) + " payload bytes for " +
                         std::to_string(count) + " 16-bit values");

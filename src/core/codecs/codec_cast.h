@@ -13,7 +13,7 @@ class CastCodec final : public Codec {
 
   qc_codec_t id() const override { return codec_; }
   bool is_lossless() const override { return false; }
-  size_t max_encoded_size(size_t count) const override { return kWireHeaderBytes + 2 * count; }
+  size_t max_encoded_size(size_t count) const override;
   bool header_for(size_t count, WireHeader* header) const override;
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/byte_order.h"
+#include "core/checked_math.h"
 #include "core/policy.h"
 #include "cpu/canonical_sum.h"
 #include "cpu/bitstream.h"
@@ -55,11 +56,15 @@ float GlobalCodec::sum_of_squares(const float* t, const float* e, size_t count) 
 }
 
 size_t GlobalCodec::payload_bytes(size_t count) const {
-  return 4 + cpu::codes_bytes(count, bits_);
+  size_t codes = 0, payload = 0;
+  const bool fits = checked_bit_bytes(count, static_cast<size_t>(bits_), &codes) &&
+                    checked_add(4, codes, &payload);
+  return fits ? payload : SIZE_MAX;
 }
 
 size_t GlobalCodec::max_encoded_size(size_t count) const {
-  return kWireHeaderBytes + payload_bytes(count);
+  size_t total = 0;
+  return checked_add(kWireHeaderBytes, payload_bytes(count), &total) ? total : SIZE_MAX;
 }
 
 bool GlobalCodec::header_for(size_t count, WireHeader* h) const {

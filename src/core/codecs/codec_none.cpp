@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/checked_math.h"
 #include "core/dtype.h"
 #include "core/policy.h"
 #include "cpu/dtype_convert.h"
@@ -9,7 +10,10 @@
 namespace qc {
 
 size_t CodecNone::max_encoded_size(size_t count) const {
-  return kWireHeaderBytes + count * dtype_size(wire_dtype_);
+  size_t payload = 0, total = 0;
+  const bool fits = checked_mul(count, dtype_size(wire_dtype_), &payload) &&
+                    checked_add(kWireHeaderBytes, payload, &total);
+  return fits ? total : SIZE_MAX;
 }
 
 bool CodecNone::header_for(size_t count, WireHeader* h) const {
@@ -18,7 +22,7 @@ bool CodecNone::header_for(size_t count, WireHeader* h) const {
   h->bits = static_cast<uint8_t>(8 * dtype_size(wire_dtype_));
   h->dtype = static_cast<uint8_t>(wire_dtype_);
   h->count = count;
-  h->payload_bytes = count * dtype_size(wire_dtype_);
+  h->payload_bytes = max_encoded_size(count) - kWireHeaderBytes;
   return true;
 }
 
@@ -44,7 +48,8 @@ Status CodecNone::check(const uint8_t* src, size_t size, size_t count) const {
     return mismatch(std::string("message carries ") + dtype_name(static_cast<qc_dtype_t>(h.dtype)) +
                     " values, expected " + dtype_name(wire_dtype_));
   }
-  if (h.bits != 8 * dtype_size(wire_dtype_) || h.payload_bytes != count * dtype_size(wire_dtype_)) {
+  if (h.bits != 8 * dtype_size(wire_dtype_) ||
+      h.payload_bytes != max_encoded_size(count) - kWireHeaderBytes) {
     return corrupt_data("codec none message: " + std::to_string(h.payload_bytes) +
                         " payload bytes for " + std::to_string(count) + " " +
                         dtype_name(wire_dtype_) + " values");

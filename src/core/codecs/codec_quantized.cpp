@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/checked_math.h"
 #include "core/policy.h"
 
 namespace qc {
@@ -30,11 +31,15 @@ QuantizedCodec::QuantizedCodec(qc_codec_t codec, int bits, int bucket_size, bool
 }
 
 size_t QuantizedCodec::meta_bytes(size_t count) const {
-  return cpu::bucket_count(count, bucket_) * meta_floats_ * 4;
+  size_t bytes = 0;
+  return checked_mul(groups_of(count, bucket_), meta_floats_ * 4, &bytes) ? bytes : SIZE_MAX;
 }
 
 size_t QuantizedCodec::max_encoded_size(size_t count) const {
-  return kWireHeaderBytes + meta_bytes(count) + cpu::codes_bytes(count, bits_);
+  size_t codes = 0, total = 0;
+  const bool fits = checked_bit_bytes(count, static_cast<size_t>(bits_), &codes) &&
+                    checked_sum({kWireHeaderBytes, meta_bytes(count), codes}, &total);
+  return fits ? total : SIZE_MAX;
 }
 
 bool QuantizedCodec::header_for(size_t count, WireHeader* h) const {

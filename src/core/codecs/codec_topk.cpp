@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/byte_order.h"
+#include "core/checked_math.h"
 #include "core/policy.h"
 #include "cpu/bitstream.h"
 
@@ -18,6 +19,12 @@ using cpu::load_f32;
 using cpu::store_f32;
 
 constexpr size_t kEntryBytes = 8;  // u32 index, float32 value
+constexpr size_t kMaxCount = 0xffffffffu;  // 32-bit indices
+
+Status too_many_elements(size_t count) {
+  return unsupported("codec topk encodes at most 4294967295 elements (32-bit indices); got " +
+                     std::to_string(count));
+}
 
 }  // namespace
 
@@ -30,15 +37,20 @@ size_t TopkCodec::k_for(float ratio, size_t count) {
 }
 
 size_t TopkCodec::max_encoded_size(size_t count) const {
-  return kWireHeaderBytes + 4 + kEntryBytes * k_for(ratio_, count);
+  size_t entries = 0, total = 0;
+  const bool fits = checked_mul(kEntryBytes, k_for(ratio_, count), &entries) &&
+                    checked_sum({kWireHeaderBytes, 4, entries}, &total);
+  return fits ? total : SIZE_MAX;
+}
+
+Status TopkCodec::encoded_size(size_t count, size_t* bytes) const {
+  if (count > kMaxCount) return too_many_elements(count);
+  return Codec::encoded_size(count, bytes);
 }
 
 Status TopkCodec::encode_impl(const float* src, float* e, size_t count, uint8_t* dst,
                               size_t capacity, size_t* written) const {
-  if (count > 0xffffffffu) {
-    return unsupported("codec topk encodes at most 4294967295 elements (32-bit indices); got " +
-                       std::to_string(count));
-  }
+  if (count > kMaxCount) return too_many_elements(count);
   const size_t need = max_encoded_size(count);
   if (capacity < need) {
     return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +

@@ -41,6 +41,8 @@ class TopkCodec final : public Codec {
   qc_codec_t id() const override { return QC_CODEC_TOPK; }
   bool is_lossless() const override { return false; }
   size_t max_encoded_size(size_t count) const override;
+  // As Codec's, and QC_ERROR_UNSUPPORTED past 2^32 - 1 elements.
+  Status encoded_size(size_t count, size_t* bytes) const override;
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;
   Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;

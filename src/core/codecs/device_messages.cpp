@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "core/checked_math.h"
 #include "core/codecs/codec.h"
 #include "core/codecs/wire_format.h"
 #include "core/dtype.h"
@@ -47,9 +48,10 @@ Status no_kernel(qc_codec_t c, const char* what) {
                      " yet; pass host memory (the CPU path takes every codec)");
 }
 
+// Only for headers whose payload size the codec has checked (so this fits).
 size_t meta_bytes(const WireHeader& h) {
   const size_t per_bucket = h.codec == QC_CODEC_MINMAX ? 8 : 4;
-  return cpu::bucket_count(h.count, h.bucket_size) * per_bucket;
+  return groups_of(static_cast<size_t>(h.count), h.bucket_size) * per_bucket;
 }
 
 }  // namespace
@@ -113,6 +115,8 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
                                 size_t* written) {
   std::unique_ptr<Codec> codec;
   QC_RETURN_IF_ERROR(make_codec(policy, dtype, &codec));
+  size_t size = 0;  // a count whose message cannot exist fails here, naming 'count'
+  QC_RETURN_IF_ERROR(codec->encoded_size(count, &size));
   const qc_codec_t c = codec->id();
   WireHeader h;
   if (c == QC_CODEC_TOPK || !codec->header_for(count, &h)) return no_kernel(c, "device memory");

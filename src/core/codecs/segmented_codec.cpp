@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/byte_order.h"
+#include "core/checked_math.h"
 
 namespace qc {
 
@@ -21,7 +22,8 @@ size_t SegmentedCodec::max_encoded_size(size_t count) const {
   size_t bound = 0;
   for (const CodecSegment& s : segments_) {
     if (s.count == 0) continue;
-    bound += kSegmentPartHeaderBytes + s.codec->max_encoded_size(std::min(count, s.count));
+    const size_t part = s.codec->max_encoded_size(std::min(count, s.count));
+    if (!checked_sum({bound, kSegmentPartHeaderBytes, part}, &bound)) return SIZE_MAX;
   }
   return bound;
 }

@@ -24,10 +24,21 @@ namespace qc {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-// The deadline `seconds` from now (a communicator's timeout).
+// The longest wait a deadline stands for: about 31.7 years, "for ever" in
+// practice. Longer timeouts are cut to it, since seconds * 1e9 past about
+// 9.2e9 s overflows the clock's 64-bit nanoseconds (which made every call
+// time out at once), and the standard library may add a deadline to
+// system_clock's now (~1.7e18 ns since 1970) when it waits on one.
+constexpr double kLongestWaitSeconds = 1e9;
+
+// The deadline `seconds` from now (a communicator's timeout). Huge values
+// (1e12, 1e300, +Inf) give the deadline kLongestWaitSeconds away; zero,
+// negative and NaN give now (the wait times out at its first check).
 inline Deadline deadline_after(double seconds) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const Deadline now = Clock::now();
+  if (!(seconds > 0.0)) return now;
+  const double capped = seconds < kLongestWaitSeconds ? seconds : kLongestWaitSeconds;
+  return now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(capped));
 }
 
 struct Request {
