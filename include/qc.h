@@ -176,12 +176,19 @@ typedef enum qc_transport QC_ENUM_BASE {
  *
  * Fields a codec does not use are ignored by it (bits for none/fp16/bf16/
  * onebit/topk, topk_ratio for everything but topk), but they are still
- * validated, so a policy is valid or invalid independently of its codec.
+ * validated. One check decides whether a policy can run, and every call that
+ * takes a policy (qc_set_layer_policy, qc_policy_preset, the QC_*
+ * environment, qc_encode, qc_encoded_size, the emulation calls) applies it,
+ * as the collectives do: a policy they accept never fails a later collective
+ * as invalid. Only what depends on the call is checked by the call (algorithm
+ * native: qc_allreduce).
  */
 typedef struct qc_policy {
   size_t struct_size;        /* sizeof(qc_policy_t) of the caller's qc.h */
   qc_codec_t codec;          /* default QC_CODEC_NONE */
-  int bits;                  /* code width, 1..8; default 4 */
+  int bits;                  /* code width, 1..8 (qsgd, global_linear and
+                                global_exp: 2..8, a sign bit plus levels);
+                                default 4 */
   int bucket_size;           /* elements per bucket, >= 1; default 128 */
   qc_rounding_t rounding;    /* default QC_ROUND_NEAREST_EVEN */
   qc_algorithm_t algorithm;  /* default QC_ALGO_AUTO */
@@ -238,7 +245,10 @@ typedef struct qc_comm_config {
   qc_transport_t transport;  /* default QC_TRANSPORT_LOCAL */
   int64_t mpi_comm;          /* Fortran handle of an MPI communicator (MPI_Comm_c2f) */
   void* nccl_comm;           /* an existing ncclComm_t */
-  double timeout_seconds;    /* how long a blocked call may wait for peers; > 0;
+  double timeout_seconds;    /* how long a blocked call may wait for peers;
+                                finite and > 0 (else INVALID_ARGUMENT at
+                                creation); values above 1e9 (about 32 years)
+                                wait 1e9 s, i.e. for ever in practice;
                                 default 300 */
 } qc_comm_config_t;
 
@@ -717,7 +727,11 @@ QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const vo
 
 /** Upper bound on the bytes qc_encode writes for `count` elements. Exact for
  *  every codec but topk; for codec none, whose payload is the input dtype, the
- *  bound is that of float32 input (16-bit input needs 2 bytes per element). */
+ *  bound is that of float32 input (16-bit input needs 2 bytes per element).
+ *  @return QC_ERROR_INVALID_ARGUMENT naming 'count' when the size would not
+ *  fit in size_t (never a wrapped-around size), QC_ERROR_UNSUPPORTED for
+ *  topk past 2^32 - 1 elements (as qc_encode), and the policy's errors as
+ *  qc_set_layer_policy. */
 QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count,
                                    size_t* max_bytes);
 

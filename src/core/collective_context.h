@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "core/codecs/codec.h"
@@ -25,7 +26,12 @@ constexpr size_t kEnvelopeBytes = 24;
 class Message {
  public:
   // Makes room for a payload of up to `capacity` bytes (keeps the allocation).
-  void reserve_payload(size_t capacity) { bytes_.resize(kEnvelopeBytes + capacity); }
+  void reserve_payload(size_t capacity) {
+    // A saturated size (max_encoded_size's SIZE_MAX) fails as memory that
+    // cannot be had, instead of wrapping to a small buffer.
+    if (capacity > SIZE_MAX - kEnvelopeBytes) throw std::bad_alloc();
+    bytes_.resize(kEnvelopeBytes + capacity);
+  }
   uint8_t* payload() { return bytes_.data() + kEnvelopeBytes; }
   const uint8_t* payload() const { return bytes_.data() + kEnvelopeBytes; }
   size_t payload_capacity() const { return bytes_.size() - kEnvelopeBytes; }

@@ -22,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "core/algorithms/blob_list.h"
 #include "core/checked_math.h"
+#include "core/collective_context.h"
 #include "core/codecs/codec.h"
 #include "core/codecs/codec_topk.h"
 #include "core/codecs/segmented_codec.h"
@@ -245,6 +247,18 @@ TEST(EncodedSize, CodecSizesSaturate) {
   EXPECT_EQ(fused.max_encoded_size(SIZE_MAX / 8), SIZE_MAX);
   size_t bytes = 0;
   EXPECT_EQ(fused.encoded_size(SIZE_MAX / 8, &bytes).code(), QC_ERROR_INVALID_ARGUMENT);
+}
+
+// What the algorithms derive from a saturated size stays saturated: a
+// frame of blobs, a message's buffer (which used to wrap to a few bytes).
+TEST(EncodedSize, FramesAndBuffersDoNotWrap) {
+  EXPECT_EQ(qc::BlockBlobs::pack_capacity(3, 10), 3u * (16u + 10u));
+  EXPECT_EQ(qc::BlockBlobs::pack_capacity(3, SIZE_MAX), SIZE_MAX);
+  EXPECT_EQ(qc::BlockBlobs::pack_capacity(2, SIZE_MAX / 2), SIZE_MAX);
+  qc::Message msg;
+  EXPECT_THROW(msg.reserve_payload(SIZE_MAX), std::bad_alloc);
+  msg.reserve_payload(100);
+  EXPECT_EQ(msg.payload_capacity(), 100u);
 }
 
 TEST(CheckedMath, MulAddAndBitBytes) {

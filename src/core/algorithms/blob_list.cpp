@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/algorithms/partition.h"
+#include "core/checked_math.h"
 
 namespace qc {
 namespace {
@@ -18,7 +19,12 @@ void BlockBlobs::set(size_t block, const uint8_t* data, size_t size) {
 }
 
 size_t BlockBlobs::pack_capacity(size_t nblocks, size_t max_blob) {
-  return nblocks * (kBlobEntryHeader + max_blob);
+  // Saturates as max_encoded_size does (a SIZE_MAX blob must not wrap to a
+  // small frame).
+  size_t entry = 0, total = 0;
+  const bool fits = checked_add(kBlobEntryHeader, max_blob, &entry) &&
+                    checked_mul(nblocks, entry, &total);
+  return fits ? total : SIZE_MAX;
 }
 
 void BlockBlobs::pack(size_t first, size_t last, Message* msg) const {
