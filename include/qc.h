@@ -186,9 +186,7 @@ typedef enum qc_transport QC_ENUM_BASE {
 typedef struct qc_policy {
   size_t struct_size;        /* sizeof(qc_policy_t) of the caller's qc.h */
   qc_codec_t codec;          /* default QC_CODEC_NONE */
-  int bits;                  /* code width, 1..8 (qsgd, global_linear and
-                                global_exp: 2..8, a sign bit plus levels);
-                                default 4 */
+  int bits;                  /* code width, 1..8 (qsgd, global_*: 2..8); default 4 */
   int bucket_size;           /* elements per bucket, >= 1; default 128 */
   qc_rounding_t rounding;    /* default QC_ROUND_NEAREST_EVEN */
   qc_algorithm_t algorithm;  /* default QC_ALGO_AUTO */

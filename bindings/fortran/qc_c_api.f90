@@ -81,7 +81,7 @@ module qc_c_api
   type, bind(c) :: qc_policy_t
     integer(c_size_t) :: struct_size = 0_c_size_t  ! sizeof(qc_policy_t) of the caller's qc.h
     integer(c_int) :: codec = QC_CODEC_NONE  ! default QC_CODEC_NONE
-    integer(c_int) :: bits = 4  ! code width, 1..8; default 4
+    integer(c_int) :: bits = 4  ! code width, 1..8 (qsgd, global_*: 2..8); default 4
     integer(c_int) :: bucket_size = 128  ! elements per bucket, >= 1; default 128
     integer(c_int) :: rounding = QC_ROUND_NEAREST_EVEN  ! default QC_ROUND_NEAREST_EVEN
     integer(c_int) :: algorithm = QC_ALGO_AUTO  ! default QC_ALGO_AUTO

@@ -96,7 +96,7 @@ const qc_error_buffer_t = Ptr{Cvoid}
 struct qc_policy_t
     struct_size::Csize_t  # sizeof(qc_policy_t) of the caller's qc.h
     codec::qc_codec_t  # default QC_CODEC_NONE
-    bits::Cint  # code width, 1..8; default 4
+    bits::Cint  # code width, 1..8 (qsgd, global_*: 2..8); default 4
     bucket_size::Cint  # elements per bucket, >= 1; default 128
     rounding::qc_rounding_t  # default QC_ROUND_NEAREST_EVEN
     algorithm::qc_algorithm_t  # default QC_ALGO_AUTO
