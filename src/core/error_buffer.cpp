@@ -123,10 +123,15 @@ Status load_error_buffer(ErrorBuffer* b, const uint8_t* src, size_t size) {
                     std::to_string(b->size));
   }
 
+  // Residual hygiene (cpu/codec_kernels.h): an encode never leaves a
+  // non-finite residual, but an image saved by an older qc (or edited) may
+  // hold one, which would poison the next call's bucket; it loads as 0.
   const uint8_t* payload = src + kErrorBufferHeaderBytes;
   for (size_t i = 0; i < count; ++i) {
     const uint32_t bits = load_le32(payload + 4 * i);
-    std::memcpy(&b->residual[i], &bits, 4);
+    float v;
+    std::memcpy(&v, &bits, 4);
+    b->residual[i] = std::isfinite(v) ? v : 0.0f;
   }
   if (image.rank >= 0) {
     b->rank = image.rank;

@@ -84,6 +84,53 @@ QC_HOST_DEVICE inline MinmaxLevels minmax_levels(float lo, float scale, float L)
   return {lo * 0.5f, scale * 0.5f, 2.0f};
 }
 
+// Residual hygiene (error feedback; docs/fidelity.md "Residuals that are
+// dropped"). After an error-compensated encode, a bucket's residuals are set
+// to zero when they cannot be carried forward:
+//  - its decoded values are not all finite (a NaN or Inf in z, or a finite z
+//    the codec cannot represent: minmax max - min, qsgd's sum of squares or
+//    onebit's sum of magnitudes overflowing float), or
+//  - they could overflow the next encode of the bucket by themselves: what
+//    they add to its statistic may exceed kResidualBudget (a quarter of
+//    float's range; the rest is left for the next input).
+// Each bucket's residual is at most one level gap, so the test is on one
+// metadata-derived "gauge" per bucket, against a limit fixed per call:
+//    minmax  gauge scale:        |e| <= scale, the residuals span <= 2 scale
+//    qsgd    gauge norm / M:     |e| <= norm / M, sum e^2 <= bucket (norm/M)^2
+//    onebit  gauge scale:        |e| <= |z| + scale, sum |e| <= 2 bucket scale
+// kept iff gauge <= limit (a NaN gauge fails). Every kernel (scalar, AVX2,
+// AVX-512, CUDA) decides from the same floats, so the residuals stay bit
+// identical; the bytes sent never change. With reused scales (host only)
+// the residual is not bounded by the metadata (saturation leaves the
+// excess in e, by design), so the host kernels also reset a bucket that
+// has a non-finite residual; without reuse that cannot happen to a kept
+// bucket (each |e| is bounded as above).
+constexpr float kResidualBudget = FLT_MAX / 4;
+QC_HOST_DEVICE inline float minmax_residual_limit() { return kResidualBudget / 2; }
+QC_HOST_DEVICE inline float qsgd_residual_limit(size_t bucket) {
+  return sqrtf(kResidualBudget / static_cast<float>(bucket));
+}
+QC_HOST_DEVICE inline float onebit_residual_limit(size_t bucket) {
+  return kResidualBudget / 2 / static_cast<float>(bucket);
+}
+// The limit for a codec (minmax, qsgd or onebit) and bucket size.
+QC_HOST_DEVICE inline float residual_limit(qc_codec_t codec, size_t bucket) {
+  return codec == QC_CODEC_MINMAX  ? minmax_residual_limit()
+         : codec == QC_CODEC_QSGD ? qsgd_residual_limit(bucket)
+                                  : onebit_residual_limit(bucket);
+}
+QC_HOST_DEVICE inline bool keeps_residuals(float gauge, float limit) { return gauge <= limit; }
+// The global codecs (codec_global.h): the message is one bucket of `count`
+// elements, each |e| at most the largest level gap (the gauge): linear
+// norm / M, exponential norm / 2 (value(M) - value(M - 1); norm when M = 1).
+QC_HOST_DEVICE inline float global_residual_limit(size_t count) {
+  return qsgd_residual_limit(count);
+}
+QC_HOST_DEVICE inline float global_residual_gauge(bool exponential, float norm, int M) {
+  if (!exponential) return norm / static_cast<float>(M);
+  return M >= 2 ? norm * 0.5f : norm;
+}
+
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
 // minmax: the smallest scale that is inverted (FLT_MIN, 2^-126); see above.

@@ -28,6 +28,15 @@ bool all_finite(const float* z, size_t n) {
   return true;
 }
 
+// Residual hygiene (codec_kernels.h): bucket [b0, b0 + n)'s residuals are
+// zeroed unless its gauge is within the limit and every residual is finite
+// (the latter matters only with reused scales).
+void drop_unkeepable_residuals(float* e, size_t b0, size_t n, float gauge, float limit) {
+  if (e == nullptr) return;
+  if (keeps_residuals(gauge, limit) && all_finite(e + b0, n)) return;
+  std::fill(e + b0, e + b0 + n, 0.0f);
+}
+
 float canonical_sum(const float* v, size_t n) {
   float acc[16] = {};
   for (size_t i = 0; i < n; ++i) acc[i % 16] = acc[i % 16] + v[i];
@@ -106,6 +115,7 @@ void minmax_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
       out.put(static_cast<uint32_t>(j), a.bits);
       if (e != nullptr) e[b0 + i] = zb[i] - minmax_level(levels, j);
     }
+    drop_unkeepable_residuals(e, b0, n, scale, minmax_residual_limit());
   }
   out.flush();
 }
@@ -162,6 +172,7 @@ void qsgd_encode(const float* x, float* e, size_t count, const QuantArgs& a, uin
         e[b0 + i] = zb[i] - (negative ? -v : v);
       }
     }
+    drop_unkeepable_residuals(e, b0, n, step, qsgd_residual_limit(a.bucket));
   }
   out.flush();
 }
@@ -212,6 +223,7 @@ void onebit_encode(const float* x, float* e, size_t count, const QuantArgs& a, u
       out.put(negative ? 1u : 0u, 1);
       if (e != nullptr) e[b0 + i] = zb[i] - (negative ? -scale : scale);
     }
+    drop_unkeepable_residuals(e, b0, n, scale, onebit_residual_limit(a.bucket));
   }
   out.flush();
 }

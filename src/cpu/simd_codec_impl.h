@@ -196,6 +196,16 @@ QC_TI void zero_bucket_e(float* e, size_t n) {
   for (size_t i = 0; i < n; i += 16) store_f(e + i, zero_f(), n - i);
 }
 
+// Residual hygiene (codec_kernels.h): after a bucket's residuals are
+// written, zero them unless its gauge is within the limit and none was
+// non-finite (`bad_e`: nonfinite_bits of every residual vector, which
+// matters only with reused scales). Rare, so it rewrites from L1.
+QC_TI void drop_unkeepable_residuals(float* eb, size_t n, float gauge, float limit,
+                                     uint32_t bad_e) {
+  if (eb == nullptr || (bad_e == 0 && keeps_residuals(gauge, limit))) return;
+  zero_bucket_e(eb, n);
+}
+
 // The stochastic or nearest rounding of t for global indices base .. base+15.
 QC_TI VF round_code(VF t, const QuantArgs& a, uint64_t base) {
   if (!a.stochastic) return round_near(t);
@@ -234,6 +244,7 @@ struct MinmaxConsts {
   VI lmask;
   int q;
   float L;
+  float keep_limit;  // residual hygiene: minmax_residual_limit()
 };
 
 // Codes of 16 lanes of z (and the residual z - decode, into *res, when
@@ -317,13 +328,18 @@ QC_TI void minmax_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a,
   const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
   const VF vlo = set1(lo), vinv = set1(inv);
   const VLevels levels = vlevels(lo, scale, c.L);
+  uint32_t bad_e = 0;
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
     VF r = zero_f();
     const VI code = minmax_quant(z[k], vlo, vinv, levels, c, a, base + 16 * k, WithE ? &r : nullptr);
     emit_codes<Q>(o, code, 16, c.q);
-    if (WithE) storeu(eb + 16 * k, r);
+    if (WithE) {
+      storeu(eb + 16 * k, r);
+      bad_e |= nonfinite_bits(r);
+    }
   }
+  if (WithE) drop_unkeepable_residuals(eb, NC * 16, scale, c.keep_limit, bad_e);
 }
 
 // Any bucket: pass 1 reduces, pass 2 re-reads the bucket (from L1) and codes it.
@@ -363,14 +379,19 @@ QC_TI void minmax_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs&
   const float inv = scale >= kMinInvertibleScale ? 1.0f / scale : 0.0f;
   const VF vlo = set1(lo), vinv = set1(inv);
   const VLevels levels = vlevels(lo, scale, c.L);
+  uint32_t bad_e = 0;
   for (i = 0; i < n; i += 16) {
     const size_t m = n - i < 16 ? n - i : 16;
     const VF z = load_z(xb, eb, i, m);
     VF r = zero_f();
     const VI code = minmax_quant(z, vlo, vinv, levels, c, a, base + i, eb != nullptr ? &r : nullptr);
     emit_codes<Q>(o, code, m, c.q);
-    if (eb != nullptr) store_f(eb + i, r, m);
+    if (eb != nullptr) {
+      store_f(eb + i, r, m);
+      bad_e |= nonfinite_bits(r);  // tail lanes: r of +0 inputs, finite
+    }
   }
+  drop_unkeepable_residuals(eb, n, scale, c.keep_limit, bad_e);
 }
 
 template <int Q, class XT>
@@ -382,6 +403,7 @@ QC_T void minmax_encode_q(const XT* x, float* e, size_t count, const QuantArgs& 
   c.vL = set1(c.L);
   c.vzero = zero_f();
   c.lmask = set1_i(static_cast<int32_t>((1u << c.q) - 1u));
+  c.keep_limit = minmax_residual_limit();
   BitOut o{codes, codes + codes_bytes(count, c.q), 0, 0};
   const size_t bucket = a.bucket;
   size_t b0 = 0, b = 0;
@@ -430,6 +452,7 @@ struct QsgdConsts {
   VI mmask, vsign;
   int q;
   float M;
+  float keep_limit;  // residual hygiene: qsgd_residual_limit(bucket)
 };
 
 // Codes of 16 lanes (residual into *res when res != nullptr); t >= 0, so
@@ -483,13 +506,18 @@ QC_TI void qsgd_bucket_fixed(const XT* xb, float* eb, const QuantArgs& a, uint64
   const float inv = norm > 0 ? c.M / norm : 0.0f;
   const float step = norm / c.M;
   const VF vinv = set1(inv), vstep = set1(step);
+  uint32_t bad_e = 0;
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
     VF r = zero_f();
     const VI code = qsgd_quant(z[k], vinv, vstep, c, a, base + 16 * k, WithE ? &r : nullptr);
     emit_codes<Q>(o, code, 16, c.q);
-    if (WithE) storeu(eb + 16 * k, r);
+    if (WithE) {
+      storeu(eb + 16 * k, r);
+      bad_e |= nonfinite_bits(r);
+    }
   }
+  if (WithE) drop_unkeepable_residuals(eb, NC * 16, step, c.keep_limit, bad_e);
 }
 
 template <int Q, class XT>
@@ -511,14 +539,19 @@ QC_TI void qsgd_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs& a
   const float inv = norm > 0 ? c.M / norm : 0.0f;
   const float step = norm / c.M;
   const VF vinv = set1(inv), vstep = set1(step);
+  uint32_t bad_e = 0;
   for (size_t i = 0; i < n; i += 16) {
     const size_t m = n - i < 16 ? n - i : 16;
     const VF z = load_z(xb, eb, i, m);
     VF r = zero_f();
     const VI code = qsgd_quant(z, vinv, vstep, c, a, base + i, eb != nullptr ? &r : nullptr);
     emit_codes<Q>(o, code, m, c.q);
-    if (eb != nullptr) store_f(eb + i, r, m);
+    if (eb != nullptr) {
+      store_f(eb + i, r, m);
+      bad_e |= nonfinite_bits(r);
+    }
   }
+  drop_unkeepable_residuals(eb, n, step, c.keep_limit, bad_e);
 }
 
 template <int Q, class XT>
@@ -532,6 +565,7 @@ QC_T void qsgd_encode_q(const XT* x, float* e, size_t count, const QuantArgs& a,
   c.vzero = zero_f();
   c.mmask = set1_i(static_cast<int32_t>(sign_bit - 1u));
   c.vsign = set1_i(static_cast<int32_t>(sign_bit));
+  c.keep_limit = qsgd_residual_limit(a.bucket);
   BitOut o{codes, codes + codes_bytes(count, c.q), 0, 0};
   const size_t bucket = a.bucket;
   size_t b0 = 0, b = 0;
@@ -581,7 +615,7 @@ QC_T void qsgd_decode_q(const uint8_t* meta, const uint8_t* codes, size_t count,
 
 template <int NC, bool WithE, class XT>
 QC_TI void onebit_bucket_fixed(const XT* xb, float* eb, uint8_t* meta_b, const uint8_t* reuse_b,
-                               BitOut& o) {
+                               BitOut& o, float keep_limit) {
   VF z[NC];
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
@@ -601,17 +635,23 @@ QC_TI void onebit_bucket_fixed(const XT* xb, float* eb, uint8_t* meta_b, const u
   put_f32(meta_b, scale);
   const VF vpos = set1(scale), vneg = set1(-scale);
   const VI one = set1_i(1);
+  uint32_t bad_e = 0;
 #pragma GCC unroll 16
   for (int k = 0; k < NC; ++k) {
     const VM neg = lt_zero(z[k]);
     emit_codes<1>(o, select_i(neg, one, zero_i()), 16, 1);
-    if (WithE) storeu(eb + 16 * k, sub(z[k], select(neg, vneg, vpos)));
+    if (WithE) {
+      const VF r = sub(z[k], select(neg, vneg, vpos));
+      storeu(eb + 16 * k, r);
+      bad_e |= nonfinite_bits(r);
+    }
   }
+  if (WithE) drop_unkeepable_residuals(eb, NC * 16, scale, keep_limit, bad_e);
 }
 
 template <class XT>
 QC_TI void onebit_bucket_any(const XT* xb, float* eb, size_t n, uint8_t* meta_b,
-                             const uint8_t* reuse_b, BitOut& o) {
+                             const uint8_t* reuse_b, BitOut& o, float keep_limit) {
   const VI one = set1_i(1);
   VF acc = zero_f();
   uint32_t bad = 0;
@@ -626,13 +666,19 @@ QC_TI void onebit_bucket_any(const XT* xb, float* eb, size_t n, uint8_t* meta_b,
   if (!reused_scale(reuse_b, 0, &scale)) scale = canonical_fold_v(acc) / static_cast<float>(n);
   put_f32(meta_b, scale);
   const VF vpos = set1(scale), vneg = set1(-scale);
+  uint32_t bad_e = 0;
   for (size_t i = 0; i < n; i += 16) {
     const size_t m = n - i < 16 ? n - i : 16;
     const VF z = load_z(xb, eb, i, m);
     const VM neg = lt_zero(z);
     emit_codes<1>(o, select_i(neg, one, zero_i()), m, 1);
-    if (eb != nullptr) store_f(eb + i, sub(z, select(neg, vneg, vpos)), m);
+    if (eb != nullptr) {
+      const VF r = sub(z, select(neg, vneg, vpos));
+      store_f(eb + i, r, m);
+      bad_e |= nonfinite_bits(r);  // tail lanes: +0 - scale, finite when scale is
+    }
   }
+  drop_unkeepable_residuals(eb, n, scale, keep_limit, bad_e);
 }
 
 template <class XT>
@@ -640,20 +686,22 @@ QC_T void onebit_encode_t(const XT* x, float* e, size_t count, const QuantArgs& 
                           uint8_t* meta, uint8_t* codes) {
   BitOut o{codes, codes + codes_bytes(count, 1), 0, 0};
   const size_t bucket = a.bucket;
+  const float keep_limit = onebit_residual_limit(bucket);
   size_t b0 = 0, b = 0;
   if (bucket == 16 * kFixedChunks) {
     for (; b0 + bucket <= count; b0 += bucket, ++b) {
       if (e != nullptr)
-        onebit_bucket_fixed<kFixedChunks, true>(x + b0, e + b0, meta + 4 * b, reuse_at(a, 4 * b), o);
+        onebit_bucket_fixed<kFixedChunks, true>(x + b0, e + b0, meta + 4 * b, reuse_at(a, 4 * b), o,
+                                                keep_limit);
       else
         onebit_bucket_fixed<kFixedChunks, false>(x + b0, nullptr, meta + 4 * b, reuse_at(a, 4 * b),
-                                                 o);
+                                                 o, keep_limit);
     }
   }
   for (; b0 < count; b0 += bucket, ++b) {
     const size_t n = bucket < count - b0 ? bucket : count - b0;
     onebit_bucket_any(x + b0, e != nullptr ? e + b0 : nullptr, n, meta + 4 * b, reuse_at(a, 4 * b),
-                      o);
+                      o, keep_limit);
   }
   bo_flush(o);
 }

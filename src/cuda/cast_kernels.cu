@@ -34,9 +34,11 @@ __device__ __forceinline__ void store_u16(uint8_t* p, uint16_t v, bool aligned2)
 
 // With e: the generic error-compensated encode of the CPU codecs
 // (Codec::encode_error_compensated), per element: z = x + e, the cast of z
-// sent, e = z - its widening; one IEEE operation each, as on the CPU. (A NaN
-// that x + e makes is CUDA's canonical NaN, where x86 keeps x's payload: a
-// NaN's payload is not part of the contract, that it is NaN is.)
+// sent, e = z - its widening, or 0 when the widening is not finite (residual
+// hygiene: NaN, Inf, or beyond the 16-bit range); one IEEE operation each,
+// as on the CPU. (A NaN that x + e makes is CUDA's canonical NaN, where x86
+// keeps x's payload: a NaN's payload is not part of the contract, that it
+// is NaN is.)
 __device__ __forceinline__ float widen(uint16_t h, bool bf16) {
   return bf16 ? cpu::bfloat16_to_float(h) : cpu::half_to_float(h);
 }
@@ -44,7 +46,10 @@ __device__ __forceinline__ float widen(uint16_t h, bool bf16) {
 __device__ __forceinline__ uint16_t cast_encode_one(float x, float* e, bool bf16) {
   const float z = e != nullptr ? x + *e : x;  // x alone: -0 + 0 would be +0
   const uint16_t h = bf16 ? cpu::float_to_bfloat16(z) : cpu::float_to_half(z);
-  if (e != nullptr) *e = z - widen(h, bf16);
+  if (e != nullptr) {
+    const float w = widen(h, bf16);
+    *e = isfinite(w) ? z - w : 0.0f;
+  }
   return h;
 }
 

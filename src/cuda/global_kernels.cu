@@ -14,6 +14,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "cpu/codec_kernels.h"
 #include "cpu/global_levels.h"
 #include "cpu/random.h"
 #include "cuda/cuda_check.h"
@@ -60,6 +61,7 @@ struct GlobalJob {
   size_t count;
   const uint8_t* meta;  // the norm global_norm_kernel wrote
   uint8_t* codes;
+  float keep_limit;  // residual hygiene: cpu::global_residual_limit(count)
 };
 
 __global__ void __launch_bounds__(kThreads) global_quantize_kernel(GlobalJob j) {
@@ -70,6 +72,9 @@ __global__ void __launch_bounds__(kThreads) global_quantize_kernel(GlobalJob j) 
   const float M = static_cast<float>(Mi);
   const float inv = norm > 0 ? M / norm : 0.0f;
   const float step = norm / M;
+  // Residual hygiene (cpu/codec_kernels.h), as GlobalCodec::encode_impl.
+  const bool keep =
+      cpu::keeps_residuals(cpu::global_residual_gauge(j.exponential, norm, Mi), j.keep_limit);
   for_each_group_of_8(j.count, [&](size_t g, size_t i0, int valid) {
     uint64_t word = 0;
     for (int c = 0; c < valid; ++c) {
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) global_quantize_kernel(GlobalJob j) 
         v = norm * cpu::exp_value(static_cast<int>(level), Mi);
       }
       word |= static_cast<uint64_t>((negative ? sign_bit : 0u) | level) << (c * j.bits);
-      if (j.e != nullptr) j.e[i] = z - (negative ? -v : v);
+      if (j.e != nullptr) j.e[i] = keep ? z - (negative ? -v : v) : 0.0f;
     }
     store_code_bytes(j.codes + g * j.bits, word, (valid * j.bits + 7) / 8);
   });
@@ -152,7 +157,7 @@ Status global_encode(qc_codec_t codec, int bits, bool stochastic, const cpu::Ran
   QC_RETURN_IF_ERROR(launch_status("cuda: global norm"));
   if (count == 0) return Status::ok();
   const GlobalJob j{codec == QC_CODEC_GLOBAL_EXP, bits, stochastic, rng, index_base, x, e, count,
-                    meta, codes};
+                    meta, codes, cpu::global_residual_limit(count)};
   auto* quantize = &global_quantize_kernel;
   QC_LAUNCH(quantize, blocks_for((count + 7) / 8), kThreads, s)(j);
   return launch_status("cuda: global quantize");

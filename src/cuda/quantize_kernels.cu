@@ -60,6 +60,7 @@ struct EncodeJob {
   uint8_t* codes;
   bool vector_io;  // float32, x and e 16-byte aligned, bucket % 4 == 0: float4 loads/stores
   size_t first_bucket;  // the bucket-team kernels start here (a launch of the rest)
+  float keep_limit;     // residual hygiene: cpu::residual_limit (codec_kernels.h)
 };
 
 __device__ __forceinline__ float load_input(const EncodeJob& j, size_t i) {
@@ -170,42 +171,55 @@ __device__ void team_meta(const LaneStats& s, size_t n, int bits, float* m0, flo
 // ---- per-element arithmetic (encode and decode) -------------------------------
 
 // A bucket's quantizing constants, from its metadata (NaN metadata marks a
-// bucket that held a NaN or an infinity: codes 0, residual 0).
+// bucket that held a NaN or an infinity: codes 0, residual 0). `drop`:
+// residual hygiene (cpu/codec_kernels.h), the bucket's residuals are 0
+// because its gauge exceeds the call's keep_limit (or is NaN). The CPU
+// decides from the same floats; its extra test, a non-finite residual,
+// fires only with reused scales, which the device does not do.
 struct BucketQuant {
   bool nan;
+  bool drop;
   float lo, inv, top;  // top: minmax L, qsgd M
   float step;          // qsgd norm / M, onebit scale
   cpu::MinmaxLevels levels;
 };
 
+// keep_limit: the encode's (EncodeJob::keep_limit); a decode passes +inf.
 template <Kind K>
-__device__ __forceinline__ BucketQuant bucket_quant(float m0, float m1, int bits) {
+__device__ __forceinline__ BucketQuant bucket_quant(float m0, float m1, int bits,
+                                                    float keep_limit) {
   BucketQuant q{};
+  float gauge;
   if constexpr (K == Kind::kMinmax) {
     q.nan = isnan(m1) || isnan(m0);
     q.top = static_cast<float>((1u << bits) - 1u);
     q.lo = m0;
     q.inv = m1 >= cpu::kMinInvertibleScale ? 1.0f / m1 : 0.0f;
     q.levels = cpu::minmax_levels(m0, m1, q.top);
+    gauge = m1;
   } else if constexpr (K == Kind::kQsgd) {
     q.nan = isnan(m0);
     q.top = static_cast<float>((1u << (bits - 1)) - 1u);
     q.inv = m0 > 0 ? q.top / m0 : 0.0f;
     q.step = m0 / q.top;
+    gauge = q.step;
   } else {
     q.nan = isnan(m0);
     q.step = m0;
+    gauge = m0;
   }
+  q.drop = !cpu::keeps_residuals(gauge, keep_limit);
   return q;
 }
 
 template <Kind K>
 __device__ __forceinline__ BucketQuant bucket_quant_from_meta(const uint8_t* meta, size_t b,
-                                                              int bits) {
+                                                              int bits, float keep_limit) {
   if constexpr (K == Kind::kMinmax) {
-    return bucket_quant<K>(load_meta(meta + 8 * b), load_meta(meta + 8 * b + 4), bits);
+    return bucket_quant<K>(load_meta(meta + 8 * b), load_meta(meta + 8 * b + 4), bits,
+                           keep_limit);
   } else {
-    return bucket_quant<K>(load_meta(meta + 4 * b), 0.0f, bits);
+    return bucket_quant<K>(load_meta(meta + 4 * b), 0.0f, bits, keep_limit);
   }
 }
 
@@ -233,18 +247,18 @@ __device__ __forceinline__ uint32_t quantize(const BucketQuant& q, float z, cons
   if constexpr (K == Kind::kMinmax) {
     const float t = (z - q.lo) * q.inv;
     const float code = ref_min(ref_max(round_code<kStochastic>(t, j, index), 0.0f), q.top);
-    *residual = z - minmax_level(q.levels, code);
+    *residual = q.drop ? 0.0f : z - minmax_level(q.levels, code);
     return static_cast<uint32_t>(code);
   } else if constexpr (K == Kind::kQsgd) {
     const float t = fabsf(z) * q.inv;
     const float level = ref_min(ref_max(round_code<kStochastic>(t, j, index), 0.0f), q.top);
     const bool negative = z < 0;
     const float v = level * q.step;
-    *residual = z - (negative ? -v : v);
+    *residual = q.drop ? 0.0f : z - (negative ? -v : v);
     return (negative ? 1u << (j.bits - 1) : 0u) | static_cast<uint32_t>(level);
   } else {
     const bool negative = z < 0;
-    *residual = z - (negative ? -q.step : q.step);
+    *residual = q.drop ? 0.0f : z - (negative ? -q.step : q.step);
     return negative ? 1u : 0u;
   }
 }
@@ -351,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, kCachedSteps == 0 ? 1 : (kErrorFeedb
       }
     }
     if constexpr (kQuantize) {
-      const BucketQuant q = bucket_quant<K>(m0, m1, j.bits);
+      const BucketQuant q = bucket_quant<K>(m0, m1, j.bits, j.keep_limit);
       // Step k's codes from its values z (warp-uniform: it shuffles).
       auto codes_step = [&](size_t k, const float z[4]) {
         const size_t i = k * kTeamTile + team_lane * 4;
@@ -396,14 +410,14 @@ __global__ void __launch_bounds__(kThreads) quantize_groups_kernel(EncodeJob j) 
   for_each_group_of_8(j.count, [&](size_t g, size_t i0, int valid) {
     size_t b = i0 / j.bucket;
     size_t next = (b + 1) * j.bucket;
-    BucketQuant q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
+    BucketQuant q = bucket_quant_from_meta<K>(j.meta, b, j.bits, j.keep_limit);
     uint64_t word = 0;
     for (int c = 0; c < valid; ++c) {
       const size_t i = i0 + c;
       if (i >= next) {  // bucket >= 1, so one step reaches i's bucket
         ++b;
         next += j.bucket;
-        q = bucket_quant_from_meta<K>(j.meta, b, j.bits);
+        q = bucket_quant_from_meta<K>(j.meta, b, j.bits, j.keep_limit);
       }
       float r;
       const uint32_t code = quantize<K, kStochastic>(q, load_z(j, i), j, j.index_base + i, &r);
@@ -434,13 +448,13 @@ __global__ void __launch_bounds__(kThreads) decode_groups_kernel(DecodeJob d) {
     const uint64_t word = load_code_bytes(d.codes + g * d.bits, (valid * d.bits + 7) / 8);
     size_t b = i0 / d.bucket;
     size_t next = (b + 1) * d.bucket;
-    BucketQuant q = bucket_quant_from_meta<K>(d.meta, b, d.bits);
+    BucketQuant q = bucket_quant_from_meta<K>(d.meta, b, d.bits, INFINITY);
     float v[8];
     for (int c = 0; c < valid; ++c) {
       if (i0 + c >= next) {
         ++b;
         next += d.bucket;
-        q = bucket_quant_from_meta<K>(d.meta, b, d.bits);
+        q = bucket_quant_from_meta<K>(d.meta, b, d.bits, INFINITY);
       }
       v[c] = dequantize<K>(q, static_cast<uint32_t>(word >> (c * d.bits)) & mask, d.bits);
     }
@@ -537,7 +551,7 @@ Status quant_encode(const void* x, float* e, size_t count, const DeviceQuantArgs
     return invalid_argument("cuda: device input must be aligned to its element size");
   if (count == 0) return Status::ok();
   EncodeJob j{x, e, count, a.bucket, a.bits, a.input_dtype, a.stochastic, a.rng, a.index_base,
-              meta, codes, false, 0};
+              meta, codes, false, 0, cpu::residual_limit(a.codec, a.bucket)};
   // A team's float4 at bucket offset 16k + 4l is 16-byte aligned only when
   // bucket starts are (found by the warp emulator: bucket 5 faulted).
   j.vector_io = a.input_dtype == QC_DTYPE_FLOAT32 && a.bucket % 4 == 0 && aligned(x, 16) &&

@@ -281,7 +281,8 @@ TEST(CudaQuant, ErrorFeedbackResidualMatchesTheCpu) {
     for (int bits : {1, 2, 3, 4, 8})
       for (size_t bucket : {size_t{128}, size_t{100}})
         for (bool stochastic : {false, true})
-          for (Data data : {Data::kPlain, Data::kSpecial}) {
+          // kHuge: buckets whose residuals the hygiene rule drops (codec_kernels.h)
+          for (Data data : {Data::kPlain, Data::kSpecial, Data::kHuge}) {
             if (bits < min_bits(codec) || bits > max_bits(codec)) continue;
             check_quant({codec, bits, bucket, 4099 / kSizeScale, stochastic, true, QC_DTYPE_FLOAT32, 0, 0, data,
                          seed++});
@@ -461,6 +462,14 @@ TEST(CudaGlobal, EdgesMatchTheCpu) {
     check_global(codec, 4, true, true, make_data(40000 / kSizeScale, Data::kTies, seed), seed,
                  (uint64_t{1} << 32) - 1000);
     if (HasFatalFailure()) return;
+    // Residual hygiene (codec_kernels.h): a finite norm whose level gap is
+    // over the limit drops every residual; a smaller one keeps them.
+    for (float magnitude : {1e17f, 1e15f}) {
+      std::vector<float> big(10007 / kSizeScale);
+      for (size_t i = 0; i < big.size(); ++i) big[i] = magnitude * static_cast<float>(int(i % 7) - 3);
+      check_global(codec, 4, false, true, big, ++seed, 0);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 

@@ -36,6 +36,8 @@ enum class Data {
   kSpecial,   // plain plus NaN, +-Inf, -0, denormals, huge values, sprinkled
   kTies,      // values on and half-way between grid points (rounding ties)
   kConstant,  // runs of equal values (scale 0)
+  kHuge,      // plain plus, in every other 256 elements, finite values that trip the
+              // residual hygiene (codec_kernels.h): +-3e38, ~1e19, ~4e36, ~3e18
 };
 
 inline std::vector<float> make_data(size_t n, Data kind, uint64_t seed) {
@@ -69,6 +71,16 @@ inline std::vector<float> make_data(size_t n, Data kind, uint64_t seed) {
         v = static_cast<float>((i / 40) % 3) - 1.0f;
         if ((i / 40) % 4 == 3) v = rng.uniform();
         break;
+      case Data::kHuge: {
+        if ((i / 256) % 2 == 1) break;
+        const uint64_t r = rng.next() % 41;
+        const float sign = (rng.next() & 1) ? 1.0f : -1.0f;
+        if (r == 0) v = sign * 3.0e38f;               // minmax range, onebit sum overflow
+        else if (r == 1) v = sign * 1.0e19f * rng.uniform();  // qsgd's squares near FLT_MAX
+        else if (r == 2) v = sign * 4.0e36f;          // onebit: over its limit for bucket >= 16
+        else if (r == 3) v = sign * 3.0e18f;          // qsgd: over its limit for large buckets
+        break;
+      }
     }
     x[i] = v;
   }

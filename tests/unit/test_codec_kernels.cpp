@@ -213,9 +213,10 @@ void sweep(KernelIdentity* t, Codec codec, int bits_lo, int bits_hi, bool with_s
           for (uint64_t base : {uint64_t{0}, (uint64_t{1} << 32) - 5000}) {
             // the index only matters for stochastic rounding
             if (!sto && base != 0) continue;
-            for (Data data : {Data::kPlain, Data::kSpecial, Data::kTies, Data::kConstant}) {
-              // ties and constants only on the big count
-              if (count < 100 && (data == Data::kTies || data == Data::kConstant)) continue;
+            for (Data data :
+                 {Data::kPlain, Data::kSpecial, Data::kTies, Data::kConstant, Data::kHuge}) {
+              // ties, constants and huge values only on the big count
+              if (count < 100 && data != Data::kPlain && data != Data::kSpecial) continue;
               t->check_quant(codec, bits, bucket, count, sto, base, data, seed++);
               if (::testing::Test::HasFatalFailure()) return;
             }
@@ -297,6 +298,126 @@ TEST(ScaleReuse, SaturatesAndRecomputesWhatCannotBeReused) {
     t->onebit_decode(pm.data(), pc.data(), 8, 1, 8, od.data(), false);
     EXPECT_EQ(od[0], 1.0f);
     EXPECT_EQ(od[1], -1.0f);
+  }
+}
+
+// Residual hygiene (codec_kernels.h), on every table: an error-compensated
+// encode writes the same bytes as a plain encode of z = x + e, and leaves
+// e = z - decode(z) in every bucket except those whose residuals cannot be
+// carried forward, which are zero: a NaN bucket, a bucket beyond the codec's
+// float range, and a bucket whose gauge is just over the limit (just under
+// it is kept).
+TEST(ResidualHygiene, DropsExactlyTheBucketsItCannotCarry) {
+  const size_t n = 16;  // bucket
+  struct Case {
+    Codec codec;
+    int bits;
+    bool stochastic;
+  };
+  for (const KernelTable* t : {qc::cpu::scalar_kernels(), qc::cpu::avx2_kernels(),
+                               qc::cpu::avx512_kernels()}) {
+    if (t == nullptr || qc::cpu::kernels_for(t->isa) == nullptr) continue;
+    for (const Case c : {Case{Codec::kMinmax, 1, false}, Case{Codec::kMinmax, 1, true},
+                         Case{Codec::kMinmax, 4, false}, Case{Codec::kQsgd, 4, false},
+                         Case{Codec::kQsgd, 2, true}, Case{Codec::kOnebit, 1, false}}) {
+      SCOPED_TRACE(std::string(t->name) + " " + codec_name(c.codec) + " bits " +
+                   std::to_string(c.bits) + (c.stochastic ? " stochastic" : ""));
+      const float M = static_cast<float>((1u << (c.bits - 1)) - 1u);
+      const float limit = c.codec == Codec::kMinmax  ? qc::cpu::minmax_residual_limit()
+                          : c.codec == Codec::kQsgd ? qc::cpu::qsgd_residual_limit(n)
+                                                    : qc::cpu::onebit_residual_limit(n);
+      // A bucket whose gauge is `f` times the limit (all values equal for
+      // qsgd and onebit: norm = 4 |v|, scale = |v|; minmax bits 1: 0 and hi).
+      auto at_gauge = [&](float f, float* b) {
+        for (size_t i = 0; i < n; ++i) {
+          if (c.codec == Codec::kMinmax) b[i] = i % 2 == 0 ? 0.0f : limit * f;
+          else if (c.codec == Codec::kQsgd) b[i] = (i % 3 == 0 ? -1.0f : 1.0f) * limit * f * M / 4;
+          else b[i] = (i % 3 == 0 ? -1.0f : 1.0f) * limit * f;
+        }
+      };
+      std::vector<float> x = make_data(7 * n, Data::kPlain, 5);
+      std::vector<bool> kept(7, true);
+      x[n + 3] = std::numeric_limits<float>::quiet_NaN();  // bucket 1
+      kept[1] = false;
+      if (c.codec == Codec::kMinmax) {                     // bucket 2: beyond float
+        x[2 * n] = 3e38f, x[2 * n + 1] = -3e38f;
+      } else {
+        x[2 * n] = c.codec == Codec::kQsgd ? 1e20f : 3e38f;
+        if (c.codec == Codec::kOnebit) x[2 * n + 1] = 3e38f;
+      }
+      kept[2] = false;
+      const bool minmax_reaches = c.codec != Codec::kMinmax || c.bits == 1;
+      if (minmax_reaches) {
+        at_gauge(0.99f, &x[3 * n]);  // kept
+        at_gauge(1.01f, &x[4 * n]);  // dropped
+        kept[4] = false;
+      }
+      std::vector<float> e0 = make_data(7 * n, Data::kPlain, 6);
+      for (auto& v : e0) v *= 0.01f;
+      std::vector<float> z(7 * n);
+      for (size_t i = 0; i < z.size(); ++i) z[i] = x[i] + e0[i];
+
+      QuantArgs a;
+      a.bits = c.bits;
+      a.bucket = n;
+      a.stochastic = c.stochastic;
+      a.rng = qc::cpu::make_random_stream(1, 2, 3);
+      const Fns f = fns(*t, c.codec);
+      const size_t meta_bytes = 7 * meta_floats(c.codec) * 4;
+      const size_t code_bytes = qc::cpu::codes_bytes(7 * n, c.bits);
+      Out pm(meta_bytes), pc(code_bytes), em(meta_bytes), ec(code_bytes);
+      f.enc(z.data(), nullptr, 7 * n, a, pm.data(), pc.data());
+      std::vector<float> e = e0;
+      f.enc(x.data(), e.data(), 7 * n, a, em.data(), ec.data());
+      ASSERT_TRUE(em.same_as(pm)) << "meta differs at byte " << first_byte_diff(em, pm);
+      ASSERT_TRUE(ec.same_as(pc)) << "codes differ at byte " << first_byte_diff(ec, pc);
+      std::vector<float> dec(7 * n);
+      f.dec(pm.data(), pc.data(), 7 * n, c.bits, n, dec.data(), false);
+      for (size_t b = 0; b < 7; ++b) {
+        for (size_t i = b * n; i < (b + 1) * n; ++i) {
+          const float want = kept[b] ? z[i] - dec[i] : 0.0f;
+          ASSERT_EQ(f32_bits(e[i]), f32_bits(want))
+              << "bucket " << b << (kept[b] ? " (kept)" : " (dropped)") << ", element " << i
+              << ": " << e[i] << " vs " << want;
+          if (kept[b]) {
+            ASSERT_TRUE(std::isfinite(e[i]));
+          }
+        }
+      }
+    }
+  }
+}
+
+// With reused scales (host only) the residual is not bounded by the
+// metadata: a value far outside a reused minmax range near -FLT_MAX leaves
+// z - level = +inf. That bucket's residuals are dropped, on every table;
+// the next bucket (an ordinary saturation) keeps its excess.
+TEST(ResidualHygiene, ReusedScalesDropANonFiniteResidual) {
+  const size_t n = 16;
+  std::vector<float> x(2 * n), y(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = -3e38f + static_cast<float>(i) * 1e36f;  // lo -3e38, scale 1e36
+    y[i] = 3e38f;                                   // far above: e = 3e38 - (-2.85e38)
+    x[n + i] = static_cast<float>(i);               // lo 0, scale 1
+    y[n + i] = 20.0f;                               // saturates at 15: e = 5
+  }
+  for (const KernelTable* t : {qc::cpu::scalar_kernels(), qc::cpu::avx2_kernels(),
+                               qc::cpu::avx512_kernels()}) {
+    if (t == nullptr || qc::cpu::kernels_for(t->isa) == nullptr) continue;
+    SCOPED_TRACE(t->name);
+    QuantArgs a;
+    a.bits = 4;
+    a.bucket = n;
+    std::vector<uint8_t> xm(16), xc(16), ym(16), yc(16);
+    t->minmax_encode(x.data(), nullptr, 2 * n, a, xm.data(), xc.data());
+    a.reuse_meta = xm.data();
+    std::vector<float> e(2 * n, 0.0f);
+    t->minmax_encode(y.data(), e.data(), 2 * n, a, ym.data(), yc.data());
+    ASSERT_EQ(0, std::memcmp(ym.data(), xm.data(), 16)) << "both buckets reuse x's metadata";
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(e[i], 0.0f) << "element " << i << ": the +inf residual's bucket is dropped";
+      ASSERT_EQ(e[n + i], 5.0f) << "element " << n + i << ": the saturated excess stays";
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -726,6 +727,305 @@ TEST(ResidualDecay, SubnormalResidualsStayFinite) {
       }
     }
   }
+}
+
+
+// ===========================================================================
+// Residual hygiene (issue 28 item 6; docs/errors.md "Non-finite data"):
+// one call with a poisoned input must not poison the calls after it.
+// Poisons: NaN, Inf, and a finite value the codec cannot carry (fp16 1e6,
+// bf16 FLT_MAX, a minmax bucket spanning -3e38..3e38, 3e38 for qsgd, onebit,
+// topk and the global codecs), on one rank at element kPoisonAt.
+// Local groups of 3 and 4 ranks, bucket 32, 768 elements (every block of
+// every algorithm starts on a multiple of 32, so the poisoned bucket is
+// elements [kPoisonAt - kPoisonAt % 32, +32) in every encode).
+//
+// What is asserted, per codec x algorithm x ranks x poison:
+//  A. call 1 = zeros everywhere but the poison, calls 2-3 ordinary inputs:
+//     after call 1 every rank's residuals are finite and zero (a fresh
+//     buffer), and the outputs of calls 2-3 are bit-identical to a run whose
+//     call 1 is all zeros (its residuals are exactly zero: zeros encode
+//     exactly), so they are what a reset buffer gives; call 1's non-finite
+//     outputs lie in the poisoned bucket (the whole tensor for the global
+//     codecs), and with a NaN/Inf poison include kPoisonAt (promise 5).
+//  B. call 1 = ordinary inputs plus the poison: call 1 non-finite only in the
+//     poisoned bucket (as above); every residual finite afterwards; calls
+//     2-3 all finite; outside the poisoned bucket, calls 1-3 and the
+//     residuals are bit-identical to a run without the poison (element
+//     kPoisonAt = 0 instead). topk selects over the whole block, so for it
+//     the "bucket" is the whole tensor.
+// ===========================================================================
+enum class Poison { kNaN, kInf, kTooLarge };
+
+struct HygieneCase {
+  CodecCase codec;
+  qc_algorithm_t algo;
+  int ranks;
+  Poison poison;
+};
+
+constexpr size_t kHygieneCount = 768;
+constexpr size_t kHygieneBucket = 32;
+constexpr size_t kPoisonAt = 200;  // bucket [192, 224)
+constexpr int kPoisonRank = 1;
+
+const char* poison_name(Poison p) {
+  switch (p) {
+    case Poison::kNaN: return "NaN";
+    case Poison::kInf: return "Inf";
+    case Poison::kTooLarge: return "TooLarge";
+  }
+  return "?";
+}
+
+// Elements [lo, hi) that the poison may make non-finite or change.
+void poisoned_window(const HygieneCase& c, size_t* lo, size_t* hi) {
+  if (is_global(c.codec.codec) || c.codec.codec == QC_CODEC_TOPK) {
+    *lo = 0;
+    *hi = kHygieneCount;
+    return;
+  }
+  *lo = kPoisonAt - kPoisonAt % kHygieneBucket;
+  *hi = *lo + kHygieneBucket;
+}
+
+// Puts the poison into rank kPoisonRank's input.
+void add_poison(const HygieneCase& c, Matrix* in) {
+  std::vector<float>& x = (*in)[kPoisonRank];
+  switch (c.poison) {
+    case Poison::kNaN: x[kPoisonAt] = std::numeric_limits<float>::quiet_NaN(); return;
+    case Poison::kInf: x[kPoisonAt] = -std::numeric_limits<float>::infinity(); return;
+    case Poison::kTooLarge:
+      switch (c.codec.codec) {
+        case QC_CODEC_FP16: x[kPoisonAt] = 1e6f; return;  // > 65504
+        case QC_CODEC_BF16: x[kPoisonAt] = FLT_MAX; return;  // rounds to bf16 Inf
+        case QC_CODEC_MINMAX:  // the bucket's range max - min overflows float
+          x[kPoisonAt] = 3e38f;
+          x[kPoisonAt + 1] = -3e38f;
+          return;
+        default: x[kPoisonAt] = 3e38f; return;  // qsgd's sum of squares overflows
+      }
+  }
+}
+
+std::vector<HygieneCase> hygiene_cases() {
+  const CodecCase kMinMax4{QC_CODEC_MINMAX, 4, QC_ROUND_NEAREST_EVEN, "MinMax4"};
+  const CodecCase kQsgd4{QC_CODEC_QSGD, 4, QC_ROUND_NEAREST_EVEN, "Qsgd4"};
+  const CodecCase codecs[] = {kFp16,  kBf16,   kMinMax4, kMinMax2Sr, kQsgd4, kQsgd4Sr,
+                              kOneBit, kTopK, kGlin4Sr, kGexp4Sr};
+  std::vector<HygieneCase> cases;
+  for (const CodecCase& cc : codecs)
+    for (qc_algorithm_t a : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA, QC_ALGO_TREE,
+                             QC_ALGO_AUTO, QC_ALGO_NATIVE}) {
+      if (a == QC_ALGO_NATIVE && !is_global(cc.codec)) continue;
+      for (int ranks : {3, 4})
+        for (Poison p : {Poison::kNaN, Poison::kInf, Poison::kTooLarge})
+          cases.push_back({cc, a, ranks, p});
+    }
+  return cases;
+}
+
+class ResidualHygiene : public ::testing::TestWithParam<HygieneCase> {
+ protected:
+  qc_policy_t policy() const {
+    qc_policy_t p = policy_for(GetParam().codec, GetParam().algo, true);
+    p.bucket_size = static_cast<int>(kHygieneBucket);
+    return p;
+  }
+  // Runs `in` (calls x ranks) on fresh error buffers; outputs and, after
+  // the first call, every rank's residuals.
+  void run(const std::vector<Matrix>& in, std::vector<Matrix>* out, Matrix* after_first) {
+    const int n = GetParam().ranks;
+    Buffers ebs(n, kHygieneCount);
+    std::string failure;
+    *out = allreduce_calls(n, policy(), {in[0]}, kHygieneCount, ebs.data(), &failure);
+    ASSERT_TRUE(failure.empty()) << failure;
+    after_first->clear();
+    for (int r = 0; r < n; ++r) after_first->push_back(residuals(ebs[r]));
+    // The later calls on the same buffers, in a second group (the
+    // reference run does the same, so stochastic rounding's call numbers,
+    // which restart with every group, match).
+    const std::vector<Matrix> rest(in.begin() + 1, in.end());
+    const auto more = allreduce_calls(n, policy(), rest, kHygieneCount, ebs.data(), &failure);
+    ASSERT_TRUE(failure.empty()) << failure;
+    out->insert(out->end(), more.begin(), more.end());
+  }
+  // Call 1's outputs: non-finite only in the window, and (NaN/Inf) at the poison.
+  void expect_poisoned_call(const Matrix& first) {
+    const HygieneCase& c = GetParam();
+    size_t lo, hi;
+    poisoned_window(c, &lo, &hi);
+    for (int r = 0; r < c.ranks; ++r) {
+      for (size_t i = 0; i < kHygieneCount; ++i) {
+        if (i < lo || i >= hi) {
+          ASSERT_TRUE(std::isfinite(first[r][i])) << "call 1, rank " << r << ", element " << i;
+        }
+      }
+      if (c.poison != Poison::kTooLarge) {
+        EXPECT_FALSE(std::isfinite(first[r][kPoisonAt])) << "call 1, rank " << r << " hides the poison";
+      }
+    }
+  }
+};
+
+std::vector<Matrix> ordinary_calls(int n, uint64_t seed) {
+  return {random_inputs(n, kHygieneCount, seed), random_inputs(n, kHygieneCount, seed + 1)};
+}
+
+TEST_P(ResidualHygiene, PoisonedCallLeavesAFreshBuffer) {
+  const HygieneCase& c = GetParam();
+  const int n = c.ranks;
+  Matrix zeros(static_cast<size_t>(n), std::vector<float>(kHygieneCount, 0.0f));
+  Matrix poisoned = zeros;
+  add_poison(c, &poisoned);
+  std::vector<Matrix> in = {poisoned};
+  std::vector<Matrix> ref_in = {zeros};
+  for (const Matrix& m : ordinary_calls(n, 31)) {
+    in.push_back(m);
+    ref_in.push_back(m);
+  }
+  std::vector<Matrix> out, ref_out;
+  Matrix e1, ref_e1;
+  run(in, &out, &e1);
+  if (HasFatalFailure()) return;
+  run(ref_in, &ref_out, &ref_e1);
+  if (HasFatalFailure()) return;
+  expect_poisoned_call(out[0]);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < kHygieneCount; ++i) {
+      ASSERT_EQ(e1[r][i], 0.0f) << "residual of rank " << r << ", element " << i
+                                << " after the poisoned call";
+      ASSERT_EQ(ref_e1[r][i], 0.0f) << "zeros must encode exactly";
+    }
+  }
+  for (size_t t = 1; t < in.size(); ++t) {
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < kHygieneCount; ++i) {
+        ASSERT_TRUE(std::isfinite(out[t][r][i]))
+            << "call " << t + 1 << ", rank " << r << ", element " << i << " is " << out[t][r][i];
+        ASSERT_EQ(out[t][r][i], ref_out[t][r][i])
+            << "call " << t + 1 << ", rank " << r << ", element " << i;
+      }
+    }
+  }
+}
+
+TEST_P(ResidualHygiene, OnlyThePoisonedBucketIsTouched) {
+  const HygieneCase& c = GetParam();
+  const int n = c.ranks;
+  std::vector<Matrix> in = {random_inputs(n, kHygieneCount, 57)};
+  for (const Matrix& m : ordinary_calls(n, 58)) in.push_back(m);
+  std::vector<Matrix> ref_in = in;
+  in[0][kPoisonRank][kPoisonAt + 1] = 0.0f;  // minmax's second poison element
+  ref_in[0][kPoisonRank][kPoisonAt + 1] = 0.0f;
+  ref_in[0][kPoisonRank][kPoisonAt] = 0.0f;
+  add_poison(c, &in[0]);
+  std::vector<Matrix> out, ref_out;
+  Matrix e1, ref_e1;
+  run(in, &out, &e1);
+  if (HasFatalFailure()) return;
+  run(ref_in, &ref_out, &ref_e1);
+  if (HasFatalFailure()) return;
+  expect_poisoned_call(out[0]);
+  size_t lo, hi;
+  poisoned_window(c, &lo, &hi);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < kHygieneCount; ++i) {
+      ASSERT_TRUE(std::isfinite(e1[r][i])) << "residual of rank " << r << ", element " << i;
+      if (i < lo || i >= hi) {
+        ASSERT_EQ(e1[r][i], ref_e1[r][i]) << "rank " << r << ", element " << i;
+      }
+    }
+  }
+  for (size_t t = 0; t < in.size(); ++t) {
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < kHygieneCount; ++i) {
+        if (t > 0) {
+          ASSERT_TRUE(std::isfinite(out[t][r][i]))
+              << "call " << t + 1 << ", rank " << r << ", element " << i << " is " << out[t][r][i];
+        }
+        if (i < lo || i >= hi) {
+          ASSERT_EQ(out[t][r][i], ref_out[t][r][i])
+              << "call " << t + 1 << ", rank " << r << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Local, ResidualHygiene, ::testing::ValuesIn(hygiene_cases()),
+    [](const ::testing::TestParamInfo<HygieneCase>& i) {
+      return std::string(i.param.codec.name) + "_" + algo_name(i.param.algo) + "_" +
+             std::to_string(i.param.ranks) + "ranks_" + poison_name(i.param.poison);
+    });
+
+// topk with more non-finite values than it sends: the ones left behind must
+// not stay in the residuals (they would be sent, one call late, into an
+// ordinary call's output).
+TEST(ResidualHygieneTopk, UnsentNonFiniteValuesAreDropped) {
+  const int n = 3;
+  const size_t count = 300;
+  for (qc_algorithm_t algo : {QC_ALGO_RING, QC_ALGO_SRA, QC_ALGO_TREE, QC_ALGO_RECURSIVE_DOUBLING}) {
+    SCOPED_TRACE(algo_name(algo));
+    std::vector<Matrix> in = {random_inputs(n, count, 3)};
+    for (size_t i = 0; i < count; i += 2) in[0][1][i] = std::numeric_limits<float>::quiet_NaN();
+    in.push_back(random_inputs(n, count, 4));
+    Buffers ebs(n, count);
+    std::string failure;
+    const auto out = allreduce_calls(n, policy_for(kTopK, algo, true), in, count, ebs.data(),
+                                     &failure);
+    ASSERT_TRUE(failure.empty()) << failure;
+    for (int r = 0; r < n; ++r) {
+      for (float v : residuals(ebs[r])) ASSERT_TRUE(std::isfinite(v)) << "rank " << r;
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_TRUE(std::isfinite(out[1][r][i])) << "call 2, rank " << r << ", element " << i;
+    }
+  }
+}
+
+// An image saved by an older qc (whose encodes could leave NaN or Inf
+// residuals) or edited: its non-finite residuals load as 0, so the next call
+// is not poisoned; finite ones load exactly.
+TEST(ResidualHygieneImage, NonFiniteResidualsLoadAsZero) {
+  const int n = 3;
+  const size_t count = 100;
+  const qc_policy_t pol = policy_for(kMinMax8, QC_ALGO_SRA, true);
+  Buffers ebs(n, count);
+  const auto first = encode_all(random_inputs(n, count, 2), QC_DTYPE_FLOAT32);
+  ASSERT_EQ(allreduce_emulate(n, first, count, QC_DTYPE_FLOAT32, QC_OP_SUM, pol, ebs.data()).status,
+            QC_SUCCESS);
+  size_t size = 0;
+  ASSERT_EQ(qc_error_buffer_save(ebs[1], nullptr, 0, &size), QC_SUCCESS);
+  Bytes image(size);
+  ASSERT_EQ(qc_error_buffer_save(ebs[1], image.data(), size, &size), QC_SUCCESS);
+  const std::vector<float> saved = residuals(ebs[1]);
+  const float bad[2] = {std::numeric_limits<float>::quiet_NaN(),
+                        -std::numeric_limits<float>::infinity()};
+  std::memcpy(image.data() + 56 + 4 * 10, &bad[0], 4);
+  std::memcpy(image.data() + 56 + 4 * 70, &bad[1], 4);
+  // The image's checksum (error_buffer.h): FNV-1a 64 of bytes [0, 48) and
+  // the payload, little-endian at offset 48.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto fnv = [&h](const uint8_t* p, size_t len) {
+    for (size_t i = 0; i < len; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  };
+  fnv(image.data(), 48);
+  fnv(image.data() + 56, size - 56);
+  for (int k = 0; k < 8; ++k) image[48 + k] = static_cast<uint8_t>(h >> (8 * k));
+  ASSERT_EQ(qc_error_buffer_load(ebs[1], image.data(), size), QC_SUCCESS) << qc_last_error();
+  const std::vector<float> loaded = residuals(ebs[1]);
+  for (size_t i = 0; i < count; ++i) {
+    if (i == 10 || i == 70) {
+      EXPECT_EQ(loaded[i], 0.0f) << i;
+    } else {
+      EXPECT_EQ(loaded[i], saved[i]) << i;
+    }
+  }
+  const auto next = encode_all(random_inputs(n, count, 3), QC_DTYPE_FLOAT32);
+  const auto res = allreduce_emulate(n, next, count, QC_DTYPE_FLOAT32, QC_OP_SUM, pol, ebs.data());
+  ASSERT_EQ(res.status, QC_SUCCESS) << res.error;
+  for (float v : as_floats(res.out[0])) ASSERT_TRUE(std::isfinite(v));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "core/codecs/codec.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,7 +22,12 @@ Status Codec::encode_error_compensated(const float* t, float* e, size_t count,
   for (size_t i = 0; i < count; ++i) z[i] = t[i] + e[i];
   QC_RETURN_IF_ERROR(encode(z.data(), count, key, dst, capacity, written));
   QC_RETURN_IF_ERROR(decode(dst, *written, e, count));
-  for (size_t i = 0; i < count; ++i) e[i] = z[i] - e[i];
+  // Residual hygiene (cpu/codec_kernels.h), each element its own bucket: a
+  // value whose decode is not finite (NaN, Inf, or beyond the 16-bit range
+  // of a cast) leaves residual 0, not z - Inf, which would poison every
+  // later call. A finite decode of a finite z leaves at most half a unit in
+  // the last place, which can never overflow the next encode.
+  for (size_t i = 0; i < count; ++i) e[i] = std::isfinite(e[i]) ? z[i] - e[i] : 0.0f;
   return Status::ok();
 }
 

@@ -150,6 +150,13 @@ Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const 
     }
   }
   out.flush();
+  // Residual hygiene (cpu/codec_kernels.h), the message one bucket: drop
+  // residuals whose squares could overflow the next norm by themselves.
+  if (e != nullptr &&
+      !cpu::keeps_residuals(cpu::global_residual_gauge(codec_ == QC_CODEC_GLOBAL_EXP, norm, Mi),
+                            cpu::global_residual_limit(count))) {
+    std::fill(e, e + count, 0.0f);
+  }
   *written = need;
   return Status::ok();
 }

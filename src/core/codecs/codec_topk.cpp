@@ -99,8 +99,15 @@ Status TopkCodec::encode_impl(const float* src, float* e, size_t count, uint8_t*
     store_le32(p, i);
     store_f32(p + 4, z[i]);
   }
-  if (e != nullptr)
+  if (e != nullptr) {
     for (size_t j = 0; j < k; ++j) e[idx[j]] = 0.0f;
+    // Residual hygiene (cpu/codec_kernels.h), each element its own bucket:
+    // more NaN/Inf values than k leave some unsent; carried, they would
+    // reach a later call's output, so they are dropped. (Finite values are
+    // sent as float32, so a finite residual can never overflow an encode.)
+    for (size_t i = 0; i < count; ++i)
+      if (!std::isfinite(e[i])) e[i] = 0.0f;
+  }
   *written = need;
   return Status::ok();
 }
