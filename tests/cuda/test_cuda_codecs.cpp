@@ -5,6 +5,7 @@
 // the warp emulator (test_cuda_emulated.cpp).
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -341,7 +342,10 @@ TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
 // GPU between calls (core/device_residuals.h). Over three calls each result
 // equals the emulation's with host error buffers, and at the end so do the
 // residuals (saving brings the device's to the host). Round to nearest, so
-// every emulated call draws the random bits a real call would.
+// every emulated call draws the random bits a real call would. Call 1 is
+// poisoned on rank 1 (a NaN, and +-FLT_MAX side by side, beyond every
+// codec's range): the device kernels must drop the same residuals as the
+// host's (residual hygiene, cpu/codec_kernels.h), so call 2 still matches.
 TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
   const int n = 3;
   const size_t count = 20011;
@@ -352,7 +356,8 @@ TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
   };
   for (const Case& c : {Case{QC_CODEC_MINMAX, 4, QC_ALGO_RING}, Case{QC_CODEC_MINMAX, 2, QC_ALGO_SRA},
                         Case{QC_CODEC_ONEBIT, 1, QC_ALGO_TREE},
-                        Case{QC_CODEC_BF16, 4, QC_ALGO_RECURSIVE_DOUBLING}}) {
+                        Case{QC_CODEC_BF16, 4, QC_ALGO_RECURSIVE_DOUBLING},
+                        Case{QC_CODEC_QSGD, 4, QC_ALGO_SRA}, Case{QC_CODEC_FP16, 4, QC_ALGO_RING}}) {
     SCOPED_TRACE("codec " + std::to_string(c.codec) + " algorithm " + std::to_string(c.algo));
     qc_policy_t p = QC_POLICY_INIT;
     p.codec = c.codec;
@@ -375,6 +380,11 @@ TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
         x[r] = make_data(count, Data::kPlain, 100 * call + r);
         sp[r] = x[r].data();
         rp[r] = want[r].data();
+      }
+      if (call == 1) {
+        x[1][7] = std::numeric_limits<float>::quiet_NaN();
+        x[1][5000] = FLT_MAX;
+        x[1][5001] = -FLT_MAX;
       }
       ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
                                      &p, emulated.data()),
