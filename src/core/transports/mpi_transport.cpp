@@ -16,6 +16,8 @@ constexpr int kAbortTag = 1;
 constexpr size_t kMaxNoticeText = 480;
 // An abort notice: int32 status, uint64 instance id, then the reason's text.
 constexpr size_t kNoticeHeader = 12;
+// The native sums' pieces: one MPI_Iallreduce per 4 MiB, all posted at once.
+constexpr size_t kNativePieceBytes = size_t{4} << 20;
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -23,11 +25,6 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
-
-struct MpiRequestState {
-  MPI_Request request = MPI_REQUEST_NULL;
-  int expected_tag = 0;  // receives: the tag the next message must carry
-};
 
 // MPI promises tags up to 32767 only: fold qc's 64-bit tag into 15 bits.
 int mpi_tag(uint64_t tag) {
@@ -42,10 +39,37 @@ bool mpi_usable() {
   return initialized && !finalized;
 }
 
+}  // namespace
+
+// One send or receive. A receive is unmatched (no MPI request yet) until
+// match_receive gives it its message; then `request` receives into `block`.
+// Destroyed while MPI still owns `request` (a call that failed, or a
+// request never waited for), it hands request and block to the transport,
+// which keeps the block alive until its own destruction.
+struct MpiRequestState {
+  MpiTransport* transport = nullptr;
+  MPI_Request request = MPI_REQUEST_NULL;
+  MpiTransport::Block block;
+  bool receive = false;
+  bool matched = false;       // receives: request is the message's MPI_Imrecv
+  int peer = -1;
+  int expected_tag = 0;       // receives: the tag the next message must carry
+  void* destination = nullptr;  // receives: the caller's buffer
+  size_t capacity = 0;
+  size_t bytes = 0;           // receives: the matched message's size
+
+  ~MpiRequestState() {
+    if (request != MPI_REQUEST_NULL && mpi_usable()) {
+      transport->keep_leftover({request}, /*collective=*/false, std::move(block));
+    }
+  }
+};
+
+namespace {
+
 MpiRequestState* state_of(Request& req) {
   return static_cast<MpiRequestState*>(req.transport_state.get());
 }
-
 
 }  // namespace
 
@@ -96,12 +120,39 @@ Status MpiTransport::create(MPI_Fint fortran_handle, std::unique_ptr<Transport>*
 
 MpiTransport::MpiTransport(MPI_Comm data, MPI_Comm control, int rank, int size,
                            uint64_t instance_id)
-    : data_(data), control_(control), rank_(rank), size_(size), instance_id_(instance_id) {}
+    : data_(data), control_(control), rank_(rank), size_(size), instance_id_(instance_id),
+      unmatched_(static_cast<size_t>(size)) {}
 
 MpiTransport::~MpiTransport() {
-  if (!mpi_usable()) return;  // after MPI_Finalize nothing may be called
+  if (!mpi_usable()) {
+    // MPI is gone, and with it every operation that could touch a block.
+    return;
+  }
+  // A notice MPI has not finished sending keeps its text (a few hundred
+  // bytes, leaked): MPI may still read it after its request is freed.
+  bool notices_pending = false;
   for (MPI_Request& r : notices_) {
-    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    int done = 1;
+    if (r != MPI_REQUEST_NULL) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) continue;
+    notices_pending = true;
+    MPI_Request_free(&r);
+  }
+  if (notices_pending) new std::vector<std::string>(std::move(notice_text_));
+  // Operations abandoned at a failure: a finished one's block is freed; one
+  // MPI may still write into (a receive, a collective) or read (a send)
+  // keeps its block forever, a deliberate leak like the communicators'.
+  for (Leftover& left : leftovers_) {
+    int done = 0;
+    if (MPI_Testall(static_cast<int>(left.requests.size()), left.requests.data(), &done,
+                    MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+        done) {
+      continue;
+    }
+    for (MPI_Request& r : left.requests) {
+      if (!left.collective && r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+    (void)left.block.bytes.release();
   }
   // After a failure, messages of the failed call (unmatched sends, abort
   // notices, an abandoned collective that can be neither cancelled nor
@@ -113,7 +164,7 @@ MpiTransport::~MpiTransport() {
   // are left to MPI_Finalize: a deliberate leak of two handles per failure.
   // (Late notices also carry instance_id_, for MPI libraries that reuse ids
   // otherwise.)
-  if (!failure()) return;
+  if (!failure() || !leftovers_.empty()) return;
   MPI_Comm_free(&control_);
   MPI_Comm_free(&data_);
 }
@@ -161,17 +212,23 @@ void MpiTransport::abort(const Status& reason) {
 bool MpiTransport::poll_abort() {
   if (!failure()) return true;
   for (;;) {
+    // Matched, then received by its handle: the size is the notice's own,
+    // and no other receive on `control` can take it in between.
     int flag = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, control_, &flag, &st) != MPI_SUCCESS || !flag) {
+    if (MPI_Improbe(MPI_ANY_SOURCE, kAbortTag, control_, &flag, &message, &st) != MPI_SUCCESS ||
+        !flag) {
       return false;
     }
     int bytes = 0;
     MPI_Get_count(&st, MPI_BYTE, &bytes);
+    if (bytes < 0) bytes = 0;  // MPI_UNDEFINED: not a notice qc sent
     std::string packet(static_cast<size_t>(std::max(bytes, 1)), '\0');
-    MPI_Recv(&packet[0], bytes, MPI_BYTE, st.MPI_SOURCE, kAbortTag, control_, MPI_STATUS_IGNORE);
+    MPI_Mrecv(&packet[0], bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    packet.resize(static_cast<size_t>(bytes));
     uint64_t id = 0;
-    if (bytes >= static_cast<int>(kNoticeHeader)) std::memcpy(&id, packet.data() + 4, 8);
+    if (packet.size() >= kNoticeHeader) std::memcpy(&id, packet.data() + 4, 8);
     if (id != instance_id_) continue;  // a late notice of an earlier communicator
     int32_t code = QC_ERROR_TRANSPORT;
     std::memcpy(&code, packet.data(), 4);
@@ -183,6 +240,47 @@ bool MpiTransport::poll_abort() {
   }
 }
 
+MpiTransport::Block MpiTransport::take_block(size_t bytes) {
+  // The smallest free block that fits; else a new one, in place of the
+  // largest free one (so the free list holds the call's sizes, no more).
+  size_t best = free_blocks_.size();
+  for (size_t i = 0; i < free_blocks_.size(); ++i) {
+    if (free_blocks_[i].capacity >= bytes &&
+        (best == free_blocks_.size() || free_blocks_[i].capacity < free_blocks_[best].capacity)) {
+      best = i;
+    }
+  }
+  if (best == free_blocks_.size()) {
+    if (!free_blocks_.empty()) {
+      size_t largest = 0;
+      for (size_t i = 1; i < free_blocks_.size(); ++i) {
+        if (free_blocks_[i].capacity > free_blocks_[largest].capacity) largest = i;
+      }
+      free_blocks_.erase(free_blocks_.begin() + static_cast<std::ptrdiff_t>(largest));
+    }
+    Block fresh;
+    fresh.capacity = std::max<size_t>(bytes, 64);
+    fresh.bytes.reset(new uint8_t[fresh.capacity]);
+    return fresh;
+  }
+  Block block = std::move(free_blocks_[best]);
+  free_blocks_.erase(free_blocks_.begin() + static_cast<std::ptrdiff_t>(best));
+  return block;
+}
+
+void MpiTransport::give_back_block(Block block) {
+  if (block.bytes) free_blocks_.push_back(std::move(block));
+}
+
+void MpiTransport::keep_leftover(std::vector<MPI_Request> requests, bool collective,
+                                 Block block) {
+  Leftover left;
+  left.requests = std::move(requests);
+  left.collective = collective;
+  left.block = std::move(block);
+  leftovers_.push_back(std::move(left));
+}
+
 Status MpiTransport::post_send(int peer, uint64_t tag, const void* data, size_t bytes,
                                size_t frame, Request* req) {
   if (bytes > static_cast<size_t>(INT_MAX)) {
@@ -190,135 +288,205 @@ Status MpiTransport::post_send(int peer, uint64_t tag, const void* data, size_t 
                        std::to_string(bytes) + " bytes");
   }
   auto state = std::make_shared<MpiRequestState>();
+  state->transport = this;
+  state->peer = peer;
+  // MPI reads the bytes until the send completes, maybe after a failed call
+  // returned and the caller freed or reused `data`: it reads a copy.
+  state->block = take_block(bytes);
+  if (bytes > 0) std::memcpy(state->block.bytes.get(), data, bytes);
+  *req = Request();
   req->kind = Request::Kind::kSend;
   req->peer = peer;
   req->tag = tag;
   req->bytes = bytes;
   req->frame = frame;
-  req->done = false;
-  const int rc = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag(tag), data_,
-                           &state->request);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Isend");
+  const int rc = MPI_Isend(state->block.bytes.get(), static_cast<int>(bytes), MPI_BYTE, peer,
+                           mpi_tag(tag), data_, &state->request);
+  if (rc != MPI_SUCCESS) {
+    state->request = MPI_REQUEST_NULL;
+    return mpi_error(rc, "MPI_Isend");
+  }
   req->transport_state = state;
   return Status::ok();
 }
 
 Status MpiTransport::post_recv(int peer, uint64_t tag, void* buffer, size_t capacity,
                                Request* req) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return internal_error("the MPI transport got receive peer " + std::to_string(peer) +
+                          " on rank " + std::to_string(rank_) + " of " + std::to_string(size_));
+  }
   auto state = std::make_shared<MpiRequestState>();
+  state->transport = this;
+  state->receive = true;
+  state->peer = peer;
   state->expected_tag = mpi_tag(tag);
+  state->destination = buffer;
+  state->capacity = capacity;
+  *req = Request();
   req->kind = Request::Kind::kRecv;
   req->peer = peer;
   req->tag = tag;
   req->buffer = buffer;
   req->capacity = capacity;
-  req->bytes = 0;
-  req->done = false;
-  const int count = static_cast<int>(std::min(capacity, static_cast<size_t>(INT_MAX)));
-  const int rc = MPI_Irecv(buffer, count, MPI_BYTE, peer, MPI_ANY_TAG, data_, &state->request);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Irecv");
+  // Nothing is posted to MPI yet: match_receives does, once the message's
+  // size is known.
+  unmatched_[static_cast<size_t>(peer)].push_back(state);
   req->transport_state = state;
   return Status::ok();
 }
 
-void MpiTransport::release_pending(Request* reqs, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    MpiRequestState* s = state_of(reqs[i]);
-    if (s == nullptr || s->request == MPI_REQUEST_NULL) continue;
-    if (reqs[i].kind == Request::Kind::kRecv) {
-      // A cancelled receive completes at once; it must not write later.
-      MPI_Cancel(&s->request);
-      MPI_Wait(&s->request, MPI_STATUS_IGNORE);
-    } else {
-      // A send cannot be taken back; MPI finishes or drops it on its own.
-      MPI_Request_free(&s->request);
+Status MpiTransport::match_receive(MpiRequestState& state) {
+  int flag = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
+  MPI_Status st;
+  int rc = MPI_Improbe(state.peer, MPI_ANY_TAG, data_, &flag, &message, &st);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Improbe");
+  if (!flag) return Status::ok();
+  // The message stays matched but unreceived when it is refused: the call
+  // fails and the group is broken, so nothing else looks for it.
+  if (st.MPI_TAG != state.expected_tag) {
+    return mismatch("the next message from rank " + std::to_string(state.peer) +
+                    " belongs to another step or call than rank " + std::to_string(rank_) +
+                    " expects");
+  }
+  int bytes = 0;
+  MPI_Get_count(&st, MPI_BYTE, &bytes);
+  if (bytes < 0 || static_cast<size_t>(bytes) > state.capacity) {
+    return mismatch("rank " + std::to_string(state.peer) + " sent a message of " +
+                    (bytes < 0 ? std::string("more than 2 GiB")
+                               : std::to_string(bytes) + " bytes") +
+                    " where rank " + std::to_string(rank_) + " expects at most " +
+                    std::to_string(state.capacity) +
+                    ": the ranks disagree on the count, dtype, op, layer or policy of this call");
+  }
+  state.bytes = static_cast<size_t>(bytes);
+  state.block = take_block(state.bytes);
+  rc = MPI_Imrecv(state.block.bytes.get(), bytes, MPI_BYTE, &message, &state.request);
+  if (rc != MPI_SUCCESS) {
+    state.request = MPI_REQUEST_NULL;
+    return mpi_error(rc, "MPI_Imrecv");
+  }
+  state.matched = true;
+  return Status::ok();
+}
+
+Status MpiTransport::match_receives() {
+  for (auto& queue : unmatched_) {
+    while (!queue.empty()) {
+      std::shared_ptr<MpiRequestState> oldest = queue.front().lock();
+      if (!oldest) {
+        // Its request is gone, never waited for (only in a failed call):
+        // its message, should it come, fails the next receive's tag check.
+        queue.pop_front();
+        continue;
+      }
+      QC_RETURN_IF_ERROR(match_receive(*oldest));
+      if (!oldest->matched) break;  // the peer's next message is not here yet
+      queue.pop_front();
     }
   }
+  return Status::ok();
+}
+
+Status MpiTransport::progress(Request& req) {
+  MpiRequestState* s = state_of(req);
+  if (req.done || s == nullptr) return Status::ok();
+  if (s->receive && !s->matched) return Status::ok();
+  int flag = 0;
+  MPI_Status st;
+  const int rc = MPI_Test(&s->request, &flag, &st);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Test");
+  if (!flag) return Status::ok();
+  // Finished: MPI has let go of the block.
+  if (s->receive) {
+    if (s->bytes > 0) std::memcpy(s->destination, s->block.bytes.get(), s->bytes);
+    req.bytes = s->bytes;
+  }
+  give_back_block(std::move(s->block));
+  s->block = Block();
+  req.done = true;
+  return Status::ok();
 }
 
 Status MpiTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
+  // On failure the requests still pending are left as they are: their
+  // states hand MPI's requests and blocks to leftovers_ when destroyed.
+  const auto fail = [this](const Status& bad) {
+    abort(bad);
+    return failure();
+  };
   Backoff backoff;
   for (;;) {
+    Status s = match_receives();
+    if (!s) return fail(s);
     bool all_done = true;
     for (size_t i = 0; i < count; ++i) {
-      Request& req = reqs[i];
-      MpiRequestState* s = state_of(req);
-      if (req.done || s == nullptr) continue;
-      int flag = 0;
-      MPI_Status st;
-      const int rc = MPI_Test(&s->request, &flag, &st);
-      if (rc != MPI_SUCCESS) {
-        int cls = 0;
-        MPI_Error_class(rc, &cls);
-        Status bad = cls == MPI_ERR_TRUNCATE
-                         ? mismatch("a message from rank " + std::to_string(req.peer) +
-                                    " is longer than the receiver expects (" +
-                                    std::to_string(req.capacity) + " bytes)")
-                         : mpi_error(rc, "MPI_Test");
-        abort(bad);
-        release_pending(reqs, count);
-        return bad;
-      }
-      if (!flag) {
-        all_done = false;
-        continue;
-      }
-      req.done = true;
-      if (req.kind == Request::Kind::kRecv) {
-        int got = 0;
-        MPI_Get_count(&st, MPI_BYTE, &got);
-        req.bytes = static_cast<size_t>(got);
-        if (st.MPI_TAG != s->expected_tag) {
-          Status bad = mismatch("the next message from rank " + std::to_string(req.peer) +
-                                " belongs to another step or call than rank " +
-                                std::to_string(rank_) + " expects");
-          abort(bad);
-          release_pending(reqs, count);
-          return bad;
-        }
-      }
+      s = progress(reqs[i]);
+      if (!s) return fail(s);
+      if (!reqs[i].done && state_of(reqs[i]) != nullptr) all_done = false;
     }
     if (all_done) return Status::ok();
-    if (poll_abort()) {
-      release_pending(reqs, count);
-      return failure();
-    }
+    if (poll_abort()) return failure();
     if (Clock::now() >= deadline) {
       std::string peers;
       for (size_t i = 0; i < count; ++i) {
         if (!reqs[i].done) peers += (peers.empty() ? "" : ", ") + std::to_string(reqs[i].peer);
       }
-      Status timeout = timeout_error("rank " + std::to_string(rank_) +
-                                     " timed out waiting for rank(s) " + peers +
-                                     " (a peer is gone, stuck or much slower)");
-      abort(timeout);
-      release_pending(reqs, count);
-      return timeout;
+      return fail(timeout_error("rank " + std::to_string(rank_) +
+                                " timed out waiting for rank(s) " + peers +
+                                " (a peer is gone, stuck or much slower)"));
     }
     backoff.pause();
   }
 }
 
-Status MpiTransport::wait_collective(MPI_Request* request, Deadline deadline, const char* what) {
+Status MpiTransport::run_native(Block* block, size_t count, size_t item, size_t piece,
+                                Deadline deadline, const char* what,
+                                const std::function<int(void*, int, MPI_Request*)>& start) {
+  QC_RETURN_IF_ERROR(failure());
+  std::vector<MPI_Request> requests;
+  requests.reserve(count / piece + 1);
+  for (size_t done = 0; done < count || requests.empty(); done += piece) {
+    const size_t n = std::min(piece, count - done);
+    requests.push_back(MPI_REQUEST_NULL);
+    const int rc = start(block->bytes.get() + done * item, static_cast<int>(n), &requests.back());
+    if (rc != MPI_SUCCESS) {
+      requests.pop_back();
+      Status bad = mpi_error(rc, what);
+      abort(bad);
+      keep_leftover(std::move(requests), /*collective=*/true, std::move(*block));
+      *block = Block();
+      return bad;
+    }
+    if (n == 0) break;
+  }
   Backoff backoff;
   for (;;) {
     int flag = 0;
-    const int rc = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      Status bad = mpi_error(rc, what);
+    const int test = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag,
+                                 MPI_STATUSES_IGNORE);
+    if (test != MPI_SUCCESS) {
+      Status bad = mpi_error(test, what);
       abort(bad);
+      keep_leftover(std::move(requests), /*collective=*/true, std::move(*block));
+      *block = Block();
       return bad;
     }
-    if (flag) return Status::ok();
+    // Finished, but a peer may have given up on it meanwhile (it timed out
+    // before this rank joined): that rank's notice fails this call too, so
+    // that every rank reports the failure.
+    if (flag) return poll_abort() ? failure() : Status::ok();
     if (poll_abort() || Clock::now() >= deadline) {
       Status bad = failure() ? timeout_error("rank " + std::to_string(rank_) + " timed out in " +
-                                             what)
+                                             what + " (a peer is gone, stuck or much slower)")
                              : failure();
       abort(bad);
-      // A collective can be neither cancelled nor freed: it stays with the
-      // (now broken) communicator.
-      orphans_.push_back(*request);
-      return bad;
+      // A collective can be neither cancelled nor freed, and may still
+      // complete (a late peer joins): its block stays with the transport.
+      keep_leftover(std::move(requests), /*collective=*/true, std::move(*block));
+      *block = Block();
+      return failure();
     }
     backoff.pause();
   }
@@ -328,57 +496,63 @@ Status MpiTransport::allreduce_int64(int64_t* values, size_t count, int width,
                                      Deadline deadline) {
   // int32 when the sums fit (half the bytes), else int64.
   const bool narrow = width <= 31;
-  std::vector<int32_t> narrow_values;
-  if (narrow) narrow_values.assign(values, values + count);
-  size_t done = 0;
-  while (done < count) {
-    const size_t chunk = std::min(count - done, static_cast<size_t>(INT_MAX));
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int rc = narrow ? MPI_Iallreduce(MPI_IN_PLACE, narrow_values.data() + done,
-                                           static_cast<int>(chunk), MPI_INT32_T, MPI_SUM, data_,
-                                           &request)
-                          : MPI_Iallreduce(MPI_IN_PLACE, values + done, static_cast<int>(chunk),
-                                           MPI_INT64_T, MPI_SUM, data_, &request);
-    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Iallreduce");
-    QC_RETURN_IF_ERROR(wait_collective(&request, deadline, "the integer allreduce"));
-    done += chunk;
+  const size_t item = narrow ? 4 : 8;
+  Block block = take_block(count * item);
+  if (narrow) {
+    int32_t* lanes = reinterpret_cast<int32_t*>(block.bytes.get());
+    for (size_t i = 0; i < count; ++i) lanes[i] = static_cast<int32_t>(values[i]);
+  } else if (count > 0) {
+    std::memcpy(block.bytes.get(), values, count * item);
   }
-  if (narrow) std::copy(narrow_values.begin(), narrow_values.end(), values);
+  QC_RETURN_IF_ERROR(run_native(&block, count, item, kNativePieceBytes / item, deadline,
+                                "the integer allreduce",
+                                [&](void* piece, int n, MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, piece, n, narrow ? MPI_INT32_T : MPI_INT64_T, MPI_SUM,
+                          data_, request);
+  }));
+  if (narrow) {
+    const int32_t* lanes = reinterpret_cast<const int32_t*>(block.bytes.get());
+    for (size_t i = 0; i < count; ++i) values[i] = lanes[i];
+  } else if (count > 0) {
+    std::memcpy(values, block.bytes.get(), count * item);
+  }
+  give_back_block(std::move(block));
   return Status::ok();
 }
 
 Status MpiTransport::allreduce_float(const float* send, float* recv, size_t count,
                                      Deadline deadline) {
-  // Blocking on purpose. The agreement just showed every rank inside this
-  // call, so only a crash (which ends an MPI job anyway) or a stopped
-  // process can keep MPI_Allreduce from returning; and the blocking form
-  // runs MPI's tuned algorithms, 1.5 to 3 times faster than the
-  // non-blocking schedule (OpenMPI 4.1, shared memory, 4 KiB to 4 MiB).
-  (void)deadline;
-  size_t done = 0;
-  while (done < count) {
-    const size_t chunk = std::min(count - done, static_cast<size_t>(INT_MAX));
-    const void* from = send == recv ? MPI_IN_PLACE : static_cast<const void*>(send + done);
-    const int rc =
-        MPI_Allreduce(from, recv + done, static_cast<int>(chunk), MPI_FLOAT, MPI_SUM, data_);
-    if (rc != MPI_SUCCESS) {
-      Status bad = mpi_error(rc, "MPI_Allreduce");
-      abort(bad);
-      return bad;
-    }
-    done += chunk;
-  }
+  // Non-blocking and on a copy: a peer that dies or stops inside the sum
+  // must not hold this rank past the deadline, and MPI, which may still
+  // finish the sum after qc gave up on it, must not write into `recv`.
+  // Large sums go as several MPI_Iallreduce at once (kNativePieceBytes):
+  // they overlap, which brings OpenMPI's non-blocking schedules close to
+  // its blocking, tuned MPI_Allreduce (docs/mpi.md has the measurements).
+  const size_t bytes = count * sizeof(float);
+  Block block = take_block(bytes);
+  if (bytes > 0) std::memcpy(block.bytes.get(), send, bytes);
+  QC_RETURN_IF_ERROR(run_native(&block, count, sizeof(float), kNativePieceBytes / sizeof(float),
+                                deadline, "the float allreduce",
+                                [&](void* piece, int n, MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, piece, n, MPI_FLOAT, MPI_SUM, data_, request);
+  }));
+  if (bytes > 0) std::memcpy(recv, block.bytes.get(), bytes);
+  give_back_block(std::move(block));
   return Status::ok();
 }
 
 Status MpiTransport::agree(uint64_t value, Deadline deadline) {
   // min(v) == v and min(~v) == ~v (i.e. max(v) == v) on a rank means every
   // rank passed v; every rank gets the same minima, so all see a difference.
+  Block block = take_block(2 * sizeof(uint64_t));
   uint64_t lanes[2] = {value, ~value};
-  MPI_Request request = MPI_REQUEST_NULL;
-  const int rc = MPI_Iallreduce(MPI_IN_PLACE, lanes, 2, MPI_UINT64_T, MPI_MIN, data_, &request);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Iallreduce");
-  QC_RETURN_IF_ERROR(wait_collective(&request, deadline, "the call agreement"));
+  std::memcpy(block.bytes.get(), lanes, sizeof lanes);
+  QC_RETURN_IF_ERROR(run_native(&block, 2, sizeof(uint64_t), 2, deadline, "the call agreement",
+                                [&](void* lanes_there, int n, MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, lanes_there, n, MPI_UINT64_T, MPI_MIN, data_, request);
+  }));
+  std::memcpy(lanes, block.bytes.get(), sizeof lanes);
+  give_back_block(std::move(block));
   if (lanes[0] != value || lanes[1] != ~value) {
     return mismatch("the ranks disagree on the count, dtype, op, layer or policy of this call "
                     "(checked before the transport's own allreduce)");
