@@ -151,7 +151,7 @@ typedef enum qc_algorithm QC_ENUM_BASE {
   QC_ALGO_TREE = 4,               /* binomial reduce + broadcast */
   QC_ALGO_NATIVE = 5              /* global_linear / global_exp: agree on one
                                      norm, sum integer codes exactly; none:
-                                     the transport's own sum (MPI_Allreduce) */
+                                     the transport's own sum (MPI_Iallreduce) */
 } qc_algorithm_t;
 
 typedef enum qc_rounding QC_ENUM_BASE {
@@ -572,7 +572,7 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  * codec none (and algorithm native, set for a global codec, with auto).
  * QC_ALGO_AUTO then chooses per call (docs/algorithms.md): one
  * rank needs no algorithm; codec none on a transport with its own float sum
- * (MPI, NCCL) uses native, i.e. MPI_Allreduce or ncclAllReduce after a
+ * (MPI, NCCL) uses native, i.e. MPI_Iallreduce or ncclAllReduce after a
  * 16-byte check that every rank is in the same call (its summation order is
  * the transport's, so results match qc_emulate_allreduce to float rounding,
  * not bit for bit); global_linear,
