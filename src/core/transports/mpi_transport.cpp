@@ -209,6 +209,13 @@ void MpiTransport::abort(const Status& reason) {
   }
 }
 
+void MpiTransport::interrupt(const Status& reason) {
+  // Only recorded: MPI may not be called from this thread while the rank's
+  // call runs MPI on its own (below MPI_THREAD_MULTIPLE). That call's next
+  // poll sees it, fails with it and sends the notices.
+  set_failure(reason);
+}
+
 bool MpiTransport::poll_abort() {
   if (!failure()) return true;
   for (;;) {
@@ -427,7 +434,9 @@ Status MpiTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
       if (!reqs[i].done && state_of(reqs[i]) != nullptr) all_done = false;
     }
     if (all_done) return Status::ok();
-    if (poll_abort()) return failure();
+    // The failure may be this rank's own, recorded by interrupt() on another
+    // thread: fail() tells the peers (abort sends its notices once).
+    if (poll_abort()) return fail(failure());
     if (Clock::now() >= deadline) {
       std::string peers;
       for (size_t i = 0; i < count; ++i) {

@@ -82,6 +82,7 @@ class MpiTransport final : public Transport {
   Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) override;
   Status agree(uint64_t value, Deadline deadline) override;
   void abort(const Status& reason) override;
+  void interrupt(const Status& reason) override;
   Status failure() const override;
   uint64_t instance_id() const override { return instance_id_; }
 
