@@ -84,8 +84,8 @@ Status load_error_buffer(ErrorBuffer* b, const uint8_t* src, size_t size) {
   if ((flags & ~kFlagBound) != 0) {
     return corrupt_data("error buffer image has unknown flag bits set");
   }
-  // What the image says the residuals belong to (a plain struct: a
-  // ErrorBuffer would be a live handle of its own).
+  // What the image says the residuals belong to, read into a plain struct
+  // so that the buffer changes only once everything is checked.
   struct {
     int rank;
     int size;

@@ -277,7 +277,7 @@ class Policy:
     Args:
         codec: "none", "fp16", "bf16", "minmax", "qsgd", "global_linear",
             "global_exp", "onebit" or "topk".
-        bits: code width 1..8 (minmax, qsgd (2..8), global_*).
+        bits: code width 1..8 (minmax; qsgd and global_* need 2..8).
         bucket_size: elements per bucket (one scale each), >= 1.
         rounding: "nearest" (round to nearest even) or "stochastic".
         algorithm: "auto", "ring", "recursive_doubling", "sra", "tree" or
