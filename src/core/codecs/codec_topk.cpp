@@ -43,9 +43,14 @@ size_t TopkCodec::max_encoded_size(size_t count) const {
   return fits ? total : SIZE_MAX;
 }
 
+// An overflowing size first (INVALID_ARGUMENT, as every codec), then the
+// index limit (UNSUPPORTED, what encode says for that count).
 Status TopkCodec::encoded_size(size_t count, size_t* bytes) const {
+  size_t size = 0;
+  QC_RETURN_IF_ERROR(Codec::encoded_size(count, &size));
   if (count > kMaxCount) return too_many_elements(count);
-  return Codec::encoded_size(count, bytes);
+  *bytes = size;
+  return Status::ok();
 }
 
 Status TopkCodec::encode_impl(const float* src, float* e, size_t count, uint8_t* dst,
