@@ -468,15 +468,7 @@ Status allreduce_with_device_codec(Communicator* comm, const DeviceMemory& mem,
     if (enqueued) {
       s = allreduce_enqueued(ctx, algorithm, data, count, policy.group_size);
     } else {
-      switch (algorithm) {
-        case QC_ALGO_RING: s = allreduce_ring(ctx, data, count); break;
-        case QC_ALGO_RECURSIVE_DOUBLING:
-          s = allreduce_recursive_doubling(ctx, data, count, policy.group_size);
-          break;
-        case QC_ALGO_SRA: s = allreduce_sra(ctx, data, count); break;
-        case QC_ALGO_TREE: s = allreduce_tree(ctx, data, count); break;
-        default: return internal_error("no device algorithm selected");
-      }
+      s = run_allreduce(ctx, algorithm, data, count, policy.group_size);
     }
     QC_RETURN_IF_ERROR(s);
     // AVG's one division at the end, as finish_allreduce does on the host.
@@ -610,26 +602,21 @@ Status comm_allreduce(Communicator* comm, const void* sendbuf, void* recvbuf, si
     ctx.set_seed(policy.seed);
     if (feedback) ctx.set_residual(residual.data(), count);
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
-    switch (algorithm) {
-      case QC_ALGO_RING: return allreduce_ring(ctx, work.data(), count);
-      case QC_ALGO_RECURSIVE_DOUBLING:
-        return allreduce_recursive_doubling(ctx, work.data(), count, policy.group_size);
-      case QC_ALGO_SRA: return allreduce_sra(ctx, work.data(), count);
-      case QC_ALGO_TREE: return allreduce_tree(ctx, work.data(), count);
-      case QC_ALGO_NATIVE:
-        if (native_float) {
-          // Codec none has no error; a residual left by an earlier grid
-          // was reset above, so only a loaded image can bring one here.
-          if (feedback) {
-            for (size_t i = 0; i < count; ++i) work[i] += residual[i];
-            std::fill(residual.begin(), residual.end(), 0.0f);
-          }
-          return ctx.native_allreduce_float(work.data(), work.data(), count);
-        }
-        return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
-                                count, policy.bits, scales, refresh);
-      default: return internal_error("no algorithm selected");
+    if (is_step_algorithm(algorithm)) {
+      return run_allreduce(ctx, algorithm, work.data(), count, policy.group_size);
     }
+    if (algorithm != QC_ALGO_NATIVE) return internal_error("no algorithm selected");
+    if (native_float) {
+      // Codec none has no error; a residual left by an earlier grid was
+      // reset above, so only a loaded image can bring one here.
+      if (feedback) {
+        for (size_t i = 0; i < count; ++i) work[i] += residual[i];
+        std::fill(residual.begin(), residual.end(), 0.0f);
+      }
+      return ctx.native_allreduce_float(work.data(), work.data(), count);
+    }
+    return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
+                            count, policy.bits, scales, refresh);
   });
   QC_RETURN_IF_ERROR(status);
   if (scales != nullptr) scales->calls += 1;
@@ -645,7 +632,7 @@ Status comm_allreduce_exact(Communicator* comm, float* values, size_t count, uin
   std::unique_ptr<Codec> codec;
   QC_RETURN_IF_ERROR(make_codec(none, QC_DTYPE_FLOAT32, &codec));
   return run_collective(comm, *codec, signature, count * 4, {}, [&](CollectiveContext& ctx) {
-    return allreduce_ring(ctx, values, count);
+    return run_allreduce(ctx, QC_ALGO_RING, values, count, /*group_size=*/1);
   });
 }
 
@@ -727,14 +714,7 @@ Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* re
   Status status = run_collective(comm, codec, signature, total * item, shares,
                                  [&](CollectiveContext& ctx) -> Status {
     if (feedback) ctx.set_residual(residual.data(), total);
-    switch (algorithm) {
-      case QC_ALGO_RING: return allreduce_ring(ctx, work.data(), total);
-      case QC_ALGO_RECURSIVE_DOUBLING:
-        return allreduce_recursive_doubling(ctx, work.data(), total, group_size);
-      case QC_ALGO_SRA: return allreduce_sra(ctx, work.data(), total);
-      case QC_ALGO_TREE: return allreduce_tree(ctx, work.data(), total);
-      default: return internal_error("no algorithm selected");
-    }
+    return run_allreduce(ctx, algorithm, work.data(), total, group_size);
   });
   QC_RETURN_IF_ERROR(status);
   if (feedback) commit_residuals(comm, error_buffer, grid);

@@ -100,15 +100,8 @@ bool alltoall_stages_compressed(const qc_policy_t& policy, const Codec& codec, s
 bool allreduce_stages_compressed(const qc_policy_t& policy, const Codec& codec,
                                  qc_algorithm_t algorithm, size_t count) {
   WireHeader header;
-  switch (algorithm) {
-    case QC_ALGO_RING:
-    case QC_ALGO_RECURSIVE_DOUBLING:
-    case QC_ALGO_SRA:
-    case QC_ALGO_TREE:
-      break;
-    default:  // native sums the global codecs' integer codes on the host
-      return false;
-  }
+  // Native sums the global codecs' integer codes on the host.
+  if (!is_step_algorithm(algorithm)) return false;
   return codec_stages_compressed(policy, codec) && count > 0 && codec.header_for(count, &header);
 }
 

@@ -21,6 +21,14 @@ Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t 
 Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count);
 Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
 
+// Whether `algorithm` is one of the step algorithms above (ring, recursive
+// doubling, SRA, tree): those run on any executor, host or stream-ordered.
+bool is_step_algorithm(qc_algorithm_t algorithm);
+// Runs step algorithm `algorithm` on the host (messages over the transport);
+// an internal error for any other.
+Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
+                     size_t count, int group_size);
+
 // Stream-ordered allreduce on device values (CollectiveContext's payload
 // calls), `algorithm` one of ring, recursive doubling, SRA and tree: that
 // algorithm's blocks, encodes, random keys and decodes, so the same result
