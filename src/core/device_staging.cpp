@@ -204,7 +204,7 @@ Status alltoall_with_device_codec(CollectiveContext& ctx, const Codec& codec,
     std::memcpy(out[j].payload() + kWireHeaderBytes, host + j * slot, payload);
     out[j].set_payload_size(kWireHeaderBytes + payload);
   }
-  QC_RETURN_IF_ERROR(alltoall_exchange(ctx, out, in, frame));
+  QC_RETURN_IF_ERROR(alltoall_exchange(ctx, out, in, count_per_rank));
 
   // 3. Every received header checked on the host, before a kernel reads a
   // byte: it must be this call's (the same codec, count and layout), since

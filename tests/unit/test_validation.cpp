@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "core/algorithms/blob_list.h"
+#include "core/executors/block_list.h"
 #include "core/checked_math.h"
 #include "core/collective_context.h"
 #include "core/codecs/codec.h"
@@ -260,9 +260,9 @@ TEST(EncodedSize, CodecSizesSaturate) {
 // What the algorithms derive from a saturated size stays saturated: a
 // frame of blobs, a message's buffer (which used to wrap to a few bytes).
 TEST(EncodedSize, FramesAndBuffersDoNotWrap) {
-  EXPECT_EQ(qc::BlockBlobs::pack_capacity(3, 10), 3u * (16u + 10u));
-  EXPECT_EQ(qc::BlockBlobs::pack_capacity(3, SIZE_MAX), SIZE_MAX);
-  EXPECT_EQ(qc::BlockBlobs::pack_capacity(2, SIZE_MAX / 2), SIZE_MAX);
+  EXPECT_EQ(qc::block_list_capacity(3, 10), 3u * (16u + 10u));
+  EXPECT_EQ(qc::block_list_capacity(3, SIZE_MAX), SIZE_MAX);
+  EXPECT_EQ(qc::block_list_capacity(2, SIZE_MAX / 2), SIZE_MAX);
   qc::Message msg;
   EXPECT_THROW(msg.reserve_payload(SIZE_MAX), std::bad_alloc);
   msg.reserve_payload(100);

@@ -1,5 +1,9 @@
-// The collective algorithms. Each runs its steps through CollectiveContext
-// and knows nothing of transports or bit layouts.
+// The collectives as the communicator runs them: an algorithm's schedule
+// from the registry (core/schedules/registry.h), run by the host executor
+// (messages over the transport) or the stream-ordered one (device values,
+// enqueued on the call's stream), and the native allreduce of the global
+// codecs. Each algorithm is written once, as its schedule; the executors
+// give the same bits.
 //
 // Allreduce contract: `data` holds this rank's contribution (count float32
 // values) and receives the reduced result. Every rank decodes the same final
@@ -15,27 +19,20 @@
 
 namespace qc {
 
-Status allreduce_ring(CollectiveContext& ctx, float* data, size_t count);
-Status allreduce_recursive_doubling(CollectiveContext& ctx, float* data, size_t count,
-                                    int group_size);
-Status allreduce_sra(CollectiveContext& ctx, float* data, size_t count);
-Status allreduce_tree(CollectiveContext& ctx, float* data, size_t count);
-
-// Whether `algorithm` is one of the step algorithms above (ring, recursive
-// doubling, SRA, tree): those run on any executor, host or stream-ordered.
+// Whether `algorithm` has a schedule (ring, recursive doubling, SRA, tree):
+// those run on any executor, host or stream-ordered.
 bool is_step_algorithm(qc_algorithm_t algorithm);
-// Runs step algorithm `algorithm` on the host (messages over the transport);
-// an internal error for any other.
+// Runs step algorithm `algorithm` on the host executor; an internal error
+// for any other.
 Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
                      size_t count, int group_size);
 
 // Stream-ordered allreduce on device values (CollectiveContext's payload
-// calls), `algorithm` one of ring, recursive doubling, SRA and tree: that
-// algorithm's blocks, encodes, random keys and decodes, so the same result
-// bit for bit, every step enqueued on the call's stream and nothing
-// awaited. Every rank must have agreed on the call first. It lays its
-// payloads out in allreduce_enqueued_payload_bytes of the call's device
-// payload memory (rank `rank` of `ranks`: the layout is rank's own).
+// calls): the same schedule on the device executor, so the same result bit
+// for bit, every step enqueued on the call's stream and nothing awaited.
+// Every rank must have agreed on the call first. Its payloads take
+// allreduce_enqueued_payload_bytes of the call's device payload memory
+// (rank `rank` of `ranks`: the layout is rank's own).
 Status allreduce_enqueued(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
                           size_t count, int group_size);
 Status allreduce_enqueued_payload_bytes(qc_algorithm_t algorithm, const Codec& codec,
@@ -52,22 +49,23 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
 
 // send: size() blocks of count_per_rank values, block j for rank j.
 // recv: block i from rank i. Every block, a rank's own included, is encoded
-// by its sender and decoded by its receiver.
+// by its sender and decoded by its receiver (the pairwise schedule, host
+// executor).
 Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank);
-// alltoall_pairwise stream-ordered on device values (CollectiveContext's
-// payload calls): the same result bit for bit, every block encoded, sent in
-// one group and decoded on the call's stream, nothing awaited. Every rank
-// must have agreed on the call first. Its payloads take
-// alltoall_enqueued_payload_bytes (for blocks of `payload` bytes) of the
-// call's device payload memory.
+// alltoall_pairwise stream-ordered on device values: the same result bit
+// for bit, nothing awaited. Every rank must have agreed on the call first.
+// Its payloads take alltoall_enqueued_payload_bytes (for blocks of
+// `payload` bytes) of the call's device payload memory.
 Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank);
 Status alltoall_enqueued_payload_bytes(size_t payload, int ranks, size_t* bytes);
-// Its exchange on its own, for blocks encoded elsewhere (on the device:
-// core/device_staging.h): out[j] goes to rank j, in[i] arrives from rank i,
-// every message framed for `frame` bytes; out[rank] stays where it is.
-Status alltoall_exchange(CollectiveContext& ctx, Message* out, Message* in, size_t frame);
+// The pairwise schedule's transfers alone, for blocks encoded elsewhere (on
+// the device: core/device_staging.h): out[j] goes to rank j, in[i] arrives
+// from rank i, each a message of count_per_rank values under the call's
+// codec; out[rank] stays where it is.
+Status alltoall_exchange(CollectiveContext& ctx, Message* out, Message* in,
+                         size_t count_per_rank);
 
 // QC_ALGO_AUTO's rule (docs/algorithms.md, qc.h):
 //  1 rank                              -> ring (no steps, one encode/decode)

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "core/algorithms/partition.h"
+#include "core/schedules/partition.h"
 
 namespace qc {
 namespace {

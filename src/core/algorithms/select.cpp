@@ -1,34 +1,6 @@
 #include "core/algorithms/algorithm.h"
 
-#include <string>
-
 namespace qc {
-
-bool is_step_algorithm(qc_algorithm_t algorithm) {
-  switch (algorithm) {
-    case QC_ALGO_RING:
-    case QC_ALGO_RECURSIVE_DOUBLING:
-    case QC_ALGO_SRA:
-    case QC_ALGO_TREE:
-      return true;
-    default:
-      return false;
-  }
-}
-
-Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
-                     size_t count, int group_size) {
-  switch (algorithm) {
-    case QC_ALGO_RING: return allreduce_ring(ctx, data, count);
-    case QC_ALGO_RECURSIVE_DOUBLING:
-      return allreduce_recursive_doubling(ctx, data, count, group_size);
-    case QC_ALGO_SRA: return allreduce_sra(ctx, data, count);
-    case QC_ALGO_TREE: return allreduce_tree(ctx, data, count);
-    default:
-      return internal_error("algorithm " + std::to_string(static_cast<int>(algorithm)) +
-                            " is not a step algorithm");
-  }
-}
 
 qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, const qc_policy_t& policy,
                                           int nranks, size_t message_bytes,

@@ -1,0 +1,93 @@
+// algorithm.h's calls: a schedule from the registry, given to an executor.
+#include <string>
+#include <vector>
+
+#include "core/algorithms/algorithm.h"
+#include "core/executors/device_executor.h"
+#include "core/executors/host_executor.h"
+#include "core/schedules/registry.h"
+
+namespace qc {
+namespace {
+
+Status allreduce_schedule(qc_algorithm_t algorithm, int ranks, int rank, size_t count,
+                          int group_size, Schedule* schedule, const char** name) {
+  const AllreduceSchedule* a = find_allreduce_schedule(algorithm);
+  if (a == nullptr) {
+    return internal_error("algorithm " + std::to_string(static_cast<int>(algorithm)) +
+                          " has no schedule");
+  }
+  a->build(ScheduleShape{ranks, rank, count, group_size}, schedule);
+  if (name != nullptr) *name = a->name;
+  return Status::ok();
+}
+
+Schedule alltoall_schedule(int ranks, int rank, size_t count_per_rank) {
+  Schedule schedule;
+  build_alltoall_pairwise(ScheduleShape{ranks, rank, count_per_rank, 1}, &schedule);
+  return schedule;
+}
+
+}  // namespace
+
+bool is_step_algorithm(qc_algorithm_t algorithm) {
+  return find_allreduce_schedule(algorithm) != nullptr;
+}
+
+Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
+                     size_t count, int group_size) {
+  Schedule schedule;
+  QC_RETURN_IF_ERROR(
+      allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size, &schedule, nullptr));
+  return run_on_host(ctx, schedule, data, data);
+}
+
+Status allreduce_enqueued(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
+                          size_t count, int group_size) {
+  Schedule schedule;
+  const char* name = nullptr;
+  QC_RETURN_IF_ERROR(
+      allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size, &schedule, &name));
+  return run_enqueued(ctx, schedule, data, data, name);
+}
+
+Status allreduce_enqueued_payload_bytes(qc_algorithm_t algorithm, const Codec& codec,
+                                        size_t count, int ranks, int rank, int group_size,
+                                        size_t* bytes) {
+  Schedule schedule;
+  QC_RETURN_IF_ERROR(
+      allreduce_schedule(algorithm, ranks, rank, count, group_size, &schedule, nullptr));
+  return device_payload_bytes(schedule, codec, bytes);
+}
+
+Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
+                         size_t count_per_rank) {
+  return run_on_host(ctx, alltoall_schedule(ctx.size(), ctx.rank(), count_per_rank), send, recv);
+}
+
+Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,
+                         size_t count_per_rank) {
+  return run_enqueued(ctx, alltoall_schedule(ctx.size(), ctx.rank(), count_per_rank), send, recv,
+                      "alltoall");
+}
+
+Status alltoall_enqueued_payload_bytes(size_t payload, int ranks, size_t* bytes) {
+  *bytes = device_payload_bytes(alltoall_schedule(ranks, 0, 0), payload);
+  return Status::ok();
+}
+
+Status alltoall_exchange(CollectiveContext& ctx, Message* out, Message* in,
+                         size_t count_per_rank) {
+  const int n = ctx.size();
+  // The pairwise schedule's slots: j for the block to rank j, n + i for the
+  // one from rank i.
+  std::vector<Message*> slots(2 * static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    slots[static_cast<size_t>(j)] = &out[j];
+    slots[static_cast<size_t>(n + j)] = &in[j];
+  }
+  return run_transfers_on_host(ctx, alltoall_schedule(n, ctx.rank(), count_per_rank),
+                               slots.data());
+}
+
+}  // namespace qc

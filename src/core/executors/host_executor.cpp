@@ -1,0 +1,209 @@
+#include "core/executors/host_executor.h"
+
+#include <string>
+#include <vector>
+
+#include "core/executors/block_list.h"
+
+namespace qc {
+namespace {
+
+// The call's values by where they are.
+struct ValueBuffers {
+  const float* input = nullptr;
+  float* output = nullptr;
+  float* scratch = nullptr;  // set by the kZero step
+
+  const float* read(const Span& s) const {
+    switch (s.where) {
+      case Values::kInput: return input + s.begin;
+      case Values::kOutput: return output + s.begin;
+      case Values::kScratch: return scratch + s.begin;
+    }
+    return nullptr;
+  }
+  float* write(const Span& s) const {
+    return s.where == Values::kScratch ? scratch + s.begin : output + s.begin;
+  }
+};
+
+class HostRun {
+ public:
+  HostRun(CollectiveContext& ctx, const Schedule& schedule, Message* const* slots,
+          Message* frames)
+      : ctx_(ctx), schedule_(schedule), slots_(slots), frames_(frames) {
+    size_t transfers = 0;
+    for (const Step& st : schedule.steps) {
+      if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv) ++transfers;
+    }
+    // Requests are posted by address: no reallocation while any is pending.
+    reqs_.reserve(transfers);
+  }
+
+  Status run(const ValueBuffers& values, bool transfers_only) {
+    values_ = values;
+    for (const Step& st : schedule_.steps) {
+      const bool transfer = st.kind == StepKind::kSend || st.kind == StepKind::kRecv ||
+                            st.kind == StepKind::kWait;
+      if (transfers_only && !transfer) continue;
+      QC_RETURN_IF_ERROR(run_step(st));
+    }
+    if (!reqs_.empty()) return internal_error("a schedule ends with transfers never awaited");
+    return Status::ok();
+  }
+
+ private:
+  Status run_step(const Step& st) {
+    switch (st.kind) {
+      case StepKind::kEncode:
+        ++writes_;
+        return ctx_.encode(values_.read(st.values), st.values.count, st.element_offset,
+                           slots_[st.slot]);
+      case StepKind::kDecode:
+      case StepKind::kDecodeAdd: {
+        const Message& m = *slots_[st.slot];
+        return st.kind == StepKind::kDecode
+                   ? ctx_.decode(m.payload(), m.payload_size(), values_.write(st.values),
+                                 st.values.count)
+                   : ctx_.decode_accumulate(m.payload(), m.payload_size(),
+                                            values_.write(st.values), st.values.count);
+      }
+      case StepKind::kZero:
+        return ctx_.zeroed_values(st.values.count, &values_.scratch);
+      case StepKind::kAdd:
+        return ctx_.add_values(values_.write(st.values), values_.read(st.source),
+                               st.values.count);
+      case StepKind::kSend: return post_send(st);
+      case StepKind::kRecv: return post_recv(st);
+      case StepKind::kWait: return wait();
+    }
+    return internal_error("unknown schedule step");
+  }
+
+  // The receive capacity of slots [first, last) as `framing` carries them,
+  // which sender and receiver compute alike from the call's shape.
+  size_t frame(const Step& st) const {
+    if (st.framing == Framing::kEncoded) {
+      return ctx_.max_encoded_size(schedule_.slot_counts[st.slot]);
+    }
+    size_t total = 0;
+    for (size_t b = st.slot; b < st.slot_end; ++b) {
+      const size_t entry =
+          block_list_capacity(1, ctx_.max_encoded_size(schedule_.slot_counts[b]));
+      total = entry > SIZE_MAX - total ? SIZE_MAX : total + entry;
+    }
+    return total;
+  }
+
+  Message* next_frame() {
+    if (frames_ == nullptr) return nullptr;
+    return &frames_[used_frames_++];
+  }
+
+  Status post_send(const Step& st) {
+    Message* msg = slots_[st.slot];
+    if (st.framing == Framing::kBlocks) {
+      // One block list may go to several peers: packed once while its
+      // blocks and its step are unchanged (a repost writes nothing).
+      const bool same = packed_ != nullptr && packed_first_ == st.slot &&
+                        packed_last_ == st.slot_end && packed_tag_ == st.tag &&
+                        packed_writes_ == writes_;
+      if (!same) {
+        packed_ = next_frame();
+        if (packed_ == nullptr) return internal_error("a block list without a frame message");
+        pack_block_list(slots_, st.slot, st.slot_end, packed_);
+        packed_first_ = st.slot;
+        packed_last_ = st.slot_end;
+        packed_tag_ = st.tag;
+        packed_writes_ = writes_;
+      }
+      msg = packed_;
+    }
+    reqs_.emplace_back();
+    return ctx_.post_send(st.peer, st.tag, msg, frame(st), &reqs_.back());
+  }
+
+  Status post_recv(const Step& st) {
+    ++writes_;
+    Message* msg = st.framing == Framing::kBlocks ? next_frame() : slots_[st.slot];
+    if (msg == nullptr) return internal_error("a block list without a frame message");
+    msg->reserve_payload(frame(st));
+    reqs_.emplace_back();
+    QC_RETURN_IF_ERROR(ctx_.post_recv(st.peer, st.tag, msg, &reqs_.back()));
+    recv_msgs_.push_back(msg);
+    if (st.framing == Framing::kBlocks) unpacks_.push_back({msg, st.slot, st.slot_end});
+    return Status::ok();
+  }
+
+  Status wait() {
+    Status s = reqs_.empty() ? Status::ok()
+                             : ctx_.wait(reqs_.data(), reqs_.size(), recv_msgs_.data(),
+                                         recv_msgs_.size());
+    reqs_.clear();
+    recv_msgs_.clear();
+    for (const Unpack& u : unpacks_) {
+      if (s) s = unpack_block_list(*u.frame, slots_, u.first, u.last);
+    }
+    unpacks_.clear();
+    return s;
+  }
+
+  struct Unpack {
+    Message* frame;
+    size_t first, last;
+  };
+
+  CollectiveContext& ctx_;
+  const Schedule& schedule_;
+  Message* const* slots_;
+  Message* frames_;
+  size_t used_frames_ = 0;
+  ValueBuffers values_;
+  std::vector<Request> reqs_;
+  std::vector<Message*> recv_msgs_;
+  std::vector<Unpack> unpacks_;
+  // Bumped by every step that writes a slot: a packed list is reused only
+  // while none of its blocks can have changed.
+  uint64_t writes_ = 0;
+  Message* packed_ = nullptr;
+  size_t packed_first_ = 0, packed_last_ = 0;
+  uint32_t packed_tag_ = 0;
+  uint64_t packed_writes_ = 0;
+};
+
+size_t block_list_transfers(const Schedule& schedule) {
+  size_t n = 0;
+  for (const Step& st : schedule.steps) {
+    if ((st.kind == StepKind::kSend || st.kind == StepKind::kRecv) &&
+        st.framing == Framing::kBlocks) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+Status run_on_host(CollectiveContext& ctx, const Schedule& schedule, const float* input,
+                   float* output) {
+  const size_t nslots = schedule.slot_counts.size();
+  Message* msgs = ctx.messages(nslots + block_list_transfers(schedule));
+  std::vector<Message*> slots(nslots);
+  for (size_t i = 0; i < nslots; ++i) slots[i] = &msgs[i];
+  HostRun run(ctx, schedule, slots.data(), msgs + nslots);
+  ValueBuffers values;
+  values.input = input;
+  values.output = output;
+  return run.run(values, /*transfers_only=*/false);
+}
+
+Status run_transfers_on_host(CollectiveContext& ctx, const Schedule& schedule,
+                             Message* const* slots) {
+  if (block_list_transfers(schedule) > 0) {
+    return internal_error("run_transfers_on_host takes no block lists");
+  }
+  HostRun run(ctx, schedule, slots, nullptr);
+  return run.run(ValueBuffers{}, /*transfers_only=*/true);
+}
+
+}  // namespace qc

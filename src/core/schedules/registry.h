@@ -1,0 +1,35 @@
+// Every collective algorithm qc runs as a schedule, written once each, and
+// the one table that names them. The executors run whichever the planner
+// picks; nothing else switches over algorithms.
+#pragma once
+
+#include "core/schedules/schedule.h"
+#include "qc.h"
+
+namespace qc {
+
+// Allreduce: on entry the output holds this rank's `count` values, on exit
+// the sum (every rank the same bits). Every rank decodes the same final
+// bytes: the owner of each reduced block encodes it once, and those bytes
+// travel on unchanged.
+void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule);
+void build_allreduce_recursive_doubling(const ScheduleShape& shape, Schedule* schedule);
+void build_allreduce_sra(const ScheduleShape& shape, Schedule* schedule);
+void build_allreduce_tree(const ScheduleShape& shape, Schedule* schedule);
+
+// Alltoall: input block j (count values) goes to rank j, output block i
+// comes from rank i; every block, the own one too, is encoded by its sender
+// and decoded by its receiver.
+void build_alltoall_pairwise(const ScheduleShape& shape, Schedule* schedule);
+
+struct AllreduceSchedule {
+  qc_algorithm_t algorithm;
+  const char* name;
+  void (*build)(const ScheduleShape& shape, Schedule* schedule);
+};
+
+// The allreduce algorithms that are schedules (ring, recursive doubling,
+// SRA, tree); null for any other (native: the transport sums integer codes).
+const AllreduceSchedule* find_allreduce_schedule(qc_algorithm_t algorithm);
+
+}  // namespace qc

@@ -1,0 +1,94 @@
+#include "core/schedules/schedule.h"
+
+#include "core/schedules/partition.h"
+
+namespace qc {
+
+size_t ScheduleBuilder::slot(size_t count) {
+  s_.slot_counts.push_back(count);
+  return s_.slot_counts.size() - 1;
+}
+
+void ScheduleBuilder::block_slots(size_t count, size_t blocks) {
+  for (size_t b = 0; b < blocks; ++b) slot(block_range(count, blocks, b).count);
+  s_.block_slots = blocks;
+}
+
+void ScheduleBuilder::encode(Span from, size_t slot) { encode_at(from, from.begin, slot); }
+
+void ScheduleBuilder::encode_at(Span from, uint64_t element_offset, size_t slot) {
+  Step st;
+  st.kind = StepKind::kEncode;
+  st.values = from;
+  st.element_offset = element_offset;
+  st.slot = slot;
+  s_.steps.push_back(st);
+}
+
+void ScheduleBuilder::decode(size_t slot, Span to) {
+  Step st;
+  st.kind = StepKind::kDecode;
+  st.values = to;
+  st.slot = slot;
+  s_.steps.push_back(st);
+}
+
+void ScheduleBuilder::decode_add(size_t slot, Span to) {
+  Step st;
+  st.kind = StepKind::kDecodeAdd;
+  st.values = to;
+  st.slot = slot;
+  s_.steps.push_back(st);
+}
+
+void ScheduleBuilder::zero_scratch(size_t count) {
+  Step st;
+  st.kind = StepKind::kZero;
+  st.values = scratch(count);
+  if (count > s_.scratch_count) s_.scratch_count = count;
+  s_.steps.push_back(st);
+}
+
+void ScheduleBuilder::add(Span to, Span from) {
+  Step st;
+  st.kind = StepKind::kAdd;
+  st.values = to;
+  st.source = from;
+  s_.steps.push_back(st);
+}
+
+void ScheduleBuilder::transfer(StepKind kind, int peer, size_t first, size_t last, uint32_t tag,
+                               Framing framing) {
+  Step st;
+  st.kind = kind;
+  st.peer = peer;
+  st.slot = first;
+  st.slot_end = last;
+  st.tag = tag;
+  st.framing = framing;
+  s_.steps.push_back(st);
+}
+
+void ScheduleBuilder::send(int peer, size_t slot, uint32_t tag) {
+  transfer(StepKind::kSend, peer, slot, slot + 1, tag, Framing::kEncoded);
+}
+
+void ScheduleBuilder::recv(int peer, size_t slot, uint32_t tag) {
+  transfer(StepKind::kRecv, peer, slot, slot + 1, tag, Framing::kEncoded);
+}
+
+void ScheduleBuilder::send_blocks(int peer, size_t first, size_t last, uint32_t tag) {
+  transfer(StepKind::kSend, peer, first, last, tag, Framing::kBlocks);
+}
+
+void ScheduleBuilder::recv_blocks(int peer, size_t first, size_t last, uint32_t tag) {
+  transfer(StepKind::kRecv, peer, first, last, tag, Framing::kBlocks);
+}
+
+void ScheduleBuilder::wait() {
+  Step st;
+  st.kind = StepKind::kWait;
+  s_.steps.push_back(st);
+}
+
+}  // namespace qc
