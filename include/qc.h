@@ -296,6 +296,11 @@ QC_API qc_status_t qc_comm_create_local_with_config(int nranks,
  * and the group is broken, as if this rank had failed; other calls there
  * (queries) finish. This function waits for those calls to return, then
  * frees the communicator, so nothing is freed under them.
+ * Requests (qc_iallreduce ...) still outstanding get up to the
+ * communicator's timeout to complete; after that the running one is
+ * interrupted (QC_ERROR_TRANSPORT, "destroyed") and the ones that have not
+ * started complete with QC_ERROR_TRANSPORT without running. Their handles
+ * stay valid until qc_request_free.
  * @return QC_ERROR_INVALID_ARGUMENT for a handle already destroyed (also by
  *         a destroy running on another thread) or never created.
  */
@@ -650,7 +655,99 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
                                const char* layer, void* stream);
 
 /* ======================================================================== */
-/* 6. Error buffers                                                          */
+/* 6. Non-blocking collectives                                               */
+/* ======================================================================== */
+
+/**
+ * A request: one non-blocking collective started by qc_iallreduce,
+ * qc_iallreduce_segments or qc_ialltoall. An opaque handle like qc_comm_t
+ * (issued once, refused forever after qc_request_free).
+ */
+typedef struct qc_request_s* qc_request_t;
+
+/**
+ * The non-blocking form of qc_allreduce: starts the call and returns at
+ * once with *request naming it. The arguments are those of qc_allreduce
+ * with host buffers (no stream), checked the same way before anything
+ * starts; device memory is QC_ERROR_UNSUPPORTED (a call on device memory
+ * with a stream is already asynchronous: see qc_allreduce).
+ *
+ * The buffers, and the error buffer, belong to the request until it
+ * completes: do not read recvbuf, nor write sendbuf or recvbuf, before
+ * qc_request_wait (or a qc_request_test that says done) returns. The error
+ * buffer is in use until then (any call naming it fails with
+ * QC_ERROR_INVALID_ARGUMENT, "in use"), so each outstanding request needs
+ * its own.
+ *
+ * Order: several requests may be outstanding on one communicator. They run
+ * one after another in the order they were started, which must be the same
+ * on every rank (as for blocking calls), and each gives exactly what the
+ * blocking call gives, bit for bit. A blocking collective, qc_set_layer_policy,
+ * qc_policy_preset or qc_adapt_policies on the communicator first waits for
+ * the requests started before it; the policy a request uses is the one set
+ * when it was started.
+ *
+ * Progress: qc runs the requests on a progress thread of the communicator,
+ * started by its first request, so the caller computes while they run. With
+ * QC_PROGRESS_THREAD=0, or on an MPI communicator whose MPI library was not
+ * initialised with MPI_THREAD_MULTIPLE (qc may not call MPI from a thread of
+ * its own then), there is no thread: the request runs to completion inside
+ * this call, which then returns a request that is already done.
+ *
+ * Failures: a request that fails (its status from qc_request_wait) makes
+ * every request started after it on this communicator fail with the same
+ * status, without running ("request N did not run: request M ... failed").
+ * The failures that break a blocking call's communicator (MISMATCH,
+ * TIMEOUT, TRANSPORT, CORRUPT_DATA) break it here too.
+ * @return QC_ERROR_INVALID_ARGUMENT for request NULL and the argument errors
+ *   of qc_allreduce (nothing started; *request is set to NULL).
+ */
+QC_API qc_status_t qc_iallreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                 size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
+                                 const char* layer, qc_error_buffer_t error_buffer,
+                                 qc_request_t* request);
+
+/** The non-blocking form of qc_allreduce_segments (host buffers): as
+ *  qc_iallreduce. counts and layers are copied: they may be freed once this
+ *  returns. */
+QC_API qc_status_t qc_iallreduce_segments(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                          size_t nsegments, const size_t* counts,
+                                          const char* const* layers, qc_dtype_t dtype,
+                                          qc_reduce_op_t op, qc_error_buffer_t error_buffer,
+                                          qc_request_t* request);
+
+/** The non-blocking form of qc_alltoall (host buffers): as qc_iallreduce. */
+QC_API qc_status_t qc_ialltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                size_t count_per_rank, qc_dtype_t dtype, const char* layer,
+                                qc_request_t* request);
+
+/**
+ * Whether the request has completed, without blocking: *done is 1 once it
+ * has, 0 while it runs or waits its turn. Once done the return value is the
+ * collective's status (with its message in qc_last_error()), as
+ * qc_request_wait returns it; while not done, QC_SUCCESS.
+ */
+QC_API qc_status_t qc_request_test(qc_request_t request, int* done);
+
+/**
+ * Blocks until the request has completed; returns the collective's status
+ * (its message in qc_last_error()). The wait is bounded as the blocking call
+ * is: a request waits for its peers at most the communicator's timeout once
+ * it runs (QC_ERROR_TIMEOUT), after the requests started before it. May be
+ * called again, and from any thread; the request stays valid until
+ * qc_request_free.
+ */
+QC_API qc_status_t qc_request_wait(qc_request_t request);
+
+/**
+ * Releases the handle. A request that has not completed still runs (its
+ * peers need it) and its buffers stay in use until it has; only the handle
+ * goes. NULL is accepted and does nothing.
+ */
+QC_API qc_status_t qc_request_free(qc_request_t request);
+
+/* ======================================================================== */
+/* 7. Error buffers                                                          */
 /* ======================================================================== */
 
 /**
@@ -713,7 +810,7 @@ QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const vo
                                         size_t size);
 
 /* ======================================================================== */
-/* 7. Codecs on their own                                                    */
+/* 8. Codecs on their own                                                    */
 /* ======================================================================== */
 
 /*
@@ -755,7 +852,7 @@ QC_API qc_status_t qc_decode(const void* src, size_t size, void* dst, size_t cou
                              qc_dtype_t dtype);
 
 /* ======================================================================== */
-/* 8. Emulation: N virtual ranks in one call (paper 000 3.2)                 */
+/* 9. Emulation: N virtual ranks in one call (paper 000 3.2)                 */
 /* ======================================================================== */
 
 /**

@@ -188,6 +188,11 @@ QC_API qc_status_t qc_comm_destroy(qc_comm_t comm) {
       case HandleTable<Communicator>::Use::kIdle:
         break;
     }
+    // Outstanding requests get the timeout to finish, then are interrupted.
+    object->requests.shut_down(
+        object->timeout_seconds,
+        [object] { object->transport->interrupt(Communicator::destroyed()); },
+        Communicator::destroyed());
     // Freed here, once the calls using it have returned.
     live_communicators().take_when_unused(handle).reset();
     return Status::ok();
@@ -302,6 +307,8 @@ QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
+    // Requests started before take the policies they were started with.
+    c->requests.drain();
     QC_RETURN_IF_ERROR(require(pattern, "pattern"));
     if (pattern[0] == '\0') return invalid_argument("argument 'pattern' is an empty string");
     qc_policy_t p;
@@ -325,6 +332,8 @@ QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name, const qc_p
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
+    // Requests started before take the policies they were started with.
+    c->requests.drain();
     QC_RETURN_IF_ERROR(require(name, "name"));
     if (std::strcmp(name, "cgx") != 0) {
       return invalid_argument(std::string("argument 'name' is \"") + name +

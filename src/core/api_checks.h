@@ -87,6 +87,21 @@ inline Status require_buffer(const void* buffer, size_t bytes, const char* arg) 
   return invalid_argument(std::string("argument '") + arg + "' is NULL but the count is not 0");
 }
 
+// A fused call's segment counts: not NULL when nsegments > 0, and a sum
+// that fits in size_t, which *total gets.
+inline Status check_segment_counts(size_t nsegments, const size_t* counts, size_t* total) {
+  if (nsegments > 0) QC_RETURN_IF_ERROR(require(counts, "counts"));
+  *total = 0;
+  for (size_t i = 0; i < nsegments; ++i) {
+    if (counts[i] > SIZE_MAX - *total) {
+      return invalid_argument("argument 'counts': the segments add up to more than SIZE_MAX "
+                              "elements (at segment " + std::to_string(i) + ")");
+    }
+    *total += counts[i];
+  }
+  return Status::ok();
+}
+
 // In place (a == b) is allowed; any other overlap is not.
 inline Status check_no_partial_overlap(const void* a, const void* b, size_t bytes, const char* arg_a,
                                        const char* arg_b) {

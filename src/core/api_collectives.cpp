@@ -124,6 +124,7 @@ QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvb
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    c->requests.drain();  // after the requests started before it
     ErrorBufferLease eb;
     QC_RETURN_IF_ERROR(lease_optional_error_buffer(error_buffer, "error_buffer", &eb));
     QC_RETURN_IF_ERROR(validate_allreduce(sendbuf, recvbuf, count, dtype, op));
@@ -140,17 +141,11 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    c->requests.drain();  // after the requests started before it
     ErrorBufferLease eb;
     QC_RETURN_IF_ERROR(lease_optional_error_buffer(error_buffer, "error_buffer", &eb));
-    if (nsegments > 0) QC_RETURN_IF_ERROR(require(counts, "counts"));
     size_t total = 0;
-    for (size_t i = 0; i < nsegments; ++i) {
-      if (counts[i] > SIZE_MAX - total) {
-        return invalid_argument("argument 'counts': the segments add up to more than SIZE_MAX "
-                                "elements (at segment " + std::to_string(i) + ")");
-      }
-      total += counts[i];
-    }
+    QC_RETURN_IF_ERROR(check_segment_counts(nsegments, counts, &total));
     QC_RETURN_IF_ERROR(validate_allreduce(sendbuf, recvbuf, total, dtype, op));
     const size_t bytes = total * dtype_size(dtype);
     return run_on_placed_buffers(
@@ -168,6 +163,7 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    c->requests.drain();  // after the requests started before it
     const int n = c->transport->size();
     QC_RETURN_IF_ERROR(validate_alltoall(n, sendbuf, recvbuf, count_per_rank, dtype));
     return alltoall_placed(c.get(), cuda_device_memory(), cuda_message_codec(), stream, sendbuf,

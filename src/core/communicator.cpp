@@ -881,6 +881,7 @@ struct CommDefaults {
   double timeout_seconds = 300.0;
   qc_policy_t star{};
   bool device_codec = true;
+  bool progress_thread = true;
 };
 
 // Reads the QC_* environment over the configured timeout. A bad value fails
@@ -899,6 +900,7 @@ Status environment_defaults(double configured_timeout, CommDefaults* out) {
   warn_if_error_feedback_diverges(out->star, "the QC_* environment's default policy");
   out->timeout_seconds = env_timeout(env, configured_timeout);
   out->device_codec = env_device_codec(env);
+  out->progress_thread = env_progress_thread(env);
   return Status::ok();
 }
 
@@ -910,6 +912,8 @@ std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
   comm->transport = std::move(transport);
   comm->timeout_seconds = defaults.timeout_seconds;
   comm->device_codec = defaults.device_codec;
+  comm->progress_inline =
+      !defaults.progress_thread || !comm->transport->supports_progress_thread();
   comm->policies.set("*", defaults.star);
   comm->stats.struct_size = sizeof(qc_stats_t);
   return comm;

@@ -15,6 +15,7 @@
 #include "core/handle_table.h"
 #include "core/host_staging.h"
 #include "core/policy_table.h"
+#include "core/request_queue.h"
 #include "core/transports/transport.h"
 
 namespace qc {
@@ -26,6 +27,10 @@ struct ErrorBuffer;
 struct Communicator {
   Communicator() = default;
   ~Communicator() {
+    // Requests still queued here (qc_comm_destroy has normally run them
+    // out already) end before the members they use go.
+    requests.shut_down(0.0, [this] { if (transport != nullptr) transport->abort(destroyed()); },
+                       destroyed());
     // Work a stream-ordered call left on the device may wait for a peer
     // that failed before its part and never finish: after the timeout the
     // transport is aborted (which ends NCCL's waiting operations) rather
@@ -37,6 +42,12 @@ struct Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
+  // Why a request or call ends when its communicator is destroyed.
+  static Status destroyed() {
+    return transport_error("the communicator was destroyed (qc_comm_destroy) while the call "
+                           "was outstanding");
+  }
+
   std::unique_ptr<qc::Transport> transport;
   qc::PolicyTable policies;
   double timeout_seconds = 300.0;
@@ -44,6 +55,11 @@ struct Communicator {
   // buffers instead of running the codec on the device.
   bool device_codec = true;
   uint64_t next_sequence = 1;
+  // The non-blocking calls (request_queue.h), run by a progress thread, or
+  // inline (QC_PROGRESS_THREAD=0, or a transport that may not be called
+  // from another thread).
+  qc::RequestQueue requests;
+  bool progress_inline = false;
 
   // Reused by every call (the communicator serves one thread at a time).
   qc::Scratch scratch;

@@ -220,6 +220,10 @@ bool env_device_codec(const EnvParams& env) {
   return !env.device_codec.set || env.device_codec.value != 0;
 }
 
+bool env_progress_thread(const EnvParams& env) {
+  return !env.progress_thread.set || env.progress_thread.value != 0;
+}
+
 LogLevel env_log_level(const EnvParams& env) {
   if (env.debug.set) return env.debug.value;
   if (env.log_level.set) return env.log_level.value;

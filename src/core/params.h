@@ -88,7 +88,11 @@ bool parse_cpu_isa(const char* text, int* out);
     "1: collectives on device buffers run the codec on the device and stage only compressed "  \
     "bytes where the call allows (docs/cuda.md). 0: they copy the whole buffers to the host "  \
     "and run the host path, a switch for telling a device-codec problem from others; the "     \
-    "results are the same bytes either way.")
+    "results are the same bytes either way.")                                                  \
+  X(progress_thread, "QC_PROGRESS_THREAD", enum, int, ::qc::parse_flag, "1", "0, 1",           \
+    "1: the non-blocking collectives (qc_iallreduce ...) run on a progress thread of the "    \
+    "communicator while the caller goes on. 0: no thread; each runs to completion when it is " \
+    "started. MPI communicators below MPI_THREAD_MULTIPLE never start one.")
 
 // One variable as read: set only when the text parsed; raw is kept even when
 // it did not, so qc-info can show what was wrong.
@@ -127,6 +131,8 @@ void apply_env_to_policy(const EnvParams& env, qc_policy_t* star_policy);
 double env_timeout(const EnvParams& env, double configured);
 // QC_DEVICE_CODEC: whether device calls may run the codec on the device.
 bool env_device_codec(const EnvParams& env);
+// QC_PROGRESS_THREAD: whether non-blocking calls may run on a thread of qc's.
+bool env_progress_thread(const EnvParams& env);
 // QC_DEBUG when set, else QC_LOG_LEVEL when set, else warn.
 LogLevel env_log_level(const EnvParams& env);
 

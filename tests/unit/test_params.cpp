@@ -79,6 +79,7 @@ const std::vector<Case>& cases() {
        {"0", "-1", "0.0", "abc", "nan", "inf", "10s", "1e999", "-0"}},
       {"QC_CPU_ISA", {"auto", "scalar", "avx2", "avx512"}, {"sse", "AVX2", "avx-512"}},
       {"QC_DEVICE_CODEC", {"0", "1"}, {"2", "off", "true", "-1", "1 "}},
+      {"QC_PROGRESS_THREAD", {"0", "1"}, {"2", "no", "yes", "-1", " 0"}},
   };
   return kCases;
 }
@@ -158,6 +159,7 @@ TEST(Params, UnsetAndEmptyKeepDefaults) {
   EXPECT_TRUE(same_policy(policy, default_policy()));
   EXPECT_EQ(env_timeout(p, 42.0), 42.0);
   EXPECT_TRUE(env_device_codec(p));
+  EXPECT_TRUE(env_progress_thread(p));
   EXPECT_EQ(env_log_level(p), LogLevel::kWarn);
 }
 
@@ -168,7 +170,7 @@ TEST(Params, ParsedValues) {
               {"QC_BUCKET", "512"},    {"QC_ALGO", "rd"},
               {"QC_EF", "1"},          {"QC_MIN_COMPRESS", "64K"},
               {"QC_TIMEOUT", "2.5"},   {"QC_CPU_ISA", "scalar"},
-              {"QC_DEVICE_CODEC", "0"}};
+              {"QC_DEVICE_CODEC", "0"}, {"QC_PROGRESS_THREAD", "0"}};
   EnvParams p;
   ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
   EXPECT_EQ(p.debug.value, LogLevel::kDebug);
@@ -183,6 +185,7 @@ TEST(Params, ParsedValues) {
   EXPECT_EQ(p.cpu_isa.value, 0);
   EXPECT_EQ(p.device_codec.value, 0);
   EXPECT_FALSE(env_device_codec(p));
+  EXPECT_FALSE(env_progress_thread(p));
   EXPECT_EQ(p.codec.raw, "qsgd");
 }
 
@@ -231,6 +234,7 @@ TEST(Params, ApplyOverridesExactlyTheSetFields) {
       {"QC_DEBUG", "info", [](qc_policy_t*) {}},
       {"QC_CPU_ISA", "scalar", [](qc_policy_t*) {}},
       {"QC_DEVICE_CODEC", "0", [](qc_policy_t*) {}},
+      {"QC_PROGRESS_THREAD", "0", [](qc_policy_t*) {}},
   };
   // A non-default starting point, so "unchanged" is not the same as "reset".
   qc_policy_t start = default_policy();

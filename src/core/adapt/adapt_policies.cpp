@@ -157,6 +157,7 @@ QC_API qc_status_t qc_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* co
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));  // it sums over the group
+    c->requests.drain();  // after the requests started before it
     return adapt_policies(c.get(), config, report);
   });
 }

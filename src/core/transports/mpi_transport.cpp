@@ -114,7 +114,11 @@ Status MpiTransport::create(MPI_Fint fortran_handle, std::unique_ptr<Transport>*
     return transport_error("MPI_Bcast of the communicator id failed with MPI error " +
                            std::to_string(rc));
   }
-  out->reset(new MpiTransport(data, control, rank, size, id));
+  auto* transport = new MpiTransport(data, control, rank, size, id);
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  transport->thread_multiple_ = level == MPI_THREAD_MULTIPLE;
+  out->reset(transport);
   return Status::ok();
 }
 

@@ -79,6 +79,9 @@ class MpiTransport final : public Transport {
   bool has_native_integer_allreduce() const override { return true; }
   Status allreduce_int64(int64_t* values, size_t count, int width, Deadline deadline) override;
   bool has_native_float_allreduce() const override { return true; }
+  // MPI_Query_thread at creation: only MPI_THREAD_MULTIPLE lets qc's thread
+  // call MPI beside the program's own calls.
+  bool supports_progress_thread() const override { return thread_multiple_; }
   Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) override;
   Status agree(uint64_t value, Deadline deadline) override;
   void abort(const Status& reason) override;
@@ -142,6 +145,7 @@ class MpiTransport final : public Transport {
   std::vector<std::deque<std::weak_ptr<MpiRequestState>>> unmatched_;
   std::vector<Block> free_blocks_;
   std::vector<Leftover> leftovers_;
+  bool thread_multiple_ = false;
 };
 
 }  // namespace qc

@@ -145,6 +145,11 @@ class Transport {
     return unsupported(std::string("the ") + name() + " transport has no native agreement");
   }
 
+  // Whether this rank's calls may run on a thread qc starts (the progress
+  // thread of non-blocking calls) while the program goes on with its own
+  // calls to the transport's library: MPI only at MPI_THREAD_MULTIPLE.
+  virtual bool supports_progress_thread() const { return true; }
+
   // Mark the group failed with `reason` and wake every waiting rank.
   // A value every rank of this group agrees on and that differs between
   // groups which could see each other's stray messages (0: no such risk).
