@@ -10,9 +10,9 @@
 
 #include <string>
 
-namespace qc {
+#include "core/log_level.h"
 
-enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+namespace qc {
 
 void log_message(LogLevel level, const std::string& text);
 // Lets a caller skip building a debug line nobody will read.

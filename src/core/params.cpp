@@ -9,8 +9,8 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "core/policy.h"
-#include "cpu/codec_kernels.h"
+#include "core/policy_names.h"
+#include "cpu/isa.h"
 
 namespace qc {
 namespace {

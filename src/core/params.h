@@ -14,13 +14,13 @@
 #include <functional>
 #include <string>
 
-#include "core/log.h"
+#include "core/log_level.h"
 #include "core/status.h"
 #include "qc.h"
 
 namespace qc {
 namespace cpu {
-enum class Isa;  // cpu/codec_kernels.h; opaque here to keep the kernels out of this header
+enum class Isa;  // cpu/isa.h; opaque here to keep this header free of the CPU code
 }  // namespace cpu
 
 // Each parser returns false for text outside `allowed`; the message is then

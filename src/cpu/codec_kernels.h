@@ -60,6 +60,7 @@
 #include <limits>
 
 #include "core/host_device.h"
+#include "cpu/isa.h"
 #include "cpu/random.h"
 #include "qc.h"
 
@@ -131,8 +132,6 @@ QC_HOST_DEVICE inline float global_residual_gauge(bool exponential, float norm, 
   return M >= 2 ? norm * 0.5f : norm;
 }
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
-
 // minmax: the smallest scale that is inverted (FLT_MIN, 2^-126); see above.
 constexpr float kMinInvertibleScale = 1.17549435e-38f;
 
@@ -186,7 +185,6 @@ struct KernelTable {
 const KernelTable& kernels();
 // A specific table, or nullptr when this CPU (or build) lacks that ISA.
 const KernelTable* kernels_for(Isa isa);
-const char* isa_name(Isa isa);
 
 // Per-ISA tables; a missing ISA's getter returns nullptr.
 const KernelTable* scalar_kernels();

@@ -57,15 +57,6 @@ const KernelTable* choose() {
 
 }  // namespace
 
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-  }
-  return "unknown";
-}
-
 const KernelTable* kernels_for(Isa isa) {
   if (!cpu_has(isa)) return nullptr;
   switch (isa) {
