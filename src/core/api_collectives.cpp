@@ -7,6 +7,7 @@
 #include "core/api_checks.h"
 #include "core/api_guard.h"
 #include "core/communicator.h"
+#include "core/device_memory.h"
 #include "core/emulate.h"
 #include "core/error_buffer.h"
 #include "core/host_staging.h"

@@ -2,7 +2,7 @@
 
 #include "core/byte_order.h"
 #include "core/codecs/device_message_codec.h"
-#include "core/host_staging.h"
+#include "core/device_memory.h"
 #include "core/policy.h"
 #include <cmath>
 #include <cstring>

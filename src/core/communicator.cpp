@@ -12,6 +12,7 @@
 #include "core/device_staging.h"
 #include "core/dtype.h"
 #include "core/error_buffer.h"
+#include "core/host_staging.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "core/policy.h"

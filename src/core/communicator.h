@@ -13,9 +13,10 @@
 #include "core/codecs/device_message_codec.h"
 #include "core/collective_context.h"
 #include "core/handle_table.h"
-#include "core/host_staging.h"
+#include "core/device_memory.h"
 #include "core/policy_table.h"
 #include "core/request_queue.h"
+#include "core/staging_memory.h"
 #include "core/transports/transport.h"
 
 namespace qc {
@@ -35,7 +36,7 @@ struct Communicator {
     // that failed before its part and never finish: after the timeout the
     // transport is aborted (which ends NCCL's waiting operations) rather
     // than the destroy hanging, and the staging's device memory is left
-    // allocated (host_staging.h: PendingDeviceWork).
+    // allocated (core/pending_device_work.h).
     qc::Status idle = staging.pending().wait();
     if (!idle && transport != nullptr) transport->abort(idle);
   }
@@ -68,7 +69,7 @@ struct Communicator {
   // The residuals a call works on; swapped with the error buffer's only when
   // the call succeeds, so a failed call leaves the buffer as it was.
   std::vector<float> residual_work;
-  // Page-locked host copies of device buffers (core/host_staging.h).
+  // Page-locked host copies of device buffers (core/staging_memory.h).
   qc::HostStaging staging;
   // policy.scale_update_period's kept scales, per collective kind and layer
   // (one entry per layer, restarted when the layer's call shape changes).

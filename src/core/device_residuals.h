@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "core/codecs/device_message_codec.h"
-#include "core/host_staging.h"
+#include "core/device_memory.h"
+#include "core/pending_device_work.h"
 #include "core/status.h"
 
 namespace qc {

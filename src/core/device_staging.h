@@ -28,7 +28,8 @@
 #include "core/codecs/codec.h"
 #include "core/codecs/device_message_codec.h"
 #include "core/collective_context.h"
-#include "core/host_staging.h"
+#include "core/device_memory.h"
+#include "core/staging_memory.h"
 
 namespace qc {
 
