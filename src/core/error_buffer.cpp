@@ -23,15 +23,6 @@ void store_i32(uint8_t* p, int32_t v) { store_le32(p, static_cast<uint32_t>(v));
 
 }  // namespace
 
-uint64_t fnv1a64(const void* data, size_t size, uint64_t hash) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= p[i];
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
 size_t error_buffer_image_size(const ErrorBuffer& b) {
   return kErrorBufferHeaderBytes + 4 * b.residual.size();
 }

@@ -15,35 +15,18 @@
 // Which encode a slot belongs to depends on the rank, the group size, the
 // algorithm and the codec grid, so the buffer records them (the binding).
 // Rank and size are fixed once known; a changed algorithm or codec makes the
-// residuals meaningless, so they are reset (communicator.cpp).
+// residuals meaningless, so they are reset (residual_binding.cpp).
 #pragma once
 
 #include <vector>
 
 #include "core/device_residuals.h"
+#include "core/error_buffer_grid.h"
+#include "core/fnv1a.h"
 #include "core/handle_table.h"
 #include "core/status.h"
 
 namespace qc {
-
-// The grid codec of a fused call (qc_allreduce_segments): its segments have
-// codecs of their own, so bits and bucket_size hold a hash of the layout
-// (counts, layers and policies) instead, which is what must not change.
-constexpr qc_codec_t kFusedGridCodec = static_cast<qc_codec_t>(255);
-
-// The encode grid the residuals were computed on.
-struct ErrorBufferGrid {
-  qc_algorithm_t algorithm = QC_ALGO_AUTO;  // resolved (never AUTO once bound)
-  qc_codec_t codec = QC_CODEC_NONE;
-  int bits = 0;
-  int bucket_size = 0;
-  int group_size = 0;  // recursive doubling's partition depends on it (0 otherwise)
-  bool operator==(const ErrorBufferGrid& o) const {
-    return algorithm == o.algorithm && codec == o.codec && bits == o.bits &&
-           bucket_size == o.bucket_size && group_size == o.group_size;
-  }
-  bool operator!=(const ErrorBufferGrid& o) const { return !(*this == o); }
-};
 
 // What a qc_error_buffer_t names: owned by live_error_buffers()
 // (core/handle_table.h) from qc_error_buffer_create to
@@ -81,7 +64,5 @@ Status load_error_buffer(ErrorBuffer* buffer, const uint8_t* src, size_t size);
 double error_buffer_norm(const ErrorBuffer& buffer);
 // Before the host reads `residual`: the device's residuals, when newer.
 Status residuals_to_host(ErrorBuffer* buffer);
-
-uint64_t fnv1a64(const void* data, size_t size, uint64_t hash = 0xcbf29ce484222325ull);
 
 }  // namespace qc
