@@ -1,8 +1,10 @@
 // qc::Communicator (what a qc_comm_t names): one rank's view of a group. It owns the transport, the layer
 // policies, the call counter that keeps calls apart on the wire, and the
-// statistics. The collective drivers here turn a validated API call into an
-// algorithm run: resolve the policy, build the codec and the call context,
-// convert to float32, run, convert back.
+// statistics. The collective drivers declared here turn a validated API call
+// into an algorithm run: resolve the policy, ask the planner (planner.h) what
+// runs it, build the call context, convert to float32, run, convert back.
+// They live in allreduce_host.cpp, allreduce_device.cpp, alltoall.cpp,
+// segments.cpp and comm_create.cpp.
 #pragma once
 
 #include <map>
@@ -101,12 +103,12 @@ Status comm_allreduce(Communicator* comm, const void* sendbuf, void* recvbuf, si
 //    only compressed payloads staged (device_staging.h), when the policy
 //    allows (allreduce_stages_compressed).
 // *ran is false, and nothing done, for every other call: the caller then
-// stages it whole (host_staging.h).
+// stages it whole (host_staging.h), and *staged_why (when given) says why.
 Status comm_allreduce_on_device(Communicator* comm, const DeviceMemory* mem,
                                 const DeviceMessageCodec* device_codec, const void* sendbuf,
                                 void* recvbuf, size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
                                 const char* layer, ErrorBuffer* error_buffer, void* stream,
-                                bool* ran);
+                                bool* ran, std::string* staged_why = nullptr);
 // qc_allreduce after its argument checks: host buffers run comm_allreduce;
 // device buffers (as `mem` tells them, nullptr in a build without CUDA) run
 // comm_allreduce_on_device when it takes the call, else comm_allreduce on
@@ -133,26 +135,18 @@ Status comm_alltoall(Communicator* comm, const void* sendbuf, void* recvbuf, siz
 // (alltoall_stages_compressed): only compressed bytes staged
 // (device_staging.h), or, on a transport with device groups (NCCL),
 // stream-ordered (algorithms/alltoall_enqueued.cpp). *ran is false, and
-// nothing done, otherwise.
+// nothing done, otherwise (*staged_why, when given, says why).
 Status comm_alltoall_on_device(Communicator* comm, const DeviceMemory& mem,
                                const DeviceMessageCodec& device_codec, const void* sendbuf,
                                void* recvbuf, size_t count_per_rank, qc_dtype_t dtype,
-                               const char* layer, void* stream, bool* ran);
+                               const char* layer, void* stream, bool* ran,
+                               std::string* staged_why = nullptr);
 // qc_alltoall after its argument checks: host buffers run comm_alltoall;
 // device buffers comm_alltoall_on_device when `device_codec` is given and
 // takes the call, else comm_alltoall on staged host copies.
 Status alltoall_placed(Communicator* comm, const DeviceMemory* mem,
                        const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                        void* recvbuf, size_t count_per_rank, qc_dtype_t dtype, const char* layer);
-
-// What one call contributes to a layer's counters (see qc_layer_stats_t).
-struct LayerShare {
-  std::string name;
-  uint64_t count = 0;
-  uint64_t logical_bytes = 0;
-  double sq_norm = 0;  // of this rank's input
-  double weight = 1;   // share of the call's wire bytes and times
-};
 
 // Squared L2 norm, accumulated in double.
 double squared_norm(const float* x, size_t count);

@@ -1,0 +1,132 @@
+#include "core/allreduce_host.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/algorithms/algorithm.h"
+#include "core/call_stats.h"
+#include "core/dtype.h"
+#include "core/error_buffer.h"
+#include "core/planner.h"
+#include "core/policy.h"
+#include "core/residual_binding.h"
+#include "cpu/dtype_convert.h"
+
+namespace qc {
+
+void finish_allreduce(float* work, size_t count, qc_dtype_t dtype, qc_reduce_op_t op, int n,
+                      void* recvbuf) {
+  if (op == QC_OP_AVG) {
+    const float scale = 1.0f / static_cast<float>(n);
+    for (size_t i = 0; i < count; ++i) work[i] *= scale;
+  }
+  cpu::from_float32(work, dtype, recvbuf, count);
+}
+
+Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf, size_t count,
+                         qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                         ErrorBuffer* error_buffer, const std::string* staged_why) {
+  QC_RETURN_IF_ERROR(check_healthy(comm));
+  AllreducePlan plan;
+  QC_RETURN_IF_ERROR(
+      plan_allreduce(comm->policies.resolve(layer), *comm->transport, count, dtype, &plan));
+  const qc_policy_t& policy = plan.policy;
+  std::unique_ptr<Codec>& codec = plan.codec;
+  const qc_algorithm_t algorithm = plan.algorithm;
+  const bool native_float = plan.native_float;
+  const int n = comm->transport->size();
+  GlobalCodec* global = nullptr;
+  if (algorithm == QC_ALGO_NATIVE && !native_float) {
+    global = dynamic_cast<GlobalCodec*>(codec.get());
+    if (global == nullptr) {
+      return unsupported(std::string("algorithm 'native' sums integer codes on one grid shared "
+                                     "by all ranks; it needs codec none, global_linear or "
+                                     "global_exp, not '") + codec_name(policy.codec) + "'");
+    }
+  }
+  const bool feedback = policy.error_feedback != 0 && error_buffer != nullptr;
+  ExecutorChoice executor = host_allreduce_executor(plan, dtype, feedback);
+  if (staged_why != nullptr) executor.why = *staged_why + "; " + executor.why;
+  log_call_plan("allreduce", layer, count, dtype, algorithm, &policy, executor);
+  std::vector<float>& residual = comm->residual_work;
+  const ErrorBufferGrid grid = allreduce_grid(policy, algorithm);
+  if (feedback) {
+    QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, count, layer_label(layer)));
+  }
+
+  const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
+                                            policy, algorithm);
+  if (native_float && dtype == QC_DTYPE_FLOAT32 && !feedback) {
+    // No staging: the transport sums the caller's buffers directly.
+    float* out = static_cast<float*>(recvbuf);
+    const auto layers =
+        one_layer(layer, count, count * 4, squared_norm(static_cast<const float*>(sendbuf), count));
+    QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, count * 4, layers,
+                                      [&](CollectiveContext& ctx) {
+      return ctx.native_allreduce_float(static_cast<const float*>(sendbuf), out, count);
+    }));
+    if (op == QC_OP_AVG) {
+      const float scale = 1.0f / static_cast<float>(n);
+      for (size_t i = 0; i < count; ++i) out[i] *= scale;
+    }
+    return Status::ok();
+  }
+
+  std::vector<float>& work = comm->work;
+  work.resize(count);
+  cpu::to_float32(sendbuf, dtype, work.data(), count);
+  const auto layers = one_layer(layer, count, count * dtype_size(dtype),
+                                squared_norm(work.data(), count));
+  bool refresh = true;
+  ScaleMemory* scales = scale_memory_for(comm->scale_memory, CollectiveKind::kAllreduce, layer,
+                                         signature, policy, &refresh);
+  Status status = run_collective(comm, *codec, with_refresh(signature, scales, refresh),
+                                 count * dtype_size(dtype), layers,
+                                 [&](CollectiveContext& ctx) -> Status {
+    ctx.set_seed(policy.seed);
+    if (feedback) ctx.set_residual(residual.data(), count);
+    if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
+    if (is_step_algorithm(algorithm)) {
+      return run_allreduce(ctx, algorithm, work.data(), count, policy.group_size);
+    }
+    if (algorithm != QC_ALGO_NATIVE) return internal_error("no algorithm selected");
+    if (native_float) {
+      // Codec none has no error; a residual left by an earlier grid was
+      // reset above, so only a loaded image can bring one here.
+      if (feedback) {
+        for (size_t i = 0; i < count; ++i) work[i] += residual[i];
+        std::fill(residual.begin(), residual.end(), 0.0f);
+      }
+      return ctx.native_allreduce_float(work.data(), work.data(), count);
+    }
+    return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
+                            count, policy.bits, scales, refresh);
+  });
+  QC_RETURN_IF_ERROR(status);
+  if (scales != nullptr) scales->calls += 1;
+  if (feedback) commit_residuals(comm, error_buffer, grid);
+  finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
+  return Status::ok();
+}
+
+Status comm_allreduce(Communicator* comm, const void* sendbuf, void* recvbuf, size_t count,
+                      qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                      ErrorBuffer* error_buffer) {
+  return allreduce_on_host(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer,
+                           /*staged_why=*/nullptr);
+}
+
+Status comm_allreduce_exact(Communicator* comm, float* values, size_t count, uint64_t signature) {
+  QC_RETURN_IF_ERROR(check_healthy(comm));
+  qc_policy_t none = default_policy();
+  none.min_compress_bytes = 0;
+  std::unique_ptr<Codec> codec;
+  QC_RETURN_IF_ERROR(make_codec(none, QC_DTYPE_FLOAT32, &codec));
+  return run_collective(comm, *codec, signature, count * 4, {}, [&](CollectiveContext& ctx) {
+    return run_allreduce(ctx, QC_ALGO_RING, values, count, /*group_size=*/1);
+  });
+}
+
+}  // namespace qc

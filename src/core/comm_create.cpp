@@ -1,0 +1,123 @@
+// Creating communicators: the QC_* environment's defaults, and the local,
+// MPI and NCCL transports a communicator is made over.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/params.h"
+#include "core/policy.h"
+#include "core/transports/local_transport.h"
+#if QC_HAVE_NCCL
+#include "core/transports/nccl_transport.h"
+#include "cuda/nccl_backend.h"
+#endif
+#if QC_HAVE_MPI
+#include "core/transports/mpi_transport.h"
+#endif
+
+namespace qc {
+
+namespace {
+
+// What the QC_* environment (params.h) gives a new communicator.
+struct CommDefaults {
+  double timeout_seconds = 300.0;
+  qc_policy_t star{};
+  bool device_codec = true;
+  bool progress_thread = true;
+};
+
+// Reads the QC_* environment over the configured timeout. A bad value fails
+// the creation, before anything is made, so a typo never runs silently with
+// defaults.
+Status environment_defaults(double configured_timeout, CommDefaults* out) {
+  EnvParams env;
+  QC_RETURN_IF_ERROR(read_env_params(&env));
+  out->star = default_policy();
+  apply_env_to_policy(env, &out->star);
+  Status valid = validate_policy(out->star, "*");
+  if (!valid) {
+    return invalid_argument("the QC_* environment variables make an invalid default policy: " +
+                            valid.message());
+  }
+  warn_if_error_feedback_diverges(out->star, "the QC_* environment's default policy");
+  out->timeout_seconds = env_timeout(env, configured_timeout);
+  out->device_codec = env_device_codec(env);
+  out->progress_thread = env_progress_thread(env);
+  return Status::ok();
+}
+
+// A communicator around `transport` with the settings every transport starts
+// from.
+std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
+                                     const CommDefaults& defaults) {
+  auto comm = std::make_unique<Communicator>();
+  comm->transport = std::move(transport);
+  comm->timeout_seconds = defaults.timeout_seconds;
+  comm->device_codec = defaults.device_codec;
+  comm->progress_inline =
+      !defaults.progress_thread || !comm->transport->supports_progress_thread();
+  comm->policies.set("*", defaults.star);
+  comm->stats.struct_size = sizeof(qc_stats_t);
+  return comm;
+}
+
+}  // namespace
+
+Status create_local_group(int nranks, double timeout_seconds,
+                          std::vector<std::unique_ptr<Communicator>>* group) {
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
+  auto local = std::make_shared<LocalGroup>(nranks);
+  group->clear();
+  group->reserve(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    group->push_back(make_comm(std::make_unique<LocalTransport>(local, r), defaults));
+  }
+  return Status::ok();
+}
+
+Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds,
+                       std::unique_ptr<Communicator>* comm) {
+#if QC_HAVE_MPI
+  if (fortran_handle < INT32_MIN || fortran_handle > INT32_MAX) {
+    return invalid_argument("argument 'config': field 'mpi_comm' is " +
+                            std::to_string(fortran_handle) +
+                            ", not a Fortran MPI handle (MPI_Comm_c2f gives an int)");
+  }
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
+  std::unique_ptr<Transport> transport;
+  QC_RETURN_IF_ERROR(MpiTransport::create(static_cast<MPI_Fint>(fortran_handle), &transport));
+  *comm = make_comm(std::move(transport), defaults);
+  return Status::ok();
+#else
+  (void)fortran_handle;
+  (void)timeout_seconds;
+  (void)comm;
+  return unsupported("argument 'config': this build of qc has no MPI transport (configure with "
+                     "an MPI library installed, or -DQC_WITH_MPI=ON to require one)");
+#endif
+}
+
+Status create_nccl_comm(void* nccl_comm, double timeout_seconds,
+                        std::unique_ptr<Communicator>* comm) {
+#if QC_HAVE_NCCL
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
+  std::unique_ptr<NcclBackend> backend;
+  QC_RETURN_IF_ERROR(cuda::make_nccl_backend(nccl_comm, &backend));
+  *comm = make_comm(std::make_unique<NcclTransport>(std::move(backend)), defaults);
+  return Status::ok();
+#else
+  (void)nccl_comm;
+  (void)timeout_seconds;
+  (void)comm;
+  return unsupported("argument 'config': this build of qc has no NCCL transport (it needs a "
+                     "CUDA build with NCCL's header: -DQC_WITH_CUDA=ON, NCCL_ROOT)");
+#endif
+}
+
+}  // namespace qc
