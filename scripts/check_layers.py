@@ -45,11 +45,13 @@ PLACES = {
     "src/core/api_checks": "api",
     "src/core/api_guard": "api",
     "src/core/api_handles": "api",
+    "src/core/api_requests": "api",
     "src/core/emulate": "api",
     "src/core/adapt/adapt_policies": "api",
     # comm
     "src/core/communicator": "comm",
     "src/core/comm_create": "comm",
+    "src/core/request_queue": "comm",
     "src/core/call_stats": "comm",
     "src/core/residual_binding": "comm",
     "src/core/allreduce_host": "comm",
@@ -73,7 +75,6 @@ PLACES = {
     "src/core/pending_device_work": "executors",
     # schedules: pure step lists (they include util and partition.h only)
     "src/core/schedules/": "schedules",
-    "src/core/algorithms/partition": "schedules",
     # codecs: formats, and the kernels on the CPU and the GPU
     "src/core/codecs/": "codecs",
     "src/cpu/": "codecs",
