@@ -1,0 +1,127 @@
+// A symbolic simulator of schedules (src/core/schedules/): it plays every
+// rank's schedule together, with no transport and no codec, and fails on
+// the first thing a schedule gets wrong.
+//
+// Transfers meet by rendezvous: a send completes when its receiver matches
+// it, and the k-th send from A to B matches B's k-th receive from A (same
+// tag, framing and slot sizes, or it fails). Ranks advance in turn until all
+// finish; a turn in which none moves is a deadlock.
+//
+// Values are not numbers but what made them: the ranks whose contributions
+// a value sums (a mask), which element it is, how many encodes it went
+// through, and which encode gave it its last decode. The tests read these
+// off the ranks' outputs once the run is done.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/schedules/schedule.h"
+
+namespace qcsim {
+
+struct Cell {
+  uint64_t ranks = 0;         // bit r: rank r's contribution is in the value
+  int64_t position = -1;      // its element index on the contributing ranks; -1: none yet
+  int depth = 0;              // encodes on its way here
+  uint64_t decoded_from = 0;  // the encode a kDecode last wrote it from; 0: none
+};
+
+// A slot's encoded payload, as its encode made it.
+struct SlotContent {
+  bool written = false;
+  uint64_t encode_id = 0;  // who encoded it: (rank + 1) << 32 | that rank's encode number
+  std::vector<Cell> cells;
+};
+
+enum class Collective { kAllreduce, kAlltoall };
+
+class ScheduleSim {
+ public:
+  struct Options {
+    Collective collective = Collective::kAllreduce;
+    size_t count = 0;  // allreduce: elements; alltoall: elements per rank
+    // SRA: every sum adds ranks in increasing order (its bits do not depend
+    // on which message arrives first).
+    bool rank_ordered_sums = false;
+  };
+
+  // schedules[r]: rank r's. `label` starts every failure message.
+  ScheduleSim(std::string label, std::vector<qc::Schedule> schedules, Options options);
+
+  // Plays all ranks to the end; "" or the first failure.
+  std::string run();
+
+  int ranks() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<Cell>& output(int rank) const { return ranks_[rank].output; }
+  // How often each element of the rank's input was encoded.
+  const std::vector<int>& input_encodes(int rank) const { return ranks_[rank].input_encodes; }
+
+ private:
+  // A send or receive posted since the rank's last kWait.
+  struct Posted {
+    size_t step = 0;
+    bool complete = false;
+    std::vector<SlotContent> contents;  // a send's slots as they were when posted
+  };
+
+  struct Rank {
+    qc::Schedule schedule;
+    size_t next = 0;  // the step it takes next
+    std::vector<Cell> input, output, scratch;
+    bool scratch_zeroed = false;
+    std::vector<SlotContent> slots;
+    std::vector<Posted> posted;
+    std::vector<int> input_encodes;
+    uint64_t encodes = 0;
+    bool done() const { return next == schedule.steps.size(); }
+  };
+
+  // Takes rank r's next step; false when it waits on a transfer.
+  bool advance(int r);
+  void encode(int r, const qc::Step& st);
+  void decode(int r, const qc::Step& st);
+  void zero(int r, const qc::Step& st);
+  void add(int r, const qc::Step& st);
+  void post(int r, const qc::Step& st);
+  bool wait(int r);
+  void match(int from, int to);
+  // Adds src into dst: the sum of two sets of ranks that must not overlap.
+  void add_cell(int r, Cell& dst, const Cell& src, const char* what);
+
+  void check_slot(int r, size_t slot) const;
+  // Fails when a transfer posted on rank r and not yet awaited covers one of
+  // slots [first, last), but for a `send`: the same slots may go to other
+  // peers with its tag (one step's broadcast).
+  void check_slots_idle(int r, size_t first, size_t last, const char* what,
+                        const qc::Step* send = nullptr) const;
+  std::vector<Cell>& values(int r, qc::Values where);
+  const std::vector<Cell>* readable(int r, const qc::Span& span, const char* what);
+  std::vector<Cell>* writable(int r, const qc::Span& span, const char* what);
+
+  [[noreturn]] void fail(int r, const std::string& what) const;
+  std::string describe(const qc::Step& st) const;
+  std::string deadlock() const;
+
+  std::string label_;
+  Options options_;
+  std::vector<Rank> ranks_;
+  // Indices into a rank's `posted`, in post order, first unmatched at head.
+  struct Queue {
+    std::vector<size_t> items;
+    size_t head = 0;
+    bool empty() const { return head == items.size(); }
+    size_t front() const { return items[head]; }
+    void pop() { ++head; }
+    void push_back(size_t i) { items.push_back(i); }
+  };
+  // Posted, unmatched transfers per (sender, receiver): the sender's sends
+  // and the receiver's receives.
+  std::vector<Queue> sends_, recvs_;
+};
+
+std::string rank_set(uint64_t mask);
+
+}  // namespace qcsim

@@ -1,0 +1,496 @@
+// The schedules (src/core/schedules/) on their own, with no transport and no
+// codec: a symbolic simulator (schedule_sim.h) plays all ranks' schedules
+// together, for 1..64 ranks and counts around the rank count, and checks
+//  - matching and progress: every send meets a receive of the same tag,
+//    framing and slot sizes, in post order, and no rank deadlocks;
+//  - buffer hygiene: no slot is written, received into or decoded while a
+//    transfer on it is in flight; nothing is decoded unwritten; every span
+//    stays inside its buffer;
+//  - the result: an allreduce sums each rank's contribution exactly once,
+//    and all ranks decode each element from the same encode (its owner's);
+//    an alltoall delivers each element, encoded exactly once.
+// Internal API (the schedules): links the internal objects.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/schedules/registry.h"
+#include "core/schedules/schedule.h"
+#include "qc.h"
+#include "schedule_sim.h"
+
+namespace {
+
+using qc::Schedule;
+using qc::ScheduleBuilder;
+using qc::ScheduleShape;
+using qc::StepKind;
+using qcsim::Cell;
+using qcsim::Collective;
+using qcsim::ScheduleSim;
+
+using BuildFn = void (*)(const ScheduleShape&, Schedule*);
+
+constexpr int kMaxRanks = 64;
+const int kGroupSizes[] = {1, 2, 3, 4, 8};
+
+// Empty blocks, one element, blocks of 0 or 1, blocks of 1, uneven blocks,
+// and many elements; past 16 ranks, the large count only costs time.
+std::vector<size_t> counts_for(int n) {
+  const size_t un = static_cast<size_t>(n);
+  std::vector<size_t> counts = {0, 1, un - 1, un, 3 * un + 2};
+  if (n <= 16) counts.push_back(1000);
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  return counts;
+}
+
+// An alltoall's blocks are `count` each, never split: past 16 ranks the
+// large counts only cost time (n * n * count values in all).
+std::vector<size_t> alltoall_counts_for(int n) {
+  if (n <= 16) return counts_for(n);
+  return {0, 1, static_cast<size_t>(n) - 1};
+}
+
+std::vector<Schedule> build_all(BuildFn build, int n, size_t count, int group_size) {
+  std::vector<Schedule> schedules(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ScheduleShape shape;
+    shape.ranks = n;
+    shape.rank = r;
+    shape.count = count;
+    shape.group_size = group_size;
+    build(shape, &schedules[static_cast<size_t>(r)]);
+  }
+  return schedules;
+}
+
+std::string case_label(const char* name, int n, size_t count, int group_size) {
+  std::string label = std::string(name) + " n=" + std::to_string(n) +
+                      " count=" + std::to_string(count);
+  if (group_size != 1) label += " group=" + std::to_string(group_size);
+  return label;
+}
+
+uint64_t all_ranks(int n) { return n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
+
+// Every element of every rank's output sums all ranks once, in place, and
+// was last written by a decode of the same encode on every rank.
+// `max_depth` > 0 bounds the encodes on any element's way.
+std::string check_allreduce_result(const std::string& label, const ScheduleSim& sim,
+                                   int max_depth) {
+  const int n = sim.ranks();
+  for (int r = 0; r < n; ++r) {
+    const std::vector<Cell>& out = sim.output(r);
+    for (size_t j = 0; j < out.size(); ++j) {
+      const Cell& c = out[j];
+      auto where = [&] {
+        return label + ": rank " + std::to_string(r) + " output element " + std::to_string(j);
+      };
+      if (c.ranks != all_ranks(n)) {
+        return where() + " sums ranks " + qcsim::rank_set(c.ranks) + ", not all " +
+               std::to_string(n);
+      }
+      if (c.position != static_cast<int64_t>(j)) {
+        return where() + " holds element " + std::to_string(c.position);
+      }
+      if (c.decoded_from == 0) return where() + " was not last written by a decode";
+      if (c.decoded_from != sim.output(0)[j].decoded_from) {
+        return where() + " was decoded from another encode than rank 0's";
+      }
+      if (max_depth > 0 && c.depth > max_depth) {
+        return where() + " went through " + std::to_string(c.depth) + " encodes, more than " +
+               std::to_string(max_depth);
+      }
+    }
+  }
+  return "";
+}
+
+// Output block i of rank r is rank i's input block r, element by element,
+// and every input element was encoded exactly once.
+std::string check_alltoall_result(const std::string& label, const ScheduleSim& sim,
+                                  size_t count) {
+  const int n = sim.ranks();
+  for (int r = 0; r < n; ++r) {
+    const std::vector<Cell>& out = sim.output(r);
+    for (size_t j = 0; j < out.size(); ++j) {
+      const int from = static_cast<int>(j / count);
+      const int64_t element = static_cast<int64_t>(static_cast<size_t>(r) * count + j % count);
+      const Cell& c = out[j];
+      auto where = [&] {
+        return label + ": rank " + std::to_string(r) + " output element " + std::to_string(j);
+      };
+      if (c.ranks != uint64_t{1} << from || c.position != element || c.decoded_from == 0) {
+        return where() + " holds element " + std::to_string(c.position) + " of ranks " +
+               qcsim::rank_set(c.ranks) + ", not a decode of element " + std::to_string(element) +
+               " of rank " + std::to_string(from);
+      }
+    }
+    const std::vector<int>& encodes = sim.input_encodes(r);
+    for (size_t j = 0; j < encodes.size(); ++j) {
+      if (encodes[j] != 1) {
+        return label + ": rank " + std::to_string(r) + " input element " + std::to_string(j) +
+               " was encoded " + std::to_string(encodes[j]) + " times";
+      }
+    }
+  }
+  return "";
+}
+
+// Plays one allreduce case; "" or the first failure.
+std::string play_allreduce(const qc::AllreduceSchedule& entry, int n, size_t count,
+                           int group_size) {
+  const bool sra = entry.algorithm == QC_ALGO_SRA;
+  const std::string label = case_label(entry.name, n, count, group_size);
+  ScheduleSim::Options options;
+  options.collective = Collective::kAllreduce;
+  options.count = count;
+  options.rank_ordered_sums = sra;
+  ScheduleSim sim(label, build_all(entry.build, n, count, group_size), options);
+  std::string failure = sim.run();
+  if (!failure.empty()) return failure;
+  // SRA requantizes each value at most twice: its contribution, the sum.
+  return check_allreduce_result(label, sim, sra ? 2 : 0);
+}
+
+std::vector<qc_algorithm_t> every_algorithm() {
+  std::vector<qc_algorithm_t> all;
+  for (int a = QC_ALGO_AUTO; a <= QC_ALGO_NATIVE; ++a) {
+    all.push_back(static_cast<qc_algorithm_t>(a));
+  }
+  return all;
+}
+
+TEST(ScheduleRegistry, NamesRingRecursiveDoublingSraAndTree) {
+  std::vector<qc_algorithm_t> found;
+  for (qc_algorithm_t a : every_algorithm()) {
+    if (const qc::AllreduceSchedule* s = qc::find_allreduce_schedule(a)) {
+      EXPECT_EQ(s->algorithm, a);
+      ASSERT_NE(s->build, nullptr);
+      found.push_back(a);
+    }
+  }
+  // The parameterized suite below runs exactly these.
+  EXPECT_EQ(found, (std::vector<qc_algorithm_t>{QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING,
+                                                QC_ALGO_SRA, QC_ALGO_TREE}));
+}
+
+class AllreduceScheduleTest : public ::testing::TestWithParam<qc_algorithm_t> {};
+
+TEST_P(AllreduceScheduleTest, EveryRankCountMatchesAndSumsEachRankOnce) {
+  const qc::AllreduceSchedule* entry = qc::find_allreduce_schedule(GetParam());
+  ASSERT_NE(entry, nullptr);
+  std::vector<int> group_sizes = {1};
+  if (GetParam() == QC_ALGO_RECURSIVE_DOUBLING) {
+    group_sizes.assign(std::begin(kGroupSizes), std::end(kGroupSizes));
+  }
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    for (size_t count : counts_for(n)) {
+      for (int group_size : group_sizes) {
+        const std::string failure = play_allreduce(*entry, n, count, group_size);
+        // One failure says enough; the rest would repeat it.
+        ASSERT_EQ(failure, "");
+      }
+    }
+  }
+}
+
+std::string algorithm_name(const ::testing::TestParamInfo<qc_algorithm_t>& info) {
+  switch (info.param) {
+    case QC_ALGO_RING: return "Ring";
+    case QC_ALGO_RECURSIVE_DOUBLING: return "RecursiveDoubling";
+    case QC_ALGO_SRA: return "Sra";
+    case QC_ALGO_TREE: return "Tree";
+    default: return std::to_string(info.param);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, AllreduceScheduleTest,
+                         ::testing::Values(QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA,
+                                           QC_ALGO_TREE),
+                         algorithm_name);
+
+TEST(AlltoallSchedule, EveryRankCountDeliversEachElementEncodedOnce) {
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    for (size_t count : alltoall_counts_for(n)) {
+      const std::string label = case_label("alltoall", n, count, 1);
+      ScheduleSim::Options options;
+      options.collective = Collective::kAlltoall;
+      options.count = count;
+      ScheduleSim sim(label, build_all(qc::build_alltoall_pairwise, n, count, 1), options);
+      std::string failure = sim.run();
+      if (failure.empty()) failure = check_alltoall_result(label, sim, count);
+      ASSERT_EQ(failure, "");
+    }
+  }
+}
+
+struct Transfers {
+  int sends = 0;
+  int recvs = 0;
+};
+
+Transfers transfers(const Schedule& s) {
+  Transfers t;
+  for (const qc::Step& st : s.steps) {
+    if (st.kind == StepKind::kSend) ++t.sends;
+    if (st.kind == StepKind::kRecv) ++t.recvs;
+  }
+  return t;
+}
+
+int log2_exact(int p) {
+  int l = 0;
+  while ((1 << l) < p) ++l;
+  return l;
+}
+
+// The messages each algorithm is documented to take, per rank.
+TEST(ScheduleTransfers, MatchTheAlgorithms) {
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    const std::string at = " at n=" + std::to_string(n);
+    int tree_sends = 0, tree_recvs = 0;
+    for (int r = 0; r < n; ++r) {
+      const std::string rank_at = at + " rank " + std::to_string(r);
+      const size_t count = 3 * static_cast<size_t>(n) + 2;
+      Schedule s;
+      ScheduleShape shape{n, r, count, 1};
+      // Ring and SRA: n-1 messages each way in each of two phases.
+      qc::build_allreduce_ring(shape, &s);
+      EXPECT_EQ(transfers(s).sends, 2 * (n - 1)) << "ring" << rank_at;
+      EXPECT_EQ(transfers(s).recvs, 2 * (n - 1)) << "ring" << rank_at;
+      qc::build_allreduce_sra(shape, &s);
+      EXPECT_EQ(transfers(s).sends, 2 * (n - 1)) << "SRA" << rank_at;
+      EXPECT_EQ(transfers(s).recvs, 2 * (n - 1)) << "SRA" << rank_at;
+      qc::build_alltoall_pairwise(shape, &s);
+      EXPECT_EQ(transfers(s).sends, n - 1) << "alltoall" << rank_at;
+      EXPECT_EQ(transfers(s).recvs, n - 1) << "alltoall" << rank_at;
+      qc::build_allreduce_tree(shape, &s);
+      tree_sends += transfers(s).sends;
+      tree_recvs += transfers(s).recvs;
+      // Recursive doubling: a core rank exchanges with G-1 members twice and
+      // with log2(P) partners twice, plus its folded extra rank's data and
+      // blocks; an extra rank sends its data and gets the blocks.
+      for (int group_size : kGroupSizes) {
+        shape.group_size = group_size;
+        qc::build_allreduce_recursive_doubling(shape, &s);
+        const int G = std::min(group_size, n);
+        int P = 1;
+        while (G * P * 2 <= n) P *= 2;
+        const int M = G * P;
+        const int expected = r >= M ? 1 : 2 * (G - 1) + 2 * log2_exact(P) + (r + M < n ? 1 : 0);
+        EXPECT_EQ(transfers(s).sends, expected) << "recursive doubling G=" << group_size << rank_at;
+        EXPECT_EQ(transfers(s).recvs, expected) << "recursive doubling G=" << group_size << rank_at;
+      }
+    }
+    // Tree: every rank but the root sends its sum up once and gets the
+    // result once.
+    EXPECT_EQ(tree_sends, 2 * (n - 1)) << "tree" << at;
+    EXPECT_EQ(tree_recvs, 2 * (n - 1)) << "tree" << at;
+  }
+}
+
+TEST(ScheduleTransfers, OneRankHasNone) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{1000}}) {
+    for (int group_size : kGroupSizes) {
+      ScheduleShape shape{1, 0, count, group_size};
+      Schedule s;
+      for (qc_algorithm_t a : every_algorithm()) {
+        const qc::AllreduceSchedule* entry = qc::find_allreduce_schedule(a);
+        if (entry == nullptr) continue;
+        entry->build(shape, &s);
+        EXPECT_EQ(transfers(s).sends + transfers(s).recvs, 0) << entry->name;
+      }
+      qc::build_alltoall_pairwise(shape, &s);
+      EXPECT_EQ(transfers(s).sends + transfers(s).recvs, 0) << "alltoall";
+    }
+  }
+}
+
+// ---- the simulator catches what it is there to catch ------------------------
+// Small schedules written wrong on purpose, so that a simulator that passes
+// everything cannot pass this suite.
+
+// An allreduce of `count` values on two ranks, each rank's schedule written
+// by `write(builder, rank, peer)`; "" or the first failure.
+template <typename Write>
+std::string play_two_ranks(Write write, size_t count = 1) {
+  std::vector<Schedule> schedules(2);
+  for (int r = 0; r < 2; ++r) {
+    ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
+    write(b, r, 1 - r);
+  }
+  ScheduleSim::Options options;
+  options.count = count;
+  ScheduleSim sim("two ranks", std::move(schedules), options);
+  std::string failure = sim.run();
+  if (failure.empty()) failure = check_allreduce_result("two ranks", sim, 0);
+  return failure;
+}
+
+// Encodes the own value, swaps it with the peer's, and adds it in.
+void exchange(ScheduleBuilder& b, int peer, uint32_t send_tag, uint32_t recv_tag) {
+  const size_t mine = b.slot(1);
+  const size_t theirs = b.slot(1);
+  b.encode(qc::output(0, 1), mine);
+  b.send(peer, mine, send_tag);
+  b.recv(peer, theirs, recv_tag);
+  b.wait();
+  b.decode_add(theirs, qc::output(0, 1));
+}
+
+TEST(ScheduleSim, PassesAWellFormedExchange) {
+  // Rank 0 sums and encodes once; rank 1 decodes those bytes too.
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int r, int peer) {
+    const size_t slot = b.slot(1);
+    if (r == 1) {
+      b.encode(qc::output(0, 1), slot);
+      b.send(peer, slot, 1);
+      b.wait();
+      b.recv(peer, slot, 2);
+      b.wait();
+    } else {
+      b.recv(peer, slot, 1);
+      b.wait();
+      b.decode_add(slot, qc::output(0, 1));
+      b.encode(qc::output(0, 1), slot);
+      b.send(peer, slot, 2);
+      b.wait();
+    }
+    b.decode(slot, qc::output(0, 1));
+  });
+  EXPECT_EQ(failure, "");
+}
+
+TEST(ScheduleSim, CatchesADeadlock) {
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int peer) {
+    const size_t in = b.slot(1), out = b.slot(1);
+    b.recv(peer, in, 1);
+    b.wait();
+    b.encode(qc::output(0, 1), out);
+    b.send(peer, out, 1);
+    b.wait();
+  });
+  EXPECT_NE(failure.find("deadlock"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesDifferentTags) {
+  const std::string failure = play_two_ranks(
+      [](ScheduleBuilder& b, int r, int peer) { exchange(b, peer, r == 0 ? 1 : 2, 1); });
+  EXPECT_NE(failure.find("the tags differ"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesDifferentSlotSizes) {
+  const std::string failure = play_two_ranks(
+      [](ScheduleBuilder& b, int r, int peer) {
+        const size_t slot = b.slot(r == 0 ? 2 : 1);
+        if (r == 0) {
+          b.encode(qc::output(0, 2), slot);
+          b.send(peer, slot, 1);
+        } else {
+          b.recv(peer, slot, 1);
+        }
+        b.wait();
+      },
+      2);
+  EXPECT_NE(failure.find("the frames differ"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesAValueCountedTwice) {
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int peer) {
+    exchange(b, peer, 1, 1);
+    b.decode_add(1, qc::output(0, 1));
+  });
+  EXPECT_NE(failure.find("twice"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesAnIncompleteSum) {
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int peer) {
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    b.encode(qc::output(0, 1), mine);
+    b.send(peer, mine, 1);
+    b.recv(peer, theirs, 1);
+    b.wait();
+    b.decode(mine, qc::output(0, 1));  // the own value back, not the sum
+  });
+  EXPECT_NE(failure.find("not all 2"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesReplicasDecodedFromDifferentEncodes) {
+  // Each rank sums and encodes its own copy: right sums, different bytes.
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int peer) {
+    exchange(b, peer, 1, 1);
+    const size_t sum = b.slot(1);
+    b.encode(qc::output(0, 1), sum);
+    b.decode(sum, qc::output(0, 1));
+  });
+  EXPECT_NE(failure.find("another encode"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesAnEncodeIntoASlotInFlight) {
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int peer) {
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    b.encode(qc::output(0, 1), mine);
+    b.send(peer, mine, 1);
+    b.encode(qc::output(0, 1), mine);
+    b.recv(peer, theirs, 1);
+    b.wait();
+  });
+  EXPECT_NE(failure.find("encodes into a slot while step"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesADecodeBeforeTheWait) {
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int peer) {
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    b.encode(qc::output(0, 1), mine);
+    b.send(peer, mine, 1);
+    b.recv(peer, theirs, 1);
+    b.decode_add(theirs, qc::output(0, 1));
+    b.wait();
+  });
+  EXPECT_NE(failure.find("decodes a slot while step"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesTransfersNeverAwaited) {
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int peer) {
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    b.encode(qc::output(0, 1), mine);
+    b.send(peer, mine, 1);
+    b.recv(peer, theirs, 1);
+  });
+  EXPECT_NE(failure.find("never awaited"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesASpanOutsideItsBuffer) {
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int) {
+    const size_t slot = b.slot(2);
+    b.encode(qc::output(0, 2), slot);
+  });
+  EXPECT_NE(failure.find("outside its 1 values"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesASumOutOfRankOrder) {
+  std::vector<Schedule> schedules(2);
+  for (int r = 0; r < 2; ++r) {
+    ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
+    const int peer = 1 - r;
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    b.encode(qc::output(0, 1), mine);
+    b.send(peer, mine, 1);
+    b.recv(peer, theirs, 1);
+    b.wait();
+    b.zero_scratch(1);
+    b.decode_add(theirs, qc::scratch(1));  // rank 0 adds rank 1 first
+    b.add(qc::scratch(1), qc::output(0, 1));
+  }
+  ScheduleSim::Options options;
+  options.count = 1;
+  options.rank_ordered_sums = true;
+  const std::string failure = ScheduleSim("rank order", std::move(schedules), options).run();
+  EXPECT_NE(failure.find("not in rank order"), std::string::npos) << failure;
+}
+
+}  // namespace
