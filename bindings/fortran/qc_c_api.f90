@@ -318,6 +318,63 @@ module qc_c_api
       type(c_ptr), value :: stream
       integer(c_int) :: res
     end function
+    function qc_iallreduce_c(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, &
+        request) bind(c, name="qc_iallreduce") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
+    function qc_iallreduce_segments_c(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype, &
+        op, error_buffer, request) bind(c, name="qc_iallreduce_segments") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: nsegments
+      integer(c_size_t), intent(in) :: counts(*)
+      type(c_ptr), value :: layers
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
+    function qc_ialltoall_c(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, &
+        request) bind(c, name="qc_ialltoall") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: count_per_rank
+      integer(c_int), value :: dtype
+      type(c_ptr), value :: layer
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
+    function qc_request_test_c(request, done) bind(c, name="qc_request_test") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: request
+      integer(c_int), intent(out) :: done
+      integer(c_int) :: res
+    end function
+    function qc_request_wait_c(request) bind(c, name="qc_request_wait") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: request
+      integer(c_int) :: res
+    end function
+    function qc_request_free_c(request) bind(c, name="qc_request_free") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: request
+      integer(c_int) :: res
+    end function
     function qc_error_buffer_create_c(comm, count, error_buffer) bind(c, &
         name="qc_error_buffer_create") result(res)
       import :: c_int, c_ptr, c_size_t
@@ -432,8 +489,9 @@ module qc_c_api
   public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
   public :: qc_comm_get_stats_c, qc_comm_get_layer_stats_c, qc_comm_layer_count_c, qc_comm_layer_name_c
   public :: qc_set_layer_policy_c, qc_get_layer_policy_c, qc_policy_preset_c, qc_adapt_policies_c
-  public :: qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c, qc_error_buffer_create_c
-  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
-  public :: qc_error_buffer_load_c, qc_encoded_size_c, qc_encode_c, qc_decode_c
-  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c
+  public :: qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c, qc_iallreduce_c
+  public :: qc_iallreduce_segments_c, qc_ialltoall_c, qc_request_test_c, qc_request_wait_c
+  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
+  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, qc_encoded_size_c
+  public :: qc_encode_c, qc_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
 end module qc_c_api

@@ -91,6 +91,7 @@ const QC_STATUS_DESCRIPTIONS = Dict{qc_status_t,String}(
 
 const qc_comm_t = Ptr{Cvoid}
 const qc_error_buffer_t = Ptr{Cvoid}
+const qc_request_t = Ptr{Cvoid}
 
 # qc_policy_t (defaults: QC_POLICY_INIT)
 struct qc_policy_t
@@ -281,6 +282,24 @@ qc_allreduce_segments(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype, 
 
 qc_alltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, stream) =
     @ccall libqc.qc_alltoall(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count_per_rank::Csize_t, dtype::qc_dtype_t, layer::Cstring, stream::Ptr{Cvoid})::qc_status_t
+
+qc_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, request) =
+    @ccall libqc.qc_iallreduce(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, error_buffer::qc_error_buffer_t, request::Ptr{qc_request_t})::qc_status_t
+
+qc_iallreduce_segments(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype, op, error_buffer, request) =
+    @ccall libqc.qc_iallreduce_segments(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, nsegments::Csize_t, counts::Ptr{Csize_t}, layers::Ptr{Cstring}, dtype::qc_dtype_t, op::qc_reduce_op_t, error_buffer::qc_error_buffer_t, request::Ptr{qc_request_t})::qc_status_t
+
+qc_ialltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, request) =
+    @ccall libqc.qc_ialltoall(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count_per_rank::Csize_t, dtype::qc_dtype_t, layer::Cstring, request::Ptr{qc_request_t})::qc_status_t
+
+qc_request_test(request, done) =
+    @ccall libqc.qc_request_test(request::qc_request_t, done::Ptr{Cint})::qc_status_t
+
+qc_request_wait(request) =
+    @ccall libqc.qc_request_wait(request::qc_request_t)::qc_status_t
+
+qc_request_free(request) =
+    @ccall libqc.qc_request_free(request::qc_request_t)::qc_status_t
 
 qc_error_buffer_create(comm, count, error_buffer) =
     @ccall libqc.qc_error_buffer_create(comm::qc_comm_t, count::Csize_t, error_buffer::Ptr{qc_error_buffer_t})::qc_status_t
