@@ -40,6 +40,7 @@ Status run_collective(Communicator* comm, const Codec& codec, uint64_t signature
   const uint64_t sequence = comm->next_sequence++;
   const Deadline deadline = deadline_after(comm->timeout_seconds);
   CollectiveContext ctx(*comm->transport, codec, comm->scratch, sequence, signature, deadline);
+  ctx.set_pipeline_chunk(comm->pipeline_chunk_values);
   const bool single = layers.size() == 1;
   if (single && !codec.is_lossless()) ctx.request_error_estimate();
   Status status = run(ctx);

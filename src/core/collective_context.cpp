@@ -102,6 +102,15 @@ Status CollectiveContext::residual_slots(uint64_t element_offset, size_t count,
   return Status::ok();
 }
 
+size_t CollectiveContext::pipeline_chunk(size_t block_values) const {
+  const size_t granule = codec_.chunk_granule();
+  if (pipeline_chunk_ == 0 || granule == 0) return 0;
+  const size_t fewest = block_values / kMaxPieces + 1;
+  const size_t chunk = pipeline_chunk_ > fewest ? pipeline_chunk_ : fewest;
+  if (chunk > SIZE_MAX - granule) return 0;
+  return (chunk + granule - 1) / granule * granule;
+}
+
 RandomKey CollectiveContext::random_key(uint64_t element_offset) const {
   RandomKey key;
   key.seed = seed_;

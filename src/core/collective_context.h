@@ -165,6 +165,19 @@ class CollectiveContext {
   Status post_send(int peer, uint32_t step, Message* msg, size_t frame, Request* req);
   // Receives into msg (capacity: msg's payload capacity).
   Status post_recv(int peer, uint32_t step, Message* msg, Request* req);
+  // The transport's turn to move pending transfers (Transport::progress).
+  Status progress() { return transport_.progress(); }
+  // Pipelining (ScheduleShape::chunk): pieces of about `values` float32
+  // values for the schedules that cut blocks (0: whole blocks), set by the
+  // communicator (QC_PIPELINE_CHUNK).
+  void set_pipeline_chunk(size_t values) { pipeline_chunk_ = values; }
+  // The chunk for blocks of at most `block_values` values under this call's
+  // codec: the set chunk, raised so that a block has at most kMaxPieces
+  // pieces (every piece is a message and a transport tag), rounded up to
+  // the codec's granule (Codec::chunk_granule); 0 when the codec cannot be
+  // cut or pipelining is off.
+  static constexpr size_t kMaxPieces = 1024;
+  size_t pipeline_chunk(size_t block_values) const;
   // Waits for every request; then checks the envelopes of the received
   // messages, whose Message* are given in the same order as their requests.
   Status wait(Request* reqs, size_t count, Message* const* recv_msgs, size_t recv_count);
@@ -264,6 +277,7 @@ class CollectiveContext {
   ScaleMemory* scale_memory_ = nullptr;
   bool scale_refresh_ = false;
   DeviceValues device_;
+  size_t pipeline_chunk_ = 0;
   size_t encodes_ = 0;
   bool estimate_error_ = false;
   bool estimated_ = false;

@@ -27,6 +27,7 @@ struct CommDefaults {
   qc_policy_t star{};
   bool device_codec = true;
   bool progress_thread = true;
+  size_t pipeline_chunk_bytes = 0;
 };
 
 // Reads the QC_* environment over the configured timeout. A bad value fails
@@ -46,6 +47,7 @@ Status environment_defaults(double configured_timeout, CommDefaults* out) {
   out->timeout_seconds = env_timeout(env, configured_timeout);
   out->device_codec = env_device_codec(env);
   out->progress_thread = env_progress_thread(env);
+  out->pipeline_chunk_bytes = env_pipeline_chunk(env);
   return Status::ok();
 }
 
@@ -59,6 +61,7 @@ std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
   comm->device_codec = defaults.device_codec;
   comm->progress_inline =
       !defaults.progress_thread || !comm->transport->supports_progress_thread();
+  comm->pipeline_chunk_values = defaults.pipeline_chunk_bytes / sizeof(float);
   comm->policies.set("*", defaults.star);
   comm->stats.struct_size = sizeof(qc_stats_t);
   return comm;

@@ -63,6 +63,9 @@ struct Communicator {
   // from another thread).
   qc::RequestQueue requests;
   bool progress_inline = false;
+  // QC_PIPELINE_CHUNK at creation, in float32 values: the pieces pipelined
+  // schedules cut blocks into on the host (0: whole blocks).
+  size_t pipeline_chunk_values = 0;
 
   // Reused by every call (the communicator serves one thread at a time).
   qc::Scratch scratch;

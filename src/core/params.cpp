@@ -224,6 +224,10 @@ bool env_progress_thread(const EnvParams& env) {
   return !env.progress_thread.set || env.progress_thread.value != 0;
 }
 
+size_t env_pipeline_chunk(const EnvParams& env) {
+  return env.pipeline_chunk.set ? env.pipeline_chunk.value : kDefaultPipelineChunkBytes;
+}
+
 LogLevel env_log_level(const EnvParams& env) {
   if (env.debug.set) return env.debug.value;
   if (env.log_level.set) return env.log_level.value;

@@ -80,6 +80,7 @@ const std::vector<Case>& cases() {
       {"QC_CPU_ISA", {"auto", "scalar", "avx2", "avx512"}, {"sse", "AVX2", "avx-512"}},
       {"QC_DEVICE_CODEC", {"0", "1"}, {"2", "off", "true", "-1", "1 "}},
       {"QC_PROGRESS_THREAD", {"0", "1"}, {"2", "no", "yes", "-1", " 0"}},
+      {"QC_PIPELINE_CHUNK", {"0", "4096", "256K", "1M"}, {"-1", "1.5", "1T", "abc"}},
   };
   return kCases;
 }
@@ -160,6 +161,7 @@ TEST(Params, UnsetAndEmptyKeepDefaults) {
   EXPECT_EQ(env_timeout(p, 42.0), 42.0);
   EXPECT_TRUE(env_device_codec(p));
   EXPECT_TRUE(env_progress_thread(p));
+  EXPECT_EQ(env_pipeline_chunk(p), kDefaultPipelineChunkBytes);
   EXPECT_EQ(env_log_level(p), LogLevel::kWarn);
 }
 
@@ -170,7 +172,8 @@ TEST(Params, ParsedValues) {
               {"QC_BUCKET", "512"},    {"QC_ALGO", "rd"},
               {"QC_EF", "1"},          {"QC_MIN_COMPRESS", "64K"},
               {"QC_TIMEOUT", "2.5"},   {"QC_CPU_ISA", "scalar"},
-              {"QC_DEVICE_CODEC", "0"}, {"QC_PROGRESS_THREAD", "0"}};
+              {"QC_DEVICE_CODEC", "0"}, {"QC_PROGRESS_THREAD", "0"},
+              {"QC_PIPELINE_CHUNK", "1M"}};
   EnvParams p;
   ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
   EXPECT_EQ(p.debug.value, LogLevel::kDebug);
@@ -186,6 +189,7 @@ TEST(Params, ParsedValues) {
   EXPECT_EQ(p.device_codec.value, 0);
   EXPECT_FALSE(env_device_codec(p));
   EXPECT_FALSE(env_progress_thread(p));
+  EXPECT_EQ(env_pipeline_chunk(p), 1024u * 1024u);
   EXPECT_EQ(p.codec.raw, "qsgd");
 }
 
@@ -235,6 +239,7 @@ TEST(Params, ApplyOverridesExactlyTheSetFields) {
       {"QC_CPU_ISA", "scalar", [](qc_policy_t*) {}},
       {"QC_DEVICE_CODEC", "0", [](qc_policy_t*) {}},
       {"QC_PROGRESS_THREAD", "0", [](qc_policy_t*) {}},
+      {"QC_PIPELINE_CHUNK", "0", [](qc_policy_t*) {}},
   };
   // A non-default starting point, so "unchanged" is not the same as "reset".
   qc_policy_t start = default_policy();

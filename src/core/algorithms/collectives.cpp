@@ -10,21 +10,23 @@
 namespace qc {
 namespace {
 
+// `chunk`: ScheduleShape::chunk (0 on the stream-ordered executor, whose
+// device groups already overlap with the kernels around them).
 Status allreduce_schedule(qc_algorithm_t algorithm, int ranks, int rank, size_t count,
-                          int group_size, Schedule* schedule, const char** name) {
+                          int group_size, size_t chunk, Schedule* schedule, const char** name) {
   const AllreduceSchedule* a = find_allreduce_schedule(algorithm);
   if (a == nullptr) {
     return internal_error("algorithm " + std::to_string(static_cast<int>(algorithm)) +
                           " has no schedule");
   }
-  a->build(ScheduleShape{ranks, rank, count, group_size}, schedule);
+  a->build(ScheduleShape{ranks, rank, count, group_size, chunk}, schedule);
   if (name != nullptr) *name = a->name;
   return Status::ok();
 }
 
-Schedule alltoall_schedule(int ranks, int rank, size_t count_per_rank) {
+Schedule alltoall_schedule(int ranks, int rank, size_t count_per_rank, size_t chunk = 0) {
   Schedule schedule;
-  build_alltoall_pairwise(ScheduleShape{ranks, rank, count_per_rank, 1}, &schedule);
+  build_alltoall_pairwise(ScheduleShape{ranks, rank, count_per_rank, 1, chunk}, &schedule);
   return schedule;
 }
 
@@ -37,8 +39,10 @@ bool is_step_algorithm(qc_algorithm_t algorithm) {
 Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
                      size_t count, int group_size) {
   Schedule schedule;
-  QC_RETURN_IF_ERROR(
-      allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size, &schedule, nullptr));
+  // SRA's largest block: a rank's share.
+  const size_t block = count / static_cast<size_t>(ctx.size()) + 1;
+  QC_RETURN_IF_ERROR(allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size,
+                                        ctx.pipeline_chunk(block), &schedule, nullptr));
   return run_on_host(ctx, schedule, data, data);
 }
 
@@ -46,8 +50,8 @@ Status allreduce_enqueued(CollectiveContext& ctx, qc_algorithm_t algorithm, floa
                           size_t count, int group_size) {
   Schedule schedule;
   const char* name = nullptr;
-  QC_RETURN_IF_ERROR(
-      allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size, &schedule, &name));
+  QC_RETURN_IF_ERROR(allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size,
+                                        /*chunk=*/0, &schedule, &name));
   return run_enqueued(ctx, schedule, data, data, name);
 }
 
@@ -55,14 +59,18 @@ Status allreduce_enqueued_payload_bytes(qc_algorithm_t algorithm, const Codec& c
                                         size_t count, int ranks, int rank, int group_size,
                                         size_t* bytes) {
   Schedule schedule;
-  QC_RETURN_IF_ERROR(
-      allreduce_schedule(algorithm, ranks, rank, count, group_size, &schedule, nullptr));
+  QC_RETURN_IF_ERROR(allreduce_schedule(algorithm, ranks, rank, count, group_size,
+                                        /*chunk=*/0, &schedule, nullptr));
   return device_payload_bytes(schedule, codec, bytes);
 }
 
 Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank) {
-  return run_on_host(ctx, alltoall_schedule(ctx.size(), ctx.rank(), count_per_rank), send, recv);
+  return run_on_host(
+      ctx,
+      alltoall_schedule(ctx.size(), ctx.rank(), count_per_rank,
+                        ctx.pipeline_chunk(count_per_rank)),
+      send, recv);
 }
 
 Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,

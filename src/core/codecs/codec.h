@@ -35,6 +35,12 @@ class Codec {
   // (core/checked_math.h) and saturates instead of wrapping around, so an
   // absurd count gives a size no buffer has, never a small one.
   virtual size_t max_encoded_size(size_t count) const = 0;
+  // Whether a block may be encoded in pieces with the bits it gets whole,
+  // and on what boundaries: pieces must start a multiple of this many
+  // values from the block's start (a bucketed codec's bucket size; 1 for
+  // codecs that encode each value alone). 0: never in pieces (top-k picks
+  // over the whole block). Pipelined schedules cut blocks on it.
+  virtual size_t chunk_granule() const { return 0; }
   // max_encoded_size as a status, for entry points whose count comes from
   // the caller (qc_encoded_size, qc_encode): QC_ERROR_INVALID_ARGUMENT
   // naming 'count' where the size does not fit in size_t, and the codec's

@@ -9,6 +9,7 @@ namespace qc {
 
 class CastCodec final : public Codec {
  public:
+  size_t chunk_granule() const override { return 1; }
   explicit CastCodec(qc_codec_t codec);
 
   qc_codec_t id() const override { return codec_; }

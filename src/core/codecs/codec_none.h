@@ -7,6 +7,7 @@ namespace qc {
 
 class CodecNone final : public Codec {
  public:
+  size_t chunk_granule() const override { return 1; }
   explicit CodecNone(qc_dtype_t wire_dtype) : wire_dtype_(wire_dtype) {}
 
   qc_codec_t id() const override { return QC_CODEC_NONE; }

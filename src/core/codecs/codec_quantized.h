@@ -15,6 +15,7 @@ namespace qc {
 
 class QuantizedCodec final : public Codec {
  public:
+  size_t chunk_granule() const override { return bucket_; }
   // `policy` must have been validated for this codec (make_codec does).
   QuantizedCodec(qc_codec_t codec, int bits, int bucket_size, bool stochastic);
 

@@ -1,6 +1,7 @@
 #include "core/executors/device_executor.h"
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -82,8 +83,11 @@ Status run_enqueued(CollectiveContext& ctx, const Schedule& schedule, const floa
   auto write = [&](const Span& s) {
     return s.where == Values::kScratch ? scratch + s.begin : output + s.begin;
   };
-  // The sends and receives since the last wait: one group. Empty payloads
-  // (blocks of no values) are left out, by both sides alike.
+  // The sends and receives posted per transfer group and not yet enqueued:
+  // a wait enqueues its group's as one device group (every group's, for a
+  // wait on all). Empty payloads (blocks of no values) are left out, by
+  // both sides alike.
+  std::map<uint32_t, std::vector<DeviceTransfer>> posted;
   std::vector<DeviceTransfer> group;
   for (const Step& st : schedule.steps) {
     switch (st.kind) {
@@ -111,18 +115,24 @@ Status run_enqueued(CollectiveContext& ctx, const Schedule& schedule, const floa
           t.peer = st.peer;
           t.data = at(slot);
           t.bytes = layout.bytes[slot];
-          group.push_back(t);
+          posted[st.group].push_back(t);
         }
         break;
       case StepKind::kWait: {
-        const Status s = ctx.enqueue_group(group.data(), group.size());
         group.clear();
-        QC_RETURN_IF_ERROR(s);
+        for (auto& g : posted) {
+          if (st.group != kAllGroups && g.first != st.group) continue;
+          group.insert(group.end(), g.second.begin(), g.second.end());
+          g.second.clear();
+        }
+        QC_RETURN_IF_ERROR(ctx.enqueue_group(group.data(), group.size()));
         break;
       }
     }
   }
-  if (!group.empty()) return internal_error("a schedule ends with transfers never enqueued");
+  for (const auto& g : posted) {
+    if (!g.second.empty()) return internal_error("a schedule ends with transfers never enqueued");
+  }
   return Status::ok();
 }
 

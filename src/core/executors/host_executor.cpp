@@ -1,5 +1,6 @@
 #include "core/executors/host_executor.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,16 +29,29 @@ struct ValueBuffers {
 };
 
 class HostRun {
+  // A block list received, to unpack into its slots once awaited.
+  struct Unpack {
+    Message* frame;
+    size_t first, last;
+  };
+  // The transfers posted in one group and not yet awaited.
+  struct Posts {
+    size_t capacity = 0;
+    std::vector<Request> reqs;
+    std::vector<Message*> recv_msgs;
+    std::vector<Unpack> unpacks;
+  };
+
  public:
   HostRun(CollectiveContext& ctx, const Schedule& schedule, Message* const* slots,
           Message* frames)
       : ctx_(ctx), schedule_(schedule), slots_(slots), frames_(frames) {
-    size_t transfers = 0;
+    // Requests are posted by address: each group's are reserved up front,
+    // so none moves while it is pending (and map nodes never move).
     for (const Step& st : schedule.steps) {
-      if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv) ++transfers;
+      if (st.kind == StepKind::kSend || st.kind == StepKind::kRecv) ++groups_[st.group].capacity;
     }
-    // Requests are posted by address: no reallocation while any is pending.
-    reqs_.reserve(transfers);
+    for (auto& g : groups_) g.second.reqs.reserve(g.second.capacity);
   }
 
   Status run(const ValueBuffers& values, bool transfers_only) {
@@ -47,8 +61,12 @@ class HostRun {
                             st.kind == StepKind::kWait;
       if (transfers_only && !transfer) continue;
       QC_RETURN_IF_ERROR(run_step(st));
+      // While transfers are pending, the transport gets a turn after each
+      // step of compute: MPI moves bytes only inside its calls, and this is
+      // what lets a pipelined schedule overlap the two.
+      if (pending_ > 0 && !transfer) QC_RETURN_IF_ERROR(ctx_.progress());
     }
-    if (!reqs_.empty()) return internal_error("a schedule ends with transfers never awaited");
+    if (pending_ > 0) return internal_error("a schedule ends with transfers never awaited");
     return Status::ok();
   }
 
@@ -75,7 +93,7 @@ class HostRun {
                                st.values.count);
       case StepKind::kSend: return post_send(st);
       case StepKind::kRecv: return post_recv(st);
-      case StepKind::kWait: return wait();
+      case StepKind::kWait: return wait(st.group);
     }
     return internal_error("unknown schedule step");
   }
@@ -119,8 +137,10 @@ class HostRun {
       }
       msg = packed_;
     }
-    reqs_.emplace_back();
-    return ctx_.post_send(st.peer, st.tag, msg, frame(st), &reqs_.back());
+    Posts& g = groups_[st.group];
+    g.reqs.emplace_back();
+    ++pending_;
+    return ctx_.post_send(st.peer, st.tag, msg, frame(st), &g.reqs.back());
   }
 
   Status post_recv(const Step& st) {
@@ -128,30 +148,35 @@ class HostRun {
     Message* msg = st.framing == Framing::kBlocks ? next_frame() : slots_[st.slot];
     if (msg == nullptr) return internal_error("a block list without a frame message");
     msg->reserve_payload(frame(st));
-    reqs_.emplace_back();
-    QC_RETURN_IF_ERROR(ctx_.post_recv(st.peer, st.tag, msg, &reqs_.back()));
-    recv_msgs_.push_back(msg);
-    if (st.framing == Framing::kBlocks) unpacks_.push_back({msg, st.slot, st.slot_end});
+    Posts& g = groups_[st.group];
+    g.reqs.emplace_back();
+    ++pending_;
+    QC_RETURN_IF_ERROR(ctx_.post_recv(st.peer, st.tag, msg, &g.reqs.back()));
+    g.recv_msgs.push_back(msg);
+    if (st.framing == Framing::kBlocks) g.unpacks.push_back({msg, st.slot, st.slot_end});
     return Status::ok();
   }
 
-  Status wait() {
-    Status s = reqs_.empty() ? Status::ok()
-                             : ctx_.wait(reqs_.data(), reqs_.size(), recv_msgs_.data(),
-                                         recv_msgs_.size());
-    reqs_.clear();
-    recv_msgs_.clear();
-    for (const Unpack& u : unpacks_) {
+  Status wait(uint32_t group) {
+    if (group != kAllGroups) return wait_posts(groups_[group]);
+    for (auto& g : groups_) QC_RETURN_IF_ERROR(wait_posts(g.second));
+    return Status::ok();
+  }
+
+  Status wait_posts(Posts& g) {
+    Status s = g.reqs.empty() ? Status::ok()
+                              : ctx_.wait(g.reqs.data(), g.reqs.size(), g.recv_msgs.data(),
+                                          g.recv_msgs.size());
+    pending_ -= g.reqs.size();
+    g.reqs.clear();
+    g.recv_msgs.clear();
+    for (const Unpack& u : g.unpacks) {
       if (s) s = unpack_block_list(*u.frame, slots_, u.first, u.last);
     }
-    unpacks_.clear();
+    g.unpacks.clear();
     return s;
   }
 
-  struct Unpack {
-    Message* frame;
-    size_t first, last;
-  };
 
   CollectiveContext& ctx_;
   const Schedule& schedule_;
@@ -159,9 +184,8 @@ class HostRun {
   Message* frames_;
   size_t used_frames_ = 0;
   ValueBuffers values_;
-  std::vector<Request> reqs_;
-  std::vector<Message*> recv_msgs_;
-  std::vector<Unpack> unpacks_;
+  std::map<uint32_t, Posts> groups_;
+  size_t pending_ = 0;  // posted, not yet awaited
   // Bumped by every step that writes a slot: a packed list is reused only
   // while none of its blocks can have changed.
   uint64_t writes_ = 0;

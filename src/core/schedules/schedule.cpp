@@ -58,7 +58,7 @@ void ScheduleBuilder::add(Span to, Span from) {
 }
 
 void ScheduleBuilder::transfer(StepKind kind, int peer, size_t first, size_t last, uint32_t tag,
-                               Framing framing) {
+                               Framing framing, uint32_t group) {
   Step st;
   st.kind = kind;
   st.peer = peer;
@@ -66,28 +66,34 @@ void ScheduleBuilder::transfer(StepKind kind, int peer, size_t first, size_t las
   st.slot_end = last;
   st.tag = tag;
   st.framing = framing;
+  st.group = group;
   s_.steps.push_back(st);
 }
 
-void ScheduleBuilder::send(int peer, size_t slot, uint32_t tag) {
-  transfer(StepKind::kSend, peer, slot, slot + 1, tag, Framing::kEncoded);
+void ScheduleBuilder::send(int peer, size_t slot, uint32_t tag, uint32_t group) {
+  transfer(StepKind::kSend, peer, slot, slot + 1, tag, Framing::kEncoded, group);
 }
 
-void ScheduleBuilder::recv(int peer, size_t slot, uint32_t tag) {
-  transfer(StepKind::kRecv, peer, slot, slot + 1, tag, Framing::kEncoded);
+void ScheduleBuilder::recv(int peer, size_t slot, uint32_t tag, uint32_t group) {
+  transfer(StepKind::kRecv, peer, slot, slot + 1, tag, Framing::kEncoded, group);
 }
 
-void ScheduleBuilder::send_blocks(int peer, size_t first, size_t last, uint32_t tag) {
-  transfer(StepKind::kSend, peer, first, last, tag, Framing::kBlocks);
+void ScheduleBuilder::send_blocks(int peer, size_t first, size_t last, uint32_t tag,
+                                  uint32_t group) {
+  transfer(StepKind::kSend, peer, first, last, tag, Framing::kBlocks, group);
 }
 
-void ScheduleBuilder::recv_blocks(int peer, size_t first, size_t last, uint32_t tag) {
-  transfer(StepKind::kRecv, peer, first, last, tag, Framing::kBlocks);
+void ScheduleBuilder::recv_blocks(int peer, size_t first, size_t last, uint32_t tag,
+                                  uint32_t group) {
+  transfer(StepKind::kRecv, peer, first, last, tag, Framing::kBlocks, group);
 }
 
-void ScheduleBuilder::wait() {
+void ScheduleBuilder::wait() { wait_group(kAllGroups); }
+
+void ScheduleBuilder::wait_group(uint32_t group) {
   Step st;
   st.kind = StepKind::kWait;
+  st.group = group;
   s_.steps.push_back(st);
 }
 

@@ -39,8 +39,13 @@ enum class StepKind : uint8_t {
   kAdd,        // values += source values, element by element
   kSend,       // slots [slot, slot_end) -> peer, posted (not awaited)
   kRecv,       // peer -> slots [slot, slot_end), posted (not awaited)
-  kWait,       // every send and receive posted since the last wait completes
+  kWait,       // the sends and receives posted in `group` complete (kAllGroups: all posted)
 };
+
+// Transfers are posted in groups; a wait names the group it completes, so
+// a pipelined schedule computes on one chunk while another's transfers
+// are on the wire. Unpipelined schedules use one group and plain waits.
+constexpr uint32_t kAllGroups = 0xffffffffu;
 
 // How a send or receive carries its slots.
 enum class Framing : uint8_t {
@@ -59,6 +64,7 @@ struct Step {
   int peer = -1;          // kSend/kRecv
   uint32_t tag = 0;       // kSend/kRecv: the step's name on the wire; both sides use it
   Framing framing = Framing::kEncoded;
+  uint32_t group = 0;     // kSend/kRecv: the group posted in; kWait: the group completed
 };
 
 // The call's shape, all a schedule depends on.
@@ -67,6 +73,12 @@ struct ScheduleShape {
   int rank = 0;
   size_t count = 0;    // allreduce: elements; alltoall: elements per rank
   int group_size = 1;  // recursive doubling's group (paper 000 Alg. 5)
+  // Pipelining (SRA, alltoall): blocks travel in pieces of `chunk` values
+  // (the last piece shorter), each piece's encode, transfer and decode
+  // overlapping the others'. 0: whole blocks. A chunk must be a multiple of
+  // the codec's bucket, so that every value is encoded with the bits it has
+  // unpipelined (planner: core/executors/pipelining.h).
+  size_t chunk = 0;
 };
 
 struct Schedule {
@@ -86,6 +98,9 @@ class ScheduleBuilder {
   // `blocks` block slots of block_range(count, blocks, b) values each; only
   // as the schedule's first slots.
   void block_slots(size_t count, size_t blocks);
+  // Declares the slots made so far the result's blocks (pieces of blocks,
+  // when pipelined), numbered alike on every rank.
+  void mark_block_slots() { s_.block_slots = s_.slot_counts.size(); }
 
   void encode(Span from, size_t slot);  // element_offset: from.begin
   void encode_at(Span from, uint64_t element_offset, size_t slot);
@@ -93,15 +108,19 @@ class ScheduleBuilder {
   void decode_add(size_t slot, Span to);
   void zero_scratch(size_t count);
   void add(Span to, Span from);
-  void send(int peer, size_t slot, uint32_t tag);
-  void recv(int peer, size_t slot, uint32_t tag);
-  void send_blocks(int peer, size_t first, size_t last, uint32_t tag);
-  void recv_blocks(int peer, size_t first, size_t last, uint32_t tag);
+  // Transfers go into group 0 unless a group is named.
+  void send(int peer, size_t slot, uint32_t tag, uint32_t group = 0);
+  void recv(int peer, size_t slot, uint32_t tag, uint32_t group = 0);
+  void send_blocks(int peer, size_t first, size_t last, uint32_t tag, uint32_t group = 0);
+  void recv_blocks(int peer, size_t first, size_t last, uint32_t tag, uint32_t group = 0);
+  // Completes every transfer posted so far.
   void wait();
+  // Completes the transfers posted in `group`.
+  void wait_group(uint32_t group);
 
  private:
   void transfer(StepKind kind, int peer, size_t first, size_t last, uint32_t tag,
-                Framing framing);
+                Framing framing, uint32_t group);
   Schedule& s_;
 };
 

@@ -420,6 +420,13 @@ Status MpiTransport::progress(Request& req) {
   return Status::ok();
 }
 
+Status MpiTransport::progress() {
+  QC_RETURN_IF_ERROR(failure());
+  Status s = match_receives();
+  if (!s) abort(s);
+  return s ? s : failure();
+}
+
 Status MpiTransport::wait_all(Request* reqs, size_t count, Deadline deadline) {
   // On failure the requests still pending are left as they are: their
   // states hand MPI's requests and blocks to leftovers_ when destroyed.

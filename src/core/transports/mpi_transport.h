@@ -82,6 +82,9 @@ class MpiTransport final : public Transport {
   // MPI_Query_thread at creation: only MPI_THREAD_MULTIPLE lets qc's thread
   // call MPI beside the program's own calls.
   bool supports_progress_thread() const override { return thread_multiple_; }
+  // Matches arrived messages to posted receives, which drives MPI's
+  // progress engine for the sends too.
+  Status progress() override;
   Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) override;
   Status agree(uint64_t value, Deadline deadline) override;
   void abort(const Status& reason) override;

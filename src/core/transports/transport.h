@@ -83,6 +83,10 @@ class Transport {
   // from `peer`, fails the wait with QC_ERROR_MISMATCH.
   virtual Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) = 0;
   virtual Status wait_all(Request* reqs, size_t count, Deadline deadline) = 0;
+  // Moves pending transfers along without waiting for any (a pipelined
+  // schedule calls it between steps of compute). Transports whose bytes
+  // move on their own (local: the receiver copies) need nothing here.
+  virtual Status progress() { return Status::ok(); }
 
   // A native integer allreduce (MPI_Allreduce, ncclAllReduce), used by the
   // global codecs' native algorithm when the transport has one; others sum

@@ -1,0 +1,152 @@
+// Pipelined schedules (QC_PIPELINE_CHUNK): SRA and alltoall cut their blocks
+// into pieces whose encode, transfer and decode overlap. The promise: the
+// same bits as whole blocks, residuals included, for every codec that may be
+// cut (pieces on bucket boundaries), and whole blocks for those that may not.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "qc.h"
+#include "test_util.h"
+
+using namespace qct;
+
+namespace {
+
+struct Case {
+  const char* name;
+  qc_codec_t codec;
+  int bits;
+  qc_rounding_t rounding;
+  int ef;
+  float topk_ratio;
+};
+
+const Case kCases[] = {
+    {"minmax4", QC_CODEC_MINMAX, 4, QC_ROUND_NEAREST_EVEN, 0, 0.0f},
+    {"minmax2_ef", QC_CODEC_MINMAX, 2, QC_ROUND_STOCHASTIC, 1, 0.0f},
+    {"qsgd4", QC_CODEC_QSGD, 4, QC_ROUND_STOCHASTIC, 0, 0.0f},
+    {"onebit_ef", QC_CODEC_ONEBIT, 1, QC_ROUND_NEAREST_EVEN, 1, 0.0f},
+    {"fp16", QC_CODEC_FP16, 8, QC_ROUND_NEAREST_EVEN, 0, 0.0f},
+    {"none", QC_CODEC_NONE, 8, QC_ROUND_NEAREST_EVEN, 0, 0.0f},
+    {"topk_ef", QC_CODEC_TOPK, 8, QC_ROUND_NEAREST_EVEN, 1, 0.05f},
+};
+
+struct Outcome {
+  std::vector<std::vector<float>> out;  // per rank: allreduce, then alltoall
+  std::vector<Bytes> residuals;         // per rank
+  std::vector<uint64_t> wire;           // per rank: bytes sent
+};
+
+// Two SRA allreduces (so error feedback carries) and one alltoall on every
+// rank of a fresh group made with QC_PIPELINE_CHUNK=`chunk` ("0": whole).
+Outcome run(int n, const Case& c, const char* chunk, size_t count) {
+  EXPECT_EQ(setenv("QC_PIPELINE_CHUNK", chunk, 1), 0);
+  Group g(n);
+  unsetenv("QC_PIPELINE_CHUNK");
+  EXPECT_TRUE(g.ok());
+  qc_policy_t p = make_policy(QC_ALGO_SRA);
+  p.codec = c.codec;
+  p.bits = c.bits;
+  p.rounding = c.rounding;
+  p.error_feedback = c.ef;
+  p.seed = 7;
+  if (c.topk_ratio > 0) p.topk_ratio = c.topk_ratio;
+  EXPECT_EQ(g.set_policy("*", p), QC_SUCCESS);
+  Outcome o;
+  o.out.resize(static_cast<size_t>(n));
+  o.residuals.resize(static_cast<size_t>(n));
+  o.wire.resize(static_cast<size_t>(n));
+  run_ranks(n, [&](int r) {
+    const auto ur = static_cast<size_t>(r);
+    qc_error_buffer_t eb = nullptr;
+    if (c.ef) {
+      EXPECT_EQ(qc_error_buffer_create(g[r], count, &eb), QC_SUCCESS);
+    }
+    std::vector<float>& out = o.out[ur];
+    for (int call = 0; call < 2; ++call) {
+      auto in = random_inputs(1, count, 100 * static_cast<uint64_t>(call) + ur)[0];
+      std::vector<float> res(count);
+      EXPECT_EQ(qc_allreduce(g[r], in.data(), res.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                             nullptr, eb, nullptr),
+                QC_SUCCESS)
+          << qc_last_error();
+      out.insert(out.end(), res.begin(), res.end());
+    }
+    const size_t per_rank = count / static_cast<size_t>(n) + 3;
+    auto send = random_inputs(1, per_rank * static_cast<size_t>(n), 555 + ur)[0];
+    std::vector<float> recv(send.size());
+    EXPECT_EQ(qc_alltoall(g[r], send.data(), recv.data(), per_rank, QC_DTYPE_FLOAT32, nullptr,
+                          nullptr),
+              QC_SUCCESS)
+        << qc_last_error();
+    out.insert(out.end(), recv.begin(), recv.end());
+    if (eb != nullptr) {
+      size_t size = 0;
+      EXPECT_EQ(qc_error_buffer_save(eb, nullptr, 0, &size), QC_SUCCESS);
+      o.residuals[ur].resize(size);
+      EXPECT_EQ(qc_error_buffer_save(eb, o.residuals[ur].data(), size, &size), QC_SUCCESS);
+      qc_error_buffer_destroy(eb);
+    }
+    qc_stats_t stats{};
+    stats.struct_size = sizeof stats;
+    EXPECT_EQ(qc_comm_get_stats(g[r], &stats), QC_SUCCESS);
+    o.wire[ur] = stats.wire_bytes;
+  });
+  return o;
+}
+
+class Pipelining : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+TEST_P(Pipelining, PiecesGiveTheBitsOfWholeBlocks) {
+  const int n = std::get<0>(GetParam());
+  const Case& c = kCases[std::get<1>(GetParam())];
+  // Blocks of about 2500 values: 128-value buckets, uneven last pieces.
+  const size_t count = 2500 * static_cast<size_t>(n) + 17;
+  const Outcome whole = run(n, c, "0", count);
+  // 1000 bytes = 250 values, rounded up to a bucket multiple where needed.
+  const Outcome pieces = run(n, c, "1000", count);
+  for (int r = 0; r < n; ++r) {
+    const auto ur = static_cast<size_t>(r);
+    ASSERT_EQ(whole.out[ur].size(), pieces.out[ur].size());
+    EXPECT_EQ(0, std::memcmp(whole.out[ur].data(), pieces.out[ur].data(),
+                             whole.out[ur].size() * sizeof(float)))
+        << c.name << ", rank " << r;
+    EXPECT_EQ(whole.residuals[ur], pieces.residuals[ur]) << c.name << ", rank " << r;
+  }
+  // Pieces are messages of their own (more headers), except where the codec
+  // may not be cut: then nothing changes at all.
+  if (c.codec == QC_CODEC_TOPK) {
+    EXPECT_EQ(pieces.wire, whole.wire) << "top-k must never be cut";
+  } else if (n > 1) {
+    EXPECT_GT(pieces.wire[0], whole.wire[0]) << c.name << ": the pieces were not cut";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    CodecsAndRanks, Pipelining,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 7),
+                       ::testing::Range(size_t{0}, sizeof(kCases) / sizeof(kCases[0]))),
+    [](const ::testing::TestParamInfo<std::tuple<int, size_t>>& i) {
+      return std::string(kCases[std::get<1>(i.param)].name) + "_n" +
+             std::to_string(std::get<0>(i.param));
+    });
+
+// A chunk so small that a block would be thousands of pieces is raised
+// (at most 1024 pieces per block): still the bits of whole blocks.
+TEST(PipeliningLimits, TinyChunksAreRaisedAndStillExact) {
+  const Case& c = kCases[0];
+  const size_t count = 300000;
+  const Outcome whole = run(3, c, "0", count);
+  const Outcome tiny = run(3, c, "4", count);
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(0, std::memcmp(whole.out[r].data(), tiny.out[r].data(),
+                             whole.out[r].size() * sizeof(float)))
+        << "rank " << r;
+  }
+}
+
+}  // namespace
