@@ -406,10 +406,93 @@ static void check_device_buffer_errors(void) {
 }
 #endif
 
+/* Non-blocking calls over MPI: four requests of different layers, codecs
+ * and collectives started before any is waited for give the blocking calls'
+ * results bit for bit (on a progress thread under MPI_THREAD_MULTIPLE,
+ * inline at their start below it). */
+static void check_requests(void) {
+  enum { kCalls = 4 };
+  const size_t count = 6007;
+  const int n = g_size;
+  const char* layers[kCalls] = {"r.minmax", "r.onebit", "r.a2a", "r.qsgd"};
+  float* in = malloc(sizeof(float) * count * (size_t)n);
+  float* blocking = malloc(sizeof(float) * count * (size_t)n * kCalls);
+  float* nonblocking = malloc(sizeof(float) * count * (size_t)n * kCalls);
+  int pass, i;
+  size_t j;
+  fill_input(in, count * (size_t)n, g_rank, 3);
+  for (pass = 0; pass < 2; ++pass) {
+    float* out = pass == 0 ? blocking : nonblocking;
+    qc_comm_t comm = make_comm(60.0);
+    qc_request_t req[kCalls] = {NULL, NULL, NULL, NULL};
+    qc_error_buffer_t eb = NULL;
+    qc_policy_t p = QC_POLICY_INIT;
+    p.min_compress_bytes = 0;
+    p.seed = 5;
+    p.codec = QC_CODEC_MINMAX;
+    p.algorithm = QC_ALGO_SRA;
+    CHECK(qc_set_layer_policy(comm, "r.minmax", &p) == QC_SUCCESS, "policy");
+    p.codec = QC_CODEC_ONEBIT;
+    p.bits = 1;
+    p.error_feedback = 1;
+    p.algorithm = QC_ALGO_RING;
+    CHECK(qc_set_layer_policy(comm, "r.onebit", &p) == QC_SUCCESS, "policy");
+    p.codec = QC_CODEC_MINMAX;
+    p.bits = 8;
+    p.error_feedback = 0;
+    CHECK(qc_set_layer_policy(comm, "r.a2a", &p) == QC_SUCCESS, "policy");
+    p.codec = QC_CODEC_QSGD;
+    p.bits = 4;
+    p.rounding = QC_ROUND_STOCHASTIC;
+    p.algorithm = QC_ALGO_RECURSIVE_DOUBLING;
+    CHECK(qc_set_layer_policy(comm, "r.qsgd", &p) == QC_SUCCESS, "policy");
+    CHECK(qc_error_buffer_create(comm, count, &eb) == QC_SUCCESS, "eb");
+    for (i = 0; i < kCalls; ++i) {
+      float* o = out + (size_t)i * count * (size_t)n;
+      qc_status_t s;
+      if (i == 2) {
+        s = pass == 0 ? qc_alltoall(comm, in, o, count, QC_DTYPE_FLOAT32, layers[i], NULL)
+                      : qc_ialltoall(comm, in, o, count, QC_DTYPE_FLOAT32, layers[i], &req[i]);
+      } else {
+        qc_error_buffer_t b = i == 1 ? eb : NULL;
+        s = pass == 0 ? qc_allreduce(comm, in, o, count, QC_DTYPE_FLOAT32, QC_OP_SUM, layers[i],
+                                     b, NULL)
+                      : qc_iallreduce(comm, in, o, count, QC_DTYPE_FLOAT32, QC_OP_SUM, layers[i],
+                                      b, &req[i]);
+      }
+      CHECK(s == QC_SUCCESS, "call %d (%s): %s", i, pass ? "request" : "blocking", qc_last_error());
+    }
+    for (i = kCalls - 1; i >= 0; --i) {
+      if (req[i] == NULL) continue;
+      CHECK(qc_request_wait(req[i]) == QC_SUCCESS, "wait %d: %s", i, qc_last_error());
+      CHECK(qc_request_free(req[i]) == QC_SUCCESS, "free %d", i);
+    }
+    qc_error_buffer_destroy(eb);
+    CHECK(qc_comm_destroy(comm) == QC_SUCCESS, "destroy");
+  }
+  for (i = 0; i < kCalls; ++i) {
+    const size_t len = i == 2 ? count * (size_t)n : count;
+    for (j = 0; j < len; ++j) {
+      const size_t at = (size_t)i * count * (size_t)n + j;
+      if (memcmp(&blocking[at], &nonblocking[at], 4) != 0) {
+        CHECK(0, "request %d element %zu: %.9g, blocking %.9g", i, j, nonblocking[at],
+              blocking[at]);
+        break;
+      }
+    }
+  }
+  free(in);
+  free(blocking);
+  free(nonblocking);
+}
+
 int main(int argc, char** argv) {
   const size_t counts[] = {1, 1000, 20011};
   size_t c, a, k;
   int peer_death = argc > 1 && strcmp(argv[1], "--peer-death") == 0;
+  /* --thread-multiple: MPI_THREAD_MULTIPLE, so qc's requests run on its
+   * progress thread (below it they run inline at their start). */
+  const int thread_multiple = argc > 1 && strcmp(argv[1], "--thread-multiple") == 0;
   g_device = argc > 1 && strcmp(argv[1], "--device") == 0;
 
   /* Before MPI_Init: a clear error, and qc does not initialize MPI. */
@@ -429,7 +512,15 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  MPI_Init(&argc, &argv);
+  if (thread_multiple) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+      printf("MPI_THREAD_MULTIPLE not provided: requests run inline\n");
+    }
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
 
@@ -464,7 +555,12 @@ int main(int argc, char** argv) {
   }
   if (peer_death) {
     check_peer_death();
+  } else if (thread_multiple) {
+    check_requests();
+    if (g_rank == 0) printf("requests under MPI_THREAD_MULTIPLE = blocking calls\n");
   } else {
+    check_requests();
+    if (g_rank == 0) printf("requests (inline below MPI_THREAD_MULTIPLE) = blocking calls\n");
     for (k = 0; k < sizeof kCodecs / sizeof kCodecs[0]; ++k)
       for (a = 0; a < sizeof kAlgorithms / sizeof kAlgorithms[0]; ++a)
         for (c = 0; c < sizeof counts / sizeof counts[0]; ++c)
