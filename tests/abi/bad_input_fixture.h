@@ -73,6 +73,8 @@ typedef struct qct_fx {
   qc_error_buffer_t spare_eb;  /* NULL: likewise; whatever lands in these is destroyed */
   qc_comm_t dead_comm;         /* created, then destroyed */
   qc_error_buffer_t dead_eb;   /* created, then destroyed */
+  qc_request_t req;            /* NULL: for a start; whatever lands here is waited for and freed */
+  qc_request_t dead_req;       /* a 1-rank qc_iallreduce, waited for and freed */
   unsigned char* msg;          /* qc_encode(minmax, 4 bits, bucket 32) of buf[0..QCT_N) */
   size_t msg_len;              /* its length: msg holds exactly msg_len bytes */
   unsigned char* image;        /* qc_error_buffer_save(eb), exactly image_len bytes */
@@ -286,6 +288,12 @@ static inline int qct_fx_setup(qct_fx* fx) {
    * the fixture reuses would not revive them: rows D_*_memory_reused.) */
   if (qc_comm_create_local(1, &fx->dead_comm) != QC_SUCCESS) goto qc_failed;
   if (qc_error_buffer_create(NULL, QCT_N, &fx->dead_eb) != QC_SUCCESS) goto qc_failed;
+  if (qc_iallreduce(fx->dead_comm, fx->buf, fx->out, QCT_N, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL,
+                    NULL, &fx->dead_req) != QC_SUCCESS)
+    goto qc_failed;
+  if (qc_request_wait(fx->dead_req) != QC_SUCCESS) goto qc_failed;
+  if (qc_request_free(fx->dead_req) != QC_SUCCESS) goto qc_failed;
+  memset(fx->out, 0, sizeof(float) * QCT_CAP);
   if (qc_comm_destroy(fx->dead_comm) != QC_SUCCESS) goto qc_failed;
   if (qc_error_buffer_destroy(fx->dead_eb) != QC_SUCCESS) goto qc_failed;
   return 0;
@@ -304,6 +312,10 @@ oom:
  * partial setup. */
 static inline void qct_fx_teardown(qct_fx* fx) {
   int r;
+  if (fx->req != NULL) {
+    qc_request_wait(fx->req);
+    qc_request_free(fx->req);
+  }
   qc_comm_destroy(fx->spare_comm);
   for (r = 0; r < 4; ++r) qc_comm_destroy(fx->spare_comms[r]);
   qc_error_buffer_destroy(fx->spare_eb);

@@ -42,6 +42,8 @@
 #define spare_eb (fx->spare_eb)
 #define dead_comm (fx->dead_comm)
 #define dead_eb (fx->dead_eb)
+#define req (fx->req)
+#define dead_req (fx->dead_req)
 #define msg (fx->msg)
 #define msg_len (fx->msg_len)
 #define image (fx->image)
@@ -97,6 +99,8 @@
 #undef spare_eb
 #undef dead_comm
 #undef dead_eb
+#undef req
+#undef dead_req
 #undef msg
 #undef msg_len
 #undef image
