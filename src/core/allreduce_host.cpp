@@ -20,6 +20,12 @@ void finish_allreduce(float* work, size_t count, qc_dtype_t dtype, qc_reduce_op_
                       void* recvbuf) {
   if (op == QC_OP_AVG) {
     const float scale = 1.0f / static_cast<float>(n);
+    if (dtype == QC_DTYPE_FLOAT32) {
+      // The division and the copy out in one pass.
+      float* out = static_cast<float*>(recvbuf);
+      for (size_t i = 0; i < count; ++i) out[i] = work[i] * scale;
+      return;
+    }
     for (size_t i = 0; i < count; ++i) work[i] *= scale;
   }
   cpu::from_float32(work, dtype, recvbuf, count);
@@ -76,9 +82,15 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
 
   std::vector<float>& work = comm->work;
   work.resize(count);
-  cpu::to_float32(sendbuf, dtype, work.data(), count);
+  // The schedules read their input without writing it, so float32 input
+  // is read where it is (one copy pass fewer); the rest runs on a float32
+  // copy. The result goes to `work` either way and reaches recvbuf only
+  // when the call succeeds.
+  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && is_step_algorithm(algorithm);
+  const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
+  if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), count);
   const auto layers = one_layer(layer, count, count * dtype_size(dtype),
-                                squared_norm(work.data(), count));
+                                squared_norm(input, count));
   bool refresh = true;
   ScaleMemory* scales = scale_memory_for(comm->scale_memory, CollectiveKind::kAllreduce, layer,
                                          signature, policy, &refresh);
@@ -89,7 +101,7 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
     if (feedback) ctx.set_residual(residual.data(), count);
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     if (is_step_algorithm(algorithm)) {
-      return run_allreduce(ctx, algorithm, work.data(), count, policy.group_size);
+      return run_allreduce(ctx, algorithm, input, work.data(), count, policy.group_size);
     }
     if (algorithm != QC_ALGO_NATIVE) return internal_error("no algorithm selected");
     if (native_float) {

@@ -104,7 +104,9 @@ Status CollectiveContext::residual_slots(uint64_t element_offset, size_t count,
 
 size_t CollectiveContext::pipeline_chunk(size_t block_values) const {
   const size_t granule = codec_.chunk_granule();
-  if (pipeline_chunk_ == 0 || granule == 0) return 0;
+  // Device values stay whole: each piece's payload would cross on its own,
+  // and the overlap there is the GPU's (not measured on a GPU yet).
+  if (pipeline_chunk_ == 0 || granule == 0 || device_.codec != nullptr) return 0;
   const size_t fewest = block_values / kMaxPieces + 1;
   const size_t chunk = pipeline_chunk_ > fewest ? pipeline_chunk_ : fewest;
   if (chunk > SIZE_MAX - granule) return 0;
@@ -166,6 +168,16 @@ Status CollectiveContext::add_values(float* dst, const float* src, size_t count)
   }
   Status s = device_.codec->add(dst, src, count, device_.stream);
   return s ? s : device_failure("add its values on the device", s);
+}
+
+Status CollectiveContext::copy_values(float* dst, const float* src, size_t count) {
+  if (dst == src || count == 0) return Status::ok();
+  if (device_.codec == nullptr) {
+    std::memcpy(dst, src, count * sizeof(float));
+    return Status::ok();
+  }
+  Status s = device_.codec->copy(dst, src, count, device_.stream);
+  return s ? s : device_failure("copy its values on the device", s);
 }
 
 Status CollectiveContext::device_failure(const char* step, const Status& cause) const {

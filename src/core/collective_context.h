@@ -117,6 +117,8 @@ class CollectiveContext {
   Status zeroed_values(size_t count, float** values);
   // dst += src, element by element, where the call's values are.
   Status add_values(float* dst, const float* src, size_t count);
+  // dst = src (nothing when they are the same memory), where the values are.
+  Status copy_values(float* dst, const float* src, size_t count);
 
   // From now on the call's values are device memory (see DeviceValues), and
   // so are the residuals set_residual gives. No scale reuse or error
@@ -175,7 +177,7 @@ class CollectiveContext {
   // codec: the set chunk, raised so that a block has at most kMaxPieces
   // pieces (every piece is a message and a transport tag), rounded up to
   // the codec's granule (Codec::chunk_granule); 0 when the codec cannot be
-  // cut or pipelining is off.
+  // cut, the values are device memory, or pipelining is off.
   static constexpr size_t kMaxPieces = 1024;
   size_t pipeline_chunk(size_t block_values) const;
   // Waits for every request; then checks the envelopes of the received

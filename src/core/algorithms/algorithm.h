@@ -22,10 +22,15 @@ namespace qc {
 // Whether `algorithm` has a schedule (ring, recursive doubling, SRA, tree):
 // those run on any executor, host or stream-ordered.
 bool is_step_algorithm(qc_algorithm_t algorithm);
-// Runs step algorithm `algorithm` on the host executor; an internal error
-// for any other.
-Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
-                     size_t count, int group_size);
+// Runs step algorithm `algorithm` on the host executor: `input` (read
+// only; it may be `output`) holds this rank's values, `output` gets the
+// sum. An internal error for any other algorithm.
+Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, const float* input,
+                     float* output, size_t count, int group_size);
+inline Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
+                            size_t count, int group_size) {
+  return run_allreduce(ctx, algorithm, data, data, count, group_size);
+}
 
 // Stream-ordered allreduce on device values (CollectiveContext's payload
 // calls): the same schedule on the device executor, so the same result bit

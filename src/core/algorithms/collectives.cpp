@@ -36,14 +36,14 @@ bool is_step_algorithm(qc_algorithm_t algorithm) {
   return find_allreduce_schedule(algorithm) != nullptr;
 }
 
-Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,
-                     size_t count, int group_size) {
+Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, const float* input,
+                     float* output, size_t count, int group_size) {
   Schedule schedule;
   // SRA's largest block: a rank's share.
   const size_t block = count / static_cast<size_t>(ctx.size()) + 1;
   QC_RETURN_IF_ERROR(allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size,
                                         ctx.pipeline_chunk(block), &schedule, nullptr));
-  return run_on_host(ctx, schedule, data, data);
+  return run_on_host(ctx, schedule, input, output);
 }
 
 Status allreduce_enqueued(CollectiveContext& ctx, qc_algorithm_t algorithm, float* data,

@@ -106,6 +106,9 @@ Status run_enqueued(CollectiveContext& ctx, const Schedule& schedule, const floa
       case StepKind::kAdd:
         QC_RETURN_IF_ERROR(ctx.add_values(write(st.values), read(st.source), st.values.count));
         break;
+      case StepKind::kCopy:
+        QC_RETURN_IF_ERROR(ctx.copy_values(write(st.values), read(st.source), st.values.count));
+        break;
       case StepKind::kSend:
       case StepKind::kRecv:
         for (size_t slot = st.slot; slot < st.slot_end; ++slot) {

@@ -91,6 +91,9 @@ class HostRun {
       case StepKind::kAdd:
         return ctx_.add_values(values_.write(st.values), values_.read(st.source),
                                st.values.count);
+      case StepKind::kCopy:
+        return ctx_.copy_values(values_.write(st.values), values_.read(st.source),
+                                st.values.count);
       case StepKind::kSend: return post_send(st);
       case StepKind::kRecv: return post_recv(st);
       case StepKind::kWait: return wait(st.group);

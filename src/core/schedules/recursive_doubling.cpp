@@ -43,6 +43,8 @@ void build_allreduce_recursive_doubling(const ScheduleShape& shape, Schedule* sc
   };
   const Span all = output(0, count);
   ScheduleBuilder s(schedule);
+  // Reduced in place, in the output.
+  s.copy(output(0, shape.count), input(0, shape.count));
   // Slot b: block b of the M core blocks, its owner's encoded bytes.
   s.block_slots(count, nblocks);
 

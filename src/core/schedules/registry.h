@@ -8,8 +8,9 @@
 
 namespace qc {
 
-// Allreduce: on entry the output holds this rank's `count` values, on exit
-// the sum (every rank the same bits). Every rank decodes the same final
+// Allreduce: the input holds this rank's `count` values (read only; it may
+// be the output's memory), the output gets the sum (every rank the same
+// bits). Every rank decodes the same final
 // bytes: the owner of each reduced block encodes it once, and those bytes
 // travel on unchanged.
 void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule);

@@ -23,6 +23,8 @@ void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
     return output(range.begin, range.count);
   };
   ScheduleBuilder s(schedule);
+  // Reduced in place, in the output.
+  s.copy(output(0, shape.count), input(0, shape.count));
   // Slot b: block b, as this rank last encoded or received it. A step
   // sends one block and receives another, never the same one.
   s.block_slots(shape.count, blocks);

@@ -57,6 +57,14 @@ void ScheduleBuilder::add(Span to, Span from) {
   s_.steps.push_back(st);
 }
 
+void ScheduleBuilder::copy(Span to, Span from) {
+  Step st;
+  st.kind = StepKind::kCopy;
+  st.values = to;
+  st.source = from;
+  s_.steps.push_back(st);
+}
+
 void ScheduleBuilder::transfer(StepKind kind, int peer, size_t first, size_t last, uint32_t tag,
                                Framing framing, uint32_t group) {
   Step st;

@@ -20,8 +20,8 @@ namespace qc {
 
 // Where a step's values are.
 enum class Values : uint8_t {
-  kInput,    // the call's input (alltoall's send buffer)
-  kOutput,   // the call's output; an allreduce reduces in it, in place
+  kInput,    // the call's input, read only (an allreduce's contribution, alltoall's send buffer)
+  kOutput,   // the call's output (the result; ring, tree and recursive doubling reduce in it)
   kScratch,  // floats of the executor's, zeroed by a kZero step (SRA's sum)
 };
 
@@ -37,6 +37,7 @@ enum class StepKind : uint8_t {
   kDecodeAdd,  // slot -> values, added to them
   kZero,       // scratch values [0, count) = 0
   kAdd,        // values += source values, element by element
+  kCopy,       // values = source values (nothing when they are the same memory)
   kSend,       // slots [slot, slot_end) -> peer, posted (not awaited)
   kRecv,       // peer -> slots [slot, slot_end), posted (not awaited)
   kWait,       // the sends and receives posted in `group` complete (kAllGroups: all posted)
@@ -57,7 +58,7 @@ enum class Framing : uint8_t {
 struct Step {
   StepKind kind = StepKind::kWait;
   Span values;            // kEncode's source; kDecode/kDecodeAdd/kZero/kAdd's destination
-  Span source;            // kAdd's source
+  Span source;            // kAdd's and kCopy's source
   uint64_t element_offset = 0;  // kEncode: the values' position in the tensor
   size_t slot = 0;        // kEncode/kDecode*: the slot; kSend/kRecv: the first
   size_t slot_end = 0;    // kSend/kRecv: one past the last slot
@@ -108,6 +109,7 @@ class ScheduleBuilder {
   void decode_add(size_t slot, Span to);
   void zero_scratch(size_t count);
   void add(Span to, Span from);
+  void copy(Span to, Span from);
   // Transfers go into group 0 unless a group is named.
   void send(int peer, size_t slot, uint32_t tag, uint32_t group = 0);
   void recv(int peer, size_t slot, uint32_t tag, uint32_t group = 0);

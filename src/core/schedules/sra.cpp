@@ -33,6 +33,7 @@ void build_pipelined(const ScheduleShape& shape, const Pieces& pieces, Schedule*
   };
   auto piece_slot = [&](size_t b, size_t c) { return b * C + c; };
   auto values = [](const Range& p) { return output(p.begin, p.count); };
+  auto given = [](const Range& p) { return input(p.begin, p.count); };
   ScheduleBuilder s(schedule);
   for (size_t b = 0; b < blocks; ++b) {
     for (size_t c = 0; c < C; ++c) s.slot(piece(b, c).count);
@@ -51,7 +52,7 @@ void build_pipelined(const ScheduleShape& shape, const Pieces& pieces, Schedule*
     for (int k = 1; k < n; ++k) {
       const size_t to = static_cast<size_t>((r + k) % n);
       if (piece(to, c).count == 0) continue;
-      s.encode(values(piece(to, c)), piece_slot(to, c));
+      s.encode(given(piece(to, c)), piece_slot(to, c));
       s.send(static_cast<int>(to), piece_slot(to, c), tag, group(c, false));
     }
     if (piece(own, c).count == 0) return;
@@ -68,7 +69,7 @@ void build_pipelined(const ScheduleShape& shape, const Pieces& pieces, Schedule*
       s.zero_scratch(mine.count);
       for (size_t from = 0; from < blocks; ++from) {
         if (from == own) {
-          s.add(scratch(mine.count), values(mine));
+          s.add(scratch(mine.count), given(mine));
         } else {
           s.decode_add(incoming[from * C + c], scratch(mine.count));
         }
@@ -115,6 +116,10 @@ void build_allreduce_sra(const ScheduleShape& shape, Schedule* schedule) {
     const Range range = block_range(shape.count, blocks, b);
     return output(range.begin, range.count);
   };
+  auto given = [&](size_t b) {
+    const Range range = block_range(shape.count, blocks, b);
+    return input(range.begin, range.count);
+  };
   const Span mine = block(static_cast<size_t>(r));
   ScheduleBuilder s(schedule);
   // Slot j: the block this rank scatters to rank j, later the allgather's
@@ -129,7 +134,7 @@ void build_allreduce_sra(const ScheduleShape& shape, Schedule* schedule) {
   // Scatter, staggered so that peers are not all hit at once.
   for (int k = 1; k < n; ++k) {
     const size_t to = static_cast<size_t>((r + k) % n);
-    s.encode(block(to), to);
+    s.encode(given(to), to);
     s.send(static_cast<int>(to), to, kScatter);
   }
   for (int k = 1; k < n; ++k) {
@@ -143,7 +148,7 @@ void build_allreduce_sra(const ScheduleShape& shape, Schedule* schedule) {
   s.zero_scratch(mine.count);
   for (int from = 0; from < n; ++from) {
     if (from == r) {
-      s.add(scratch(mine.count), mine);
+      s.add(scratch(mine.count), given(static_cast<size_t>(r)));
     } else {
       s.decode_add(incoming[static_cast<size_t>(from)], scratch(mine.count));
     }

@@ -14,6 +14,8 @@ void build_allreduce_tree(const ScheduleShape& shape, Schedule* schedule) {
   const int r = shape.rank;
   const Span all = output(0, shape.count);
   ScheduleBuilder s(schedule);
+  // Reduced in place, in the output.
+  s.copy(output(0, shape.count), input(0, shape.count));
   // Slot 0: what this rank sends up the tree, later the root's encoded
   // result (the send is done before it arrives). Slot 1: a child's partial
   // sum, for ranks with children (an even rank with a right neighbour).
