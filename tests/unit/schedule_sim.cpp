@@ -140,10 +140,10 @@ bool ScheduleSim::advance(int r) {
     case StepKind::kSend:
     case StepKind::kRecv: post(r, st); break;
     case StepKind::kWait:
-      if (!wait(r)) return false;
+      if (!wait(r, st)) return false;
       break;
   }
-  if (rank.next + 1 == rank.schedule.steps.size() && !rank.posted.empty()) {
+  if (rank.next + 1 == rank.schedule.steps.size() && !rank.outstanding.empty()) {
     fail(r, "the schedule ends with transfers posted and never awaited");
   }
   ++rank.next;
@@ -279,11 +279,35 @@ void ScheduleSim::post(int r, const Step& st) {
   }
   rank.posted.push_back(std::move(p));
   const size_t index = rank.posted.size() - 1;
+  rank.outstanding.push_back(index);
+  if (options_.visibility == Visibility::kAtPost) {
+    show(r, index);
+  } else {
+    rank.unenqueued[st.group].push_back(index);
+  }
+}
+
+void ScheduleSim::show(int r, size_t index) {
+  Rank& rank = ranks_[r];
+  Posted& p = rank.posted[index];
+  const Step& st = rank.schedule.steps[p.step];
+  const bool send = st.kind == StepKind::kSend;
+  p.visible = true;
   const int from = send ? r : st.peer;
   const int to = send ? st.peer : r;
   const size_t channel = static_cast<size_t>(from) * ranks_.size() + static_cast<size_t>(to);
   (send ? sends_ : recvs_)[channel].push_back(index);
   match(from, to);
+}
+
+void ScheduleSim::enqueue(int r, uint32_t group) {
+  Rank& rank = ranks_[r];
+  // std::map: increasing group numbers, as the device executor enqueues them.
+  for (auto& g : rank.unenqueued) {
+    if (group != qc::kAllGroups && g.first != group) continue;
+    for (size_t index : g.second) show(r, index);
+    g.second.clear();
+  }
 }
 
 void ScheduleSim::match(int from, int to) {
@@ -327,12 +351,20 @@ void ScheduleSim::match(int from, int to) {
   }
 }
 
-bool ScheduleSim::wait(int r) {
+bool ScheduleSim::wait(int r, const Step& st) {
   Rank& rank = ranks_[r];
-  for (const Posted& p : rank.posted) {
-    if (!p.complete) return false;
+  // Enqueues at the first try; a retry finds nothing left to enqueue.
+  if (options_.visibility == Visibility::kAtWait) enqueue(r, st.group);
+  auto awaited = [&](size_t index) {
+    return st.group == qc::kAllGroups ||
+           rank.schedule.steps[rank.posted[index].step].group == st.group;
+  };
+  for (size_t index : rank.outstanding) {
+    if (awaited(index) && !rank.posted[index].complete) return false;
   }
-  rank.posted.clear();
+  rank.outstanding.erase(
+      std::remove_if(rank.outstanding.begin(), rank.outstanding.end(), awaited),
+      rank.outstanding.end());
   return true;
 }
 
@@ -346,7 +378,8 @@ void ScheduleSim::check_slot(int r, size_t slot) const {
 void ScheduleSim::check_slots_idle(int r, size_t first, size_t last, const char* what,
                                    const Step* send) const {
   const Rank& rank = ranks_[r];
-  for (const Posted& p : rank.posted) {
+  for (size_t index : rank.outstanding) {
+    const Posted& p = rank.posted[index];
     const Step& other = rank.schedule.steps[p.step];
     if (!overlaps(other, first, last)) continue;
     const bool same_send_elsewhere = send != nullptr && other.kind == StepKind::kSend &&
@@ -410,9 +443,16 @@ std::string ScheduleSim::describe(const Step& st) const {
     case StepKind::kRecv:
       os << (st.kind == StepKind::kSend ? " to " : " from ") << st.peer << " slots [" << st.slot
          << ", " << st.slot_end << ") tag 0x" << std::hex << st.tag << std::dec
-         << (st.framing == Framing::kBlocks ? " blocks" : " encoded");
+         << (st.framing == Framing::kBlocks ? " blocks" : " encoded") << " group "
+         << st.group;
       break;
-    case StepKind::kWait: break;
+    case StepKind::kWait:
+      if (st.group == qc::kAllGroups) {
+        os << " all groups";
+      } else {
+        os << " group " << st.group;
+      }
+      break;
   }
   return os.str();
 }
@@ -425,10 +465,13 @@ std::string ScheduleSim::deadlock() const {
     const Rank& rank = ranks_[r];
     if (rank.done()) continue;
     ++shown;
-    os << " rank " << r << " waits at step " << rank.next << " for";
-    for (const Posted& p : rank.posted) {
+    os << " rank " << r << " waits at step " << rank.next << " ("
+       << describe(rank.schedule.steps[rank.next]) << ") with";
+    for (size_t index : rank.outstanding) {
+      const Posted& p = rank.posted[index];
       if (p.complete) continue;
-      os << " [step " << p.step << ": " << describe(rank.schedule.steps[p.step]) << "]";
+      os << " [step " << p.step << ": " << describe(rank.schedule.steps[p.step])
+         << (p.visible ? "" : ", not enqueued") << "]";
     }
     os << ";";
   }

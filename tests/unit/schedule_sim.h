@@ -4,8 +4,16 @@
 //
 // Transfers meet by rendezvous: a send completes when its receiver matches
 // it, and the k-th send from A to B matches B's k-th receive from A (same
-// tag, framing and slot sizes, or it fails). Ranks advance in turn until all
-// finish; a turn in which none moves is a deadlock.
+// tag, framing and slot sizes, or it fails). A wait completes the transfers
+// its rank posted in the wait's group (qc::kAllGroups: all of them). Ranks
+// advance in turn until all finish; a turn in which none moves is a deadlock.
+//
+// When a peer sees a transfer is the executor's business, so it is an
+// option: the host executor posts each one at once (Visibility::kAtPost);
+// the device executor enqueues a group's transfers at the wait on it, as one
+// NCCL group whose completion the rank's stream then waits for, every group
+// in increasing number for a wait on all (Visibility::kAtWait). A schedule
+// must progress under both.
 //
 // Values are not numbers but what made them: the ranks whose contributions
 // a value sums (a mask), which element it is, how many encodes it went
@@ -15,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +47,12 @@ struct SlotContent {
 
 enum class Collective { kAllreduce, kAlltoall };
 
+// When a posted transfer becomes visible to its peer (see above).
+enum class Visibility {
+  kAtPost,  // the host executor: posted is visible
+  kAtWait,  // the device executor: visible once its group is enqueued, at a wait on it
+};
+
 class ScheduleSim {
  public:
   struct Options {
@@ -46,6 +61,7 @@ class ScheduleSim {
     // SRA: every sum adds ranks in increasing order (its bits do not depend
     // on which message arrives first).
     bool rank_ordered_sums = false;
+    Visibility visibility = Visibility::kAtPost;
   };
 
   // schedules[r]: rank r's. `label` starts every failure message.
@@ -60,10 +76,11 @@ class ScheduleSim {
   const std::vector<int>& input_encodes(int rank) const { return ranks_[rank].input_encodes; }
 
  private:
-  // A send or receive posted since the rank's last kWait.
+  // A send or receive the rank posted.
   struct Posted {
     size_t step = 0;
     bool complete = false;
+    bool visible = false;  // in its channel's queue (Visibility::kAtWait: enqueued)
     std::vector<SlotContent> contents;  // a send's slots as they were when posted
   };
 
@@ -73,7 +90,9 @@ class ScheduleSim {
     std::vector<Cell> input, output, scratch;
     bool scratch_zeroed = false;
     std::vector<SlotContent> slots;
-    std::vector<Posted> posted;
+    std::vector<Posted> posted;             // every transfer, in post order
+    std::vector<size_t> outstanding;        // indices into `posted`: not yet awaited
+    std::map<uint32_t, std::vector<size_t>> unenqueued;  // kAtWait: per group, not yet visible
     std::vector<int> input_encodes;
     uint64_t encodes = 0;
     bool done() const { return next == schedule.steps.size(); }
@@ -86,7 +105,12 @@ class ScheduleSim {
   void zero(int r, const qc::Step& st);
   void add(int r, const qc::Step& st);
   void post(int r, const qc::Step& st);
-  bool wait(int r);
+  bool wait(int r, const qc::Step& st);
+  // Makes posted transfer `index` of rank r visible to its peer and matches.
+  void show(int r, size_t index);
+  // Visibility::kAtWait: the transfers of `group` (kAllGroups: every group,
+  // in increasing number) not yet enqueued, in post order.
+  void enqueue(int r, uint32_t group);
   void match(int from, int to);
   // Adds src into dst: the sum of two sets of ranks that must not overlap.
   void add_cell(int r, Cell& dst, const Cell& src, const char* what);
@@ -117,7 +141,7 @@ class ScheduleSim {
     void pop() { ++head; }
     void push_back(size_t i) { items.push_back(i); }
   };
-  // Posted, unmatched transfers per (sender, receiver): the sender's sends
+  // Visible, unmatched transfers per (sender, receiver): the sender's sends
   // and the receiver's receives.
   std::vector<Queue> sends_, recvs_;
 };

@@ -2,7 +2,9 @@
 // codec: a symbolic simulator (schedule_sim.h) plays all ranks' schedules
 // together, for 1..64 ranks and counts around the rank count, and checks
 //  - matching and progress: every send meets a receive of the same tag,
-//    framing and slot sizes, in post order, and no rank deadlocks;
+//    framing and slot sizes, in post order, and no rank deadlocks, also
+//    when transfers are seen only at the wait that enqueues their group
+//    (the device executor's order; DeviceOrder);
 //  - buffer hygiene: no slot is written, received into or decoded while a
 //    transfer on it is in flight; nothing is decoded unwritten; every span
 //    stays inside its buffer;
@@ -19,6 +21,7 @@
 #include "core/schedules/registry.h"
 #include "core/schedules/schedule.h"
 #include "qc.h"
+#include "schedule_checks.h"
 #include "schedule_sim.h"
 
 namespace {
@@ -27,11 +30,13 @@ using qc::Schedule;
 using qc::ScheduleBuilder;
 using qc::ScheduleShape;
 using qc::StepKind;
-using qcsim::Cell;
+using qcsim::build_all;
+using qcsim::case_label;
+using qcsim::check_allreduce_result;
+using qcsim::check_alltoall_result;
 using qcsim::Collective;
 using qcsim::ScheduleSim;
-
-using BuildFn = void (*)(const ScheduleShape&, Schedule*);
+using qcsim::Visibility;
 
 constexpr int kMaxRanks = 64;
 const int kGroupSizes[] = {1, 2, 3, 4, 8};
@@ -54,101 +59,16 @@ std::vector<size_t> alltoall_counts_for(int n) {
   return {0, 1, static_cast<size_t>(n) - 1};
 }
 
-std::vector<Schedule> build_all(BuildFn build, int n, size_t count, int group_size) {
-  std::vector<Schedule> schedules(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    ScheduleShape shape;
-    shape.ranks = n;
-    shape.rank = r;
-    shape.count = count;
-    shape.group_size = group_size;
-    build(shape, &schedules[static_cast<size_t>(r)]);
-  }
-  return schedules;
-}
-
-std::string case_label(const char* name, int n, size_t count, int group_size) {
-  std::string label = std::string(name) + " n=" + std::to_string(n) +
-                      " count=" + std::to_string(count);
-  if (group_size != 1) label += " group=" + std::to_string(group_size);
-  return label;
-}
-
-uint64_t all_ranks(int n) { return n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
-
-// Every element of every rank's output sums all ranks once, in place, and
-// was last written by a decode of the same encode on every rank.
-// `max_depth` > 0 bounds the encodes on any element's way.
-std::string check_allreduce_result(const std::string& label, const ScheduleSim& sim,
-                                   int max_depth) {
-  const int n = sim.ranks();
-  for (int r = 0; r < n; ++r) {
-    const std::vector<Cell>& out = sim.output(r);
-    for (size_t j = 0; j < out.size(); ++j) {
-      const Cell& c = out[j];
-      auto where = [&] {
-        return label + ": rank " + std::to_string(r) + " output element " + std::to_string(j);
-      };
-      if (c.ranks != all_ranks(n)) {
-        return where() + " sums ranks " + qcsim::rank_set(c.ranks) + ", not all " +
-               std::to_string(n);
-      }
-      if (c.position != static_cast<int64_t>(j)) {
-        return where() + " holds element " + std::to_string(c.position);
-      }
-      if (c.decoded_from == 0) return where() + " was not last written by a decode";
-      if (c.decoded_from != sim.output(0)[j].decoded_from) {
-        return where() + " was decoded from another encode than rank 0's";
-      }
-      if (max_depth > 0 && c.depth > max_depth) {
-        return where() + " went through " + std::to_string(c.depth) + " encodes, more than " +
-               std::to_string(max_depth);
-      }
-    }
-  }
-  return "";
-}
-
-// Output block i of rank r is rank i's input block r, element by element,
-// and every input element was encoded exactly once.
-std::string check_alltoall_result(const std::string& label, const ScheduleSim& sim,
-                                  size_t count) {
-  const int n = sim.ranks();
-  for (int r = 0; r < n; ++r) {
-    const std::vector<Cell>& out = sim.output(r);
-    for (size_t j = 0; j < out.size(); ++j) {
-      const int from = static_cast<int>(j / count);
-      const int64_t element = static_cast<int64_t>(static_cast<size_t>(r) * count + j % count);
-      const Cell& c = out[j];
-      auto where = [&] {
-        return label + ": rank " + std::to_string(r) + " output element " + std::to_string(j);
-      };
-      if (c.ranks != uint64_t{1} << from || c.position != element || c.decoded_from == 0) {
-        return where() + " holds element " + std::to_string(c.position) + " of ranks " +
-               qcsim::rank_set(c.ranks) + ", not a decode of element " + std::to_string(element) +
-               " of rank " + std::to_string(from);
-      }
-    }
-    const std::vector<int>& encodes = sim.input_encodes(r);
-    for (size_t j = 0; j < encodes.size(); ++j) {
-      if (encodes[j] != 1) {
-        return label + ": rank " + std::to_string(r) + " input element " + std::to_string(j) +
-               " was encoded " + std::to_string(encodes[j]) + " times";
-      }
-    }
-  }
-  return "";
-}
-
 // Plays one allreduce case; "" or the first failure.
 std::string play_allreduce(const qc::AllreduceSchedule& entry, int n, size_t count,
-                           int group_size) {
+                           int group_size, Visibility visibility = Visibility::kAtPost) {
   const bool sra = entry.algorithm == QC_ALGO_SRA;
   const std::string label = case_label(entry.name, n, count, group_size);
   ScheduleSim::Options options;
   options.collective = Collective::kAllreduce;
   options.count = count;
   options.rank_ordered_sums = sra;
+  options.visibility = visibility;
   ScheduleSim sim(label, build_all(entry.build, n, count, group_size), options);
   std::string failure = sim.run();
   if (!failure.empty()) return failure;
@@ -213,18 +133,45 @@ INSTANTIATE_TEST_SUITE_P(Registry, AllreduceScheduleTest,
                                            QC_ALGO_TREE),
                          algorithm_name);
 
+// Plays one alltoall case; "" or the first failure.
+std::string play_alltoall(int n, size_t count, Visibility visibility = Visibility::kAtPost) {
+  const std::string label = case_label("alltoall", n, count, 1);
+  ScheduleSim::Options options;
+  options.collective = Collective::kAlltoall;
+  options.count = count;
+  options.visibility = visibility;
+  ScheduleSim sim(label, build_all(qc::build_alltoall_pairwise, n, count, 1), options);
+  std::string failure = sim.run();
+  if (failure.empty()) failure = check_alltoall_result(label, sim, count);
+  return failure;
+}
+
 TEST(AlltoallSchedule, EveryRankCountDeliversEachElementEncodedOnce) {
   for (int n = 1; n <= kMaxRanks; ++n) {
-    for (size_t count : alltoall_counts_for(n)) {
-      const std::string label = case_label("alltoall", n, count, 1);
-      ScheduleSim::Options options;
-      options.collective = Collective::kAlltoall;
-      options.count = count;
-      ScheduleSim sim(label, build_all(qc::build_alltoall_pairwise, n, count, 1), options);
-      std::string failure = sim.run();
-      if (failure.empty()) failure = check_alltoall_result(label, sim, count);
-      ASSERT_EQ(failure, "");
+    for (size_t count : alltoall_counts_for(n)) ASSERT_EQ(play_alltoall(n, count), "");
+  }
+}
+
+// The device executor makes a transfer visible only at the wait that
+// enqueues its group (schedule_sim.h): every schedule must progress so
+// too. Counts that give empty and uneven blocks; the large ones add
+// nothing to the order of transfers.
+TEST(DeviceOrder, EveryScheduleProgressesWhenGroupsAreEnqueuedAtTheirWaits) {
+  for (qc_algorithm_t a : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA, QC_ALGO_TREE}) {
+    const qc::AllreduceSchedule* entry = qc::find_allreduce_schedule(a);
+    ASSERT_NE(entry, nullptr);
+    for (int n = 1; n <= kMaxRanks; ++n) {
+      const size_t un = static_cast<size_t>(n);
+      for (size_t count : {un - 1, 3 * un + 2}) {
+        for (int group_size : kGroupSizes) {
+          if (group_size != 1 && a != QC_ALGO_RECURSIVE_DOUBLING) continue;
+          ASSERT_EQ(play_allreduce(*entry, n, count, group_size, Visibility::kAtWait), "");
+        }
+      }
     }
+  }
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    ASSERT_EQ(play_alltoall(n, 1, Visibility::kAtWait), "");
   }
 }
 
@@ -491,6 +438,110 @@ TEST(ScheduleSim, CatchesASumOutOfRankOrder) {
   options.rank_ordered_sums = true;
   const std::string failure = ScheduleSim("rank order", std::move(schedules), options).run();
   EXPECT_NE(failure.find("not in rank order"), std::string::npos) << failure;
+}
+
+// ---- transfer groups: a wait completes its group's transfers -----------------
+
+// Two ranks' schedules, each written by `write(builder, rank, peer)`, played
+// with the given visibility; "" or the first failure. No result check: these
+// exchange values without a common final encode.
+template <typename Write>
+std::string play_groups(Write write, Visibility visibility) {
+  std::vector<Schedule> schedules(2);
+  for (int r = 0; r < 2; ++r) {
+    ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
+    write(b, r, 1 - r);
+  }
+  ScheduleSim::Options options;
+  options.count = 1;
+  options.visibility = visibility;
+  return ScheduleSim("groups", std::move(schedules), options).run();
+}
+
+// The own value to the peer in group 0, the peer's in group 1.
+void post_two_groups(ScheduleBuilder& b, int peer, size_t mine, size_t theirs) {
+  b.encode(qc::output(0, 1), mine);
+  b.send(peer, mine, 1, 0);
+  b.recv(peer, theirs, 1, 1);
+}
+
+TEST(ScheduleSim, AWaitOnAllGroupsCompletesEveryGroup) {
+  for (Visibility v : {Visibility::kAtPost, Visibility::kAtWait}) {
+    const std::string failure = play_groups(
+        [](ScheduleBuilder& b, int, int peer) {
+          const size_t mine = b.slot(1), theirs = b.slot(1);
+          post_two_groups(b, peer, mine, theirs);
+          b.wait();
+          b.decode_add(theirs, qc::output(0, 1));
+        },
+        v);
+    EXPECT_EQ(failure, "");
+  }
+}
+
+TEST(ScheduleSim, CatchesADecodeOfAnotherGroupThanTheOneAwaited) {
+  const std::string failure = play_groups(
+      [](ScheduleBuilder& b, int, int peer) {
+        const size_t mine = b.slot(1), theirs = b.slot(1);
+        post_two_groups(b, peer, mine, theirs);
+        b.wait_group(0);
+        b.decode_add(theirs, qc::output(0, 1));  // group 1's receive is in flight
+        b.wait_group(1);
+      },
+      Visibility::kAtPost);
+  EXPECT_NE(failure.find("decodes a slot while step"), std::string::npos) << failure;
+}
+
+TEST(ScheduleSim, CatchesAGroupNeverAwaited) {
+  const std::string failure = play_groups(
+      [](ScheduleBuilder& b, int, int peer) {
+        const size_t mine = b.slot(1), theirs = b.slot(1);
+        post_two_groups(b, peer, mine, theirs);
+        b.wait_group(1);
+        b.decode_add(theirs, qc::output(0, 1));
+      },
+      Visibility::kAtPost);
+  EXPECT_NE(failure.find("never awaited"), std::string::npos) << failure;
+}
+
+// Each rank awaits its receive's group first: the host posts the sends at
+// once, so that works; the device enqueues only the receives (group 1) and
+// then waits for them, so neither send is ever enqueued.
+TEST(ScheduleSim, CatchesGroupsAwaitedInAnOrderOnlyTheHostProgresses) {
+  auto receive_first = [](ScheduleBuilder& b, int, int peer) {
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    post_two_groups(b, peer, mine, theirs);
+    b.wait_group(1);
+    b.decode_add(theirs, qc::output(0, 1));
+    b.wait_group(0);
+  };
+  EXPECT_EQ(play_groups(receive_first, Visibility::kAtPost), "");
+  const std::string failure = play_groups(receive_first, Visibility::kAtWait);
+  EXPECT_NE(failure.find("deadlock"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("not enqueued"), std::string::npos) << failure;
+}
+
+// A wait on all groups enqueues them in increasing number, not in post
+// order: rank 0 posts tag 1 in group 1 before tag 2 in group 0, rank 1 its
+// receives in post order but in the other groups. The host matches them;
+// the device meets tag 2 with tag 1.
+TEST(ScheduleSim, CatchesGroupsEnqueuedInAnotherOrderOnTheDevice) {
+  auto write = [](ScheduleBuilder& b, int r, int peer) {
+    const size_t first = b.slot(1), second = b.slot(1);
+    if (r == 0) {
+      b.encode(qc::output(0, 1), first);
+      b.encode(qc::output(0, 1), second);
+      b.send(peer, first, 1, 1);
+      b.send(peer, second, 2, 0);
+    } else {
+      b.recv(peer, first, 1, 0);
+      b.recv(peer, second, 2, 1);
+    }
+    b.wait();
+  };
+  EXPECT_EQ(play_groups(write, Visibility::kAtPost), "");
+  const std::string failure = play_groups(write, Visibility::kAtWait);
+  EXPECT_NE(failure.find("the tags differ"), std::string::npos) << failure;
 }
 
 }  // namespace

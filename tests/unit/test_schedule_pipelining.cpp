@@ -1,0 +1,248 @@
+// Pipelined SRA and alltoall (ScheduleShape::chunk: blocks cut into pieces,
+// each piece's transfers in groups of their own) in the symbolic simulator
+// (schedule_sim.h), for 1..64 ranks, with the host's and the device's view
+// of when a transfer is visible. Every property the whole-block schedules
+// have (test_schedules.cpp) is checked again — matching and progress,
+// buffer hygiene per outstanding transfer, the allreduce's sums in rank
+// order, requantized at most twice and decoded from one encode everywhere,
+// the alltoall's delivery — and the pieces themselves: every piece starts a
+// multiple of `chunk` from its block's start and goes into slot
+// block * pieces + c, each element is encoded exactly once as unpipelined,
+// and each piece takes the whole block's messages.
+// Internal API (the schedules): links the internal objects.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/schedules/registry.h"
+#include "core/schedules/schedule.h"
+#include "schedule_checks.h"
+#include "schedule_sim.h"
+
+namespace {
+
+using qc::Schedule;
+using qc::Step;
+using qc::StepKind;
+using qcsim::Collective;
+using qcsim::ScheduleSim;
+using qcsim::Visibility;
+
+constexpr int kMaxRanks = 64;
+
+// A call's values and the piece size it is cut into.
+struct Cut {
+  size_t count;
+  size_t chunk;
+};
+
+// SRA's counts are the allreduce's, in n blocks of count/n (the first
+// count % n one value longer). Past 16 ranks, the two that give uneven
+// and empty pieces; the rest only cost time.
+std::vector<Cut> sra_cuts(int n) {
+  const size_t un = static_cast<size_t>(n);
+  std::vector<Cut> cuts = {
+      {4 * 2 * un + un - 1, 4},  // blocks of 9 and 8: 3 pieces, the last 1 value or empty
+      {un + 1, 1},               // blocks of 2 and 1: pieces of 1, the last empty but block 0's
+  };
+  if (n <= 16) {
+    cuts.push_back({8 * un, 4});               // 2 whole pieces a block
+    cuts.push_back({10 * un, 4});              // 3 pieces, the last of 2 values
+    cuts.push_back({4 * 3 * un + un - 1, 4});  // 4 pieces, the last 1 value or empty
+    cuts.push_back({3 * un + 2, 2});           // blocks of 4 and 3: pieces 2+2 and 2+1
+    cuts.push_back({37 * un + 5, 2});          // 19 pieces
+    cuts.push_back({4 * un, 4});               // blocks fit one piece: not cut
+    cuts.push_back({0, 4});
+  }
+  return cuts;
+}
+
+// The alltoall's count is its block size, the same for every block: its
+// pieces are never empty. Past 16 ranks, one uneven cut.
+std::vector<Cut> alltoall_cuts(int n) {
+  std::vector<Cut> cuts = {{10, 4}};
+  if (n <= 16) {
+    cuts.push_back({8, 4});
+    cuts.push_back({2, 1});
+    cuts.push_back({41, 3});  // 14 pieces, the last of 2 values
+    cuts.push_back({4, 4});   // not cut
+    cuts.push_back({0, 4});
+  }
+  return cuts;
+}
+
+size_t pieces_of(size_t values, size_t chunk) {
+  return values <= chunk ? 1 : (values + chunk - 1) / chunk;
+}
+
+// Block b of an allreduce of `count` values over n ranks: its size.
+size_t sra_block(size_t count, int n, int b) {
+  const size_t un = static_cast<size_t>(n);
+  return count / un + (static_cast<size_t>(b) < count % un ? 1 : 0);
+}
+
+std::string cut_label(const char* name, int n, const Cut& cut) {
+  return qcsim::case_label(name, n, cut.count, 1) + " chunk=" + std::to_string(cut.chunk);
+}
+
+bool same_steps(const Step& a, const Step& b) {
+  return a.kind == b.kind && a.values.where == b.values.where &&
+         a.values.begin == b.values.begin && a.values.count == b.values.count &&
+         a.source.where == b.source.where && a.source.begin == b.source.begin &&
+         a.source.count == b.source.count && a.element_offset == b.element_offset &&
+         a.slot == b.slot && a.slot_end == b.slot_end && a.peer == b.peer && a.tag == b.tag &&
+         a.framing == b.framing && a.group == b.group;
+}
+
+// A call that is not cut (one rank, or blocks that fit one piece) builds
+// the whole-block schedule, step for step.
+std::string check_uncut(const std::string& label, const std::vector<Schedule>& piped,
+                        const std::vector<Schedule>& whole) {
+  for (size_t r = 0; r < piped.size(); ++r) {
+    const Schedule& p = piped[r];
+    const Schedule& w = whole[r];
+    bool same = p.slot_counts == w.slot_counts && p.steps.size() == w.steps.size() &&
+                p.scratch_count == w.scratch_count && p.block_slots == w.block_slots;
+    for (size_t i = 0; same && i < p.steps.size(); ++i) same = same_steps(p.steps[i], w.steps[i]);
+    if (!same) return label + ": rank " + std::to_string(r) + " is not the whole-block schedule";
+  }
+  return "";
+}
+
+// A rank's sends, receives and waits; the waits must each name one group,
+// a different one each.
+struct Counted {
+  int sends = 0, recvs = 0, waits = 0;
+};
+
+std::string count_steps(const std::string& label, int r, const Schedule& s, Counted* counted) {
+  std::set<uint32_t> awaited;
+  for (const Step& st : s.steps) {
+    if (st.kind == StepKind::kSend) ++counted->sends;
+    if (st.kind == StepKind::kRecv) ++counted->recvs;
+    if (st.kind != StepKind::kWait) continue;
+    ++counted->waits;
+    if (st.group == qc::kAllGroups || !awaited.insert(st.group).second) {
+      return label + ": rank " + std::to_string(r) + " waits on all groups or one twice";
+    }
+  }
+  return "";
+}
+
+// Plays the call under both views of visibility; "" or the first failure.
+template <typename Check>
+std::string play_both(const std::string& label, const std::vector<Schedule>& schedules,
+                      ScheduleSim::Options options, Check check_result) {
+  for (Visibility v : {Visibility::kAtPost, Visibility::kAtWait}) {
+    options.visibility = v;
+    const std::string at = label + (v == Visibility::kAtPost ? " (host)" : " (device)");
+    ScheduleSim sim(at, schedules, options);
+    std::string failure = sim.run();
+    if (failure.empty()) failure = check_result(at, sim);
+    if (!failure.empty()) return failure;
+  }
+  return "";
+}
+
+std::string play_sra(int n, const Cut& cut) {
+  const std::string label = cut_label("SRA", n, cut);
+  const std::vector<Schedule> piped =
+      qcsim::build_all(qc::build_allreduce_sra, n, cut.count, 1, cut.chunk);
+  const std::vector<Schedule> whole = qcsim::build_all(qc::build_allreduce_sra, n, cut.count, 1);
+  const size_t pieces = pieces_of(sra_block(cut.count, n, 0), cut.chunk);
+  std::string failure;
+  if (n == 1 || pieces == 1) {
+    failure = check_uncut(label, piped, whole);
+  } else {
+    for (int r = 0; r < n && failure.empty(); ++r) {
+      const Schedule& s = piped[static_cast<size_t>(r)];
+      failure = qcsim::check_pieces(label, r, s, whole[static_cast<size_t>(r)], cut.chunk,
+                                    pieces, cut.count);
+      Counted counted;
+      if (failure.empty()) failure = count_steps(label, r, s, &counted);
+      if (!failure.empty()) break;
+      // Each non-empty piece travels as its block does: scattered to its
+      // owner, then gathered from it by every other rank.
+      int expected = 0;
+      for (int b = 0; b < n; ++b) {
+        const int block_pieces =
+            static_cast<int>((sra_block(cut.count, n, b) + cut.chunk - 1) / cut.chunk);
+        expected += b == r ? (n - 1) * block_pieces : block_pieces;
+      }
+      if (counted.sends != expected || counted.recvs != expected ||
+          counted.waits != 2 * static_cast<int>(pieces)) {
+        failure = label + ": rank " + std::to_string(r) + " has " +
+                  std::to_string(counted.sends) + " sends, " + std::to_string(counted.recvs) +
+                  " receives and " + std::to_string(counted.waits) + " waits, not " +
+                  std::to_string(expected) + ", " + std::to_string(expected) + " and " +
+                  std::to_string(2 * pieces);
+      }
+    }
+  }
+  if (!failure.empty()) return failure;
+  ScheduleSim::Options options;
+  options.collective = Collective::kAllreduce;
+  options.count = cut.count;
+  options.rank_ordered_sums = true;
+  // Each value requantized at most twice, its contribution and the sum,
+  // piece by piece as whole.
+  return play_both(label, piped, options, [](const std::string& at, const ScheduleSim& sim) {
+    return qcsim::check_allreduce_result(at, sim, 2);
+  });
+}
+
+std::string play_alltoall(int n, const Cut& cut) {
+  const std::string label = cut_label("alltoall", n, cut);
+  const std::vector<Schedule> piped =
+      qcsim::build_all(qc::build_alltoall_pairwise, n, cut.count, 1, cut.chunk);
+  const std::vector<Schedule> whole =
+      qcsim::build_all(qc::build_alltoall_pairwise, n, cut.count, 1);
+  const size_t pieces = pieces_of(cut.count, cut.chunk);
+  std::string failure;
+  if (n == 1 || pieces == 1) {
+    failure = check_uncut(label, piped, whole);
+  } else {
+    const size_t elements = static_cast<size_t>(n) * cut.count;
+    for (int r = 0; r < n && failure.empty(); ++r) {
+      const Schedule& s = piped[static_cast<size_t>(r)];
+      failure = qcsim::check_pieces(label, r, s, whole[static_cast<size_t>(r)], cut.chunk,
+                                    pieces, elements);
+      Counted counted;
+      if (failure.empty()) failure = count_steps(label, r, s, &counted);
+      if (!failure.empty()) break;
+      const int expected = (n - 1) * static_cast<int>(pieces);
+      if (counted.sends != expected || counted.recvs != expected ||
+          counted.waits != static_cast<int>(pieces)) {
+        failure = label + ": rank " + std::to_string(r) + " has " +
+                  std::to_string(counted.sends) + " sends, " + std::to_string(counted.recvs) +
+                  " receives and " + std::to_string(counted.waits) + " waits, not " +
+                  std::to_string(expected) + ", " + std::to_string(expected) + " and " +
+                  std::to_string(pieces);
+      }
+    }
+  }
+  if (!failure.empty()) return failure;
+  ScheduleSim::Options options;
+  options.collective = Collective::kAlltoall;
+  options.count = cut.count;
+  return play_both(label, piped, options,
+                   [&cut](const std::string& at, const ScheduleSim& sim) {
+                     return qcsim::check_alltoall_result(at, sim, cut.count);
+                   });
+}
+
+TEST(PipelinedSchedule, SraPiecesMatchSumInRankOrderAndRequantizeAtMostTwice) {
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    for (const Cut& cut : sra_cuts(n)) ASSERT_EQ(play_sra(n, cut), "");
+  }
+}
+
+TEST(PipelinedSchedule, AlltoallPiecesDeliverEachElementEncodedOnce) {
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    for (const Cut& cut : alltoall_cuts(n)) ASSERT_EQ(play_alltoall(n, cut), "");
+  }
+}
+
+}  // namespace
