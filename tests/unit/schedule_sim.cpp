@@ -25,6 +25,7 @@ const char* kind_name(StepKind kind) {
     case StepKind::kDecodeAdd: return "decode_add";
     case StepKind::kZero: return "zero";
     case StepKind::kAdd: return "add";
+    case StepKind::kCopy: return "copy";
     case StepKind::kSend: return "send";
     case StepKind::kRecv: return "recv";
     case StepKind::kWait: return "wait";
@@ -80,11 +81,14 @@ ScheduleSim::ScheduleSim(std::string label, std::vector<Schedule> schedules, Opt
     rank.schedule = std::move(schedules[r]);
     rank.slots.resize(rank.schedule.slot_counts.size());
     if (options.collective == Collective::kAllreduce) {
-      // The output holds this rank's values on entry; there is no input.
+      // The input holds this rank's values (read only); the output is
+      // garbage until the schedule copies or decodes into it.
+      rank.input.resize(count);
       rank.output.resize(count);
+      rank.input_encodes.assign(count, 0);
       for (size_t j = 0; j < count; ++j) {
-        rank.output[j].ranks = uint64_t{1} << r;
-        rank.output[j].position = static_cast<int64_t>(j);
+        rank.input[j].ranks = uint64_t{1} << r;
+        rank.input[j].position = static_cast<int64_t>(j);
       }
     } else {
       // Input block j goes to rank j; the output is garbage until decoded.
@@ -137,6 +141,7 @@ bool ScheduleSim::advance(int r) {
     case StepKind::kDecodeAdd: decode(r, st); break;
     case StepKind::kZero: zero(r, st); break;
     case StepKind::kAdd: add(r, st); break;
+    case StepKind::kCopy: copy(r, st); break;
     case StepKind::kSend:
     case StepKind::kRecv: post(r, st); break;
     case StepKind::kWait:
@@ -225,6 +230,15 @@ void ScheduleSim::add(int r, const Step& st) {
   for (size_t k = 0; k < st.values.count; ++k) {
     add_cell(r, to[st.values.begin + k], from[k], "add");
   }
+}
+
+void ScheduleSim::copy(int r, const Step& st) {
+  if (st.values.count != st.source.count) fail(r, "copies spans of different sizes");
+  const std::vector<Cell>& source = *readable(r, st.source, "copies from");
+  const std::vector<Cell> from(source.begin() + st.source.begin,
+                               source.begin() + st.source.begin + st.source.count);
+  std::vector<Cell>& to = *writable(r, st.values, "copies into");
+  for (size_t k = 0; k < st.values.count; ++k) to[st.values.begin + k] = from[k];
 }
 
 void ScheduleSim::add_cell(int r, Cell& dst, const Cell& src, const char* what) {
@@ -438,7 +452,8 @@ std::string ScheduleSim::describe(const Step& st) const {
     case StepKind::kDecode:
     case StepKind::kDecodeAdd: os << " slot " << st.slot << " -> " << span_name(st.values); break;
     case StepKind::kZero: os << " " << span_name(st.values); break;
-    case StepKind::kAdd: os << " " << span_name(st.source) << " -> " << span_name(st.values); break;
+    case StepKind::kAdd:
+    case StepKind::kCopy: os << " " << span_name(st.source) << " -> " << span_name(st.values); break;
     case StepKind::kSend:
     case StepKind::kRecv:
       os << (st.kind == StepKind::kSend ? " to " : " from ") << st.peer << " slots [" << st.slot

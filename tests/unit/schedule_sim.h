@@ -104,6 +104,7 @@ class ScheduleSim {
   void decode(int r, const qc::Step& st);
   void zero(int r, const qc::Step& st);
   void add(int r, const qc::Step& st);
+  void copy(int r, const qc::Step& st);
   void post(int r, const qc::Step& st);
   bool wait(int r, const qc::Step& st);
   // Makes posted transfer `index` of rank r visible to its peer and matches.

@@ -268,6 +268,8 @@ std::string play_two_ranks(Write write, size_t count = 1) {
   std::vector<Schedule> schedules(2);
   for (int r = 0; r < 2; ++r) {
     ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
+    // Reduced in place, as ring and tree do: the output starts as the input.
+    b.copy(qc::output(0, count), qc::input(0, count));
     write(b, r, 1 - r);
   }
   ScheduleSim::Options options;
@@ -425,6 +427,7 @@ TEST(ScheduleSim, CatchesASumOutOfRankOrder) {
     ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
     const int peer = 1 - r;
     const size_t mine = b.slot(1), theirs = b.slot(1);
+    b.copy(qc::output(0, 1), qc::input(0, 1));
     b.encode(qc::output(0, 1), mine);
     b.send(peer, mine, 1);
     b.recv(peer, theirs, 1);
@@ -450,6 +453,7 @@ std::string play_groups(Write write, Visibility visibility) {
   std::vector<Schedule> schedules(2);
   for (int r = 0; r < 2; ++r) {
     ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
+    b.copy(qc::output(0, 1), qc::input(0, 1));
     write(b, r, 1 - r);
   }
   ScheduleSim::Options options;
