@@ -81,6 +81,7 @@ __all__ = [
     "Policy",
     "POLICY_FIELDS",
     "Comm",
+    "Request",
     "ErrorBuffer",
     "encode",
     "decode",
@@ -706,7 +707,9 @@ class Comm:
     def close(self) -> None:
         """Release the communicator (local, idempotent; peers waiting on this
         rank fail with qc.TransportError). Not allowed while another thread
-        is inside a call on it."""
+        is inside a call on it. Requests still outstanding get up to the
+        timeout to complete, then end with an error (the GIL is released
+        meanwhile)."""
         self._h.close()
 
     def __enter__(self) -> "Comm":
@@ -821,6 +824,84 @@ class Comm:
             self._h.alltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer), src.stream)
         return out
 
+    # ---- non-blocking collectives ----
+    def iallreduce(
+        self,
+        x: ArrayLike,
+        out: Optional[ArrayLike] = None,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> "Request":
+        """Start allreduce(x, ...) and return at once with a qc.Request.
+
+        The arguments are allreduce's; ``request.wait()`` returns what
+        allreduce returns (out, or the new array when out was None),
+        bit for bit, and raises what it would raise. Host memory only: a
+        CUDA tensor raises qc.UnsupportedError (allreduce of a CUDA tensor
+        is already ordered on its stream).
+
+        Until the request has completed, x, out and error_buffer belong to
+        it: do not write x or out, nor read out, before wait() (or a test()
+        that returns True); each outstanding request needs its own
+        error_buffer. The request keeps them alive, also if it is dropped
+        unfinished (it then still runs: its peers need it).
+
+        Requests on one communicator run one after another in the order
+        they were started, which must be the same on every rank; a blocking
+        call or a policy change waits for those started before it. They run
+        on the communicator's progress thread while this thread goes on;
+        with QC_PROGRESS_THREAD=0, or on MPI below MPI_THREAD_MULTIPLE, the
+        start runs the whole call (the GIL is released meanwhile). A failed
+        request fails every later one on the communicator.
+        """
+        src = _as_buffer(x, "x")
+        _host_only(src, "iallreduce")
+        out, dst = _output(src, out)
+        eb = _error_buffer_handle(error_buffer)
+        handle = self._h.iallreduce(src.ptr, dst.ptr, src.count, src.dtype, _op(op), _layer(layer), eb,
+                                    (src.obj, out))
+        return Request(handle, out)
+
+    def iallreduce_segments(
+        self,
+        x: ArrayLike,
+        counts: Sequence[int],
+        layers: Optional[Sequence[Optional[str]]],
+        out: Optional[ArrayLike] = None,
+        op: str = "sum",
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> "Request":
+        """Start allreduce_segments(x, counts, layers, ...) and return a
+        qc.Request whose wait() returns its result; as iallreduce."""
+        counts = [_int_arg(c, f"argument 'counts[{i}]'", 0, _SIZE_MAX)
+                  for i, c in enumerate(_list_arg(counts, "argument 'counts'"))]
+        layers = [None] * len(counts) if layers is None else _list_arg(layers, "argument 'layers'")
+        if len(layers) != len(counts):
+            raise _bad_value(f"argument 'layers' has {len(layers)} entries but 'counts' {len(counts)}; "
+                             "one per segment")
+        src = _as_buffer(x, "x")
+        _host_only(src, "iallreduce_segments")
+        if sum(counts) != src.count:
+            raise _bad_value(f"sum(counts) = {sum(counts)} but x has {src.count} elements")
+        out, dst = _output(src, out)
+        eb = _error_buffer_handle(error_buffer)
+        handle = self._h.iallreduce_segments(src.ptr, dst.ptr, counts, layers, src.dtype, _op(op), eb,
+                                             (src.obj, out))
+        return Request(handle, out)
+
+    def ialltoall(self, x: ArrayLike, out: Optional[ArrayLike] = None, layer: Optional[str] = None) -> "Request":
+        """Start alltoall(x, ...) and return a qc.Request whose wait()
+        returns its result; as iallreduce."""
+        src = _as_buffer(x, "x")
+        _host_only(src, "ialltoall")
+        if src.count % self._size:
+            raise _bad_value(f"x has {src.count} elements, not a multiple of the group size {self._size}")
+        out, dst = _output(src, out)
+        handle = self._h.ialltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer),
+                                   (src.obj, out))
+        return Request(handle, out)
+
     # ---- policies ----
     def set_layer_policy(self, pattern: str, policy: Policy) -> None:
         """Set the policy of the layers whose name matches pattern (an exact
@@ -875,6 +956,84 @@ class Comm:
         if layer is None:
             return {name: self._h.layer_stats(name) for name in self._h.layer_names()}
         return self._h.layer_stats(_layer(layer))
+
+
+def _host_only(buf: _Buffer, what: str) -> None:
+    if buf.cuda_device is not None:
+        raise UnsupportedError(
+            3, f"Comm.{what}: x is a CUDA tensor; the non-blocking collectives take host memory "
+               "(a blocking collective of CUDA tensors is already ordered on the tensor's stream)")
+
+
+class Request:
+    """A non-blocking collective in flight (qc_request_t), from
+    Comm.iallreduce, Comm.iallreduce_segments or Comm.ialltoall.
+
+    ``wait()`` blocks until it has completed and returns the collective's
+    result (or raises its qc.Error); ``test()`` says whether it has
+    completed without blocking (and raises its error once it has);
+    ``done`` is test() without the raise. wait() and test() may be called
+    again: they give the same result or error. The GIL is released while
+    waiting, so other Python threads (the other ranks of a local group)
+    run meanwhile.
+
+    ``close()`` (or the end of a ``with`` block, or dropping the object)
+    releases the handle only: a request that has not completed still runs,
+    and qc keeps its arrays alive until it has. Closing the communicator
+    gives outstanding requests up to its timeout, then ends them
+    (qc.TransportError or qc.QcTimeoutError from wait()).
+    """
+
+    __slots__ = ("_h", "_result")
+
+    def __init__(self, handle: Any, result: Any) -> None:
+        if not isinstance(handle, _qc.Request):
+            raise _bad_type("requests are started by Comm.iallreduce, Comm.iallreduce_segments and "
+                            "Comm.ialltoall")
+        self._h = handle
+        self._result = result
+
+    def wait(self) -> ArrayLike:
+        """Block until the request has completed (without the GIL); return
+        the collective's result (its out array), or raise its qc.Error."""
+        self._h.wait()
+        return self._result
+
+    def test(self) -> bool:
+        """True once the request has completed (raising its qc.Error if it
+        failed), False while it runs or waits its turn. Never blocks."""
+        return self._h.test()
+
+    @property
+    def done(self) -> bool:
+        """Whether the request has completed (successfully or not). Never blocks."""
+        return self._h.done
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._h.closed
+
+    def close(self) -> None:
+        """Release the handle (idempotent). An unfinished request still runs;
+        wait() and test() raise qc.InvalidArgumentError afterwards."""
+        self._h.close()
+
+    def __enter__(self) -> "Request":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            state = "closed"
+        else:
+            state = "done" if self.done else "running"
+        return f"<qc.Request {state}>"
+
+    def __reduce__(self) -> Any:
+        raise _bad_type("a qc.Request cannot be pickled or copied: it is a collective in flight")
 
 
 # ---------------------------------------------------------------------------

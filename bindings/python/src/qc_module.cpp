@@ -280,12 +280,37 @@ class InUse {
   std::atomic<bool>* flag_;
 };
 
+// A request whose qc.Request went away before it completed: the handle and
+// the Python objects its buffers belong to, kept by its communicator until
+// the request is done (qc.h: a freed request still runs and uses them).
+struct OrphanRequest {
+  qc_request_t handle;
+  py::object keep;
+};
+
+// The GIL may be released in a destructor, except while the interpreter
+// shuts down (threads that take it then are stopped for good).
+bool may_release_gil() { return !_Py_IsFinalizing(); }
+
 class Comm {
  public:
   explicit Comm(qc_comm_t h) : h_(h) {}
   ~Comm() {
-    // Local: never waits for peers (qc_comm_destroy).
-    if (h_) qc_comm_destroy(h_);
+    // Local (qc_comm_destroy): never waits for peers, but gives outstanding
+    // requests up to the timeout; only orphans can be outstanding here (a
+    // live qc.Request keeps its communicator alive), and their peers may be
+    // Python threads that need the GIL to make progress.
+    if (h_) {
+      reap_orphans();
+      if (!orphans_.empty() && may_release_gil()) {
+        py::gil_scoped_release release;
+        qc_comm_destroy(h_);
+      } else {
+        qc_comm_destroy(h_);
+      }
+      h_ = nullptr;
+    }
+    free_orphans();
   }
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -300,13 +325,44 @@ class Comm {
     if (busy_.load()) fail(QC_ERROR_INVALID_ARGUMENT, "cannot close a qc.Comm while another thread uses it");
     qc_comm_t h = h_;
     h_ = nullptr;
-    call([&] { return qc_comm_destroy(h); });
+    // Without the GIL: the destroy gives outstanding requests up to the
+    // timeout, and their peers may be Python threads of this process.
+    call_nogil([&] { return qc_comm_destroy(h); });
+    free_orphans();  // the destroy has ended every request
   }
   std::atomic<bool>& busy() { return busy_; }
 
+  // Takes over a request that is still running when its qc.Request goes;
+  // with the GIL held.
+  void adopt(qc_request_t request, py::object keep) {
+    orphans_.push_back(OrphanRequest{request, std::move(keep)});
+  }
+  // Frees the orphans that have completed (their buffers are free again);
+  // with the GIL held. Never blocks.
+  void reap_orphans() {
+    std::vector<OrphanRequest> running;
+    for (OrphanRequest& orphan : orphans_) {
+      int done = 0;
+      (void)qc_request_test(orphan.handle, &done);
+      if (done) {
+        qc_request_free(orphan.handle);
+      } else {
+        running.push_back(std::move(orphan));
+      }
+    }
+    orphans_.swap(running);
+  }
+
  private:
+  // After qc_comm_destroy every request has completed.
+  void free_orphans() {
+    for (OrphanRequest& orphan : orphans_) qc_request_free(orphan.handle);
+    orphans_.clear();
+  }
+
   qc_comm_t h_;
   std::atomic<bool> busy_{false};
+  std::vector<OrphanRequest> orphans_;
 };
 
 class ErrorBuffer {
@@ -331,9 +387,10 @@ class ErrorBuffer {
     if (!h_) return;
     if (busy_.load())
       fail(QC_ERROR_INVALID_ARGUMENT, "cannot close a qc.ErrorBuffer while another thread uses it");
-    qc_error_buffer_t h = h_;
+    // Refused while a request (qc.Request) still uses it ("in use"): the
+    // buffer then stays open.
+    call([&] { return qc_error_buffer_destroy(h_); });
     h_ = nullptr;
-    call([&] { return qc_error_buffer_destroy(h); });
   }
   std::atomic<bool>& busy() { return busy_; }
 
@@ -394,6 +451,114 @@ struct ErrorBufferUse {
       handle = eb->handle();
     }
   }
+};
+
+// A started non-blocking collective (qc_request_t), with the Python objects
+// its buffers belong to (`keep`) and its communicator, both held until the
+// request has completed. The handle is freed once a wait or test has seen
+// it complete and no other thread is waiting on it; the status and message
+// stay, so a later wait() or test() raises the same error again. A
+// qc.Request dropped while its request still runs hands the handle and
+// `keep` to its communicator (Comm::adopt), which frees them once done.
+class Request {
+ public:
+  Request(qc_request_t h, py::object keep, py::object comm)
+      : h_(h), keep_(std::move(keep)), comm_(std::move(comm)) {}
+  ~Request() { release(); }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  // Blocks (without the GIL) until the request completes; raises its error.
+  void wait() {
+    if (!done_) {
+      qc_request_t h = handle();
+      qc_status_t st = QC_SUCCESS;
+      std::string message;
+      ++waiters_;
+      {
+        py::gil_scoped_release release;
+        st = qc_request_wait(h);
+        if (st != QC_SUCCESS) message = qc_last_error();
+      }
+      --waiters_;
+      complete(st, std::move(message));
+    }
+    raise_failure();
+  }
+
+  // Whether the request has completed (never blocks); raises its error once
+  // it has, when `raise` is set.
+  bool test(bool raise) {
+    if (!done_) {
+      qc_request_t h = handle();
+      int done = 0;
+      const qc_status_t st = qc_request_test(h, &done);
+      if (!done) {
+        if (st != QC_SUCCESS) fail(st, qc_last_error());  // a bad handle, not the collective
+        return false;
+      }
+      complete(st, st == QC_SUCCESS ? std::string() : std::string(qc_last_error()));
+    }
+    if (raise) raise_failure();
+    return true;
+  }
+
+  bool closed() const { return closed_; }
+
+  void close() {
+    if (closed_) return;
+    if (waiters_ > 0)
+      fail(QC_ERROR_INVALID_ARGUMENT, "cannot close a qc.Request while another thread waits on it");
+    release();
+  }
+
+ private:
+  qc_request_t handle() const {
+    if (closed_) fail(QC_ERROR_INVALID_ARGUMENT, "the qc.Request is closed");
+    return h_;
+  }
+
+  // With the GIL held.
+  void complete(qc_status_t status, std::string message) {
+    if (!done_) {
+      done_ = true;
+      status_ = status;
+      message_ = std::move(message);
+    }
+    if (waiters_ == 0 && h_) {
+      qc_request_free(h_);
+      h_ = nullptr;
+      keep_ = py::object();  // the buffers are the caller's again
+    }
+  }
+
+  void raise_failure() const {
+    if (status_ != QC_SUCCESS) fail(status_, message_);
+  }
+
+  // Frees the handle, or hands a running request to its communicator.
+  void release() {
+    closed_ = true;
+    if (!h_) return;
+    int done = 0;
+    (void)qc_request_test(h_, &done);
+    if (done) {
+      qc_request_free(h_);
+    } else {
+      comm_.cast<Comm&>().adopt(h_, std::move(keep_));
+    }
+    h_ = nullptr;
+    keep_ = py::object();
+  }
+
+  qc_request_t h_;
+  py::object keep_;
+  py::object comm_;
+  bool done_ = false;
+  bool closed_ = false;
+  qc_status_t status_ = QC_SUCCESS;
+  std::string message_;
+  int waiters_ = 0;  // threads inside wait(); changed with the GIL held
 };
 
 [[noreturn]] void refuse_pickle(py::handle self) {
@@ -564,6 +729,15 @@ PYBIND11_MODULE(_qc, m) {
         call_nogil([&] { return qc_error_buffer_load(h, image.data(), image.size()); });
       }, py::arg("data"));
 
+  // ---- requests ----
+  py::class_<Request>(m, "Request", "qc_request_t")
+      .def("wait", &Request::wait)
+      .def("test", [](Request& r) { return r.test(true); })
+      .def_property_readonly("done", [](Request& r) { return r.test(false); })
+      .def_property_readonly("closed", &Request::closed)
+      .def("close", &Request::close)
+      .def("__reduce__", [](py::handle self) { refuse_pickle(self); });
+
   // ---- communicators ----
   py::class_<Comm>(m, "Comm", "qc_comm_t")
       .def_static("create_local", &create_local, py::arg("n"), py::arg("timeout"))
@@ -670,6 +844,96 @@ PYBIND11_MODULE(_qc, m) {
            },
            py::arg("send"), py::arg("recv"), py::arg("count_per_rank"), py::arg("dtype"),
            py::arg("layer").none(true), py::arg("stream") = 0)
+      // Non-blocking forms (qc.h section 6): host buffers only. `keep` is
+      // whatever the buffers belong to (the arrays); the request holds it,
+      // its error buffer and its communicator until it completes. Started
+      // without the GIL: with no progress thread the start runs the call.
+      .def("iallreduce",
+           [](py::object self, py::handle send, py::handle recv, py::handle count, py::handle dtype, py::handle op,
+              py::handle layer, py::handle error_buffer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(count, "argument 'count'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             const ErrorBufferUse residuals(eb);
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_iallreduce(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                    static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), residuals.handle,
+                                    &request);
+             });
+             return std::make_unique<Request>(request, py::make_tuple(keep, error_buffer), self);
+           },
+           py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+           py::arg("layer").none(true), py::arg("error_buffer").none(true), py::arg("keep").none(true))
+      .def("iallreduce_segments",
+           [](py::object self, py::handle send, py::handle recv, py::handle counts, py::handle layers,
+              py::handle dtype, py::handle op, py::handle error_buffer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const py::sequence count_items = sequence_arg(counts, "argument 'counts'");
+             const py::sequence layer_items = sequence_arg(layers, "argument 'layers'");
+             if (layer_items.size() != count_items.size())
+               fail_value("argument 'layers' has " + std::to_string(layer_items.size()) + " entries but 'counts' " +
+                          std::to_string(count_items.size()) + "; one per segment");
+             std::vector<size_t> sizes;
+             std::vector<std::optional<std::string>> names;
+             for (size_t i = 0; i < count_items.size(); ++i) {
+               sizes.push_back(int_arg<size_t>(count_items[i], item("argument 'counts'", i)));
+               names.push_back(opt_name_arg(layer_items[i], item("argument 'layers'", i)));
+             }
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             const ErrorBufferUse residuals(eb);
+             std::vector<const char*> cnames;
+             cnames.reserve(names.size());
+             for (const auto& name : names) cnames.push_back(opt_cstr(name));
+             qc_request_t request = nullptr;
+             // counts and layers are copied by the start (qc.h).
+             call_nogil([&] {
+               return qc_iallreduce_segments(h, ptr<const void>(from), ptr<void>(to), sizes.size(), sizes.data(),
+                                             cnames.data(), static_cast<qc_dtype_t>(type),
+                                             static_cast<qc_reduce_op_t>(reduce), residuals.handle, &request);
+             });
+             return std::make_unique<Request>(request, py::make_tuple(keep, error_buffer), self);
+           },
+           py::arg("send"), py::arg("recv"), py::arg("counts"), py::arg("layers"), py::arg("dtype"),
+           py::arg("op"), py::arg("error_buffer").none(true), py::arg("keep").none(true))
+      .def("ialltoall",
+           [](py::object self, py::handle send, py::handle recv, py::handle count_per_rank, py::handle dtype,
+              py::handle layer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(count_per_rank, "argument 'count_per_rank'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_ialltoall(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                   opt_cstr(name), &request);
+             });
+             return std::make_unique<Request>(request, std::move(keep), self);
+           },
+           py::arg("send"), py::arg("recv"), py::arg("count_per_rank"), py::arg("dtype"),
+           py::arg("layer").none(true), py::arg("keep").none(true))
       .def("set_layer_policy",
            [](Comm& c, py::handle pattern, py::handle policy) {
              const std::string name = name_arg(pattern, "argument 'pattern'");
