@@ -470,8 +470,8 @@ class Request {
 
   // Blocks (without the GIL) until the request completes; raises its error.
   void wait() {
+    qc_request_t h = handle();
     if (!done_) {
-      qc_request_t h = handle();
       qc_status_t st = QC_SUCCESS;
       std::string message;
       ++waiters_;
@@ -489,8 +489,8 @@ class Request {
   // Whether the request has completed (never blocks); raises its error once
   // it has, when `raise` is set.
   bool test(bool raise) {
+    qc_request_t h = handle();
     if (!done_) {
-      qc_request_t h = handle();
       int done = 0;
       const qc_status_t st = qc_request_test(h, &done);
       if (!done) {

@@ -141,3 +141,28 @@ def test_requires_grad_tensor(local3):
     ps = [torch.ones(10, requires_grad=True) for _ in range(3)]
     outs = check_ok(run_ranks(local3, lambda c: c.allreduce(ps[c.rank].detach())))
     assert torch.equal(outs[0], torch.full((10,), 3.0))
+
+
+def test_iallreduce_tensors_give_the_blocking_bits(local3):
+    policy = qc.Policy(codec="minmax", bits=4, min_compress_bytes=0)
+    for c in local3:
+        c.set_layer_policy("*", policy)
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(4000, generator=g).to(torch.bfloat16) for _ in range(3)]
+    blocking = check_ok(run_ranks(local3, lambda c: c.allreduce(xs[c.rank], op="avg")))
+    started = check_ok(run_ranks(local3, lambda c: c.iallreduce(xs[c.rank], op="avg")))
+    for a, req in zip(blocking, started):
+        b = req.wait()
+        assert isinstance(b, torch.Tensor) and b.dtype == torch.bfloat16
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+@cuda
+def test_nonblocking_collectives_refuse_cuda_tensors():
+    (c,) = qc.Comm.local(1)
+    with c:
+        x = torch.ones(8, device="cuda")
+        for start in (lambda: c.iallreduce(x), lambda: c.ialltoall(x),
+                      lambda: c.iallreduce_segments(x, [8], None)):
+            with pytest.raises(qc.UnsupportedError, match="host memory"):
+                start()
