@@ -50,12 +50,16 @@ or ``policy=None`` to keep whatever policies the communicator already has.
 
 How a bucket is reduced. A DDP bucket is one flat tensor holding several parameters'
 gradients back to back, in the order of ``bucket.parameters()``. The hook calls
-``comm.allreduce_segments(buffer, counts=[p.numel() ...], layers=[name ...], op="avg",
+``comm.iallreduce_segments(buffer, counts=[p.numel() ...], layers=[name ...], op="avg",
 error_buffer=...)`` in place on ``bucket.buffer()`` (zero copy), so each parameter keeps
 its own policy inside the fused bucket. DDP does not divide by the world size when a hook
-is registered: ``op="avg"`` does it. The call is synchronous; the hook returns an already
-completed ``torch.futures.Future`` holding the buffer. qc's results are bit-identical on
-every rank, so replicas stay identical.
+is registered: ``op="avg"`` does it. The call is non-blocking: the hook returns a
+``torch.futures.Future`` that a thread of the state completes when qc's request has, so
+DDP overlaps the backward pass with qc's communication (qc runs the request on its
+progress thread; an MPI without MPI_THREAD_MULTIPLE runs it inside the hook).
+``QcHookState(..., async_op=False)`` reduces inside the hook and returns a completed
+future instead; both give the same bits. qc's results are bit-identical on every rank,
+so replicas stay identical.
 
 Error feedback. Residuals are kept per bucket index in a :class:`qc.ErrorBuffer` (only for
 buckets with at least one error-feedback segment). DDP rebuilds its buckets after the
@@ -77,9 +81,11 @@ but not identical.
 
 import atexit
 import os
+import queue
 import shutil
 import socket
 import tempfile
+import threading
 import warnings
 from datetime import timedelta
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -189,6 +195,47 @@ def qc_policies_for_model(comm: "_qc.Comm", model: torch.nn.Module,
     return {name: comm.get_layer_policy(name) for name in names}
 
 
+class _Completer:
+    """One thread that completes the asynchronous hook's futures: it waits for each
+    started request in start order (qc completes a communicator's requests in that
+    order, so a FIFO never waits behind a later one) with the GIL released inside
+    wait(), then sets the future's result, or its exception when the request failed.
+    Each entry holds what the request reads and writes until its future is set."""
+
+    def __init__(self) -> None:
+        self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="qc.torch hook completer",
+                                        daemon=True)
+        self._thread.start()
+
+    def put(self, request: "_qc.Request", future: torch.futures.Future, finish: Any) -> None:
+        self._queue.put((request, future, finish))
+
+    def _run(self) -> None:
+        while True:
+            entry = self._queue.get()
+            if entry is None:
+                return
+            request, future, finish = entry
+            del entry
+            try:
+                request.wait()
+                result = finish()
+            except BaseException as e:  # noqa: B902 - every failure belongs to the future
+                request.close()
+                future.set_exception(e)
+            else:
+                request.close()
+                future.set_result(result)
+            del request, future, finish
+
+    def close(self) -> None:
+        """Complete the futures still queued (their requests end within the
+        communicator's timeout), then stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+
 class QcHookState:
     """State of :func:`allreduce_hook`: the qc communicator, parameter names, error
     buffers per bucket index and counters.
@@ -206,6 +253,12 @@ class QcHookState:
             docstring) or None to set `policy` for "*" (every layer).
         op: "avg" (DDP's semantics) or "sum".
         timeout: seconds, for a communicator built here.
+        async_op: True (default): the hook starts a non-blocking qc request
+            (``comm.iallreduce_segments``) and returns a future that a thread of this
+            state completes when the request has, so the backward pass goes on
+            computing the next buckets' gradients while qc reduces this one. False:
+            the hook reduces the bucket before it returns (a completed future). Both
+            give the same bits.
 
     Raises:
         qc.MismatchError: the communicator's rank or size is not this process's in the
@@ -221,8 +274,11 @@ class QcHookState:
 
     def __init__(self, model: Optional[torch.nn.Module] = None, comm: Optional["_qc.Comm"] = None,
                  mpi_comm: Any = None, policy: Optional["_qc.Policy"] = None,
-                 preset: Optional[str] = "cgx", op: str = "avg", timeout: float = 300.0):
+                 preset: Optional[str] = "cgx", op: str = "avg", timeout: float = 300.0,
+                 async_op: bool = True):
         _qc._choice_arg(op, {"avg": 1, "sum": 0}, "argument 'op'")
+        if not isinstance(async_op, bool):
+            raise _qc.ArgumentTypeError(1, f"argument 'async_op' must be a bool, not {type(async_op).__name__}")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise _qc.ArgumentTypeError(1, f"argument 'model' must be a torch.nn.Module or None, "
                                            f"not {type(model).__name__}")
@@ -269,6 +325,8 @@ class QcHookState:
         self._pending: Dict[int, Tuple[Optional[bytes], Optional[_Layout]]] = {}
         self.steps = 0
         self.calls = 0
+        self.async_op = async_op
+        self._completer: Optional[_Completer] = None  # started by the first asynchronous call
         self._stats0 = dict(comm.stats())
         self._closed = False
 
@@ -378,14 +436,30 @@ class QcHookState:
         return slot
 
     def _reduce(self, bucket: dist.GradBucket) -> torch.Tensor:
+        """Reduce `bucket` now (the synchronous hook); returns its buffer."""
+        flat, counts, layers, ebuf, finish = self._prepare(bucket)
+        self.comm.allreduce_segments(flat, counts, layers, out=flat, op=self.op, error_buffer=ebuf)
+        return finish()
+
+    def _start(self, bucket: dist.GradBucket) -> Tuple["_qc.Request", Any]:
+        """Start reducing `bucket` (the asynchronous hook): the qc.Request and the
+        function that gives the buffer once it has completed."""
+        flat, counts, layers, ebuf, finish = self._prepare(bucket)
+        request = self.comm.iallreduce_segments(flat, counts, layers, out=flat, op=self.op,
+                                                error_buffer=ebuf)
+        return request, finish
+
+    def _prepare(self, bucket: dist.GradBucket) -> Tuple[torch.Tensor, Tuple[int, ...],
+                                                         Tuple[Optional[str], ...],
+                                                         Optional["_qc.ErrorBuffer"], Any]:
+        """What to reduce for `bucket` (flat tensor, counts, layer names, error buffer)
+        and the function that gives the bucket's buffer once the flat tensor is reduced."""
         buf = bucket.buffer()
         layout = self.layout(bucket)
         slot = self._slot(bucket.index(), layout)
         counts, layers = slot.layout
         if slot.layout == layout:
-            self.comm.allreduce_segments(buf, counts, layers, out=buf, op=self.op,
-                                         error_buffer=slot.ebuf)
-            return buf
+            return buf, counts, layers, slot.ebuf, lambda: buf
         # The bucket holds the slot's segments in another order: gather them into the
         # slot's order, reduce, scatter back (a copy; only until DDP rebuilds its
         # buckets into the order the residuals were saved in).
@@ -393,11 +467,12 @@ class QcHookState:
         tmp = torch.empty_like(buf)
         for src, dst, c in perm:
             tmp[dst:dst + c].copy_(buf[src:src + c])
-        self.comm.allreduce_segments(tmp, counts, layers, out=tmp, op=self.op,
-                                     error_buffer=slot.ebuf)
-        for src, dst, c in perm:
-            buf[src:src + c].copy_(tmp[dst:dst + c])
-        return buf
+
+        def scatter_back() -> torch.Tensor:
+            for src, dst, c in perm:
+                buf[src:src + c].copy_(tmp[dst:dst + c])
+            return buf
+        return tmp, counts, layers, slot.ebuf, scatter_back
 
     # ---- checkpoints -------------------------------------------------------
     def state_dict(self) -> Dict[str, Any]:
@@ -474,6 +549,9 @@ class QcHookState:
         if self._closed:
             return
         self._closed = True
+        if self._completer is not None:
+            self._completer.close()
+            self._completer = None
         for slot in self._buffers.values():
             if slot.ebuf is not None:
                 slot.ebuf.close()
@@ -536,21 +614,41 @@ def allreduce_hook(state: QcHookState, bucket: dist.GradBucket) -> torch.futures
     """DDP communication hook: average `bucket` over the ranks with qc, in place.
 
     Register with ``ddp_model.register_comm_hook(state, qc.torch.allreduce_hook)``.
-    Runs ``state.comm.allreduce_segments`` synchronously on ``bucket.buffer()`` (one
-    segment per parameter, named from the model so layer policies apply, the bucket's
-    error buffer when its policies use error feedback) and returns a completed Future
-    holding the buffer.
+    Reduces ``bucket.buffer()`` with ``state.comm.allreduce_segments`` (one segment per
+    parameter, named from the model so layer policies apply, the bucket's error buffer
+    when its policies use error feedback) and returns a Future holding the buffer.
+
+    With ``state.async_op`` (the default) the reduction is a non-blocking qc request
+    (``iallreduce_segments``) and the Future is completed by the state's completer
+    thread once the request has (with the request's qc.Error as its exception if it
+    failed, which DDP raises from ``backward()``); DDP meanwhile computes the next
+    buckets' gradients. Otherwise the reduction runs here and the Future is already
+    completed. The bits are the same.
     """
     if state._closed:
         raise _qc.InvalidArgumentError(1, "qc.torch.allreduce_hook: the QcHookState is closed")
     state._check_ranks_once()
-    buf = state._reduce(bucket)
+    fut: torch.futures.Future = torch.futures.Future()
+    if state.async_op:
+        request, finish = state._start(bucket)
+        if state._completer is None:
+            state._completer = _Completer()
+        state._completer.put(request, fut, finish)
+        # torch's Future.set_exception (1.13) stores the exception as the value, which
+        # DDP's C++ side would take for the result ("Unable to cast ... to Tensor"); a
+        # callback that raises it marks the returned future failed with qc's error.
+        result = fut.then(_value_or_raise)
+    else:
+        fut.set_result(state._reduce(bucket))
+        result = fut
     state.calls += 1
     if bucket.is_last():
         state.steps += 1
-    fut = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
+    return result
+
+
+def _value_or_raise(fut: torch.futures.Future) -> torch.Tensor:
+    return fut.value()
 
 
 # ---- process group from mpirun ------------------------------------------------

@@ -105,6 +105,20 @@ def test_hook_minmax4_sra_ef_np3():
     # the cgx preset: weights compressed, biases not
     assert rep["layer_policies"]["fc1.weight"] == "minmax"
     assert rep["layer_policies"]["fc1.bias"] == "none"
+    # the asynchronous hook (the default) gives the synchronous hook's bits, and a
+    # failed request reaches backward() through its future
+    assert rep["async_equals_sync"] is True
+    assert "QC_ERROR_MISMATCH" in rep["async_error"] or "MismatchError" in rep["async_error"]
+
+
+def test_hook_synchronous_np2():
+    """2 ranks, the synchronous hook (async_op=False) through checks 1-5 (identical
+    replicas, loss, stats, exact checkpoint round trip, codec none == DDP)."""
+    rep = _worker_report(_mpirun(2, [WORKER, "--codec", "minmax", "--bits", "4",
+                                      "--algorithm", "sra", "--sync", "--steps", "6"],
+                                 timeout=300))
+    assert rep["checkpoint"] == "identical"
+    assert rep["async_equals_sync"] is True
 
 
 def test_hook_onebit_ef_np2():

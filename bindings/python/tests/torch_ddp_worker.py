@@ -10,7 +10,12 @@ Checks, on every rank, failing the whole job (MPI Abort, exit 1) on the first mi
      loaded into a fresh DDP model + fresh QcHookState give bit-identical parameters after
      the next steps to the run that went on (and, with error feedback, a fresh state
      that did not load the residuals does not: they matter);
-  5. with codec "none" the hook matches DDP's own allreduce to float rounding.
+  5. with codec "none" the hook matches DDP's own allreduce to float rounding;
+  6. the asynchronous hook (async_op=True, the default, its future completed by qc's
+     request) and the synchronous one (async_op=False) give bit-identical parameters
+     after the same steps;
+  7. a failed request (the ranks disagree on a policy) reaches DDP through the
+     asynchronous hook's future: backward() raises the qc error on every rank.
 Rank 0 prints one line "TORCH_DDP_WORKER OK {json}" at the end.
 """
 
@@ -85,11 +90,12 @@ def mean_loss(model: nn.Module, data) -> float:
     return WORLD.allreduce(mine) / WORLD.size
 
 
-def build(seed, policy, args, comm=None):
+def build(seed, policy, args, comm=None, async_op=None):
     model = make_model(seed)
     ddp = nn.parallel.DistributedDataParallel(model)
     state = qct.QcHookState(ddp, comm=comm, policy=policy,
-                            preset=None if args.no_preset else "cgx")
+                            preset=None if args.no_preset else "cgx",
+                            async_op=not args.sync if async_op is None else async_op)
     ddp.register_comm_hook(state, qct.allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     return model, ddp, state, opt
@@ -106,6 +112,8 @@ def main() -> dict:
     ap.add_argument("--after", type=int, default=2, help="steps after the checkpoint")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--rounding", default="nearest", choices=["nearest", "stochastic"])
+    ap.add_argument("--sync", action="store_true",
+                    help="the synchronous hook (async_op=False) in checks 1-5")
     args = ap.parse_args()
 
     rank, world = qct.init_process_group_from_mpi()
@@ -197,6 +205,34 @@ def main() -> dict:
               f"codec none differs from DDP's allreduce in {n}: "
               f"{(a - b).abs().max().item()}")
     s.close()
+
+    # -- 6: asynchronous hook == synchronous hook, bit for bit -------------------
+    digests = {}
+    for async_op in (True, False):
+        m, d, s, o = build(11, policy, args, async_op=async_op)
+        for i in range(args.after + 2):
+            train_step(d, o, data[i % NBATCH])
+        check_identical(m, f"after the async_op={async_op} steps")
+        digests[async_op] = digest(m)
+        s.close()
+    check(digests[True] == digests[False],
+          "the asynchronous hook's parameters differ from the synchronous hook's")
+    report["async_equals_sync"] = True
+
+    # -- 7: a failed request surfaces from the asynchronous hook's future --------
+    m, d, s, o = build(13, policy.replace(bits=8 if WORLD.rank == 1 else 4), args,
+                       async_op=True)
+    x, y = data[0]
+    try:
+        F.cross_entropy(d(x), y).backward()
+    except Exception as e:  # DDP rethrows the future's exception (as RuntimeError in 1.13)
+        report["async_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        check("QC_ERROR_MISMATCH" in str(e) or isinstance(e, qc.MismatchError),
+              f"backward raised, but not the qc mismatch: {e!r}")
+    else:
+        check(False, "backward() succeeded although the ranks' policies differ")
+    s.close()
+
     state.close()
     return report
 
