@@ -82,11 +82,12 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
 
   std::vector<float>& work = comm->work;
   work.resize(count);
-  // The schedules read their input without writing it, so float32 input
-  // is read where it is (one copy pass fewer); the rest runs on a float32
-  // copy. The result goes to `work` either way and reaches recvbuf only
-  // when the call succeeds.
-  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && is_step_algorithm(algorithm);
+  // SRA reads its input without writing it anywhere but its own result, so
+  // float32 input is read where it is (one copy pass fewer). The others
+  // reduce in place, on a float32 copy made here, where the norm below
+  // finds it in cache. The result goes to `work` either way and reaches
+  // recvbuf only when the call succeeds.
+  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && algorithm == QC_ALGO_SRA;
   const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
   if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), count);
   const auto layers = one_layer(layer, count, count * dtype_size(dtype),

@@ -19,17 +19,17 @@ Status check_healthy(const Communicator* comm) {
 }
 
 double squared_norm(const float* x, size_t count) {
-  // Eight partial sums in lanes of one array: independent chains the
-  // compiler vectorizes (a reduction it may not reorder otherwise), added
-  // pairwise at the end, so the result does not depend on the ISA.
-  constexpr size_t kLanes = 8;
-  double lane[kLanes] = {};
+  // Four partial sums: independent chains the compiler can overlap.
+  double a = 0, b = 0, c = 0, d = 0;
   size_t i = 0;
-  for (; i + kLanes <= count; i += kLanes) {
-    for (size_t k = 0; k < kLanes; ++k) lane[k] += double(x[i + k]) * double(x[i + k]);
+  for (; i + 4 <= count; i += 4) {
+    a += double(x[i]) * x[i];
+    b += double(x[i + 1]) * x[i + 1];
+    c += double(x[i + 2]) * x[i + 2];
+    d += double(x[i + 3]) * x[i + 3];
   }
-  for (; i < count; ++i) lane[0] += double(x[i]) * double(x[i]);
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  for (; i < count; ++i) a += double(x[i]) * x[i];
+  return (a + b) + (c + d);
 }
 
 }  // namespace qc

@@ -40,6 +40,7 @@ class HostRun {
     std::vector<Request> reqs;
     std::vector<Message*> recv_msgs;
     std::vector<Unpack> unpacks;
+    std::vector<Message*> frames;  // block-list messages its transfers use
   };
 
  public:
@@ -116,9 +117,20 @@ class HostRun {
     return total;
   }
 
-  Message* next_frame() {
+  // A block-list message for a transfer of `group`: one whose transfers
+  // are done (the same few serve every round, so the call touches little
+  // memory), else a fresh one.
+  Message* next_frame(Posts& group) {
     if (frames_ == nullptr) return nullptr;
-    return &frames_[used_frames_++];
+    Message* m = nullptr;
+    if (!free_frames_.empty()) {
+      m = free_frames_.back();
+      free_frames_.pop_back();
+    } else {
+      m = &frames_[used_frames_++];
+    }
+    group.frames.push_back(m);
+    return m;
   }
 
   Status post_send(const Step& st) {
@@ -128,14 +140,15 @@ class HostRun {
       // blocks and its step are unchanged (a repost writes nothing).
       const bool same = packed_ != nullptr && packed_first_ == st.slot &&
                         packed_last_ == st.slot_end && packed_tag_ == st.tag &&
-                        packed_writes_ == writes_;
+                        packed_group_ == st.group && packed_writes_ == writes_;
       if (!same) {
-        packed_ = next_frame();
+        packed_ = next_frame(groups_[st.group]);
         if (packed_ == nullptr) return internal_error("a block list without a frame message");
         pack_block_list(slots_, st.slot, st.slot_end, packed_);
         packed_first_ = st.slot;
         packed_last_ = st.slot_end;
         packed_tag_ = st.tag;
+        packed_group_ = st.group;
         packed_writes_ = writes_;
       }
       msg = packed_;
@@ -148,7 +161,8 @@ class HostRun {
 
   Status post_recv(const Step& st) {
     ++writes_;
-    Message* msg = st.framing == Framing::kBlocks ? next_frame() : slots_[st.slot];
+    Message* msg =
+        st.framing == Framing::kBlocks ? next_frame(groups_[st.group]) : slots_[st.slot];
     if (msg == nullptr) return internal_error("a block list without a frame message");
     msg->reserve_payload(frame(st));
     Posts& g = groups_[st.group];
@@ -177,6 +191,12 @@ class HostRun {
       if (s) s = unpack_block_list(*u.frame, slots_, u.first, u.last);
     }
     g.unpacks.clear();
+    // Its transfers are done: their block-list messages serve again.
+    for (Message* m : g.frames) {
+      if (m == packed_) packed_ = nullptr;
+      free_frames_.push_back(m);
+    }
+    g.frames.clear();
     return s;
   }
 
@@ -192,9 +212,11 @@ class HostRun {
   // Bumped by every step that writes a slot: a packed list is reused only
   // while none of its blocks can have changed.
   uint64_t writes_ = 0;
+  std::vector<Message*> free_frames_;
   Message* packed_ = nullptr;
   size_t packed_first_ = 0, packed_last_ = 0;
   uint32_t packed_tag_ = 0;
+  uint32_t packed_group_ = 0;
   uint64_t packed_writes_ = 0;
 };
 
