@@ -93,7 +93,7 @@ bool parse_cpu_isa(const char* text, int* out);
     "1: the non-blocking collectives (qc_iallreduce ...) run on a progress thread of the "    \
     "communicator while the caller goes on. 0: no thread; each runs to completion when it is " \
     "started. MPI communicators below MPI_THREAD_MULTIPLE never start one.")                  \
-  X(pipeline_chunk, "QC_PIPELINE_CHUNK", size, size_t, ::qc::parse_byte_size, "256K",         \
+  X(pipeline_chunk, "QC_PIPELINE_CHUNK", size, size_t, ::qc::parse_byte_size, "128K",         \
     ">= 0 bytes, optional suffix K, M or G (times 1024, 1024^2, 1024^3)",                      \
     "Host SRA and alltoall cut blocks larger than this (in float32 bytes, rounded up to the "  \
     "codec's bucket) into pieces whose encode, transfer and decode overlap; the results are "  \
@@ -138,8 +138,8 @@ double env_timeout(const EnvParams& env, double configured);
 bool env_device_codec(const EnvParams& env);
 // QC_PROGRESS_THREAD: whether non-blocking calls may run on a thread of qc's.
 bool env_progress_thread(const EnvParams& env);
-// QC_PIPELINE_CHUNK's default ("256K" in the table).
-constexpr size_t kDefaultPipelineChunkBytes = 256 * 1024;
+// QC_PIPELINE_CHUNK's default ("128K" in the table).
+constexpr size_t kDefaultPipelineChunkBytes = 128 * 1024;
 // QC_PIPELINE_CHUNK in bytes (its default when unset).
 size_t env_pipeline_chunk(const EnvParams& env);
 // QC_DEBUG when set, else QC_LOG_LEVEL when set, else warn.
