@@ -1,6 +1,7 @@
-// One collective call as the algorithms see it: who am I, how big is the
+// One collective call as the executors see it: who am I, how big is the
 // group, encode/decode through the call's codec, and send/receive messages
-// to peers. Algorithms talk only to this class, never to a transport.
+// to peers. Executors (core/executors/) talk only to this class, never to a
+// transport; schedules know neither.
 //
 // Every message starts with an envelope (24 bytes): magic "QCMG", the step
 // within the call, the call's sequence number, and the call's signature (a
@@ -49,7 +50,6 @@ class Message {
 // first. Capacity only grows; destroy the communicator to give it back.
 struct Scratch {
   std::vector<Message> messages;
-  std::vector<std::vector<uint8_t>> blobs;
   std::vector<float> values;
   std::vector<float> estimate;  // the error estimate's decoded copy
 };
@@ -111,8 +111,6 @@ class CollectiveContext {
     if (scratch_.messages.size() < count) scratch_.messages.resize(count);
     return scratch_.messages.data();
   }
-  // Storage for the encoded final blocks (see BlockBlobs).
-  std::vector<std::vector<uint8_t>>& blob_storage() { return scratch_.blobs; }
   // `count` reusable floats, zeroed (device memory for a call on device values).
   Status zeroed_values(size_t count, float** values);
   // dst += src, element by element, where the call's values are.

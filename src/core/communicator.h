@@ -137,7 +137,7 @@ Status comm_alltoall(Communicator* comm, const void* sendbuf, void* recvbuf, siz
 // on float32 copies there), when its policy allows
 // (alltoall_stages_compressed): only compressed bytes staged
 // (device_staging.h), or, on a transport with device groups (NCCL),
-// stream-ordered (algorithms/alltoall_enqueued.cpp). *ran is false, and
+// stream-ordered (the pairwise schedule on executors/device_executor.cpp). *ran is false, and
 // nothing done, otherwise (*staged_why, when given, says why).
 Status comm_alltoall_on_device(Communicator* comm, const DeviceMemory& mem,
                                const DeviceMessageCodec& device_codec, const void* sendbuf,

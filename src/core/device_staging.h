@@ -16,7 +16,8 @@
 //    are device memory too (device_residuals.h).
 // On a transport that moves device bytes itself (NCCL), those four
 // algorithms go further: nothing is staged and nothing awaited (algorithms/
-// *_enqueued.cpp, through the same DeviceValues).
+// their schedules on executors/device_executor.cpp, through the same
+// DeviceValues).
 // Every other device call goes through host_staging.h. The bytes on the wire
 // are the host path's, bit for bit, so ranks on device and on host memory can
 // meet in one call (not on NCCL, whose stream-ordered calls agree first and

@@ -91,7 +91,7 @@ enum class ExecutorKind : uint8_t {
   // device, only compressed payloads staged (device_staging.h).
   kHostDeviceCodec,
   // The whole call enqueued on the caller's stream, device groups moving
-  // the payloads (algorithms/*_enqueued.cpp): nothing staged, nothing awaited.
+  // the payloads (executors/device_executor.cpp): nothing staged, nothing awaited.
   kStreamOrdered,
   // No qc algorithm: the transport's own float sum.
   kTransportNative,

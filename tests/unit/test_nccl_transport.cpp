@@ -626,7 +626,7 @@ TEST(NcclDevice, LayerNormsAverageOnlyTheCallsThatMeasuredOne) {
 // ---------------------------------------------------------------------------
 // Compressed allreduces of device buffers, stream-ordered: every step of
 // ring, recursive doubling, SRA and tree (kernels, ncclSend/ncclRecv
-// groups) enqueued on the caller's stream (algorithms/*_enqueued.cpp).
+// groups) enqueued on the caller's stream (executors/device_executor.cpp).
 // The fake device codec runs the CPU codecs over the fake device's memory;
 // the fake NCCL's "stream" runs each group before returning, so the
 // results are checked right after the call.
