@@ -239,7 +239,19 @@ uint64_t encoded_bytes(const qc_policy_t& policy, qc_dtype_t dtype, size_t k);
 // plus a 16-byte blob-list entry per allgather message.
 uint64_t sra_ideal_bytes(const qc_policy_t& policy, qc_dtype_t dtype, int nranks, int rank,
                          size_t count);
-uint64_t sra_allowance_bytes(int nranks);
+// Pipelining (docs/nonblocking.md), mirrored from the library: the values
+// per piece SRA cuts its blocks into for a call of `count` values
+// (QC_PIPELINE_CHUNK, raised to at most 1024 pieces, rounded up to the
+// codec's bucket), 0 when blocks stay whole; and how many pieces a block has.
+size_t sra_piece_values(const qc_policy_t& policy, int nranks, size_t count);
+size_t sra_pieces(const qc_policy_t& policy, int nranks, size_t count);
+// What rank r's SRA sends with its pieces: each piece is a message of its
+// own (its own wire header); sra_ideal_bytes when blocks stay whole.
+uint64_t sra_expected_bytes(const qc_policy_t& policy, qc_dtype_t dtype, int nranks, int rank,
+                            size_t count);
+// The allowance over that: per message, a 24-byte envelope, and a 16-byte
+// blob-list entry per allgather message; 2(n-1) messages per piece.
+uint64_t sra_allowance_bytes(int nranks, size_t pieces = 1);
 
 struct CheckResult {
   double max_err = 0;         // NaN if any element's error was NaN

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace qcperf {
@@ -549,7 +550,80 @@ uint64_t sra_ideal_bytes(const qc_policy_t& p, qc_dtype_t dtype, int n, int r, s
   return total;
 }
 
-uint64_t sra_allowance_bytes(int n) { return uint64_t(n - 1) * (24 + 24 + 16); }
+uint64_t sra_allowance_bytes(int n, size_t pieces) {
+  return uint64_t(n - 1) * pieces * (24 + 24 + 16);
+}
+
+namespace {
+
+// QC_PIPELINE_CHUNK in bytes as the library reads it (decimal, optional
+// K/M/G suffix); its default when unset or empty.
+size_t pipeline_chunk_bytes() {
+  const char* text = std::getenv("QC_PIPELINE_CHUNK");
+  if (text == nullptr || *text == '\0') return size_t{128} * 1024;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10;
+  if (*end == 'M' || *end == 'm') shift = 20;
+  if (*end == 'G' || *end == 'g') shift = 30;
+  return static_cast<size_t>(v) << shift;
+}
+
+// The codec's piece granule (Codec::chunk_granule): 0 where blocks are never cut.
+size_t chunk_granule(const qc_policy_t& p) {
+  switch (p.codec) {
+    case QC_CODEC_MINMAX:
+    case QC_CODEC_QSGD:
+    case QC_CODEC_ONEBIT: return static_cast<size_t>(p.bucket_size);
+    case QC_CODEC_NONE:
+    case QC_CODEC_FP16:
+    case QC_CODEC_BF16: return 1;
+    default: return 0;
+  }
+}
+
+size_t largest_block(int n, size_t count) {
+  return count / size_t(n) + (count % size_t(n) != 0 ? 1 : 0);
+}
+
+}  // namespace
+
+size_t sra_piece_values(const qc_policy_t& p, int n, size_t count) {
+  const size_t granule = chunk_granule(p);
+  const size_t set = pipeline_chunk_bytes() / sizeof(float);
+  if (granule == 0 || set == 0 || n < 2) return 0;
+  const size_t fewest = (count / size_t(n) + 1) / 1024 + 1;
+  const size_t chunk = (std::max(set, fewest) + granule - 1) / granule * granule;
+  return largest_block(n, count) > chunk ? chunk : 0;
+}
+
+size_t sra_pieces(const qc_policy_t& p, int n, size_t count) {
+  const size_t chunk = sra_piece_values(p, n, count);
+  return chunk == 0 ? 1 : (largest_block(n, count) + chunk - 1) / chunk;
+}
+
+uint64_t sra_expected_bytes(const qc_policy_t& p, qc_dtype_t dtype, int n, int r, size_t count) {
+  const size_t chunk = sra_piece_values(p, n, count);
+  if (chunk == 0) return sra_ideal_bytes(p, dtype, n, r, count);
+  auto block = [&](int j) {
+    const size_t base = count / n, extra = count % n;
+    return base + (size_t(j) < extra ? 1 : 0);
+  };
+  // A block's pieces; empty ones send nothing.
+  auto pieces_bytes = [&](size_t k) {
+    uint64_t total = 0;
+    for (size_t done = 0; done < k; done += chunk) {
+      total += encoded_bytes(p, dtype, std::min(chunk, k - done));
+    }
+    return total;
+  };
+  uint64_t total = 0;
+  for (int j = 0; j < n; ++j)
+    if (j != r) total += pieces_bytes(block(j));               // scatter
+  total += uint64_t(n - 1) * pieces_bytes(block(r));          // allgather
+  return total;
+}
 
 // ---- the check ---------------------------------------------------------------
 

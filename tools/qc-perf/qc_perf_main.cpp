@@ -659,10 +659,12 @@ int run_sweep(const Options& opt) {
               row.wire_ideal = ideal > 0 ? rr.wire_bytes / ideal
                                          : std::numeric_limits<double>::quiet_NaN();
               if (algo == QC_ALGO_SRA) {
-                const double allow = double(sra_allowance_bytes(opt.nranks));
+                // Pipelined, every piece is a message of its own.
+                const double allow = double(sra_allowance_bytes(
+                    opt.nranks, sra_pieces(sent, opt.nranks, step.count)));
                 for (int r = 0; r < opt.nranks && row.wire_ok; ++r) {
                   const double id =
-                      double(sra_ideal_bytes(sent, opt.dtype, opt.nranks, r, step.count));
+                      double(sra_expected_bytes(sent, opt.dtype, opt.nranks, r, step.count));
                   const double w = rr.wire_per_rank[r];
                   if (w < id || w > id + allow) {
                     row.wire_ok = false;
