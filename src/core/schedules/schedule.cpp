@@ -14,55 +14,43 @@ void ScheduleBuilder::block_slots(size_t count, size_t blocks) {
   s_.block_slots = blocks;
 }
 
+// Every step but the transfers: what it does, on which values and slot.
+static Step compute_step(StepKind kind, Span values, size_t slot = 0, Span source = {}) {
+  Step st;
+  st.kind = kind;
+  st.values = values;
+  st.slot = slot;
+  st.source = source;
+  return st;
+}
+
 void ScheduleBuilder::encode(Span from, size_t slot) { encode_at(from, from.begin, slot); }
 
 void ScheduleBuilder::encode_at(Span from, uint64_t element_offset, size_t slot) {
-  Step st;
-  st.kind = StepKind::kEncode;
-  st.values = from;
+  Step st = compute_step(StepKind::kEncode, from, slot);
   st.element_offset = element_offset;
-  st.slot = slot;
   s_.steps.push_back(st);
 }
 
 void ScheduleBuilder::decode(size_t slot, Span to) {
-  Step st;
-  st.kind = StepKind::kDecode;
-  st.values = to;
-  st.slot = slot;
-  s_.steps.push_back(st);
+  s_.steps.push_back(compute_step(StepKind::kDecode, to, slot));
 }
 
 void ScheduleBuilder::decode_add(size_t slot, Span to) {
-  Step st;
-  st.kind = StepKind::kDecodeAdd;
-  st.values = to;
-  st.slot = slot;
-  s_.steps.push_back(st);
+  s_.steps.push_back(compute_step(StepKind::kDecodeAdd, to, slot));
 }
 
 void ScheduleBuilder::zero_scratch(size_t count) {
-  Step st;
-  st.kind = StepKind::kZero;
-  st.values = scratch(count);
   if (count > s_.scratch_count) s_.scratch_count = count;
-  s_.steps.push_back(st);
+  s_.steps.push_back(compute_step(StepKind::kZero, scratch(count)));
 }
 
 void ScheduleBuilder::add(Span to, Span from) {
-  Step st;
-  st.kind = StepKind::kAdd;
-  st.values = to;
-  st.source = from;
-  s_.steps.push_back(st);
+  s_.steps.push_back(compute_step(StepKind::kAdd, to, 0, from));
 }
 
 void ScheduleBuilder::copy(Span to, Span from) {
-  Step st;
-  st.kind = StepKind::kCopy;
-  st.values = to;
-  st.source = from;
-  s_.steps.push_back(st);
+  s_.steps.push_back(compute_step(StepKind::kCopy, to, 0, from));
 }
 
 void ScheduleBuilder::transfer(StepKind kind, int peer, size_t first, size_t last, uint32_t tag,
