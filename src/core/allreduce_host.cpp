@@ -81,15 +81,20 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   }
 
   std::vector<float>& work = comm->work;
-  work.resize(count);
-  // SRA reads its input without writing it anywhere but its own result, so
-  // float32 input is read where it is (one copy pass fewer). The others
-  // reduce in place, on a float32 copy made here, where the norm below
-  // finds it in cache. The result goes to `work` either way and reaches
-  // recvbuf only when the call succeeds.
-  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && algorithm == QC_ALGO_SRA;
-  const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
-  if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), count);
+  // Float32: a schedule reads sendbuf and writes recvbuf directly, no copy
+  // in or out (ring, tree and recursive doubling start with the copy to
+  // recvbuf they reduce in, nothing in place; SRA writes a piece of its
+  // result only after every read of that piece's input, so in place is
+  // safe too). Other dtypes go through a float32 copy in `work`. A failed
+  // call leaves recvbuf unspecified (qc.h).
+  const bool direct = dtype == QC_DTYPE_FLOAT32 && is_step_algorithm(algorithm);
+  float* output = direct ? static_cast<float*>(recvbuf) : nullptr;
+  if (!direct) {
+    work.resize(count);
+    output = work.data();
+  }
+  const float* input = direct ? static_cast<const float*>(sendbuf) : work.data();
+  if (!direct) cpu::to_float32(sendbuf, dtype, work.data(), count);
   const auto layers = one_layer(layer, count, count * dtype_size(dtype),
                                 squared_norm(input, count));
   bool refresh = true;
@@ -102,7 +107,7 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
     if (feedback) ctx.set_residual(residual.data(), count);
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     if (is_step_algorithm(algorithm)) {
-      return run_allreduce(ctx, algorithm, input, work.data(), count, policy.group_size);
+      return run_allreduce(ctx, algorithm, input, output, count, policy.group_size);
     }
     if (algorithm != QC_ALGO_NATIVE) return internal_error("no algorithm selected");
     if (native_float) {
@@ -120,7 +125,11 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   QC_RETURN_IF_ERROR(status);
   if (scales != nullptr) scales->calls += 1;
   if (feedback) commit_residuals(comm, error_buffer, grid);
-  finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
+  if (direct) {
+    if (op == QC_OP_AVG) finish_allreduce(output, count, dtype, op, n, recvbuf);
+  } else {
+    finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
+  }
   return Status::ok();
 }
 
