@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "cpu/codec_kernels.h"
+
 namespace qc {
 namespace {
 
@@ -19,17 +21,8 @@ Status check_healthy(const Communicator* comm) {
 }
 
 double squared_norm(const float* x, size_t count) {
-  // Four partial sums: independent chains the compiler can overlap.
-  double a = 0, b = 0, c = 0, d = 0;
-  size_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    a += double(x[i]) * x[i];
-    b += double(x[i + 1]) * x[i + 1];
-    c += double(x[i + 2]) * x[i + 2];
-    d += double(x[i + 3]) * x[i + 3];
-  }
-  for (; i < count; ++i) a += double(x[i]) * x[i];
-  return (a + b) + (c + d);
+  // The kernels' fixed order (cpu/codec_kernels.h): the same bits on every ISA.
+  return cpu::kernels().squared_norm(x, count);
 }
 
 }  // namespace qc

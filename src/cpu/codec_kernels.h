@@ -21,6 +21,9 @@
 //    (starting at +0), then acc[j] += acc[j + w] for w = 8, 4, 2, 1, j < w;
 //    the result is acc[0]. AVX-512 keeps one 16-lane accumulator, AVX2 two
 //    8-lane ones, and both reduce in that order.
+//  - "Squared norm" of x[0..n) (a layer's statistics, never on the wire):
+//    16 double partial sums d[i % 16] += double(x[i]) * double(x[i]), then
+//    the canonical sum's fold in double; every ISA keeps that order.
 //
 // minmax (q = bits, 1..8; meta per bucket: min, scale)
 //    L = 2^q - 1; lo = min, hi = max; scale = (hi - lo) / L;
@@ -165,6 +168,8 @@ using QuantDecodeFn = void (*)(const uint8_t* meta, const uint8_t* codes, size_t
 using CastEncodeFn = void (*)(const float* x, size_t count, uint8_t* out);
 using CastDecodeFn = void (*)(const uint8_t* in, size_t count, float* dst, bool accumulate);
 
+using SquaredNormFn = double (*)(const float* x, size_t count);
+
 struct KernelTable {
   Isa isa;
   const char* name;  // "scalar", "avx2", "avx512"
@@ -178,6 +183,7 @@ struct KernelTable {
   CastDecodeFn fp16_decode;
   CastEncodeFn bf16_encode;
   CastDecodeFn bf16_decode;
+  SquaredNormFn squared_norm;
 };
 
 // The table in use: the best ISA this CPU supports, or the one QC_CPU_ISA

@@ -425,12 +425,34 @@ QC_T void bf16_decode_v(const uint8_t* in, size_t count, float* dst, bool accumu
   }
 }
 
+// Lanes d[0..16) in four 4-double registers; the tail and the fold as the
+// scalar kernel does them.
+QC_T double squared_norm_v(const float* x, size_t count) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                    _mm256_setzero_pd()};
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    for (int k = 0; k < 4; ++k) {
+      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
+      acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(v, v));
+    }
+  }
+  alignas(32) double d[16];
+  for (int k = 0; k < 4; ++k) _mm256_store_pd(d + 4 * k, acc[k]);
+  for (size_t j = 0; i < count; ++i, ++j) d[j] += static_cast<double>(x[i]) * x[i];
+  for (size_t w = 8; w >= 1; w /= 2) {
+    for (size_t j = 0; j < w; ++j) d[j] += d[j + w];
+  }
+  return d[0];
+}
+
 #undef QC_T
 #undef QC_TI
 
 const KernelTable kAvx2Table = {
     Isa::kAvx2,     "avx2",         minmax_encode_v, minmax_decode_v, qsgd_encode_v, qsgd_decode_v,
     onebit_encode_v, onebit_decode_v, fp16_encode_v,  fp16_decode_v,   bf16_encode_v, bf16_decode_v,
+    squared_norm_v,
 };
 
 }  // namespace avx2_impl

@@ -315,12 +315,34 @@ QC_T void bf16_decode_v(const uint8_t* in, size_t count, float* dst, bool accumu
   }
 }
 
+// Lanes d[0..16) in two 8-double registers; the tail and the fold as the
+// scalar kernel does them.
+QC_T double squared_norm_v(const float* x, size_t count) {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512d a = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+    const __m512d b = _mm512_cvtps_pd(_mm256_loadu_ps(x + i + 8));
+    lo = _mm512_add_pd(lo, _mm512_mul_pd(a, a));
+    hi = _mm512_add_pd(hi, _mm512_mul_pd(b, b));
+  }
+  alignas(64) double d[16];
+  _mm512_store_pd(d, lo);
+  _mm512_store_pd(d + 8, hi);
+  for (size_t j = 0; i < count; ++i, ++j) d[j] += static_cast<double>(x[i]) * x[i];
+  for (size_t w = 8; w >= 1; w /= 2) {
+    for (size_t j = 0; j < w; ++j) d[j] += d[j + w];
+  }
+  return d[0];
+}
+
 #undef QC_T
 #undef QC_TI
 
 const KernelTable kAvx512Table = {
     Isa::kAvx512,   "avx512",       minmax_encode_v, minmax_decode_v, qsgd_encode_v, qsgd_decode_v,
     onebit_encode_v, onebit_decode_v, fp16_encode_v,  fp16_decode_v,   bf16_encode_v, bf16_decode_v,
+    squared_norm_v,
 };
 
 }  // namespace avx512_impl

@@ -257,9 +257,19 @@ void bf16_decode(const uint8_t* in, size_t count, float* dst, bool accumulate) {
   else to_float32(in, QC_DTYPE_BFLOAT16, dst, count);
 }
 
+double squared_norm(const float* x, size_t count) {
+  double d[16] = {};
+  for (size_t i = 0; i < count; ++i) d[i % 16] += static_cast<double>(x[i]) * x[i];
+  for (size_t w = 8; w >= 1; w /= 2) {
+    for (size_t j = 0; j < w; ++j) d[j] += d[j + w];
+  }
+  return d[0];
+}
+
 const KernelTable kScalarTable = {
     Isa::kScalar, "scalar",      minmax_encode, minmax_decode, qsgd_encode, qsgd_decode,
     onebit_encode, onebit_decode, fp16_encode,   fp16_decode,   bf16_encode, bf16_decode,
+    squared_norm,
 };
 
 }  // namespace

@@ -598,8 +598,44 @@ TEST_P(KernelIdentity, TableComplete) {
       reinterpret_cast<const void*>(simd_->fp16_encode),
       reinterpret_cast<const void*>(simd_->fp16_decode),
       reinterpret_cast<const void*>(simd_->bf16_encode),
-      reinterpret_cast<const void*>(simd_->bf16_decode)};
+      reinterpret_cast<const void*>(simd_->bf16_decode),
+      reinterpret_cast<const void*>(simd_->squared_norm)};
   for (const void* e : entries) EXPECT_NE(e, nullptr);
+}
+
+// The squared norm (layer statistics): the scalar kernel is the rule's 16
+// double lanes and fold, spelled out again here; every SIMD table gives its
+// bits, for lengths around the 16-lane step, unaligned input, and values
+// whose squares overflow float (but not double), NaN and infinity.
+TEST_P(KernelIdentity, SquaredNorm) {
+  auto rule = [](const float* x, size_t n) {
+    double d[16] = {};
+    for (size_t i = 0; i < n; ++i) d[i % 16] += static_cast<double>(x[i]) * x[i];
+    for (size_t w = 8; w >= 1; w /= 2)
+      for (size_t j = 0; j < w; ++j) d[j] += d[j + w];
+    return d[0];
+  };
+  // NaN is NaN: which NaN's payload survives an add depends on operand order
+  // the compiler may swap.
+  auto same = [](double a, double b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  for (Data data : {Data::kPlain, Data::kSpecial}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{33},
+                         size_t{1000}, size_t{10007}}) {
+      SCOPED_TRACE("count " + std::to_string(count) + " data " +
+                   std::to_string(static_cast<int>(data)));
+      std::vector<float> x = make_data(count + 1, data, count + 3);
+      if (count > 2) x[count / 2] = 3e30f;  // its square is far past FLT_MAX
+      for (const float* at : {x.data(), x.data() + 1}) {
+        const double want = rule(at, count);
+        const double ref = ref_->squared_norm(at, count);
+        const double got = simd_->squared_norm(at, count);
+        EXPECT_TRUE(same(ref, want)) << "scalar " << ref << " rule " << want;
+        EXPECT_TRUE(same(got, want)) << simd_->name << " " << got << " rule " << want;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, KernelIdentity, ::testing::Values(Isa::kAvx2, Isa::kAvx512),
