@@ -58,8 +58,12 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   log_call_plan("allreduce", layer, count, dtype, algorithm, &policy, executor);
   std::vector<float>& residual = comm->residual_work;
   const ErrorBufferGrid grid = allreduce_grid(policy, algorithm);
+  // The step algorithms' encodes load the residuals as they go (every slot
+  // through CollectiveContext::residual_slots); native reads them at once.
+  const float* committed = nullptr;
   if (feedback) {
-    QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, count, layer_label(layer)));
+    QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, count, layer_label(layer),
+                                      is_step_algorithm(algorithm) ? &committed : nullptr));
   }
 
   const uint64_t signature = call_signature(CollectiveKind::kAllreduce, count, dtype, op, layer,
@@ -105,9 +109,12 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
                                  [&](CollectiveContext& ctx) -> Status {
     ctx.set_seed(policy.seed);
     if (feedback) ctx.set_residual(residual.data(), count);
+    if (committed != nullptr) ctx.set_residual_source(committed);
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     if (is_step_algorithm(algorithm)) {
-      return run_allreduce(ctx, algorithm, input, output, count, policy.group_size);
+      QC_RETURN_IF_ERROR(run_allreduce(ctx, algorithm, input, output, count, policy.group_size));
+      ctx.load_untouched_residuals();
+      return Status::ok();
     }
     if (algorithm != QC_ALGO_NATIVE) return internal_error("no algorithm selected");
     if (native_float) {

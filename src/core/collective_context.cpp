@@ -4,6 +4,7 @@
 #include "core/codecs/device_message_codec.h"
 #include "core/device_memory.h"
 #include "core/policy.h"
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -89,7 +90,7 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
 }
 
 Status CollectiveContext::residual_slots(uint64_t element_offset, size_t count,
-                                         float** slots) const {
+                                         float** slots) {
   *slots = nullptr;
   if (residual_ == nullptr) return Status::ok();
   if (element_offset > residual_count_ || count > residual_count_ - element_offset) {
@@ -98,8 +99,31 @@ Status CollectiveContext::residual_slots(uint64_t element_offset, size_t count,
                           std::to_string(element_offset + count) + ") outside the " +
                           std::to_string(residual_count_) + "-element error buffer");
   }
+  if (residual_source_ != nullptr && count > 0) {
+    const size_t last = (element_offset + count - 1) / kResidualUnit;
+    for (size_t u = element_offset / kResidualUnit; u <= last; ++u) load_residual_unit(u);
+  }
   *slots = residual_ + element_offset;
   return Status::ok();
+}
+
+void CollectiveContext::set_residual_source(const float* committed) {
+  residual_source_ = committed;
+  scratch_.residual_loaded.assign((residual_count_ + kResidualUnit - 1) / kResidualUnit, 0);
+}
+
+void CollectiveContext::load_residual_unit(size_t unit) {
+  if (scratch_.residual_loaded[unit] != 0) return;
+  scratch_.residual_loaded[unit] = 1;
+  const size_t begin = unit * kResidualUnit;
+  const size_t end = std::min(begin + kResidualUnit, residual_count_);
+  std::memcpy(residual_ + begin, residual_source_ + begin, (end - begin) * sizeof(float));
+}
+
+void CollectiveContext::load_untouched_residuals() {
+  if (residual_source_ == nullptr) return;
+  for (size_t u = 0; u < scratch_.residual_loaded.size(); ++u) load_residual_unit(u);
+  residual_source_ = nullptr;
 }
 
 size_t CollectiveContext::pipeline_chunk(size_t block_values) const {

@@ -52,6 +52,7 @@ struct Scratch {
   std::vector<Message> messages;
   std::vector<float> values;
   std::vector<float> estimate;  // the error estimate's decoded copy
+  std::vector<uint8_t> residual_loaded;  // per unit of lazily loaded residuals
 };
 
 // What a layer keeps between calls for policy.scale_update_period (paper 001
@@ -134,6 +135,16 @@ class CollectiveContext {
     residual_ = residual;
     residual_count_ = count;
   }
+  // After set_residual: the call starts from the `committed` residuals
+  // (set_residual's count of them), copied into the working ones a unit of
+  // kResidualUnit slots at a time, when an encode first touches the unit,
+  // where the encode then finds them in cache (a separate copy pass over a
+  // large tensor costs as much as the encode). load_untouched_residuals()
+  // copies the units no encode touched; call it before the working
+  // residuals are committed.
+  void set_residual_source(const float* committed);
+  void load_untouched_residuals();
+  static constexpr size_t kResidualUnit = 4096;
 
   // Scale reuse for this call: with refresh, encode() computes scales and
   // keeps a copy of each message in *memory; without, encode i reuses the
@@ -253,7 +264,8 @@ class CollectiveContext {
   Status encode_on_device(const float* src, size_t count, uint64_t element_offset, Message* msg);
   // The residuals of elements [element_offset, +count), or null without
   // error feedback; an internal error outside the buffer.
-  Status residual_slots(uint64_t element_offset, size_t count, float** slots) const;
+  Status residual_slots(uint64_t element_offset, size_t count, float** slots);
+  void load_residual_unit(size_t unit);
   Status decode_on_device(const uint8_t* data, size_t size, float* dst, size_t count,
                           bool accumulate);
   // A transport tag is the call's sequence number and the step's low 20 bits.
@@ -274,6 +286,7 @@ class CollectiveContext {
   uint64_t seed_ = 0;
   float* residual_ = nullptr;
   size_t residual_count_ = 0;
+  const float* residual_source_ = nullptr;  // set_residual_source's; null: loaded
   ScaleMemory* scale_memory_ = nullptr;
   bool scale_refresh_ = false;
   DeviceValues device_;

@@ -48,7 +48,8 @@ bool residuals_reset(const ErrorBuffer& eb, const ErrorBufferGrid& grid,
 }
 
 Status load_residuals(Communicator* comm, ErrorBuffer& eb, const ErrorBufferGrid& grid,
-                      size_t count, const std::string& what) {
+                      size_t count, const std::string& what, const float** lazy_source) {
+  if (lazy_source != nullptr) *lazy_source = nullptr;
   Status fits = check_error_buffer_binding(eb, comm->transport->rank(), comm->transport->size(),
                                           count);
   // A device call left the newest residuals on the device.
@@ -63,6 +64,9 @@ Status load_residuals(Communicator* comm, ErrorBuffer& eb, const ErrorBufferGrid
   std::vector<float>& residual = comm->residual_work;
   if (residuals_reset(eb, grid, what)) {
     residual.assign(count, 0.0f);
+  } else if (lazy_source != nullptr) {
+    residual.resize(count);
+    *lazy_source = eb.residual.data();
   } else {
     residual = eb.residual;
   }

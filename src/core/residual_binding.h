@@ -28,9 +28,13 @@ bool residuals_reset(const ErrorBuffer& eb, const ErrorBufferGrid& grid, const s
 
 // Copies the error buffer's residuals into comm->residual_work for a call
 // on `grid`, after checking that the buffer fits; a buffer computed on
-// another grid starts from zero, with a warning naming `what`.
+// another grid starts from zero, with a warning naming `what`. With
+// `lazy_source`, nothing is copied where the buffer's residuals are kept:
+// *lazy_source points at them, for CollectiveContext::set_residual_source
+// (null when the call starts from zero, already in residual_work).
 Status load_residuals(Communicator* comm, ErrorBuffer& eb, const ErrorBufferGrid& grid,
-                      size_t count, const std::string& what);
+                      size_t count, const std::string& what,
+                      const float** lazy_source = nullptr);
 
 // The buffer now holds residuals of this rank's encodes on `grid`.
 void bind_error_buffer(const Communicator* comm, ErrorBuffer* eb, const ErrorBufferGrid& grid);
