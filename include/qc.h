@@ -518,9 +518,6 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   CUDA build) both in CUDA device memory; one of each is
  *   QC_ERROR_INVALID_ARGUMENT. They may be the same pointer (in place) but
  *   must not otherwise overlap. They may be NULL only when count is 0.
- *   When the call fails, recvbuf's contents are unspecified: float32
- *   results are written there as they arrive (in place, the input may be
- *   partly reduced).
  * dtype: inputs and outputs; sums are accumulated in float32.
  * layer: name whose policy applies (see qc_set_layer_policy); NULL means "*".
  * error_buffer: residuals kept between calls for error feedback, or NULL. It

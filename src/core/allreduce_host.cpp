@@ -85,20 +85,16 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   }
 
   std::vector<float>& work = comm->work;
-  // Float32: a schedule reads sendbuf and writes recvbuf directly, no copy
-  // in or out (ring, tree and recursive doubling start with the copy to
-  // recvbuf they reduce in, nothing in place; SRA writes a piece of its
-  // result only after every read of that piece's input, so in place is
-  // safe too). Other dtypes go through a float32 copy in `work`. A failed
-  // call leaves recvbuf unspecified (qc.h).
-  const bool direct = dtype == QC_DTYPE_FLOAT32 && is_step_algorithm(algorithm);
-  float* output = direct ? static_cast<float*>(recvbuf) : nullptr;
-  if (!direct) {
-    work.resize(count);
-    output = work.data();
-  }
-  const float* input = direct ? static_cast<const float*>(sendbuf) : work.data();
-  if (!direct) cpu::to_float32(sendbuf, dtype, work.data(), count);
+  work.resize(count);
+  // SRA reads its input without writing it anywhere but its own result, so
+  // float32 input is read where it is (one copy pass fewer). The others
+  // reduce in place, on a float32 copy made here. The result goes to `work`
+  // either way and reaches recvbuf only when the call succeeds: a failed
+  // call leaves recvbuf as it was (docs/reliability.md), which a result
+  // decoded piece by piece straight into recvbuf would not.
+  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && algorithm == QC_ALGO_SRA;
+  const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
+  if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), count);
   const auto layers = one_layer(layer, count, count * dtype_size(dtype),
                                 squared_norm(input, count));
   bool refresh = true;
@@ -112,7 +108,8 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
     if (committed != nullptr) ctx.set_residual_source(committed);
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     if (is_step_algorithm(algorithm)) {
-      QC_RETURN_IF_ERROR(run_allreduce(ctx, algorithm, input, output, count, policy.group_size));
+      QC_RETURN_IF_ERROR(
+          run_allreduce(ctx, algorithm, input, work.data(), count, policy.group_size));
       ctx.load_untouched_residuals();
       return Status::ok();
     }
@@ -132,11 +129,7 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   QC_RETURN_IF_ERROR(status);
   if (scales != nullptr) scales->calls += 1;
   if (feedback) commit_residuals(comm, error_buffer, grid);
-  if (direct) {
-    if (op == QC_OP_AVG) finish_allreduce(output, count, dtype, op, n, recvbuf);
-  } else {
-    finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
-  }
+  finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
   return Status::ok();
 }
 
