@@ -415,7 +415,8 @@ std::vector<Cell>& ScheduleSim::values(int r, Values where) {
 }
 
 const std::vector<Cell>* ScheduleSim::readable(int r, const Span& span, const char* what) {
-  if (span.where == Values::kScratch && !ranks_[r].scratch_zeroed) {
+  Rank& rank = ranks_[r];
+  if (span.where == Values::kScratch && !rank.scratch_zeroed) {
     fail(r, std::string(what) + " scratch before any zero");
   }
   const std::vector<Cell>& v = values(r, span.where);
@@ -423,12 +424,30 @@ const std::vector<Cell>* ScheduleSim::readable(int r, const Span& span, const ch
     fail(r, std::string(what) + " " + span_name(span) + ", outside its " +
                 std::to_string(v.size()) + " values");
   }
+  if (options_.in_place && span.where == Values::kInput) {
+    for (size_t j = span.begin; j < span.begin + span.count; ++j) {
+      if (j < rank.output_written_at.size() && rank.output_written_at[j] != 0) {
+        fail(r, std::string(what) + " input element " + std::to_string(j) + " after step " +
+                    std::to_string(rank.output_written_at[j] - 1) +
+                    " wrote that output element (in place, the same memory)");
+      }
+    }
+  }
   return &v;
 }
 
 std::vector<Cell>* ScheduleSim::writable(int r, const Span& span, const char* what) {
   if (span.where == Values::kInput) fail(r, std::string(what) + " the input");
   readable(r, span, what);
+  Rank& rank = ranks_[r];
+  if (options_.in_place && span.where == Values::kOutput) {
+    // Called after the step's reads of its source: a step may read an
+    // input element and write the same output element (a copy in place).
+    rank.output_written_at.resize(rank.output.size(), 0);
+    for (size_t j = span.begin; j < span.begin + span.count; ++j) {
+      if (rank.output_written_at[j] == 0) rank.output_written_at[j] = rank.next + 1;
+    }
+  }
   return &values(r, span.where);
 }
 

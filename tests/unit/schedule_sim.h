@@ -15,6 +15,12 @@
 // in increasing number for a wait on all (Visibility::kAtWait). A schedule
 // must progress under both.
 //
+// In place (Options::in_place): the input and the output are one memory, as
+// when an allreduce's caller passes sendbuf == recvbuf, so no step may read
+// an input element once a step wrote that output element (it would read
+// the result, not the contribution). The two stay apart in the simulator;
+// the first such read fails.
+//
 // Values are not numbers but what made them: the ranks whose contributions
 // a value sums (a mask), which element it is, how many encodes it went
 // through, and which encode gave it its last decode. The tests read these
@@ -62,6 +68,9 @@ class ScheduleSim {
     // on which message arrives first).
     bool rank_ordered_sums = false;
     Visibility visibility = Visibility::kAtPost;
+    // The input is the output's memory (see above): reads of the input
+    // after writes of the same output elements fail.
+    bool in_place = false;
   };
 
   // schedules[r]: rank r's. `label` starts every failure message.
@@ -94,6 +103,8 @@ class ScheduleSim {
     std::vector<size_t> outstanding;        // indices into `posted`: not yet awaited
     std::map<uint32_t, std::vector<size_t>> unenqueued;  // kAtWait: per group, not yet visible
     std::vector<int> input_encodes;
+    // in_place: per output element, 1 + the step that first wrote it; 0: none.
+    std::vector<size_t> output_written_at;
     uint64_t encodes = 0;
     bool done() const { return next == schedule.steps.size(); }
   };

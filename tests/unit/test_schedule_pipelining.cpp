@@ -4,11 +4,11 @@
 // of when a transfer is visible. Every property the whole-block schedules
 // have (test_schedules.cpp) is checked again — matching and progress,
 // buffer hygiene per outstanding transfer, the allreduce's sums in rank
-// order, requantized at most twice and decoded from one encode everywhere,
-// the alltoall's delivery — and the pieces themselves: every piece starts a
-// multiple of `chunk` from its block's start and goes into slot
-// block * pieces + c, each element is encoded exactly once as unpipelined,
-// and each piece takes the whole block's messages.
+// order, requantized at most twice, decoded from one encode everywhere and
+// safe in place, the alltoall's delivery — and the pieces themselves: every
+// piece starts a multiple of `chunk` from its block's start and goes into
+// slot block * pieces + c, each element is encoded exactly once as
+// unpipelined, and each piece takes the whole block's messages.
 // Internal API (the schedules): links the internal objects.
 #include <gtest/gtest.h>
 
@@ -186,6 +186,7 @@ std::string play_sra(int n, const Cut& cut) {
   options.collective = Collective::kAllreduce;
   options.count = cut.count;
   options.rank_ordered_sums = true;
+  options.in_place = true;
   // Each value requantized at most twice, its contribution and the sum,
   // piece by piece as whole.
   return play_both(label, piped, options, [](const std::string& at, const ScheduleSim& sim) {

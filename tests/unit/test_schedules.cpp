@@ -10,7 +10,9 @@
 //    stays inside its buffer;
 //  - the result: an allreduce sums each rank's contribution exactly once,
 //    and all ranks decode each element from the same encode (its owner's);
-//    an alltoall delivers each element, encoded exactly once.
+//    an alltoall delivers each element, encoded exactly once;
+//  - in place: an allreduce never reads an input element after writing
+//    that output element, so sendbuf == recvbuf gives the same result.
 // Internal API (the schedules): links the internal objects.
 #include <gtest/gtest.h>
 
@@ -69,11 +71,15 @@ std::string play_allreduce(const qc::AllreduceSchedule& entry, int n, size_t cou
   options.count = count;
   options.rank_ordered_sums = sra;
   options.visibility = visibility;
+  // Every allreduce runs with sendbuf == recvbuf too.
+  options.in_place = true;
   ScheduleSim sim(label, build_all(entry.build, n, count, group_size), options);
   std::string failure = sim.run();
   if (!failure.empty()) return failure;
-  // SRA requantizes each value at most twice: its contribution, the sum.
-  return check_allreduce_result(label, sim, sra ? 2 : 0);
+  // SRA requantizes each value at most twice: its contribution, the sum;
+  // the ring at most n times: each hop's partial sum, the owner's total.
+  const int max_depth = sra ? 2 : entry.algorithm == QC_ALGO_RING ? n : 0;
+  return check_allreduce_result(label, sim, max_depth);
 }
 
 std::vector<qc_algorithm_t> every_algorithm() {
@@ -264,7 +270,7 @@ TEST(ScheduleTransfers, OneRankHasNone) {
 // An allreduce of `count` values on two ranks, each rank's schedule written
 // by `write(builder, rank, peer)`; "" or the first failure.
 template <typename Write>
-std::string play_two_ranks(Write write, size_t count = 1) {
+std::string play_two_ranks(Write write, size_t count = 1, bool in_place = false) {
   std::vector<Schedule> schedules(2);
   for (int r = 0; r < 2; ++r) {
     ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
@@ -274,6 +280,7 @@ std::string play_two_ranks(Write write, size_t count = 1) {
   }
   ScheduleSim::Options options;
   options.count = count;
+  options.in_place = in_place;
   ScheduleSim sim("two ranks", std::move(schedules), options);
   std::string failure = sim.run();
   if (failure.empty()) failure = check_allreduce_result("two ranks", sim, 0);
@@ -293,7 +300,7 @@ void exchange(ScheduleBuilder& b, int peer, uint32_t send_tag, uint32_t recv_tag
 
 TEST(ScheduleSim, PassesAWellFormedExchange) {
   // Rank 0 sums and encodes once; rank 1 decodes those bytes too.
-  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int r, int peer) {
+  auto write = [](ScheduleBuilder& b, int r, int peer) {
     const size_t slot = b.slot(1);
     if (r == 1) {
       b.encode(qc::output(0, 1), slot);
@@ -310,8 +317,10 @@ TEST(ScheduleSim, PassesAWellFormedExchange) {
       b.wait();
     }
     b.decode(slot, qc::output(0, 1));
-  });
-  EXPECT_EQ(failure, "");
+  };
+  EXPECT_EQ(play_two_ranks(write), "");
+  // In place too: the copy reads and writes the same elements in one step.
+  EXPECT_EQ(play_two_ranks(write, 1, /*in_place=*/true), "");
 }
 
 TEST(ScheduleSim, CatchesADeadlock) {
@@ -441,6 +450,36 @@ TEST(ScheduleSim, CatchesASumOutOfRankOrder) {
   options.rank_ordered_sums = true;
   const std::string failure = ScheduleSim("rank order", std::move(schedules), options).run();
   EXPECT_NE(failure.find("not in rank order"), std::string::npos) << failure;
+}
+
+// With input and output one memory (sendbuf == recvbuf), an encode of the
+// input after the copy into the output reads the copy's result: here the
+// same value, but after any add or decode it would be the sum. The
+// simulator fails that read in place, and only in place.
+std::string play_input_read_after_copy(bool in_place) {
+  std::vector<Schedule> schedules(2);
+  for (int r = 0; r < 2; ++r) {
+    ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    b.copy(qc::output(0, 1), qc::input(0, 1));
+    b.encode(qc::input(0, 1), mine);
+    b.send(1 - r, mine, 1);
+    b.recv(1 - r, theirs, 1);
+    b.wait();
+    b.decode_add(theirs, qc::output(0, 1));
+  }
+  ScheduleSim::Options options;
+  options.count = 1;
+  options.in_place = in_place;
+  return ScheduleSim("in place", std::move(schedules), options).run();
+}
+
+TEST(ScheduleSim, CatchesAnInputReadAfterItsOutputWasWrittenInPlace) {
+  EXPECT_EQ(play_input_read_after_copy(false), "");
+  const std::string failure = play_input_read_after_copy(true);
+  EXPECT_NE(failure.find("encodes input element 0 after step 0 wrote that output element"),
+            std::string::npos)
+      << failure;
 }
 
 // ---- transfer groups: a wait completes its group's transfers -----------------
