@@ -173,4 +173,64 @@ std::string check_pieces(const std::string& label, int rank, const Schedule& pip
   return "";
 }
 
+namespace {
+
+// A step on an output element: its kind, and for a decode the peer whose
+// bytes the slot held (-1: encoded on this rank); -2 for a read as the
+// source of an add or copy.
+struct ValueStep {
+  StepKind kind;
+  int from;
+  bool operator==(const ValueStep& o) const { return kind == o.kind && from == o.from; }
+};
+
+std::vector<std::vector<ValueStep>> value_steps(const Schedule& s, size_t elements) {
+  std::vector<std::vector<ValueStep>> steps(elements);
+  std::vector<int> filled_by(s.slot_counts.size(), -1);
+  auto note = [&](const qc::Span& span, ValueStep v) {
+    if (span.where != qc::Values::kOutput) return;
+    for (size_t j = span.begin; j < span.begin + span.count && j < elements; ++j) {
+      steps[j].push_back(v);
+    }
+  };
+  for (const Step& st : s.steps) {
+    switch (st.kind) {
+      case StepKind::kRecv:
+        for (size_t b = st.slot; b < st.slot_end; ++b) filled_by[b] = st.peer;
+        break;
+      case StepKind::kEncode:
+        filled_by[st.slot] = -1;
+        note(st.values, {st.kind, -1});
+        break;
+      case StepKind::kDecode:
+      case StepKind::kDecodeAdd: note(st.values, {st.kind, filled_by[st.slot]}); break;
+      case StepKind::kAdd:
+      case StepKind::kCopy:
+        note(st.source, {st.kind, -2});
+        note(st.values, {st.kind, -1});
+        break;
+      default: break;
+    }
+  }
+  return steps;
+}
+
+}  // namespace
+
+std::string check_same_value_steps(const std::string& label, int rank, const Schedule& piped,
+                                   const Schedule& whole, size_t elements) {
+  const std::vector<std::vector<ValueStep>> cut = value_steps(piped, elements);
+  const std::vector<std::vector<ValueStep>> blocks = value_steps(whole, elements);
+  for (size_t j = 0; j < elements; ++j) {
+    if (cut[j] == blocks[j]) continue;
+    size_t k = 0;
+    while (k < cut[j].size() && k < blocks[j].size() && cut[j][k] == blocks[j][k]) ++k;
+    return label + ": rank " + std::to_string(rank) + " output element " + std::to_string(j) +
+           " goes through " + std::to_string(cut[j].size()) + " steps pipelined, " +
+           std::to_string(blocks[j].size()) + " whole; they differ from step " +
+           std::to_string(k);
+  }
+  return "";
+}
+
 }  // namespace qcsim

@@ -46,4 +46,13 @@ std::string check_pieces(const std::string& label, int rank, const qc::Schedule&
                          const qc::Schedule& whole, size_t chunk, size_t pieces,
                          size_t elements);
 
+// One rank's pipelined schedule against its unpipelined one: every output
+// element (of `elements`) goes through the same steps in the same order —
+// copies, encodes, adds, decodes and decode_adds, each decode of a slot
+// received from the same peer (or encoded on this rank). With the
+// simulator's matching, its sums are then added in the same order, hop by
+// hop: the bits of the unpipelined schedule.
+std::string check_same_value_steps(const std::string& label, int rank, const qc::Schedule& piped,
+                                   const qc::Schedule& whole, size_t elements);
+
 }  // namespace qcsim

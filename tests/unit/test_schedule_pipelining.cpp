@@ -1,14 +1,16 @@
-// Pipelined SRA and alltoall (ScheduleShape::chunk: blocks cut into pieces,
-// each piece's transfers in groups of their own) in the symbolic simulator
-// (schedule_sim.h), for 1..64 ranks, with the host's and the device's view
-// of when a transfer is visible. Every property the whole-block schedules
-// have (test_schedules.cpp) is checked again — matching and progress,
-// buffer hygiene per outstanding transfer, the allreduce's sums in rank
-// order, requantized at most twice, decoded from one encode everywhere and
-// safe in place, the alltoall's delivery — and the pieces themselves: every
-// piece starts a multiple of `chunk` from its block's start and goes into
-// slot block * pieces + c, each element is encoded exactly once as
-// unpipelined, and each piece takes the whole block's messages.
+// Pipelined SRA, ring and alltoall (ScheduleShape::chunk: blocks cut into
+// pieces, each piece's transfers in groups of their own) in the symbolic
+// simulator (schedule_sim.h), for 1..64 ranks, with the host's and the
+// device's view of when a transfer is visible. Every property the
+// whole-block schedules have (test_schedules.cpp) is checked again —
+// matching and progress, buffer hygiene per outstanding transfer, the
+// allreduce's sums (SRA's in rank order, requantized at most twice; the
+// ring's at most n times), decoded from one encode everywhere and safe in
+// place, the alltoall's delivery — and the pieces themselves: every piece
+// starts a multiple of `chunk` from its block's start and goes into slot
+// block * pieces + c, each element is encoded exactly once as unpipelined,
+// each piece takes the whole block's messages, and each output element
+// goes through the whole schedule's steps in the same order.
 // Internal API (the schedules): links the internal objects.
 #include <gtest/gtest.h>
 
@@ -38,10 +40,10 @@ struct Cut {
   size_t chunk;
 };
 
-// SRA's counts are the allreduce's, in n blocks of count/n (the first
-// count % n one value longer). Past 16 ranks, the two that give uneven
-// and empty pieces; the rest only cost time.
-std::vector<Cut> sra_cuts(int n) {
+// SRA's and the ring's counts are the allreduce's, in n blocks of count/n
+// (the first count % n one value longer). Past 16 ranks, the two that give
+// uneven and empty pieces; the rest only cost time.
+std::vector<Cut> allreduce_cuts(int n) {
   const size_t un = static_cast<size_t>(n);
   std::vector<Cut> cuts = {
       {4 * 2 * un + un - 1, 4},  // blocks of 9 and 8: 3 pieces, the last 1 value or empty
@@ -78,7 +80,7 @@ size_t pieces_of(size_t values, size_t chunk) {
 }
 
 // Block b of an allreduce of `count` values over n ranks: its size.
-size_t sra_block(size_t count, int n, int b) {
+size_t allreduce_block(size_t count, int n, int b) {
   const size_t un = static_cast<size_t>(n);
   return count / un + (static_cast<size_t>(b) < count % un ? 1 : 0);
 }
@@ -151,7 +153,7 @@ std::string play_sra(int n, const Cut& cut) {
   const std::vector<Schedule> piped =
       qcsim::build_all(qc::build_allreduce_sra, n, cut.count, 1, cut.chunk);
   const std::vector<Schedule> whole = qcsim::build_all(qc::build_allreduce_sra, n, cut.count, 1);
-  const size_t pieces = pieces_of(sra_block(cut.count, n, 0), cut.chunk);
+  const size_t pieces = pieces_of(allreduce_block(cut.count, n, 0), cut.chunk);
   std::string failure;
   if (n == 1 || pieces == 1) {
     failure = check_uncut(label, piped, whole);
@@ -160,6 +162,10 @@ std::string play_sra(int n, const Cut& cut) {
       const Schedule& s = piped[static_cast<size_t>(r)];
       failure = qcsim::check_pieces(label, r, s, whole[static_cast<size_t>(r)], cut.chunk,
                                     pieces, cut.count);
+      if (failure.empty()) {
+        failure = qcsim::check_same_value_steps(label, r, s, whole[static_cast<size_t>(r)],
+                                                cut.count);
+      }
       Counted counted;
       if (failure.empty()) failure = count_steps(label, r, s, &counted);
       if (!failure.empty()) break;
@@ -168,7 +174,7 @@ std::string play_sra(int n, const Cut& cut) {
       int expected = 0;
       for (int b = 0; b < n; ++b) {
         const int block_pieces =
-            static_cast<int>((sra_block(cut.count, n, b) + cut.chunk - 1) / cut.chunk);
+            static_cast<int>((allreduce_block(cut.count, n, b) + cut.chunk - 1) / cut.chunk);
         expected += b == r ? (n - 1) * block_pieces : block_pieces;
       }
       if (counted.sends != expected || counted.recvs != expected ||
@@ -191,6 +197,60 @@ std::string play_sra(int n, const Cut& cut) {
   // piece by piece as whole.
   return play_both(label, piped, options, [](const std::string& at, const ScheduleSim& sim) {
     return qcsim::check_allreduce_result(at, sim, 2);
+  });
+}
+
+// The number of non-empty pieces of block b.
+int block_pieces(const Cut& cut, int n, int b) {
+  return static_cast<int>((allreduce_block(cut.count, n, b) + cut.chunk - 1) / cut.chunk);
+}
+
+std::string play_ring(int n, const Cut& cut) {
+  const std::string label = cut_label("ring", n, cut);
+  const std::vector<Schedule> piped =
+      qcsim::build_all(qc::build_allreduce_ring, n, cut.count, 1, cut.chunk);
+  const std::vector<Schedule> whole = qcsim::build_all(qc::build_allreduce_ring, n, cut.count, 1);
+  const size_t pieces = pieces_of(allreduce_block(cut.count, n, 0), cut.chunk);
+  std::string failure;
+  if (n == 1 || pieces == 1) {
+    failure = check_uncut(label, piped, whole);
+  } else {
+    for (int r = 0; r < n && failure.empty(); ++r) {
+      const Schedule& s = piped[static_cast<size_t>(r)];
+      const Schedule& w = whole[static_cast<size_t>(r)];
+      failure = qcsim::check_pieces(label, r, s, w, cut.chunk, pieces, cut.count);
+      if (failure.empty()) failure = qcsim::check_same_value_steps(label, r, s, w, cut.count);
+      Counted counted;
+      if (failure.empty()) failure = count_steps(label, r, s, &counted);
+      if (!failure.empty()) break;
+      // Each non-empty piece travels as its block does. The reduce-scatter
+      // sends every block but r+1 and receives every block but r; the
+      // allgather forwards every block but r+2 and receives every one but
+      // r+1. One wait per piece of each of the 2(n-1) steps.
+      int all = 0;
+      for (int b = 0; b < n; ++b) all += block_pieces(cut, n, b);
+      auto of = [&](int b) { return block_pieces(cut, n, b % n); };
+      const int sends = 2 * all - of(r + 1) - of(r + 2);
+      const int recvs = 2 * all - of(r) - of(r + 1);
+      const int waits = 2 * (n - 1) * static_cast<int>(pieces);
+      if (counted.sends != sends || counted.recvs != recvs || counted.waits != waits) {
+        failure = label + ": rank " + std::to_string(r) + " has " +
+                  std::to_string(counted.sends) + " sends, " + std::to_string(counted.recvs) +
+                  " receives and " + std::to_string(counted.waits) + " waits, not " +
+                  std::to_string(sends) + ", " + std::to_string(recvs) + " and " +
+                  std::to_string(waits);
+      }
+    }
+  }
+  if (!failure.empty()) return failure;
+  ScheduleSim::Options options;
+  options.collective = Collective::kAllreduce;
+  options.count = cut.count;
+  options.in_place = true;
+  // Each hop of the reduce-scatter requantizes the partial sum, the owner
+  // its total once more: at most n encodes, piece by piece as whole.
+  return play_both(label, piped, options, [n](const std::string& at, const ScheduleSim& sim) {
+    return qcsim::check_allreduce_result(at, sim, n);
   });
 }
 
@@ -236,7 +296,13 @@ std::string play_alltoall(int n, const Cut& cut) {
 
 TEST(PipelinedSchedule, SraPiecesMatchSumInRankOrderAndRequantizeAtMostTwice) {
   for (int n = 1; n <= kMaxRanks; ++n) {
-    for (const Cut& cut : sra_cuts(n)) ASSERT_EQ(play_sra(n, cut), "");
+    for (const Cut& cut : allreduce_cuts(n)) ASSERT_EQ(play_sra(n, cut), "");
+  }
+}
+
+TEST(PipelinedSchedule, RingPiecesMatchSumEachRankOnceInTheWholeRingsOrder) {
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    for (const Cut& cut : allreduce_cuts(n)) ASSERT_EQ(play_ring(n, cut), "");
   }
 }
 

@@ -39,7 +39,7 @@ bool is_step_algorithm(qc_algorithm_t algorithm) {
 Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, const float* input,
                      float* output, size_t count, int group_size) {
   Schedule schedule;
-  // SRA's largest block: a rank's share.
+  // The largest block of SRA and the ring: a rank's share.
   const size_t block = count / static_cast<size_t>(ctx.size()) + 1;
   QC_RETURN_IF_ERROR(allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size,
                                         ctx.pipeline_chunk(block), &schedule, nullptr));

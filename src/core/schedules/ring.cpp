@@ -3,17 +3,129 @@
 // and re-encoding it for the next hop; then the owner of each reduced block
 // encodes it once and those bytes travel the ring unchanged (allgather).
 #include "core/schedules/partition.h"
+#include "core/schedules/pieces.h"
 #include "core/schedules/registry.h"
 
 namespace qc {
 namespace {
-enum RingTag : uint32_t { kReduceScatter = 0x100, kAllgather = 0x200 };
+// A pipelined call's piece c is step kReduceScatterPiece + c and
+// kAllgatherPiece + c in every step (each link carries them in order).
+enum RingTag : uint32_t {
+  kReduceScatter = 0x100,
+  kAllgather = 0x200,
+  kReduceScatterPiece = 0x70000,
+  kAllgatherPiece = 0x80000,
+};
 
 size_t mod(long long a, int n) { return static_cast<size_t>(((a % n) + n) % n); }
+
+// The ring with every block cut into C pieces (pieces.h), as one stream of
+// hops: hop h is piece c = h % C of a step, reduce-scatter steps first,
+// then allgather steps. Hop h posts its piece (the encode of a partial sum
+// or of the owner's reduced block, send right, receive from left, group
+// h); then hop h-1 is awaited and its piece added or decoded while hop h
+// is on the wire. The piece a hop sends came in C hops earlier (the last
+// step's piece c) and was added one hop after that, so with C >= 2 no
+// step waits for the whole of the last one; at most two hops, of
+// different pieces (slots), are in flight. Every element goes through the
+// whole ring's steps in the same order (the same sums), and pieces are
+// encoded at their own offsets on bucket boundaries: the unpipelined bits.
+void build_pipelined(const ScheduleShape& shape, const Pieces& pieces, Schedule* schedule) {
+  const int n = shape.ranks;
+  const int r = shape.rank;
+  const size_t blocks = static_cast<size_t>(n);
+  const size_t C = pieces.count;
+  const int right = (r + 1) % n;
+  const int left = (r + n - 1) % n;
+  auto piece = [&](size_t b, size_t c) {
+    return pieces.of_block(block_range(shape.count, blocks, b), c);
+  };
+  auto piece_slot = [&](size_t b, size_t c) { return b * C + c; };
+  auto values = [](const Range& p) { return output(p.begin, p.count); };
+  ScheduleBuilder s(schedule);
+  s.copy(output(0, shape.count), input(0, shape.count));
+  // Slot b*C + c: piece c of block b, as this rank last encoded or received it.
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t c = 0; c < C; ++c) s.slot(piece(b, c).count);
+  }
+  s.mark_block_slots();
+
+  struct Hop {
+    bool gather;  // an allgather step's, else a reduce-scatter step's
+    size_t step, c, send, recv;  // the blocks whose piece c goes right and comes from left
+  };
+  const size_t phase = (blocks - 1) * C;  // hops per phase
+  auto hop = [&](size_t h) {
+    Hop x;
+    x.gather = h >= phase;
+    x.step = (h % phase) / C;
+    x.c = h % C;
+    const long long k = static_cast<long long>(x.step);
+    // As in the whole ring: reduce-scatter step k sends block r-k and
+    // receives r-k-1; allgather step k forwards block r+1-k, receives r-k.
+    x.send = mod(r - k + (x.gather ? 1 : 0), n);
+    x.recv = mod(r - k - (x.gather ? 0 : 1), n);
+    return x;
+  };
+  // Empty pieces (past a shorter block's end) are skipped by sender and
+  // receiver alike: on each link both look at the same block.
+  auto post = [&](size_t h) {
+    const Hop x = hop(h);
+    const uint32_t group = static_cast<uint32_t>(h);
+    const size_t out = piece_slot(x.send, x.c);
+    const size_t in = piece_slot(x.recv, x.c);
+    const Range sent = piece(x.send, x.c);
+    if (!x.gather) {
+      const uint32_t tag = kReduceScatterPiece + static_cast<uint32_t>(x.c);
+      if (sent.count > 0) {
+        s.encode(values(sent), out);
+        s.send(right, out, tag, group);
+      }
+      if (piece(x.recv, x.c).count > 0) s.recv(left, in, tag, group);
+      return;
+    }
+    const uint32_t tag = kAllgatherPiece + static_cast<uint32_t>(x.c);
+    if (sent.count > 0) {
+      // Step 0 sends this rank's reduced block r+1: encoded once, here.
+      if (x.step == 0) s.encode(values(sent), out);
+      s.send_blocks(right, out, out + 1, tag, group);
+    }
+    if (piece(x.recv, x.c).count > 0) s.recv_blocks(left, in, in + 1, tag, group);
+  };
+  auto finish = [&](size_t h) {
+    s.wait_group(static_cast<uint32_t>(h));
+    const Hop x = hop(h);
+    const Range got = piece(x.recv, x.c);
+    if (got.count > 0) {
+      const size_t in = piece_slot(x.recv, x.c);
+      if (x.gather) {
+        s.decode(in, values(got));
+      } else {
+        s.decode_add(in, values(got));
+      }
+    }
+    // The owner's own piece, decoded from its encode once that is sent.
+    const Range sent = piece(x.send, x.c);
+    if (x.gather && x.step == 0 && sent.count > 0) {
+      s.decode(piece_slot(x.send, x.c), values(sent));
+    }
+  };
+  for (size_t h = 0; h <= 2 * phase; ++h) {
+    if (h < 2 * phase) post(h);
+    if (h > 0) finish(h - 1);
+  }
+}
+
 }  // namespace
 
 void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
   const int n = shape.ranks;
+  const Pieces pieces =
+      Pieces::of(block_range(shape.count, static_cast<size_t>(n), 0).count, shape.chunk);
+  if (pieces.pipelined() && n > 1) {
+    build_pipelined(shape, pieces, schedule);
+    return;
+  }
   const int r = shape.rank;
   const size_t blocks = static_cast<size_t>(n);
   const int right = (r + 1) % n;

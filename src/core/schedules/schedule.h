@@ -74,11 +74,11 @@ struct ScheduleShape {
   int rank = 0;
   size_t count = 0;    // allreduce: elements; alltoall: elements per rank
   int group_size = 1;  // recursive doubling's group (paper 000 Alg. 5)
-  // Pipelining (SRA, alltoall): blocks travel in pieces of `chunk` values
-  // (the last piece shorter), each piece's encode, transfer and decode
-  // overlapping the others'. 0: whole blocks. A chunk must be a multiple of
-  // the codec's bucket, so that every value is encoded with the bits it has
-  // unpipelined (planner: core/executors/pipelining.h).
+  // Pipelining (SRA, ring, alltoall): blocks travel in pieces of `chunk`
+  // values (the last piece shorter), each piece's encode, transfer and
+  // decode overlapping the others'. 0: whole blocks. A chunk must be a
+  // multiple of the codec's bucket, so that every value is encoded with the
+  // bits it has unpipelined (planner: CollectiveContext::pipeline_chunk).
   size_t chunk = 0;
 };
 
