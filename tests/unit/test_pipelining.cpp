@@ -1,12 +1,14 @@
-// Pipelined schedules (QC_PIPELINE_CHUNK): SRA and alltoall cut their blocks
-// into pieces whose encode, transfer and decode overlap. The promise: the
-// same bits as whole blocks, residuals included, for every codec that may be
-// cut (pieces on bucket boundaries), and whole blocks for those that may not.
+// Pipelined schedules (QC_PIPELINE_CHUNK): SRA, ring and alltoall cut their
+// blocks into pieces whose encode, transfer and decode overlap. The promise:
+// the same bits as whole blocks, residuals included, for every codec that
+// may be cut (pieces on bucket boundaries), and whole blocks for those that
+// may not; in place (sendbuf == recvbuf) as out of place.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "qc.h"
@@ -41,14 +43,16 @@ struct Outcome {
   std::vector<uint64_t> wire;           // per rank: bytes sent
 };
 
-// Two SRA allreduces (so error feedback carries) and one alltoall on every
-// rank of a fresh group made with QC_PIPELINE_CHUNK=`chunk` ("0": whole).
-Outcome run(int n, const Case& c, const char* chunk, size_t count) {
+// Two allreduces of `algorithm` (so error feedback carries), in place or
+// not, and one alltoall on every rank of a fresh group made with
+// QC_PIPELINE_CHUNK=`chunk` ("0": whole).
+Outcome run(int n, const Case& c, qc_algorithm_t algorithm, const char* chunk, size_t count,
+            bool in_place = false) {
   EXPECT_EQ(setenv("QC_PIPELINE_CHUNK", chunk, 1), 0);
   Group g(n);
   unsetenv("QC_PIPELINE_CHUNK");
   EXPECT_TRUE(g.ok());
-  qc_policy_t p = make_policy(QC_ALGO_SRA);
+  qc_policy_t p = make_policy(algorithm);
   p.codec = c.codec;
   p.bits = c.bits;
   p.rounding = c.rounding;
@@ -70,11 +74,12 @@ Outcome run(int n, const Case& c, const char* chunk, size_t count) {
     for (int call = 0; call < 2; ++call) {
       auto in = random_inputs(1, count, 100 * static_cast<uint64_t>(call) + ur)[0];
       std::vector<float> res(count);
-      EXPECT_EQ(qc_allreduce(g[r], in.data(), res.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+      std::vector<float>& result = in_place ? in : res;
+      EXPECT_EQ(qc_allreduce(g[r], in.data(), result.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
                              nullptr, eb, nullptr),
                 QC_SUCCESS)
           << qc_last_error();
-      out.insert(out.end(), res.begin(), res.end());
+      out.insert(out.end(), result.begin(), result.end());
     }
     const size_t per_rank = count / static_cast<size_t>(n) + 3;
     auto send = random_inputs(1, per_rank * static_cast<size_t>(n), 555 + ur)[0];
@@ -99,24 +104,37 @@ Outcome run(int n, const Case& c, const char* chunk, size_t count) {
   return o;
 }
 
-class Pipelining : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+// The allreduce algorithm, the rank count, the case.
+using Param = std::tuple<qc_algorithm_t, int, size_t>;
 
-TEST_P(Pipelining, PiecesGiveTheBitsOfWholeBlocks) {
-  const int n = std::get<0>(GetParam());
-  const Case& c = kCases[std::get<1>(GetParam())];
-  // Blocks of about 2500 values: 128-value buckets, uneven last pieces.
-  const size_t count = 2500 * static_cast<size_t>(n) + 17;
-  const Outcome whole = run(n, c, "0", count);
-  // 1000 bytes = 250 values, rounded up to a bucket multiple where needed.
-  const Outcome pieces = run(n, c, "1000", count);
+class Pipelining : public ::testing::TestWithParam<Param> {};
+
+// Every output and residual of `got` is the bits of `want`'s.
+void expect_same_bits(const Outcome& want, const Outcome& got, int n, const std::string& what) {
   for (int r = 0; r < n; ++r) {
     const auto ur = static_cast<size_t>(r);
-    ASSERT_EQ(whole.out[ur].size(), pieces.out[ur].size());
-    EXPECT_EQ(0, std::memcmp(whole.out[ur].data(), pieces.out[ur].data(),
-                             whole.out[ur].size() * sizeof(float)))
-        << c.name << ", rank " << r;
-    EXPECT_EQ(whole.residuals[ur], pieces.residuals[ur]) << c.name << ", rank " << r;
+    ASSERT_EQ(want.out[ur].size(), got.out[ur].size());
+    EXPECT_EQ(0, std::memcmp(want.out[ur].data(), got.out[ur].data(),
+                             want.out[ur].size() * sizeof(float)))
+        << what << ", rank " << r;
+    EXPECT_EQ(want.residuals[ur], got.residuals[ur]) << what << ", rank " << r;
   }
+}
+
+// Blocks of about 2500 values: 128-value buckets, uneven last pieces.
+size_t count_for(int n) { return 2500 * static_cast<size_t>(n) + 17; }
+
+// 1000 bytes = 250 values, rounded up to a bucket multiple where needed.
+const char kPieces[] = "1000";
+
+TEST_P(Pipelining, PiecesGiveTheBitsOfWholeBlocks) {
+  const qc_algorithm_t algorithm = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  const Case& c = kCases[std::get<2>(GetParam())];
+  const size_t count = count_for(n);
+  const Outcome whole = run(n, c, algorithm, "0", count);
+  const Outcome pieces = run(n, c, algorithm, kPieces, count);
+  expect_same_bits(whole, pieces, n, c.name);
   // Pieces are messages of their own (more headers), except where the codec
   // may not be cut: then nothing changes at all.
   if (c.codec == QC_CODEC_TOPK) {
@@ -126,13 +144,29 @@ TEST_P(Pipelining, PiecesGiveTheBitsOfWholeBlocks) {
   }
 }
 
+// sendbuf == recvbuf: the schedule reads its input where it writes its
+// result, whole and in pieces; the bits of the out-of-place call.
+TEST_P(Pipelining, InPlaceGivesTheBitsOfOutOfPlace) {
+  const qc_algorithm_t algorithm = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  const Case& c = kCases[std::get<2>(GetParam())];
+  const size_t count = count_for(n);
+  const Outcome apart = run(n, c, algorithm, "0", count);
+  const Outcome whole = run(n, c, algorithm, "0", count, /*in_place=*/true);
+  const Outcome pieces = run(n, c, algorithm, kPieces, count, /*in_place=*/true);
+  expect_same_bits(apart, whole, n, std::string(c.name) + " in place, whole");
+  expect_same_bits(apart, pieces, n, std::string(c.name) + " in place, in pieces");
+  EXPECT_EQ(whole.wire, apart.wire) << c.name << ": in place changed the messages";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     CodecsAndRanks, Pipelining,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4, 7),
+    ::testing::Combine(::testing::Values(QC_ALGO_SRA, QC_ALGO_RING),
+                       ::testing::Values(1, 2, 3, 4, 7),
                        ::testing::Range(size_t{0}, sizeof(kCases) / sizeof(kCases[0]))),
-    [](const ::testing::TestParamInfo<std::tuple<int, size_t>>& i) {
-      return std::string(kCases[std::get<1>(i.param)].name) + "_n" +
-             std::to_string(std::get<0>(i.param));
+    [](const ::testing::TestParamInfo<Param>& i) {
+      return std::string(std::get<0>(i.param) == QC_ALGO_SRA ? "sra_" : "ring_") +
+             kCases[std::get<2>(i.param)].name + "_n" + std::to_string(std::get<1>(i.param));
     });
 
 // A chunk so small that a block would be thousands of pieces is raised
@@ -140,12 +174,14 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(PipeliningLimits, TinyChunksAreRaisedAndStillExact) {
   const Case& c = kCases[0];
   const size_t count = 300000;
-  const Outcome whole = run(3, c, "0", count);
-  const Outcome tiny = run(3, c, "4", count);
-  for (size_t r = 0; r < 3; ++r) {
-    EXPECT_EQ(0, std::memcmp(whole.out[r].data(), tiny.out[r].data(),
-                             whole.out[r].size() * sizeof(float)))
-        << "rank " << r;
+  for (qc_algorithm_t algorithm : {QC_ALGO_SRA, QC_ALGO_RING}) {
+    const Outcome whole = run(3, c, algorithm, "0", count);
+    const Outcome tiny = run(3, c, algorithm, "4", count);
+    for (size_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(0, std::memcmp(whole.out[r].data(), tiny.out[r].data(),
+                               whole.out[r].size() * sizeof(float)))
+          << "algorithm " << algorithm << ", rank " << r;
+    }
   }
 }
 
