@@ -95,9 +95,10 @@ bool parse_cpu_isa(const char* text, int* out);
     "started. MPI communicators below MPI_THREAD_MULTIPLE never start one.")                  \
   X(pipeline_chunk, "QC_PIPELINE_CHUNK", size, size_t, ::qc::parse_byte_size, "128K",         \
     ">= 0 bytes, optional suffix K, M or G (times 1024, 1024^2, 1024^3)",                      \
-    "Host SRA and alltoall cut blocks larger than this (in float32 bytes, rounded up to the "  \
-    "codec's bucket) into pieces whose encode, transfer and decode overlap; the results are "  \
-    "the same bits. 0: whole blocks. Top-k and fused (segments) calls are never cut.")
+    "Host SRA, ring and alltoall cut blocks larger than this (in float32 bytes, rounded up "   \
+    "to the codec's bucket) into pieces whose encode, transfer and decode overlap; the "       \
+    "results are the same bits. 0: whole blocks. Top-k and fused (segments) calls are never " \
+    "cut.")
 
 // One variable as read: set only when the text parsed; raw is kept even when
 // it did not, so qc-info can show what was wrong.
