@@ -9,6 +9,7 @@
 #include "core/call_stats.h"
 #include "core/dtype.h"
 #include "core/error_buffer.h"
+#include "core/executors/input_norm.h"
 #include "core/planner.h"
 #include "core/policy.h"
 #include "core/residual_binding.h"
@@ -95,14 +96,17 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && algorithm == QC_ALGO_SRA;
   const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
   if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), count);
-  const auto layers = one_layer(layer, count, count * dtype_size(dtype),
-                                squared_norm(input, count));
+  // SRA's float32 input is the caller's, which nothing writes during the
+  // call: its norm is summed while the call waits for transfers
+  // (input_norm.h). The others reduce in `input` itself: measured first.
+  InputNorm input_norm(input, count);
+  const bool norm_while_waiting = read_in_place;
+  auto layers = one_layer(layer, count, count * dtype_size(dtype),
+                          norm_while_waiting ? 0.0 : input_norm.finish());
   bool refresh = true;
   ScaleMemory* scales = scale_memory_for(comm->scale_memory, CollectiveKind::kAllreduce, layer,
                                          signature, policy, &refresh);
-  Status status = run_collective(comm, *codec, with_refresh(signature, scales, refresh),
-                                 count * dtype_size(dtype), layers,
-                                 [&](CollectiveContext& ctx) -> Status {
+  auto run_algorithm = [&](CollectiveContext& ctx) -> Status {
     ctx.set_seed(policy.seed);
     if (feedback) ctx.set_residual(residual.data(), count);
     if (committed != nullptr) ctx.set_residual_source(committed);
@@ -125,6 +129,15 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
     }
     return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
                             count, policy.bits, scales, refresh);
+  };
+  Status status = run_collective(comm, *codec, with_refresh(signature, scales, refresh),
+                                 count * dtype_size(dtype), layers,
+                                 [&](CollectiveContext& ctx) -> Status {
+    if (norm_while_waiting) ctx.set_input_norm(&input_norm);
+    Status s = run_algorithm(ctx);
+    // Booked after this returns, failed or not.
+    if (norm_while_waiting) layers[0].sq_norm = input_norm.finish();
+    return s;
   });
   QC_RETURN_IF_ERROR(status);
   if (scales != nullptr) scales->calls += 1;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/codecs/codec.h"
+#include "core/executors/input_norm.h"
 #include "core/transports/transport.h"
 
 namespace qc {
@@ -145,6 +146,14 @@ class CollectiveContext {
   void set_residual_source(const float* committed);
   void load_untouched_residuals();
   static constexpr size_t kResidualUnit = 4096;
+
+  // The input's norm, measured a slice at a time while this call waits
+  // for transfers (input_norm.h); the caller finishes it.
+  void set_input_norm(InputNorm* norm) { input_norm_ = norm; }
+  // Before a wait: one slice of such work, if any is left.
+  void work_while_waiting() {
+    if (input_norm_ != nullptr) input_norm_->step();
+  }
 
   // Scale reuse for this call: with refresh, encode() computes scales and
   // keeps a copy of each message in *memory; without, encode i reuses the
@@ -287,6 +296,7 @@ class CollectiveContext {
   float* residual_ = nullptr;
   size_t residual_count_ = 0;
   const float* residual_source_ = nullptr;  // set_residual_source's; null: loaded
+  InputNorm* input_norm_ = nullptr;
   ScaleMemory* scale_memory_ = nullptr;
   bool scale_refresh_ = false;
   DeviceValues device_;

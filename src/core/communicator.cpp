@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "cpu/codec_kernels.h"
+#include "core/executors/input_norm.h"
 
 namespace qc {
 namespace {
@@ -21,8 +21,8 @@ Status check_healthy(const Communicator* comm) {
 }
 
 double squared_norm(const float* x, size_t count) {
-  // The kernels' fixed order (cpu/codec_kernels.h): the same bits on every ISA.
-  return cpu::kernels().squared_norm(x, count);
+  // InputNorm's slices and order, wherever the slices run.
+  return InputNorm::of(x, count);
 }
 
 }  // namespace qc

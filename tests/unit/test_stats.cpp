@@ -1,4 +1,6 @@
 // Every call is accounted: qc_comm_get_stats after a known series of calls.
+#include <cstring>
+
 #include "test_util.h"
 
 using namespace qct;
@@ -217,6 +219,32 @@ TEST(LayerStats, ErrorEstimateTracksTheWidth) {
     EXPECT_GT(e, 0.0) << bits;
     EXPECT_LT(e, previous / 2) << bits << " bits should at least halve the error";
     previous = e;
+  }
+}
+
+// SRA sums its float32 input's norm a slice at a time while it waits for
+// transfers (core/executors/input_norm.h); ring measures it before it
+// starts. Same input, same number, to the bit: the slices are summed in
+// one order whenever they run. A tensor of several slices, in pieces.
+TEST(LayerStats, NormMeasuredWhileWaitingIsTheSameNumber) {
+  const int n = 3;
+  const size_t count = 3 * 2 * 65536 + 1001;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  for (qc_algorithm_t algo : {QC_ALGO_SRA, QC_ALGO_RING}) {
+    qc_policy_t p = make_policy(algo);
+    p.codec = QC_CODEC_MINMAX;
+    ASSERT_EQ(g.set_policy(algo == QC_ALGO_SRA ? "sra" : "ring", p), QC_SUCCESS);
+  }
+  const auto in = encode_all(random_inputs(n, count, 11), QC_DTYPE_FLOAT32);
+  ASSERT_TRUE(allreduce_on(g, in, count, QC_DTYPE_FLOAT32, QC_OP_SUM, "sra").all_ok());
+  ASSERT_TRUE(allreduce_on(g, in, count, QC_DTYPE_FLOAT32, QC_OP_SUM, "ring").all_ok());
+  for (int r = 0; r < n; ++r) {
+    const double sra = layer_stats_of(g[r], "sra").mean_sq_norm;
+    const double ring = layer_stats_of(g[r], "ring").mean_sq_norm;
+    EXPECT_GT(sra, 0.0) << "rank " << r;
+    EXPECT_EQ(0, std::memcmp(&sra, &ring, sizeof sra))
+        << "rank " << r << ": SRA " << sra << ", ring " << ring;
   }
 }
 

@@ -97,7 +97,10 @@ class HostRun {
                                 st.values.count);
       case StepKind::kSend: return post_send(st);
       case StepKind::kRecv: return post_recv(st);
-      case StepKind::kWait: return wait(st.group);
+      case StepKind::kWait:
+        // The transfers are in flight: a slice of the call's own work first.
+        ctx_.work_while_waiting();
+        return wait(st.group);
     }
     return internal_error("unknown schedule step");
   }
