@@ -174,6 +174,7 @@ class QcStats(ctypes.Structure):
         ("wire_bytes", c_uint64),
         ("codec_seconds", c_double),
         ("transport_seconds", c_double),
+        ("codec_seconds_in_flight", c_double),
     ]
 
 

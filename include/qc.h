@@ -338,6 +338,11 @@ QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_er
  * codec_seconds / transport_seconds: wall time in codecs / sending and waiting.
  *   For a call enqueued on a stream (NCCL, device buffers) they are the time
  *   spent enqueuing, not the GPU's: time that work with CUDA events.
+ * codec_seconds_in_flight: the part of codec_seconds spent while this rank
+ *   had transfers of the call posted and not yet awaited, i.e. codec work
+ *   that overlapped its transfers (pipelining, docs/nonblocking.md) rather
+ *   than running before or after them. An upper bound on the codec time
+ *   hidden behind the wire: a transfer may finish before it is awaited.
  */
 typedef struct qc_stats {
   size_t struct_size;  /* set by the caller: sizeof(qc_stats_t) */
@@ -346,6 +351,9 @@ typedef struct qc_stats {
   uint64_t wire_bytes;
   double codec_seconds;
   double transport_seconds;
+  /* --- appended after the first layout: a struct_size that ends before a
+     field leaves that field unwritten --- */
+  double codec_seconds_in_flight;
 } qc_stats_t;
 
 /** Copy the counters into *stats; stats->struct_size must be set. */

@@ -110,6 +110,7 @@ module qc_c_api
     integer(c_int64_t) :: wire_bytes = 0_c_int64_t
     real(c_double) :: codec_seconds = 0.0_c_double
     real(c_double) :: transport_seconds = 0.0_c_double
+    real(c_double) :: codec_seconds_in_flight = 0.0_c_double
   end type qc_stats_t
 
   ! qc_layer_stats_t

@@ -273,6 +273,7 @@ typedef struct qc_stats {
   uint64_t wire_bytes;
   double codec_seconds;
   double transport_seconds;
+  double codec_seconds_in_flight;
 } qc_stats_t;
 
 typedef struct qc_layer_stats {

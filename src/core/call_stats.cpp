@@ -25,6 +25,7 @@ void book_call(Communicator* comm, const Codec& codec, const CollectiveContext& 
   comm->stats.wire_bytes += c.wire_bytes;
   comm->stats.codec_seconds += c.codec_seconds;
   comm->stats.transport_seconds += c.transport_seconds;
+  comm->stats.codec_seconds_in_flight += c.codec_seconds_in_flight;
   for (const LayerShare& share : layers) {
     qc_layer_stats_t& ls = comm->layer_stats[share.name];
     ls.struct_size = sizeof(qc_layer_stats_t);

@@ -85,7 +85,7 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
     error_sq_ = err;
     signal_sq_ = sig;
   }
-  counters_.codec_seconds += seconds_since(start);
+  count_codec(start);
   return s;
 }
 
@@ -105,6 +105,12 @@ Status CollectiveContext::residual_slots(uint64_t element_offset, size_t count,
   }
   *slots = residual_ + element_offset;
   return Status::ok();
+}
+
+void CollectiveContext::count_codec(Clock::time_point start) {
+  const double seconds = seconds_since(start);
+  counters_.codec_seconds += seconds;
+  if (in_flight_ > 0) counters_.codec_seconds_in_flight += seconds;
 }
 
 void CollectiveContext::set_residual_source(const float* committed) {
@@ -156,7 +162,7 @@ Status CollectiveContext::decode(const uint8_t* data, size_t size, float* dst, s
   if (device_.codec != nullptr) return decode_on_device(data, size, dst, count, false);
   const auto start = Clock::now();
   Status s = codec_.decode(data, size, dst, count);
-  counters_.codec_seconds += seconds_since(start);
+  count_codec(start);
   return s;
 }
 
@@ -165,7 +171,7 @@ Status CollectiveContext::decode_accumulate(const uint8_t* data, size_t size, fl
   if (device_.codec != nullptr) return decode_on_device(data, size, dst, count, true);
   const auto start = Clock::now();
   Status s = codec_.decode_accumulate(data, size, dst, count);
-  counters_.codec_seconds += seconds_since(start);
+  count_codec(start);
   return s;
 }
 
@@ -238,7 +244,7 @@ Status CollectiveContext::encode_payload(const float* src, size_t count, uint64_
                                      device_.stream);
     if (!s) return device_failure("encode its values on the device", s);
   }
-  counters_.codec_seconds += seconds_since(start);
+  count_codec(start);
   return Status::ok();
 }
 
@@ -254,7 +260,7 @@ Status CollectiveContext::decode_payload(const uint8_t* payload, float* dst, siz
     Status s = device_.codec->decode(codec_, h, payload, dst, accumulate, device_.stream);
     if (!s) return device_failure("decode a message on the device", s);
   }
-  counters_.codec_seconds += seconds_since(start);
+  count_codec(start);
   return Status::ok();
 }
 
@@ -290,7 +296,7 @@ Status CollectiveContext::encode_on_device(const float* src, size_t count,
     Status s = device_.mem->to_host(msg->payload() + kWireHeaderBytes, device_.payload,
                                     h.payload_bytes, device_.stream);
     if (!s) return device_failure("encode its values on the device", s);
-    counters_.codec_seconds += seconds_since(start);
+    count_codec(start);
   }
   msg->set_payload_size(size);
   return Status::ok();
@@ -324,7 +330,7 @@ Status CollectiveContext::decode_on_device(const uint8_t* data, size_t size, flo
                                       want.payload_bytes, device_.stream);
     if (!s) return device_failure("decode a message on the device", s);
   }
-  counters_.codec_seconds += seconds_since(start);
+  count_codec(start);
   return decode_payload(device_.payload, dst, count, accumulate);
 }
 
@@ -350,11 +356,14 @@ Status CollectiveContext::post_send(int peer, uint32_t step, Message* msg, size_
   Status s = transport_.post_send(peer, tag(step), env, bytes, kEnvelopeBytes + frame, req);
   counters_.wire_bytes += bytes;
   counters_.transport_seconds += seconds_since(start);
+  if (s) ++in_flight_;
   return s;
 }
 
 Status CollectiveContext::post_recv(int peer, uint32_t step, Message* msg, Request* req) {
-  return transport_.post_recv(peer, tag(step), msg->bytes_.data(), msg->bytes_.size(), req);
+  Status s = transport_.post_recv(peer, tag(step), msg->bytes_.data(), msg->bytes_.size(), req);
+  if (s) ++in_flight_;
+  return s;
 }
 
 Status CollectiveContext::check_envelope(const Message& msg, size_t received, int peer,
@@ -391,6 +400,7 @@ Status CollectiveContext::wait(Request* reqs, size_t count, Message* const* recv
   const auto start = Clock::now();
   Status s = transport_.wait_all(reqs, count, deadline_);
   counters_.transport_seconds += seconds_since(start);
+  in_flight_ -= count < in_flight_ ? count : in_flight_;
   QC_RETURN_IF_ERROR(s);
   size_t r = 0;
   for (size_t i = 0; i < count && r < recv_count; ++i) {

@@ -94,6 +94,7 @@ struct CallCounters {
   uint64_t wire_bytes = 0;
   double codec_seconds = 0;
   double transport_seconds = 0;
+  double codec_seconds_in_flight = 0;  // of codec_seconds, with transfers posted
 };
 
 class CollectiveContext {
@@ -274,6 +275,8 @@ class CollectiveContext {
   // The residuals of elements [element_offset, +count), or null without
   // error feedback; an internal error outside the buffer.
   Status residual_slots(uint64_t element_offset, size_t count, float** slots);
+  // Books codec work that began at `start` (and whether it overlapped transfers).
+  void count_codec(Clock::time_point start);
   void load_residual_unit(size_t unit);
   Status decode_on_device(const uint8_t* data, size_t size, float* dst, size_t count,
                           bool accumulate);
@@ -297,6 +300,7 @@ class CollectiveContext {
   size_t residual_count_ = 0;
   const float* residual_source_ = nullptr;  // set_residual_source's; null: loaded
   InputNorm* input_norm_ = nullptr;
+  size_t in_flight_ = 0;  // transfers posted and not yet awaited
   ScaleMemory* scale_memory_ = nullptr;
   bool scale_refresh_ = false;
   DeviceValues device_;

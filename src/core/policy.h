@@ -13,7 +13,7 @@ namespace qc {
 // The first released layouts; a struct_size below these is rejected.
 constexpr size_t kPolicyV0Size = offsetof(qc_policy_t, min_compress_bytes);
 constexpr size_t kCommConfigV0Size = sizeof(qc_comm_config_t);
-constexpr size_t kStatsV0Size = sizeof(qc_stats_t);
+constexpr size_t kStatsV0Size = offsetof(qc_stats_t, codec_seconds_in_flight);
 
 qc_policy_t default_policy();
 qc_comm_config_t default_comm_config();

@@ -352,8 +352,17 @@ static void test_comm_get_stats_struct_size(void** state) {
   QCT_INVALID(qc_comm_get_stats(comm, &big.stats), "qc_comm_get_stats", "struct_size");
   big.stats.struct_size = 1;
   QCT_INVALID(qc_comm_get_stats(comm, &big.stats), "qc_comm_get_stats", "struct_size");
-  big.stats.struct_size = sizeof(qc_stats_t) - 1;
+  /* one byte short of the first layout (up to transport_seconds) */
+  big.stats.struct_size = offsetof(qc_stats_t, codec_seconds_in_flight) - 1;
   QCT_INVALID(qc_comm_get_stats(comm, &big.stats), "qc_comm_get_stats", "struct_size");
+  /* the first layout: its fields written, the appended one not */
+  memset(&big, 0x5A, sizeof big);
+  big.stats.struct_size = offsetof(qc_stats_t, codec_seconds_in_flight);
+  QCT_OK(qc_comm_get_stats(comm, &big.stats));
+  assert_int_equal(big.stats.struct_size, offsetof(qc_stats_t, codec_seconds_in_flight));
+  for (i = 0; i < sizeof(double); ++i) {
+    assert_int_equal(((const unsigned char*)&big.stats.codec_seconds_in_flight)[i], 0x5A);
+  }
   big.stats.struct_size = sizeof(qc_stats_t) + 8;
   QCT_FAILS(qc_comm_get_stats(comm, &big.stats), QC_ERROR_VERSION, "qc_comm_get_stats",
             "struct_size");

@@ -54,13 +54,14 @@ int main(void) {
   FIELD(qc_comm_config_t, nccl_comm, 24);
   FIELD(qc_comm_config_t, timeout_seconds, 32);
 
-  SIZE(qc_stats_t, 48);
+  SIZE(qc_stats_t, 56);
   FIELD(qc_stats_t, struct_size, 0);
   FIELD(qc_stats_t, calls, 8);
   FIELD(qc_stats_t, logical_bytes, 16);
   FIELD(qc_stats_t, wire_bytes, 24);
   FIELD(qc_stats_t, codec_seconds, 32);
   FIELD(qc_stats_t, transport_seconds, 40);
+  FIELD(qc_stats_t, codec_seconds_in_flight, 48);
 
   SIZE(qc_layer_stats_t, 72);
   FIELD(qc_layer_stats_t, struct_size, 0);

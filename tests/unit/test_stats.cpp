@@ -1,4 +1,5 @@
 // Every call is accounted: qc_comm_get_stats after a known series of calls.
+#include <cstdlib>
 #include <cstring>
 
 #include "test_util.h"
@@ -245,6 +246,35 @@ TEST(LayerStats, NormMeasuredWhileWaitingIsTheSameNumber) {
     EXPECT_GT(sra, 0.0) << "rank " << r;
     EXPECT_EQ(0, std::memcmp(&sra, &ring, sizeof sra))
         << "rank " << r << ": SRA " << sra << ", ring " << ring;
+  }
+}
+
+// codec_seconds_in_flight: the codec time spent with transfers posted. A
+// pipelined SRA encodes piece c+1 while piece c is on the wire, so some of
+// its codec time overlaps; one rank posts no transfer at all.
+TEST(StatsMisc, CodecTimeInFlightIsPartOfTheCodecTime) {
+  for (int n : {1, 3}) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    ASSERT_EQ(setenv("QC_PIPELINE_CHUNK", "4K", 1), 0);
+    Group g(n);
+    unsetenv("QC_PIPELINE_CHUNK");
+    ASSERT_TRUE(g.ok());
+    qc_policy_t p = make_policy(QC_ALGO_SRA);
+    p.codec = QC_CODEC_MINMAX;
+    ASSERT_EQ(g.set_policy("*", p), QC_SUCCESS);
+    const size_t count = 3 * 8192 + 5;
+    const auto in = encode_all(random_inputs(n, count, 21), QC_DTYPE_FLOAT32);
+    ASSERT_TRUE(allreduce_on(g, in, count, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr).all_ok());
+    for (int r = 0; r < n; ++r) {
+      const qc_stats_t s = stats_of(g[r]);
+      EXPECT_GE(s.codec_seconds_in_flight, 0.0) << "rank " << r;
+      EXPECT_LE(s.codec_seconds_in_flight, s.codec_seconds) << "rank " << r;
+      if (n == 1) {
+        EXPECT_EQ(s.codec_seconds_in_flight, 0.0) << "one rank sends nothing";
+      } else {
+        EXPECT_GT(s.codec_seconds_in_flight, 0.0) << "rank " << r << ": no overlap counted";
+      }
+    }
   }
 }
 

@@ -182,6 +182,7 @@ struct RunResult {
   std::vector<double> wire_per_rank;  // per call
   double codec_us = 0;         // qc_stats codec_seconds per call, mean over ranks
   double transport_us = 0;     // qc_stats transport_seconds per call, mean over ranks
+  double hidden_codec_us = 0;  // qc_stats codec_seconds_in_flight per call, mean over ranks
 };
 
 RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
@@ -317,7 +318,7 @@ struct Row {
   uint64_t replica_diff = 0;
   double mpi_time_us = std::numeric_limits<double>::quiet_NaN();  // MPI_Allreduce, same size
   double speedup = std::numeric_limits<double>::quiet_NaN();      // mpi_time_us / time_us
-  double codec_us = 0, transport_us = 0;  // --profile
+  double codec_us = 0, transport_us = 0, hidden_codec_us = 0;  // --profile
   bool baseline = false;   // the MPI_Allreduce companion row (algo "mpi")
   int bits = 0;            // the row's policy bits (0: opt.policy's)
   bool error_feedback = false;

@@ -157,7 +157,7 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
     }
     if (it >= opt.warmup) dt[size_t(it - opt.warmup)] = std::chrono::duration<double>(t1 - t0).count();
   }
-  double stat[3] = {0, 0, 0};
+  double stat[4] = {0, 0, 0, 0};
   if (fail_st == QC_SUCCESS && started) {
     qc_status_t st = qc_comm_get_stats(comm, &after);
     if (st != QC_SUCCESS) {
@@ -166,6 +166,7 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
       stat[0] = double(after.wire_bytes - before.wire_bytes) / opt.iters;
       stat[1] = (after.codec_seconds - before.codec_seconds) / opt.iters;
       stat[2] = (after.transport_seconds - before.transport_seconds) / opt.iters;
+      stat[3] = (after.codec_seconds_in_flight - before.codec_seconds_in_flight) / opt.iters;
     }
   }
   qc_error_buffer_destroy(eb);
@@ -195,15 +196,16 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
     return res;
   }
   res.time_us = slowest_mean_us(dt);
-  std::vector<double> all(size_t(3) * n, 0.0);
-  MPI_Allgather(stat, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, MPI_COMM_WORLD);
+  std::vector<double> all(size_t(4) * n, 0.0);
+  MPI_Allgather(stat, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, MPI_COMM_WORLD);
   res.wire_per_rank.assign(n, 0.0);
   double w = 0;
   for (int r = 0; r < n; ++r) {
-    res.wire_per_rank[r] = all[size_t(r) * 3];
-    w += all[size_t(r) * 3];
-    res.codec_us += all[size_t(r) * 3 + 1] * 1e6 / n;
-    res.transport_us += all[size_t(r) * 3 + 2] * 1e6 / n;
+    res.wire_per_rank[r] = all[size_t(r) * 4];
+    w += all[size_t(r) * 4];
+    res.codec_us += all[size_t(r) * 4 + 1] * 1e6 / n;
+    res.transport_us += all[size_t(r) * 4 + 2] * 1e6 / n;
+    res.hidden_codec_us += all[size_t(r) * 4 + 3] * 1e6 / n;
   }
   res.wire_bytes = w / n;
   return res;

@@ -178,7 +178,7 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
   const int n = opt.nranks;
   const int total = opt.warmup + opt.iters;
   std::vector<double> dt(size_t(opt.iters) * n, 0.0);
-  std::vector<double> wire(n, 0.0), codec_s(n, 0.0), xport_s(n, 0.0);
+  std::vector<double> wire(n, 0.0), codec_s(n, 0.0), xport_s(n, 0.0), hidden_s(n, 0.0);
   struct Failure {
     int order = -1;
     qc_status_t status = QC_SUCCESS;
@@ -279,6 +279,8 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
         wire[r] = double(after.wire_bytes - before.wire_bytes) / opt.iters;
         codec_s[r] = (after.codec_seconds - before.codec_seconds) / opt.iters;
         xport_s[r] = (after.transport_seconds - before.transport_seconds) / opt.iters;
+        hidden_s[r] =
+            (after.codec_seconds_in_flight - before.codec_seconds_in_flight) / opt.iters;
       }
     }
     qc_error_buffer_destroy(eb);
@@ -310,6 +312,7 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
   for (int r = 0; r < n; ++r) {
     res.codec_us += codec_s[r] * 1e6 / n;
     res.transport_us += xport_s[r] * 1e6 / n;
+    res.hidden_codec_us += hidden_s[r] * 1e6 / n;
   }
   return res;
 }

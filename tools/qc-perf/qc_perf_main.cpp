@@ -62,8 +62,10 @@ void usage(std::FILE* out) {
 "                          under mpirun; -n must be omitted or equal the MPI\n"
 "                          size; adds an MPI_Allreduce row per size and a\n"
 "                          speedup column)\n"
-"      --profile           add columns codec(us) / xport(us): qc_stats\n"
-"                          codec_seconds / transport_seconds per call\n"
+"      --profile           add columns codec(us) / hidden(us) / xport(us): qc_stats\n"
+"                          codec_seconds / codec_seconds_in_flight (codec\n"
+"                          time that overlapped transfers) / transport_seconds\n"
+"                          per call\n"
 "      --device            CUDA device buffers and a stream per rank (local\n"
 "                          transport; copies before and after a row are not\n"
 "                          timed); QC_DEVICE_CODEC=0 times whole-buffer staging\n"
@@ -636,6 +638,7 @@ int run_sweep(const Options& opt) {
             row.wire = rr.wire_bytes;
             row.codec_us = rr.codec_us;
             row.transport_us = rr.transport_us;
+            row.hidden_codec_us = rr.hidden_codec_us;
             row.mpi_time_us = mpi_us;
             row.speedup = rr.time_us > 0 ? mpi_us / rr.time_us
                                          : std::numeric_limits<double>::quiet_NaN();

@@ -941,7 +941,8 @@ class Comm:
     # ---- statistics ----
     def stats(self) -> Dict[str, Union[int, float]]:
         """Counters of this rank since creation: calls, logical_bytes,
-        wire_bytes, codec_seconds, transport_seconds (qc_stats_t)."""
+        wire_bytes, codec_seconds, transport_seconds, codec_seconds_in_flight
+        (qc_stats_t; the last is the codec time that overlapped transfers)."""
         return self._h.stats()
 
     def layer_names(self) -> List[str]:

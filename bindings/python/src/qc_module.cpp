@@ -574,6 +574,7 @@ py::dict stats_dict(const qc_stats_t& s) {
   d["wire_bytes"] = s.wire_bytes;
   d["codec_seconds"] = s.codec_seconds;
   d["transport_seconds"] = s.transport_seconds;
+  d["codec_seconds_in_flight"] = s.codec_seconds_in_flight;
   return d;
 }
 

@@ -326,7 +326,8 @@ def test_layer_policies_and_preset():
 
 def test_stats_move(local3):
     before = [c.stats() for c in local3]
-    assert set(before[0]) == {"calls", "logical_bytes", "wire_bytes", "codec_seconds", "transport_seconds"}
+    assert set(before[0]) == {"calls", "logical_bytes", "wire_bytes", "codec_seconds", "transport_seconds",
+                              "codec_seconds_in_flight"}
     xs = [np.ones(4096, np.float32) for _ in range(3)]
     check_ok(run_ranks(local3, lambda c: c.allreduce(xs[c.rank], layer="fc.weight")))
     check_ok(run_ranks(local3, lambda c: c.allreduce(xs[c.rank])))

@@ -569,7 +569,8 @@ end
     QC.stats(comm) -> NamedTuple
 
 This rank's counters since the communicator was created:
-`(calls, logical_bytes, wire_bytes, codec_seconds, transport_seconds)`.
+`(calls, logical_bytes, wire_bytes, codec_seconds, transport_seconds,
+codec_seconds_in_flight)`; the last is the codec time that overlapped transfers.
 """
 function stats(c::Comm)
     r = Ref(qc_stats_t())
@@ -577,7 +578,8 @@ function stats(c::Comm)
     s = r[]
     return (calls = Int(s.calls), logical_bytes = Int(s.logical_bytes),
             wire_bytes = Int(s.wire_bytes), codec_seconds = Float64(s.codec_seconds),
-            transport_seconds = Float64(s.transport_seconds))
+            transport_seconds = Float64(s.transport_seconds),
+            codec_seconds_in_flight = Float64(s.codec_seconds_in_flight))
 end
 
 """

@@ -145,14 +145,16 @@ struct qc_stats_t
     wire_bytes::UInt64
     codec_seconds::Cdouble
     transport_seconds::Cdouble
+    codec_seconds_in_flight::Cdouble
 end
 qc_stats_t(; struct_size=Csize_t(sizeof(qc_stats_t)),
     calls=zero(UInt64),
     logical_bytes=zero(UInt64),
     wire_bytes=zero(UInt64),
     codec_seconds=zero(Cdouble),
-    transport_seconds=zero(Cdouble)) =
-    qc_stats_t(struct_size, calls, logical_bytes, wire_bytes, codec_seconds, transport_seconds)
+    transport_seconds=zero(Cdouble),
+    codec_seconds_in_flight=zero(Cdouble)) =
+    qc_stats_t(struct_size, calls, logical_bytes, wire_bytes, codec_seconds, transport_seconds, codec_seconds_in_flight)
 
 # qc_layer_stats_t
 struct qc_layer_stats_t

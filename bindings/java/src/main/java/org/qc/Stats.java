@@ -7,6 +7,7 @@ public final class Stats {
   private final long wireBytes;
   private final double codecSeconds;
   private final double transportSeconds;
+  private final double codecSecondsInFlight;
 
   Stats(StatsStruct s) {
     calls = s.getCalls();
@@ -14,6 +15,7 @@ public final class Stats {
     wireBytes = s.getWire_bytes();
     codecSeconds = s.getCodec_seconds();
     transportSeconds = s.getTransport_seconds();
+    codecSecondsInFlight = s.getCodec_seconds_in_flight();
   }
 
   /** Collectives completed. */
@@ -24,10 +26,13 @@ public final class Stats {
   public long wireBytes() { return wireBytes; }
   public double codecSeconds() { return codecSeconds; }
   public double transportSeconds() { return transportSeconds; }
+  /** The part of codecSeconds spent while transfers were in flight (overlapped). */
+  public double codecSecondsInFlight() { return codecSecondsInFlight; }
 
   @Override
   public String toString() {
     return "Stats{calls=" + calls + ", logicalBytes=" + logicalBytes + ", wireBytes=" + wireBytes
-        + ", codecSeconds=" + codecSeconds + ", transportSeconds=" + transportSeconds + "}";
+        + ", codecSeconds=" + codecSeconds + ", transportSeconds=" + transportSeconds
+        + ", codecSecondsInFlight=" + codecSecondsInFlight + "}";
   }
 }
