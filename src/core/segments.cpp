@@ -70,17 +70,23 @@ Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* re
   const ErrorBufferGrid grid{algorithm, kFusedGridCodec, static_cast<int>(layout & 0x7fffffff),
                             static_cast<int>((layout >> 32) & 0x7fffffff),
                             algorithm == QC_ALGO_RECURSIVE_DOUBLING ? group_size : 0};
+  // Loaded as the encodes touch them (allreduce_host.cpp does the same).
+  const float* committed = nullptr;
   if (feedback) {
     QC_RETURN_IF_ERROR(load_residuals(comm, *error_buffer, grid, total,
-                                      "fused call of " + std::to_string(nsegments) + " layers"));
+                                      "fused call of " + std::to_string(nsegments) + " layers",
+                                      &committed));
   }
 
   std::vector<float>& work = comm->work;
   work.resize(total);
-  cpu::to_float32(sendbuf, dtype, work.data(), total);
+  // SRA reads float32 input where it is; the others reduce in a copy.
+  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && algorithm == QC_ALGO_SRA;
+  const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
+  if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), total);
   double weights = 0;
   for (size_t i = 0; i < nsegments; ++i) {
-    shares[i].sq_norm = squared_norm(work.data() + segments[i].begin, counts[i]);
+    shares[i].sq_norm = squared_norm(input + segments[i].begin, counts[i]);
     shares[i].weight =
         counts[i] == 0 ? 0.0 : double(segments[i].codec->max_encoded_size(counts[i]));
     weights += shares[i].weight;
@@ -90,7 +96,10 @@ Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* re
   Status status = run_collective(comm, codec, signature, total * item, shares,
                                  [&](CollectiveContext& ctx) -> Status {
     if (feedback) ctx.set_residual(residual.data(), total);
-    return run_allreduce(ctx, algorithm, work.data(), total, group_size);
+    if (committed != nullptr) ctx.set_residual_source(committed);
+    QC_RETURN_IF_ERROR(run_allreduce(ctx, algorithm, input, work.data(), total, group_size));
+    ctx.load_untouched_residuals();
+    return Status::ok();
   });
   QC_RETURN_IF_ERROR(status);
   if (feedback) commit_residuals(comm, error_buffer, grid);

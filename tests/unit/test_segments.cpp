@@ -191,6 +191,46 @@ std::vector<float> residuals(qc_error_buffer_t eb, size_t count) {
   return e;
 }
 
+// Error feedback's books over several fused calls on a buffer of several of
+// the units its residuals are loaded in (collective_context.h): the sum of
+// the outputs plus every rank's final residuals is the sum of the inputs.
+TEST_P(Segments, ErrorFeedbackBooksBalanceOverCalls) {
+  const int n = 3;
+  const std::vector<size_t> counts = {5000, 3000, 4321};
+  const size_t total = 5000 + 3000 + 4321;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  qc_policy_t ef = policy(QC_CODEC_ONEBIT, 1, GetParam());
+  ef.error_feedback = 1;
+  ASSERT_EQ(g.set_policy("*", ef), QC_SUCCESS);
+  std::vector<qc_error_buffer_t> ebs(n, nullptr);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(qc_error_buffer_create(g[r], total, &ebs[r]), QC_SUCCESS);
+  std::vector<double> lhs(total, 0.0), rhs(total, 0.0);
+  double scale = 0.0;
+  const int calls = 4;
+  for (int t = 0; t < calls; ++t) {
+    const auto in = random_inputs(n, total, 50 + static_cast<uint64_t>(t));
+    const auto res = fused_on(g, in, counts, {"a", "b", "c"}, &ebs);
+    ASSERT_TRUE(res.all_ok()) << qc_last_error();
+    for (size_t i = 0; i < total; ++i) {
+      lhs[i] += res.out[0][i];
+      scale = std::max(scale, std::fabs(static_cast<double>(res.out[0][i])));
+      for (int r = 0; r < n; ++r) rhs[i] += in[static_cast<size_t>(r)][i];
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    const std::vector<float> e = residuals(ebs[r], total);
+    for (size_t i = 0; i < total; ++i) {
+      lhs[i] += e[i];
+      scale = std::max(scale, std::fabs(static_cast<double>(e[i])));
+    }
+  }
+  double worst = 0.0;
+  for (size_t i = 0; i < total; ++i) worst = std::max(worst, std::fabs(lhs[i] - rhs[i]));
+  EXPECT_LE(worst, 8.0 * FLT_EPSILON * scale * n * calls) << "bookkeeping broken";
+  for (auto eb : ebs) qc_error_buffer_destroy(eb);
+}
+
 // qc.h: a policy change "applies from the next collective on". A layer
 // switched from 4-bit minmax to codec none between two fused calls comes out
 // exact in the second, and switched back it is quantized as in the first.
