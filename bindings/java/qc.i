@@ -14,8 +14,8 @@
  *     QC_SUCCESS. `ret` runs after `freearg`, i.e. after every JNI array or
  *     string has been released, so the throw never happens inside a critical
  *     region (this file uses no critical regions at all).
- *   - Handles (qc_comm_t, qc_error_buffer_t) travel as Java `long`; the Java
- *     classes own them.
+ *   - Handles (qc_comm_t, qc_error_buffer_t, qc_request_t) travel as Java
+ *     `long`; the Java classes own them.
  *   - Bulk data travels only through DIRECT java.nio buffers (`void* DIRECT`),
  *     whose address is handed to C: zero-copy, and safe for calls that block
  *     (collectives), unlike GetPrimitiveArrayCritical. Java checks sizes,
@@ -146,8 +146,10 @@ typedef qc_status_t qc_rc;
 %enddef
 typedef struct qc_comm_s* qc_comm_t;
 typedef struct qc_error_buffer_s* qc_error_buffer_t;
+typedef struct qc_request_s* qc_request_t;
 QCJ_HANDLE(qc_comm_t)
 QCJ_HANDLE(qc_error_buffer_t)
+QCJ_HANDLE(qc_request_t)
 
 /* ---- direct java.nio buffers (zero-copy) -------------------------------- */
 %typemap(jni) void* DIRECT, const void* DIRECT "jobject"
@@ -415,6 +417,12 @@ qc_rc qc_error_buffer_load(qc_error_buffer_t error_buffer, const void* src, size
 
 qc_rc qc_decode(const void* src, size_t size, void* dst, size_t count, qc_dtype_t dtype);
 
+/* Requests (qc.h section 6). test: *out is 1 once done, and the status is
+ * then the collective's (thrown); wait blocks, with no lock held here. */
+qc_rc qc_request_test(qc_request_t request, int* out);
+qc_rc qc_request_wait(qc_request_t request);
+qc_rc qc_request_free(qc_request_t request);
+
 /* ---- small C helpers where the C signature does not map directly -------- */
 %inline %{
 /* qc_comm_create_local(_with_config): the handles come back in handles[].
@@ -581,6 +589,48 @@ qc_rc qcj_allreduce_segments(qc_comm_t comm, const void* sendbuf, void* recvbuf,
   st = qc_allreduce_segments(comm, sendbuf, recvbuf, (size_t)nlongs, counts,
                              (const char* const*)names, dtype, op, error_buffer, NULL);
   free(counts);
+  return st;
+}
+
+/* ---- non-blocking collectives: the request handle comes back in *out ---- */
+/* The buffers' addresses go to a task that runs after this returns: the
+ * Java Request keeps their java.nio objects reachable until it is done. */
+qc_rc qcj_iallreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                     qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                     qc_error_buffer_t error_buffer, long long* out) {
+  qc_request_t request = NULL;
+  qc_status_t st = qc_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer,
+                                 &request);
+  *out = (long long)(intptr_t)request;
+  return st;
+}
+
+/* As qcj_allreduce_segments; qc copies counts and layers at the start. */
+qc_rc qcj_iallreduce_segments(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                              const jlong* longs, int nlongs, char** names, int nnames,
+                              qc_dtype_t dtype, qc_reduce_op_t op,
+                              qc_error_buffer_t error_buffer, long long* out) {
+  qc_request_t request = NULL;
+  size_t* counts;
+  qc_status_t st;
+  int i;
+  (void)nnames;
+  *out = 0;
+  counts = (size_t*)calloc((size_t)nlongs + 1, sizeof(size_t));
+  if (counts == NULL) return QC_ERROR_OUT_OF_MEMORY;
+  for (i = 0; i < nlongs; ++i) counts[i] = (size_t)longs[i];
+  st = qc_iallreduce_segments(comm, sendbuf, recvbuf, (size_t)nlongs, counts,
+                              (const char* const*)names, dtype, op, error_buffer, &request);
+  free(counts);
+  *out = (long long)(intptr_t)request;
+  return st;
+}
+
+qc_rc qcj_ialltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                    qc_dtype_t dtype, const char* layer, long long* out) {
+  qc_request_t request = NULL;
+  qc_status_t st = qc_ialltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, &request);
+  *out = (long long)(intptr_t)request;
   return st;
 }
 %}

@@ -29,15 +29,30 @@ import java.nio.charset.StandardCharsets;
  * {@link Status#MISMATCH}, {@link Status#TIMEOUT}, {@link Status#TRANSPORT} or
  * {@link Status#CORRUPT_DATA} the communicator is broken and every later collective
  * fails the same way. Using a closed communicator throws {@link IllegalStateException}.
+ *
+ * <h2>Non-blocking collectives</h2>
+ * {@link #iallreduce}, {@link #iallreduceSegments} and {@link #ialltoall} take the
+ * arguments of the blocking calls (direct buffers only), start the call and return a
+ * {@link Request} at once. Requests run on the communicator's progress thread, one
+ * after another in the order they were started, which must be the same on every rank;
+ * each gives the blocking call's result bit for bit. See {@link Request} for who owns
+ * the buffers meanwhile.
  */
 public final class Comm implements AutoCloseable {
   private final NativeHandle handle;
+  private final OrphanedRequests orphans;
   private final int rank;
   private final int size;
   private FloatBuffer scratch; // float[] overloads (guarded by this)
 
   private Comm(long h, int rank, int size) {
-    this.handle = new NativeHandle(this, h, QcNative::qc_comm_destroy);
+    // A local, not the field: the Cleaner's action must not capture this Comm.
+    OrphanedRequests requests = new OrphanedRequests();
+    this.orphans = requests;
+    this.handle = new NativeHandle(this, h, comm -> {
+      QcNative.qc_comm_destroy(comm);
+      requests.communicatorDestroyed();
+    });
     this.rank = rank;
     this.size = size;
   }
@@ -114,6 +129,9 @@ public final class Comm implements AutoCloseable {
    * Release the communicator (a local operation; peers still waiting for this rank
    * fail with {@link Status#TRANSPORT}). Calling it again does nothing. If another
    * thread is inside a call on this communicator, waits for that call to return.
+   * Requests still outstanding get up to the communicator's timeout to complete;
+   * then they are ended ({@link Request#waitFor()} throws {@link Status#TRANSPORT}).
+   * Their {@link Request} objects stay valid until closed.
    */
   @Override
   public synchronized void close() {
@@ -174,13 +192,8 @@ public final class Comm implements AutoCloseable {
    */
   public void allreduce(FloatBuffer sendbuf, FloatBuffer recvbuf, ReduceOp op, String layer,
       ErrorBuffer errorBuffer) {
-    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
-    FloatBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
-    if (sendbuf == recvbuf && s.isReadOnly()) {
-      throw new IllegalArgumentException("qc: argument 'recvbuf' is read-only but qc writes into it");
-    }
-    checkRecv(s.remaining(), r.remaining());
-    allreduceRaw(s, r, s.remaining(), Dtype.FLOAT32, op, layer, errorBuffer);
+    FloatBuffer[] sr = checkPair(sendbuf, recvbuf);
+    allreduceRaw(sr[0], sr[1], sr[0].remaining(), Dtype.FLOAT32, op, layer, errorBuffer);
   }
 
   /**
@@ -189,13 +202,8 @@ public final class Comm implements AutoCloseable {
    */
   public void allreduce(ShortBuffer sendbuf, ShortBuffer recvbuf, Dtype dtype, ReduceOp op,
       String layer, ErrorBuffer errorBuffer) {
-    if (dtype != Dtype.FLOAT16 && dtype != Dtype.BFLOAT16) {
-      throw new IllegalArgumentException("qc: a ShortBuffer holds FLOAT16 or BFLOAT16, not " + dtype);
-    }
-    ShortBuffer s = Buffers.check(sendbuf, "sendbuf", false);
-    ShortBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
-    checkRecv(s.remaining(), r.remaining());
-    allreduceRaw(s, r, s.remaining(), dtype, op, layer, errorBuffer);
+    ShortBuffer[] sr = checkPair(sendbuf, recvbuf, dtype);
+    allreduceRaw(sr[0], sr[1], sr[0].remaining(), dtype, op, layer, errorBuffer);
   }
 
   /** In-place sum of {@code data} over all ranks; <b>copies</b> (see the class comment). */
@@ -268,48 +276,19 @@ public final class Comm implements AutoCloseable {
    */
   public void allreduceSegments(FloatBuffer sendbuf, FloatBuffer recvbuf, long[] counts,
       String[] layers, ReduceOp op, ErrorBuffer errorBuffer) {
-    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
-    FloatBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
-    if (sendbuf == recvbuf && s.isReadOnly()) {
-      throw new IllegalArgumentException("qc: argument 'recvbuf' is read-only but qc writes into it");
-    }
-    if (counts == null) {
-      throw new NullPointerException("qc: argument 'counts' is null");
-    }
-    if (op == null) {
-      throw new NullPointerException("qc: argument 'op' is null");
-    }
-    long total = 0;
-    for (int i = 0; i < counts.length; ++i) {
-      if (counts[i] < 0) {
-        throw new IllegalArgumentException("qc: counts[" + i + "] is negative: " + counts[i]);
-      }
-      total += counts[i];
-    }
-    if (total != s.remaining()) {
-      throw new IllegalArgumentException("qc: the counts add up to " + total
-          + " elements but sendbuf has " + s.remaining());
-    }
-    checkRecv(total, r.remaining());
-    byte[][] names = null;
-    if (layers != null) {
-      if (layers.length != counts.length) {
-        throw new IllegalArgumentException("qc: " + layers.length + " layers for "
-            + counts.length + " counts");
-      }
-      names = new byte[layers.length][];
-      for (int i = 0; i < layers.length; ++i) {
-        names[i] = utf8(layers[i], "layers[" + i + "]");
-      }
-    }
+    FloatBuffer[] sr = checkPair(sendbuf, recvbuf);
+    FloatBuffer s = sr[0];
+    FloatBuffer r = sr[1];
+    long[] segments = segmentCounts(counts, op, s.remaining());
+    byte[][] names = segmentNames(layers, segments.length);
     synchronized (this) {
       long h = handle();
       try {
         if (errorBuffer == null) {
-          QcNative.qcj_allreduce_segments(h, s, r, counts, names, Dtype.FLOAT32, op, 0);
+          QcNative.qcj_allreduce_segments(h, s, r, segments, names, Dtype.FLOAT32, op, 0);
         } else {
           synchronized (errorBuffer) {
-            QcNative.qcj_allreduce_segments(h, s, r, counts, names, Dtype.FLOAT32, op,
+            QcNative.qcj_allreduce_segments(h, s, r, segments, names, Dtype.FLOAT32, op,
                 errorBuffer.handle());
           }
         }
@@ -328,9 +307,9 @@ public final class Comm implements AutoCloseable {
    * remaining element count must be a multiple of {@link #size()}.
    */
   public void alltoall(FloatBuffer sendbuf, FloatBuffer recvbuf, String layer) {
-    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
-    FloatBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
-    checkRecv(s.remaining(), r.remaining());
+    FloatBuffer[] sr = checkPair(sendbuf, recvbuf);
+    FloatBuffer s = sr[0];
+    FloatBuffer r = sr[1];
     synchronized (this) {
       long h = handle();
       QcNative.qcj_alltoall(h, s, r, blockCount(s.remaining()), Dtype.FLOAT32, utf8(layer, "layer"));
@@ -356,6 +335,129 @@ public final class Comm implements AutoCloseable {
     QcNative.qcj_alltoall(h, s.slice(), r, block, Dtype.FLOAT32, utf8(layer, "layer"));
     r.get(recvbuf, 0, n);
     Reference.reachabilityFence(this);
+  }
+
+  // ---- non-blocking collectives ---------------------------------------------
+
+  /** {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}: in-place sum. */
+  public Request iallreduce(FloatBuffer buf) {
+    return iallreduce(buf, buf, ReduceOp.SUM, null, null);
+  }
+
+  /** {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}: sum. */
+  public Request iallreduce(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    return iallreduce(sendbuf, recvbuf, ReduceOp.SUM, null, null);
+  }
+
+  /** {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}: sum with the policy of {@code layer}. */
+  public Request iallreduce(FloatBuffer sendbuf, FloatBuffer recvbuf, String layer) {
+    return iallreduce(sendbuf, recvbuf, ReduceOp.SUM, layer, null);
+  }
+
+  /**
+   * Start {@link #allreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}
+   * and return at once (qc_iallreduce). The arguments are checked as there, before
+   * anything starts; {@link Request#waitFor()} then gives the blocking call's result in
+   * {@code recvbuf}, bit for bit, or throws its failure.
+   *
+   * <p>Until the request has completed, {@code sendbuf}, {@code recvbuf} and
+   * {@code errorBuffer} belong to it: do not write the buffers nor read
+   * {@code recvbuf}; each outstanding request needs its own error buffer (a second
+   * one naming it throws {@link QcException} {@link Status#INVALID_ARGUMENT}, "in
+   * use"). The request keeps them reachable meanwhile (see {@link Request}).
+   *
+   * @throws IllegalArgumentException for a heap, read-only (recvbuf) or too small buffer
+   * @throws QcException when qc refuses the start (nothing started)
+   */
+  public Request iallreduce(FloatBuffer sendbuf, FloatBuffer recvbuf, ReduceOp op, String layer,
+      ErrorBuffer errorBuffer) {
+    FloatBuffer[] sr = checkPair(sendbuf, recvbuf);
+    return iallreduceRaw(sr[0], sr[1], Dtype.FLOAT32, op, layer, errorBuffer);
+  }
+
+  /**
+   * 16-bit variant of {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String,
+   * ErrorBuffer)}: {@code dtype} is {@link Dtype#FLOAT16} or {@link Dtype#BFLOAT16}.
+   */
+  public Request iallreduce(ShortBuffer sendbuf, ShortBuffer recvbuf, Dtype dtype, ReduceOp op,
+      String layer, ErrorBuffer errorBuffer) {
+    ShortBuffer[] sr = checkPair(sendbuf, recvbuf, dtype);
+    return iallreduceRaw(sr[0], sr[1], dtype, op, layer, errorBuffer);
+  }
+
+  private Request iallreduceRaw(Buffer s, Buffer r, Dtype dtype, ReduceOp op, String layer,
+      ErrorBuffer eb) {
+    if (op == null) {
+      throw new NullPointerException("qc: argument 'op' is null");
+    }
+    byte[] name = utf8(layer, "layer");
+    long count = s.remaining();
+    return start(eb, (h, ebh, out) ->
+        QcNative.qcj_iallreduce(h, s, r, count, dtype, op, name, ebh, out), s, r);
+  }
+
+  /**
+   * Start {@link #allreduceSegments} and return at once (qc_iallreduce_segments); the
+   * arguments and their checks are those of the blocking call, the buffers' ownership
+   * that of {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String,
+   * ErrorBuffer)}. {@code counts} and {@code layers} are copied at the start.
+   */
+  public Request iallreduceSegments(FloatBuffer sendbuf, FloatBuffer recvbuf, long[] counts,
+      String[] layers, ReduceOp op, ErrorBuffer errorBuffer) {
+    FloatBuffer[] sr = checkPair(sendbuf, recvbuf);
+    FloatBuffer s = sr[0];
+    FloatBuffer r = sr[1];
+    long[] segments = segmentCounts(counts, op, s.remaining());
+    byte[][] names = segmentNames(layers, segments.length);
+    return start(errorBuffer, (h, ebh, out) ->
+        QcNative.qcj_iallreduce_segments(h, s, r, segments, names, Dtype.FLOAT32, op, ebh, out),
+        s, r);
+  }
+
+  /**
+   * Start {@link #alltoall(FloatBuffer, FloatBuffer, String)} and return at once
+   * (qc_ialltoall); the buffers belong to the request until it has completed, as for
+   * {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}.
+   */
+  public Request ialltoall(FloatBuffer sendbuf, FloatBuffer recvbuf, String layer) {
+    FloatBuffer[] sr = checkPair(sendbuf, recvbuf);
+    FloatBuffer s = sr[0];
+    FloatBuffer r = sr[1];
+    long block = blockCount(s.remaining());
+    byte[] name = utf8(layer, "layer");
+    return start(null, (h, ebh, out) ->
+        QcNative.qcj_ialltoall(h, s, r, block, Dtype.FLOAT32, name, out), s, r);
+  }
+
+  /** One of the qcj_i* starts: comm and error buffer handles in, request handle out[0]. */
+  private interface Start {
+    void run(long comm, long errorBuffer, long[] out);
+  }
+
+  /**
+   * Runs {@code start} under this communicator's lock (and the error buffer's, as the
+   * blocking calls do) and wraps the request, which keeps {@code buffers} and the
+   * error buffer reachable until it completes.
+   */
+  private synchronized Request start(ErrorBuffer eb, Start start, Buffer... buffers) {
+    long h = handle();
+    orphans.reap();
+    long[] out = new long[1];
+    try {
+      if (eb == null) {
+        start.run(h, 0, out);
+      } else {
+        synchronized (eb) {
+          start.run(h, eb.handle(), out);
+        }
+      }
+    } finally {
+      Reference.reachabilityFence(eb);
+      Reference.reachabilityFence(this);
+    }
+    Object[] uses = java.util.Arrays.copyOf(buffers, buffers.length + 1, Object[].class);
+    uses[buffers.length] = eb;
+    return new Request(out[0], this, orphans, uses);
   }
 
   // ---- policies -----------------------------------------------------------
@@ -524,6 +626,77 @@ public final class Comm implements AutoCloseable {
     if (recvbuf == null) {
       throw new NullPointerException("qc: argument 'recvbuf' is null");
     }
+  }
+
+  /**
+   * sendbuf and recvbuf checked for C, as slices from position to limit; recvbuf
+   * may be sendbuf (in place), which must then be writable.
+   */
+  private static FloatBuffer[] checkPair(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    FloatBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
+    checkInPlaceWritable(sendbuf == recvbuf, s);
+    checkRecv(s.remaining(), r.remaining());
+    return new FloatBuffer[] {s, r};
+  }
+
+  private static ShortBuffer[] checkPair(ShortBuffer sendbuf, ShortBuffer recvbuf, Dtype dtype) {
+    if (dtype != Dtype.FLOAT16 && dtype != Dtype.BFLOAT16) {
+      throw new IllegalArgumentException("qc: a ShortBuffer holds FLOAT16 or BFLOAT16, not " + dtype);
+    }
+    ShortBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    ShortBuffer r = sendbuf == recvbuf ? s : Buffers.check(recvbuf, "recvbuf", true);
+    checkInPlaceWritable(sendbuf == recvbuf, s);
+    checkRecv(s.remaining(), r.remaining());
+    return new ShortBuffer[] {s, r};
+  }
+
+  private static void checkInPlaceWritable(boolean inPlace, Buffer b) {
+    if (inPlace && b.isReadOnly()) {
+      throw new IllegalArgumentException("qc: argument 'recvbuf' is read-only but qc writes into it");
+    }
+  }
+
+  /**
+   * The segment counts of a fused call over {@code elements} elements, checked and
+   * copied (another thread's later change to the array cannot reach C unchecked).
+   */
+  private static long[] segmentCounts(long[] counts, ReduceOp op, long elements) {
+    if (counts == null) {
+      throw new NullPointerException("qc: argument 'counts' is null");
+    }
+    if (op == null) {
+      throw new NullPointerException("qc: argument 'op' is null");
+    }
+    counts = counts.clone();
+    long total = 0;
+    for (int i = 0; i < counts.length; ++i) {
+      if (counts[i] < 0) {
+        throw new IllegalArgumentException("qc: counts[" + i + "] is negative: " + counts[i]);
+      }
+      total += counts[i];
+    }
+    if (total != elements) {
+      throw new IllegalArgumentException("qc: the counts add up to " + total
+          + " elements but sendbuf has " + elements);
+    }
+    return counts;
+  }
+
+  /** The layer names of {@code nsegments} segments as UTF-8 (null: every segment "*"). */
+  private static byte[][] segmentNames(String[] layers, int nsegments) {
+    if (layers == null) {
+      return null;
+    }
+    if (layers.length != nsegments) {
+      throw new IllegalArgumentException("qc: " + layers.length + " layers for "
+          + nsegments + " counts");
+    }
+    byte[][] names = new byte[layers.length][];
+    for (int i = 0; i < layers.length; ++i) {
+      names[i] = utf8(layers[i], "layers[" + i + "]");
+    }
+    return names;
   }
 
   private static void checkRecv(long count, long recvRemaining) {

@@ -15,7 +15,10 @@ import java.nio.ByteBuffer;
  * image, {@link Status#MISMATCH} for another count, rank or group size).
  *
  * <p>Used by one thread at a time; methods are synchronized so that
- * {@link #close()} cannot free the residuals under a running call.
+ * {@link #close()} cannot free the residuals under a running call. A non-blocking
+ * collective ({@link Comm#iallreduce}) holds the buffer until its {@link Request}
+ * completes: meanwhile every method, {@link #close()} included, throws
+ * {@link QcException} {@link Status#INVALID_ARGUMENT} ("in use").
  */
 public final class ErrorBuffer implements AutoCloseable {
   private final NativeHandle handle;
@@ -157,7 +160,13 @@ public final class ErrorBuffer implements AutoCloseable {
     return handle.isClosed();
   }
 
-  /** Release the residuals; calling it again does nothing. */
+  /**
+   * Release the residuals; calling it again does nothing.
+   *
+   * @throws QcException {@link Status#INVALID_ARGUMENT} ("in use") while a
+   *     {@link Request} that has not completed uses the buffer; it stays open then,
+   *     and may be closed once the request is done
+   */
   @Override
   public synchronized void close() {
     handle.close();

@@ -3,13 +3,17 @@ package org.qc;
 import java.lang.ref.Cleaner;
 
 /**
- * Owns one qc handle (a communicator or an error buffer) for {@link Comm} and
- * {@link ErrorBuffer}: freed once, by {@link #close()} or, if the owner is never
- * closed, by the Cleaner when the owner becomes unreachable. The state lives in
- * a separate object because a Cleaner action must not refer to its owner.
+ * Owns one qc handle (a communicator, an error buffer or a request) for
+ * {@link Comm}, {@link ErrorBuffer} and {@link Request}: freed once, by
+ * {@link #close()} or, if the owner is never closed, by the Cleaner when the owner
+ * becomes unreachable. The state lives in a separate object because a Cleaner
+ * action must not refer to its owner.
  */
 final class NativeHandle {
-  /** Frees a handle; qc's destroy functions do not fail for a valid handle. */
+  /**
+   * Frees a handle. qc's destroy functions fail for a valid handle only when it is
+   * in use (an error buffer held by an outstanding request).
+   */
   interface Destroyer {
     void destroy(long handle) throws QcException;
   }
@@ -25,16 +29,20 @@ final class NativeHandle {
       this.destroyer = destroyer;
     }
 
+    /** Frees the handle once; a destroy that qc refuses leaves it open. */
+    synchronized void destroy() {
+      if (value != 0) {
+        destroyer.destroy(value);
+        value = 0;
+      }
+    }
+
     @Override
-    public synchronized void run() {
-      long h = value;
-      value = 0;
-      if (h != 0) {
-        try {
-          destroyer.destroy(h);
-        } catch (QcException e) {
-          // not reachable for a live handle; nothing a Cleaner could report to
-        }
+    public void run() {
+      try {
+        destroy();
+      } catch (QcException e) {
+        // unreachable owner: nothing holds the handle in use; nothing to report to
       }
     }
   }
@@ -77,8 +85,13 @@ final class NativeHandle {
     }
   }
 
-  /** Frees the handle; later calls do nothing. */
+  /**
+   * Frees the handle; later calls do nothing. If qc refuses (an error buffer in use
+   * by a request that has not completed) the QcException is thrown and the handle
+   * stays open, so that close() can be called again later.
+   */
   void close() {
-    cleanable.clean();
+    state.destroy();
+    cleanable.clean(); // unregisters; the state is already freed
   }
 }
