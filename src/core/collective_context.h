@@ -199,6 +199,8 @@ class CollectiveContext {
   // cut, the values are device memory, or pipelining is off.
   static constexpr size_t kMaxPieces = 1024;
   size_t pipeline_chunk(size_t block_values) const;
+  // Transport::transfers_overlap_compute of this call's transport.
+  bool transfers_overlap_compute() const { return transport_.transfers_overlap_compute(); }
   // Waits for every request; then checks the envelopes of the received
   // messages, whose Message* are given in the same order as their requests.
   Status wait(Request* reqs, size_t count, Message* const* recv_msgs, size_t recv_count);

@@ -86,6 +86,9 @@ struct FaultPlan {
   long keep_bytes = -1;      // kTruncate: bytes kept (-1: use cut_bytes)
   size_t cut_bytes = 1;      // kTruncate: bytes cut from the end
   std::vector<ByteFlip> flips;  // kCorrupt
+  // Report transfers_overlap_compute() even over the local transport, whose
+  // transfers do not (the planner then cuts the ring as over MPI).
+  bool claim_overlap = false;
 };
 
 // One send as the wrapper saw it (for calibration and reports).
@@ -124,6 +127,9 @@ class FaultTransport final : public qc::Transport {
                              qc::Deadline deadline) override;
   qc::Status agree(uint64_t value, qc::Deadline deadline) override;
 
+  bool transfers_overlap_compute() const override {
+    return plan_.claim_overlap || inner_->transfers_overlap_compute();
+  }
   uint64_t instance_id() const override { return inner_->instance_id(); }
   void abort(const qc::Status& reason) override;
   void interrupt(const qc::Status& reason) override;

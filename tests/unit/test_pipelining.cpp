@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fault_transport.h"
 #include "qc.h"
 #include "test_util.h"
 
@@ -45,13 +46,21 @@ struct Outcome {
 
 // Two allreduces of `algorithm` (so error feedback carries), in place or
 // not, and one alltoall on every rank of a fresh group made with
-// QC_PIPELINE_CHUNK=`chunk` ("0": whole).
+// QC_PIPELINE_CHUNK=`chunk` ("0": whole). The local transport's transfers
+// do not overlap compute, so the planner would not cut the ring there;
+// `overlap` makes each rank's transport claim they do (fault_transport.h,
+// no fault), which is how the ring's pieces run here.
 Outcome run(int n, const Case& c, qc_algorithm_t algorithm, const char* chunk, size_t count,
-            bool in_place = false) {
+            bool in_place = false, bool overlap = true) {
   EXPECT_EQ(setenv("QC_PIPELINE_CHUNK", chunk, 1), 0);
   Group g(n);
   unsetenv("QC_PIPELINE_CHUNK");
   EXPECT_TRUE(g.ok());
+  if (overlap) {
+    qcfault::FaultPlan claim;
+    claim.claim_overlap = true;
+    for (int r = 0; r < n; ++r) qcfault::install(g[r], claim);
+  }
   qc_policy_t p = make_policy(algorithm);
   p.codec = c.codec;
   p.bits = c.bits;
@@ -168,6 +177,33 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(i.param) == QC_ALGO_SRA ? "sra_" : "ring_") +
              kCases[std::get<2>(i.param)].name + "_n" + std::to_string(std::get<1>(i.param));
     });
+
+// Over the local transport itself the planner cuts SRA (its pieces stay in
+// cache) but not the ring (its hops would only wait more). Pieces are
+// messages of their own, so the bytes the cut adds show what was cut: for
+// SRA as much as where transfers overlap compute, for the ring less (only
+// the alltoall's pieces, which every run has).
+TEST(PipeliningPlan, LocalTransportCutsSraButNotTheRing) {
+  const Case& c = kCases[0];
+  const int n = 3;
+  const size_t count = count_for(n);
+  for (qc_algorithm_t algorithm : {QC_ALGO_SRA, QC_ALGO_RING}) {
+    const char* name = algorithm == QC_ALGO_SRA ? "sra" : "ring";
+    const Outcome whole = run(n, c, algorithm, "0", count, false, /*overlap=*/false);
+    const Outcome cut = run(n, c, algorithm, kPieces, count, false, /*overlap=*/false);
+    expect_same_bits(whole, cut, n, name);
+    const Outcome whole_o = run(n, c, algorithm, "0", count, false, /*overlap=*/true);
+    const Outcome cut_o = run(n, c, algorithm, kPieces, count, false, /*overlap=*/true);
+    const uint64_t added_local = cut.wire[0] - whole.wire[0];
+    const uint64_t added_overlap = cut_o.wire[0] - whole_o.wire[0];
+    EXPECT_GT(added_local, 0u) << name << ": the alltoall is cut everywhere";
+    if (algorithm == QC_ALGO_SRA) {
+      EXPECT_EQ(added_local, added_overlap) << "SRA is cut on the local transport too";
+    } else {
+      EXPECT_LT(added_local, added_overlap) << "the ring stays whole on the local transport";
+    }
+  }
+}
 
 // A chunk so small that a block would be thousands of pieces is raised
 // (at most 1024 pieces per block): still the bits of whole blocks.

@@ -39,10 +39,17 @@ bool is_step_algorithm(qc_algorithm_t algorithm) {
 Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, const float* input,
                      float* output, size_t count, int group_size) {
   Schedule schedule;
-  // The largest block of SRA and the ring: a rank's share.
+  // The largest block of SRA and the ring: a rank's share. The ring is cut
+  // only where transfers move on their own: a ring hop waits on its
+  // neighbour's previous one, so on a transport whose transfers are copies
+  // made while waiting (local), pieces only add waits. SRA's pieces pay
+  // off even there (measured, docs/benchmarks.md): they stay in cache from
+  // encode to send.
   const size_t block = count / static_cast<size_t>(ctx.size()) + 1;
+  const bool cut = algorithm != QC_ALGO_RING || ctx.transfers_overlap_compute();
   QC_RETURN_IF_ERROR(allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size,
-                                        ctx.pipeline_chunk(block), &schedule, nullptr));
+                                        cut ? ctx.pipeline_chunk(block) : 0, &schedule,
+                                        nullptr));
   return run_on_host(ctx, schedule, input, output);
 }
 

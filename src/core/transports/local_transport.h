@@ -68,6 +68,8 @@ class LocalTransport final : public Transport {
   ~LocalTransport() override;
 
   const char* name() const override { return "local"; }
+  // A transfer is the receiver's copy, made while it waits.
+  bool transfers_overlap_compute() const override { return false; }
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
 

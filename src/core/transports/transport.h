@@ -154,6 +154,14 @@ class Transport {
   // calls to the transport's library: MPI only at MPI_THREAD_MULTIPLE.
   virtual bool supports_progress_thread() const { return true; }
 
+  // Whether a posted transfer moves while the caller computes (a network
+  // card, MPI's progress, a GPU), so that cutting a ring's blocks into
+  // pieces overlaps its hops with the encodes. False where a transfer is a
+  // copy made in the call that posts or awaits it (the local transport):
+  // there a pipelined ring only multiplies its waits on its neighbours
+  // (measured 10-20 % slower at 4 MiB, docs/benchmarks.md).
+  virtual bool transfers_overlap_compute() const { return true; }
+
   // Mark the group failed with `reason` and wake every waiting rank.
   // A value every rank of this group agrees on and that differs between
   // groups which could see each other's stray messages (0: no such risk).
