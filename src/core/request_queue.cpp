@@ -3,6 +3,8 @@
 #include <chrono>
 #include <string>
 
+#include "core/transports/backoff.h"
+
 namespace qc {
 
 Status RequestState::wait() {
@@ -84,6 +86,8 @@ void RequestQueue::run_one(Task& task, RequestState& state) {
 }
 
 void RequestQueue::run_thread() {
+  // Its caller goes on computing: waits here leave it the cores.
+  set_background_waits(true);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return stopping_ || !queued_.empty(); });
