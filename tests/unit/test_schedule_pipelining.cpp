@@ -148,6 +148,21 @@ std::string play_both(const std::string& label, const std::vector<Schedule>& sch
   return "";
 }
 
+// The number of non-empty pieces of block b.
+int block_pieces(const Cut& cut, int n, int b) {
+  return static_cast<int>((allreduce_block(cut.count, n, b) + cut.chunk - 1) / cut.chunk);
+}
+
+// "" when rank r's schedule has these numbers of sends, receives and waits.
+std::string expect_counts(const std::string& label, int r, const Counted& counted, int sends,
+                          int recvs, int waits) {
+  if (counted.sends == sends && counted.recvs == recvs && counted.waits == waits) return "";
+  return label + ": rank " + std::to_string(r) + " has " + std::to_string(counted.sends) +
+         " sends, " + std::to_string(counted.recvs) + " receives and " +
+         std::to_string(counted.waits) + " waits, not " + std::to_string(sends) + ", " +
+         std::to_string(recvs) + " and " + std::to_string(waits);
+}
+
 std::string play_sra(int n, const Cut& cut) {
   const std::string label = cut_label("SRA", n, cut);
   const std::vector<Schedule> piped =
@@ -173,18 +188,9 @@ std::string play_sra(int n, const Cut& cut) {
       // owner, then gathered from it by every other rank.
       int expected = 0;
       for (int b = 0; b < n; ++b) {
-        const int block_pieces =
-            static_cast<int>((allreduce_block(cut.count, n, b) + cut.chunk - 1) / cut.chunk);
-        expected += b == r ? (n - 1) * block_pieces : block_pieces;
+        expected += b == r ? (n - 1) * block_pieces(cut, n, b) : block_pieces(cut, n, b);
       }
-      if (counted.sends != expected || counted.recvs != expected ||
-          counted.waits != 2 * static_cast<int>(pieces)) {
-        failure = label + ": rank " + std::to_string(r) + " has " +
-                  std::to_string(counted.sends) + " sends, " + std::to_string(counted.recvs) +
-                  " receives and " + std::to_string(counted.waits) + " waits, not " +
-                  std::to_string(expected) + ", " + std::to_string(expected) + " and " +
-                  std::to_string(2 * pieces);
-      }
+      failure = expect_counts(label, r, counted, expected, expected, 2 * static_cast<int>(pieces));
     }
   }
   if (!failure.empty()) return failure;
@@ -198,11 +204,6 @@ std::string play_sra(int n, const Cut& cut) {
   return play_both(label, piped, options, [](const std::string& at, const ScheduleSim& sim) {
     return qcsim::check_allreduce_result(at, sim, 2);
   });
-}
-
-// The number of non-empty pieces of block b.
-int block_pieces(const Cut& cut, int n, int b) {
-  return static_cast<int>((allreduce_block(cut.count, n, b) + cut.chunk - 1) / cut.chunk);
 }
 
 std::string play_ring(int n, const Cut& cut) {
@@ -233,13 +234,7 @@ std::string play_ring(int n, const Cut& cut) {
       const int sends = 2 * all - of(r + 1) - of(r + 2);
       const int recvs = 2 * all - of(r) - of(r + 1);
       const int waits = 2 * (n - 1) * static_cast<int>(pieces);
-      if (counted.sends != sends || counted.recvs != recvs || counted.waits != waits) {
-        failure = label + ": rank " + std::to_string(r) + " has " +
-                  std::to_string(counted.sends) + " sends, " + std::to_string(counted.recvs) +
-                  " receives and " + std::to_string(counted.waits) + " waits, not " +
-                  std::to_string(sends) + ", " + std::to_string(recvs) + " and " +
-                  std::to_string(waits);
-      }
+      failure = expect_counts(label, r, counted, sends, recvs, waits);
     }
   }
   if (!failure.empty()) return failure;
@@ -274,14 +269,7 @@ std::string play_alltoall(int n, const Cut& cut) {
       if (failure.empty()) failure = count_steps(label, r, s, &counted);
       if (!failure.empty()) break;
       const int expected = (n - 1) * static_cast<int>(pieces);
-      if (counted.sends != expected || counted.recvs != expected ||
-          counted.waits != static_cast<int>(pieces)) {
-        failure = label + ": rank " + std::to_string(r) + " has " +
-                  std::to_string(counted.sends) + " sends, " + std::to_string(counted.recvs) +
-                  " receives and " + std::to_string(counted.waits) + " waits, not " +
-                  std::to_string(expected) + ", " + std::to_string(expected) + " and " +
-                  std::to_string(pieces);
-      }
+      failure = expect_counts(label, r, counted, expected, expected, static_cast<int>(pieces));
     }
   }
   if (!failure.empty()) return failure;
