@@ -54,6 +54,9 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=32, help="per-rank batch")
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--init", choices=("torch", "kaiming"), default="torch",
+                    help="hidden layers' weights: torch's default or Kaiming-normal for ReLU "
+                         "(zero biases), which lets a deeper MLP train")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--codec", default="minmax")
     ap.add_argument("--bits", type=int, default=4)
@@ -96,6 +99,10 @@ def worker(args):
         width = args.hidden
     layers["out"] = nn.Linear(width, 10)
     model = nn.Sequential(layers)
+    if args.init == "kaiming":
+        for i in range(args.layers):
+            nn.init.kaiming_normal_(layers[f"fc{i}"].weight, nonlinearity="relu")
+            nn.init.zeros_(layers[f"fc{i}"].bias)
     nparams = sum(p.numel() for p in model.parameters())
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
     policy = qc.Policy(codec=args.codec, bits=args.bits, bucket_size=128, algorithm=args.algorithm,
@@ -148,8 +155,8 @@ def run(args, mode):
     if not args.mpi_shm:
         cmd += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
                 "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
-    passed = ["hidden", "layers", "bucket_mb", "steps", "batch", "lr", "seed", "codec", "bits",
-              "algorithm"]
+    passed = ["hidden", "layers", "bucket_mb", "steps", "batch", "lr", "init", "seed", "codec",
+              "bits", "algorithm"]
     cmd += [sys.executable, os.path.abspath(__file__), "--mode", mode]
     for name in passed:
         cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
