@@ -298,9 +298,10 @@ QC_API qc_status_t qc_comm_create_local_with_config(int nranks,
  * frees the communicator, so nothing is freed under them.
  * Requests (qc_iallreduce ...) still outstanding get up to the
  * communicator's timeout to complete; after that the running one is
- * interrupted (QC_ERROR_TRANSPORT, "destroyed") and the ones that have not
- * started complete with QC_ERROR_TRANSPORT without running. Their handles
- * stay valid until qc_request_free.
+ * interrupted (QC_ERROR_TRANSPORT, "destroyed"; or QC_ERROR_TIMEOUT where
+ * its own wait for peers ran out first) and the ones that have not started
+ * complete with QC_ERROR_TRANSPORT without running. Their handles stay
+ * valid until qc_request_free.
  * @return QC_ERROR_INVALID_ARGUMENT for a handle already destroyed (also by
  *         a destroy running on another thread) or never created.
  */

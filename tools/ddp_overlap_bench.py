@@ -20,6 +20,10 @@ Driver (default: one mpirun per mode and repeat, alternating the modes):
     PYTHONPATH=<build>/bindings/python tools/slowlink.sh --exec -- \\
         /usr/bin/python3 tools/ddp_overlap_bench.py --np 4 --hidden 512 --layers 6
 
+Issue 29's model (backward compute and gradient transfer of the same order on the
+1 Gbit/s link): --np 2 --hidden 1024 --layers 6 --batch 16 --bits 8 --bucket-mb 0.25
+--init kaiming --lr 0.01 (docs/benchmarks.md).
+
 qc runs over MPI (Comm.from_mpi); the driver passes OpenMPI TCP-on-loopback flags
 (--mca pml ob1 --mca btl tcp,self ...), the path tools/slowlink.sh rate-limits, unless
 --mpi-shm. DDP's own process group (gloo) only carries its start-up broadcast.
