@@ -165,6 +165,31 @@ typedef enum qc_transport QC_ENUM_BASE {
   QC_TRANSPORT_NCCL = 2
 } qc_transport_t;
 
+/*
+ * Names of enum values: each value has one canonical name ("minmax",
+ * "recursive_doubling", "float32", "nearest", "mpi", "sum"), the spelling of
+ * the QC_* environment, the messages, the tools and the bindings.
+ * qc_<enum>_name: the canonical name; NULL for a value this library does not
+ *   know. A static string, never freed.
+ * qc_<enum>_from_name: the value of a canonical name or an alias (algorithm
+ *   "rd"; dtype "float", "fp32", "half", "fp16", "bf16"; rounding
+ *   "nearest_even"), spelled exactly (lower case). QC_ERROR_INVALID_ARGUMENT for a NULL
+ *   argument or a name it does not know (the message lists the names);
+ *   *value is unchanged then. Thread-safe.
+ */
+QC_API const char* qc_codec_name(qc_codec_t codec);
+QC_API qc_status_t qc_codec_from_name(const char* name, qc_codec_t* codec);
+QC_API const char* qc_algorithm_name(qc_algorithm_t algorithm);
+QC_API qc_status_t qc_algorithm_from_name(const char* name, qc_algorithm_t* algorithm);
+QC_API const char* qc_dtype_name(qc_dtype_t dtype);
+QC_API qc_status_t qc_dtype_from_name(const char* name, qc_dtype_t* dtype);
+QC_API const char* qc_reduce_op_name(qc_reduce_op_t op);
+QC_API qc_status_t qc_reduce_op_from_name(const char* name, qc_reduce_op_t* op);
+QC_API const char* qc_rounding_name(qc_rounding_t rounding);
+QC_API qc_status_t qc_rounding_from_name(const char* name, qc_rounding_t* rounding);
+QC_API const char* qc_transport_name(qc_transport_t transport);
+QC_API qc_status_t qc_transport_from_name(const char* name, qc_transport_t* transport);
+
 /* ======================================================================== */
 /* 3. Policies: what a collective sends for one layer                       */
 /* ======================================================================== */
@@ -488,6 +513,11 @@ typedef enum qc_adapt_method QC_ENUM_BASE {
   QC_ADAPT_KMEANS = 0, /* cluster layers by size and sensitivity (Alg. 1) */
   QC_ADAPT_LINEAR = 1  /* lower the least sensitive layers first */
 } qc_adapt_method_t;
+
+/** Names of the adapt methods ("kmeans", "linear"), as qc_codec_name and
+ *  qc_codec_from_name. */
+QC_API const char* qc_adapt_method_name(qc_adapt_method_t method);
+QC_API qc_status_t qc_adapt_method_from_name(const char* name, qc_adapt_method_t* method);
 
 typedef struct qc_adapt_config {
   size_t struct_size;        /* sizeof(qc_adapt_config_t) */

@@ -40,6 +40,7 @@ PLACES = {
     # api
     "src/core/api": "api",
     "src/core/api_codecs": "api",
+    "src/core/api_names": "api",
     "src/core/api_collectives": "api",
     "src/core/api_error_buffer": "api",
     "src/core/api_checks": "api",
@@ -89,7 +90,7 @@ PLACES = {
     "src/core/log_level": "util",
     "src/core/params": "util",
     "src/core/policy": "util",
-    "src/core/policy_names": "util",
+    "src/core/enum_names": "util",
     "src/core/policy_table": "util",
     "src/core/dtype": "util",
     "src/core/byte_order": "util",

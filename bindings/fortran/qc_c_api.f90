@@ -164,6 +164,75 @@ module qc_c_api
       import :: c_ptr
       type(c_ptr) :: res
     end function
+    function qc_codec_name_c(codec) bind(c, name="qc_codec_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: codec
+      type(c_ptr) :: res
+    end function
+    function qc_codec_from_name_c(name, codec) bind(c, name="qc_codec_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: codec
+      integer(c_int) :: res
+    end function
+    function qc_algorithm_name_c(algorithm) bind(c, name="qc_algorithm_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: algorithm
+      type(c_ptr) :: res
+    end function
+    function qc_algorithm_from_name_c(name, algorithm) bind(c, &
+        name="qc_algorithm_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: algorithm
+      integer(c_int) :: res
+    end function
+    function qc_dtype_name_c(dtype) bind(c, name="qc_dtype_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: dtype
+      type(c_ptr) :: res
+    end function
+    function qc_dtype_from_name_c(name, dtype) bind(c, name="qc_dtype_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: dtype
+      integer(c_int) :: res
+    end function
+    function qc_reduce_op_name_c(op) bind(c, name="qc_reduce_op_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: op
+      type(c_ptr) :: res
+    end function
+    function qc_reduce_op_from_name_c(name, op) bind(c, name="qc_reduce_op_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: op
+      integer(c_int) :: res
+    end function
+    function qc_rounding_name_c(rounding) bind(c, name="qc_rounding_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: rounding
+      type(c_ptr) :: res
+    end function
+    function qc_rounding_from_name_c(name, rounding) bind(c, &
+        name="qc_rounding_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: rounding
+      integer(c_int) :: res
+    end function
+    function qc_transport_name_c(transport) bind(c, name="qc_transport_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: transport
+      type(c_ptr) :: res
+    end function
+    function qc_transport_from_name_c(name, transport) bind(c, &
+        name="qc_transport_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: transport
+      integer(c_int) :: res
+    end function
     function qc_policy_init_c(policy) bind(c, name="qc_policy_init") result(res)
       import :: c_int, qc_policy_t
       type(qc_policy_t), intent(inout) :: policy
@@ -269,6 +338,18 @@ module qc_c_api
       type(c_ptr), value :: comm
       type(c_ptr), value :: name
       type(c_ptr), value :: base
+      integer(c_int) :: res
+    end function
+    function qc_adapt_method_name_c(method) bind(c, name="qc_adapt_method_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: method
+      type(c_ptr) :: res
+    end function
+    function qc_adapt_method_from_name_c(name, method) bind(c, &
+        name="qc_adapt_method_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: method
       integer(c_int) :: res
     end function
     function qc_adapt_policies_c(comm, config, report) bind(c, name="qc_adapt_policies") result(res)
@@ -485,14 +566,18 @@ module qc_c_api
   public :: QC_TRANSPORT_LOCAL, QC_TRANSPORT_MPI, QC_TRANSPORT_NCCL, QC_ADAPT_KMEANS
   public :: QC_ADAPT_LINEAR, qc_policy_t, qc_comm_config_t, qc_stats_t
   public :: qc_layer_stats_t, qc_adapt_config_t, qc_adapt_report_t, qc_version_number_c
-  public :: qc_version_string_c, qc_status_string_c, qc_last_error_c, qc_policy_init_c
+  public :: qc_version_string_c, qc_status_string_c, qc_last_error_c, qc_codec_name_c
+  public :: qc_codec_from_name_c, qc_algorithm_name_c, qc_algorithm_from_name_c, qc_dtype_name_c
+  public :: qc_dtype_from_name_c, qc_reduce_op_name_c, qc_reduce_op_from_name_c, qc_rounding_name_c
+  public :: qc_rounding_from_name_c, qc_transport_name_c, qc_transport_from_name_c, qc_policy_init_c
   public :: qc_comm_config_init_c, qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c
   public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
   public :: qc_comm_get_stats_c, qc_comm_get_layer_stats_c, qc_comm_layer_count_c, qc_comm_layer_name_c
-  public :: qc_set_layer_policy_c, qc_get_layer_policy_c, qc_policy_preset_c, qc_adapt_policies_c
-  public :: qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c, qc_iallreduce_c
-  public :: qc_iallreduce_segments_c, qc_ialltoall_c, qc_request_test_c, qc_request_wait_c
-  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
-  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, qc_encoded_size_c
-  public :: qc_encode_c, qc_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
+  public :: qc_set_layer_policy_c, qc_get_layer_policy_c, qc_policy_preset_c, qc_adapt_method_name_c
+  public :: qc_adapt_method_from_name_c, qc_adapt_policies_c, qc_allreduce_c, qc_allreduce_segments_c
+  public :: qc_alltoall_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
+  public :: qc_request_test_c, qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c
+  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
+  public :: qc_error_buffer_load_c, qc_encoded_size_c, qc_encode_c, qc_decode_c
+  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c
 end module qc_c_api

@@ -423,8 +423,60 @@ qc_rc qc_request_test(qc_request_t request, int* out);
 qc_rc qc_request_wait(qc_request_t request);
 qc_rc qc_request_free(qc_request_t request);
 
+/* Names of enum values (qc.h): null for a value the library does not know. */
+const char* qc_codec_name(qc_codec_t value);
+const char* qc_algorithm_name(qc_algorithm_t value);
+const char* qc_dtype_name(qc_dtype_t value);
+const char* qc_reduce_op_name(qc_reduce_op_t value);
+const char* qc_rounding_name(qc_rounding_t value);
+const char* qc_transport_name(qc_transport_t value);
+const char* qc_adapt_method_name(qc_adapt_method_t value);
+
 /* ---- small C helpers where the C signature does not map directly -------- */
 %inline %{
+/* qc_<enum>_from_name with an int out, which the Java side maps to its enum. */
+qc_rc qcj_codec_from_name(const char* name, int* out) {
+  qc_codec_t v;
+  const qc_rc s = qc_codec_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
+qc_rc qcj_algorithm_from_name(const char* name, int* out) {
+  qc_algorithm_t v;
+  const qc_rc s = qc_algorithm_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
+qc_rc qcj_dtype_from_name(const char* name, int* out) {
+  qc_dtype_t v;
+  const qc_rc s = qc_dtype_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
+qc_rc qcj_reduce_op_from_name(const char* name, int* out) {
+  qc_reduce_op_t v;
+  const qc_rc s = qc_reduce_op_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
+qc_rc qcj_rounding_from_name(const char* name, int* out) {
+  qc_rounding_t v;
+  const qc_rc s = qc_rounding_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
+qc_rc qcj_transport_from_name(const char* name, int* out) {
+  qc_transport_t v;
+  const qc_rc s = qc_transport_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
+qc_rc qcj_adapt_method_from_name(const char* name, int* out) {
+  qc_adapt_method_t v;
+  const qc_rc s = qc_adapt_method_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
 /* qc_comm_create_local(_with_config): the handles come back in handles[].
  * timeout_seconds <= 0 means the default configuration (config NULL). */
 qc_rc qcj_comm_create_local(int nranks, double timeout_seconds, jlong* handles, int nhandles) {

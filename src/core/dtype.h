@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "core/enum_names.h"
 #include "qc.h"
 
 namespace qc {
@@ -13,13 +14,10 @@ inline bool dtype_is_valid(int dtype) {
 
 inline size_t dtype_size(qc_dtype_t dtype) { return dtype == QC_DTYPE_FLOAT32 ? 4 : 2; }
 
+// For messages: the canonical name (core/enum_names.h), or "unknown".
 inline const char* dtype_name(qc_dtype_t dtype) {
-  switch (dtype) {
-    case QC_DTYPE_FLOAT32: return "float32";
-    case QC_DTYPE_FLOAT16: return "float16";
-    case QC_DTYPE_BFLOAT16: return "bfloat16";
-  }
-  return "unknown";
+  const char* name = kDtypeNames.name_of(dtype);
+  return name != nullptr ? name : "unknown";
 }
 
 }  // namespace qc

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "core/policy_names.h"
+#include "core/enum_names.h"
 #include "cpu/isa.h"
 
 namespace qc {
@@ -84,13 +84,10 @@ bool parse_text(const char* text, std::string* out) {
 }
 
 bool parse_codec(const char* text, qc_codec_t* out) {
-  for (int c = QC_CODEC_NONE; c <= QC_CODEC_TOPK; ++c) {
-    if (std::strcmp(text, codec_name(static_cast<qc_codec_t>(c))) == 0) {
-      *out = static_cast<qc_codec_t>(c);
-      return true;
-    }
-  }
-  return false;
+  int v = 0;
+  if (!kCodecNames.lookup(text, &v)) return false;
+  *out = static_cast<qc_codec_t>(v);
+  return true;
 }
 
 bool parse_bits(const char* text, int* out) {
@@ -108,18 +105,10 @@ bool parse_positive_int(const char* text, int* out) {
 }
 
 bool parse_algorithm(const char* text, qc_algorithm_t* out) {
-  // The long name is what describe_policy prints; rd is what people type.
-  if (std::strcmp(text, "rd") == 0) {
-    *out = QC_ALGO_RECURSIVE_DOUBLING;
-    return true;
-  }
-  for (int a = QC_ALGO_AUTO; a <= QC_ALGO_NATIVE; ++a) {
-    if (std::strcmp(text, algorithm_name(static_cast<qc_algorithm_t>(a))) == 0) {
-      *out = static_cast<qc_algorithm_t>(a);
-      return true;
-    }
-  }
-  return false;
+  int v = 0;
+  if (!kAlgorithmNames.lookup(text, &v)) return false;
+  *out = static_cast<qc_algorithm_t>(v);
+  return true;
 }
 
 bool parse_flag(const char* text, int* out) {

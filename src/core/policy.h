@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/policy_names.h"
+#include "core/enum_names.h"
 #include "core/status.h"
 
 namespace qc {
@@ -41,7 +41,7 @@ Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out);
 // below the policy's min_compress_bytes, the policy itself otherwise.
 qc_policy_t effective_policy(const qc_policy_t& policy, size_t message_bytes);
 
-// codec_name and algorithm_name: core/policy_names.h.
+// codec_name and algorithm_name: core/enum_names.h.
 std::string describe_policy(const qc_policy_t& policy);
 
 // Why error feedback cannot keep its residual bounded under `policy`, or ""

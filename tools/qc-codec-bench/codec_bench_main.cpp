@@ -28,6 +28,7 @@
 #include "core/policy.h"
 #include "cpu/codec_kernels.h"
 #include "qc.h"
+#include "qc_tool_names.h"
 
 #ifndef QC_CODEC_BENCH_BUILD_TYPE
 #define QC_CODEC_BENCH_BUILD_TYPE "unknown"
@@ -156,18 +157,12 @@ std::vector<qc_codec_t> parse_codecs(const std::string& s) {
   std::vector<qc_codec_t> out;
   for (const std::string& raw : split(s, ',')) {
     const std::string t = lower(raw);
-    qc_codec_t c;
-    if (t == "minmax") c = QC_CODEC_MINMAX;
-    else if (t == "qsgd") c = QC_CODEC_QSGD;
-    else if (t == "onebit") c = QC_CODEC_ONEBIT;
-    else if (t == "fp16") c = QC_CODEC_FP16;
-    else if (t == "bf16") c = QC_CODEC_BF16;
-    else if (t == "global_linear") c = QC_CODEC_GLOBAL_LINEAR;
-    else if (t == "global_exp") c = QC_CODEC_GLOBAL_EXP;
-    else if (t == "topk") c = QC_CODEC_TOPK;
-    else
-      usage_error("unknown codec '" + raw +
-                  "' for -c (minmax, qsgd, onebit, fp16, bf16, global_linear, global_exp, topk)");
+    qc_codec_t c = QC_CODEC_NONE;
+    // Codec none has no encoder to measure.
+    if (qc_codec_from_name(t.c_str(), &c) != QC_SUCCESS || c == QC_CODEC_NONE) {
+      usage_error("unknown codec '" + raw + "' for -c (" + qctool::names_of(qc_codec_name) +
+                  "; not none)");
+    }
     add_unique(&out, c);
   }
   return out;
@@ -253,10 +248,12 @@ Options parse_args(int argc, char** argv) {
     } else if (ln == "isa") {
       opt.isas = parse_isas(value);
     } else if (ln == "rounding") {
-      const std::string t = lower(value);
-      if (t == "nearest" || t == "nearest_even") opt.stochastic = false;
-      else if (t == "stochastic") opt.stochastic = true;
-      else usage_error("unknown rounding '" + value + "' for --rounding (nearest, stochastic)");
+      qc_rounding_t r = QC_ROUND_NEAREST_EVEN;
+      if (qc_rounding_from_name(lower(value).c_str(), &r) != QC_SUCCESS) {
+        usage_error("unknown rounding '" + value + "' for --rounding (" +
+                    qctool::names_of(qc_rounding_name) + ")");
+      }
+      opt.stochastic = r == QC_ROUND_STOCHASTIC;
     } else if (ln == "iters") {
       uint64_t v;
       if (!parse_u64(value, &v) || v < 1 || v > 1000000)

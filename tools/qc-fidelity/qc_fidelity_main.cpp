@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "qc.h"
+#include "qc_tool_names.h"
 
 namespace {
 
@@ -115,34 +116,18 @@ CodecSpec parse_codec(const std::string& s) {
   while (d > 0 && std::isdigit(static_cast<unsigned char>(base[d - 1]))) --d;
   const std::string name = base.substr(0, d);
   if (d < base.size()) c.bits = static_cast<int>(parse_int(base.substr(d), "--codecs", 1, 8));
-  struct {
-    const char* n;
-    qc_codec_t c;
-  } table[] = {{"none", QC_CODEC_NONE},     {"fp16", QC_CODEC_FP16},
-               {"bf16", QC_CODEC_BF16},     {"minmax", QC_CODEC_MINMAX},
-               {"qsgd", QC_CODEC_QSGD},     {"global_linear", QC_CODEC_GLOBAL_LINEAR},
-               {"global_exp", QC_CODEC_GLOBAL_EXP}, {"onebit", QC_CODEC_ONEBIT},
-               {"topk", QC_CODEC_TOPK}};
-  for (const auto& t : table) {
-    if (name == t.n) {
-      c.codec = t.c;
-      return c;
-    }
+  if (qc_codec_from_name(name.c_str(), &c.codec) != QC_SUCCESS) {
+    usage_error("unknown codec '" + s + "' (" + qctool::names_of(qc_codec_name) + ")");
   }
-  usage_error("unknown codec '" + s + "'");
+  return c;
 }
 
 AlgoSpec parse_algo(const std::string& s) {
-  struct {
-    const char* n;
-    qc_algorithm_t a;
-  } table[] = {{"auto", QC_ALGO_AUTO}, {"ring", QC_ALGO_RING},
-               {"rd", QC_ALGO_RECURSIVE_DOUBLING}, {"recursive_doubling", QC_ALGO_RECURSIVE_DOUBLING},
-               {"sra", QC_ALGO_SRA}, {"tree", QC_ALGO_TREE}, {"native", QC_ALGO_NATIVE}};
-  for (const auto& t : table) {
-    if (s == t.n) return AlgoSpec{s, t.a};
+  qc_algorithm_t a = QC_ALGO_AUTO;
+  if (qc_algorithm_from_name(s.c_str(), &a) != QC_SUCCESS) {
+    usage_error("unknown algorithm '" + s + "' (" + qctool::names_of(qc_algorithm_name) + ", rd)");
   }
-  usage_error("unknown algorithm '" + s + "'");
+  return AlgoSpec{s, a};
 }
 
 Options parse_args(int argc, char** argv) {

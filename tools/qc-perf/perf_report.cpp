@@ -11,31 +11,15 @@ namespace qcperf {
 
 const char* op_name(Op op) { return op == Op::Allreduce ? "allreduce" : "alltoall"; }
 
-const char* algo_short_name(qc_algorithm_t a) {
-  switch (a) {
-    case QC_ALGO_AUTO: return "auto";
-    case QC_ALGO_RING: return "ring";
-    case QC_ALGO_RECURSIVE_DOUBLING: return "rd";
-    case QC_ALGO_SRA: return "sra";
-    case QC_ALGO_TREE: return "tree";
-    case QC_ALGO_NATIVE: return "native";
-  }
-  return "?";
+// The library's names (qc_codec_name, ...), "?" for a value it does not know.
+const char* algo_name(qc_algorithm_t a) {
+  const char* n = qc_algorithm_name(a);
+  return n != nullptr ? n : "?";
 }
 
 const char* codec_name(qc_codec_t c) {
-  switch (c) {
-    case QC_CODEC_NONE: return "none";
-    case QC_CODEC_FP16: return "fp16";
-    case QC_CODEC_BF16: return "bf16";
-    case QC_CODEC_MINMAX: return "minmax";
-    case QC_CODEC_QSGD: return "qsgd";
-    case QC_CODEC_GLOBAL_LINEAR: return "global_linear";
-    case QC_CODEC_GLOBAL_EXP: return "global_exp";
-    case QC_CODEC_ONEBIT: return "onebit";
-    case QC_CODEC_TOPK: return "topk";
-  }
-  return "?";
+  const char* n = qc_codec_name(c);
+  return n != nullptr ? n : "?";
 }
 
 // Short label for the table: name, then bits and /bucket where the codec uses
@@ -61,15 +45,14 @@ std::string codec_label(const qc_policy_t& p) {
 }
 
 const char* dtype_name(qc_dtype_t d) {
-  switch (d) {
-    case QC_DTYPE_FLOAT32: return "float";
-    case QC_DTYPE_FLOAT16: return "half";
-    case QC_DTYPE_BFLOAT16: return "bfloat16";
-  }
-  return "?";
+  const char* n = qc_dtype_name(d);
+  return n != nullptr ? n : "?";
 }
 
-const char* redop_name(qc_reduce_op_t op) { return op == QC_OP_AVG ? "avg" : "sum"; }
+const char* redop_name(qc_reduce_op_t op) {
+  const char* n = qc_reduce_op_name(op);
+  return n != nullptr ? n : "?";
+}
 
 size_t dtype_size(qc_dtype_t d) { return d == QC_DTYPE_FLOAT32 ? 4 : 2; }
 
@@ -95,7 +78,7 @@ double busbw_factor(Op op, int n) {
 static bool g_mpi = false, g_profile = false;  // set by print_preamble
 
 static const char* kHead1 =
-    "#     size(B)        count      type   algo          codec    time(us)  algbw(GB/s)"
+    "#     size(B)        count      type               algo          codec    time(us)  algbw(GB/s)"
     "  busbw(GB/s)       wire(B)    ratio w/ideal       error       bound   #wrong";
 
 void print_preamble(const Options& opt) {
@@ -106,7 +89,7 @@ void print_preamble(const Options& opt) {
   std::string ops;
   for (Op op : opt.ops) ops += std::string(ops.empty() ? "" : ",") + op_name(op);
   std::string algos;
-  for (qc_algorithm_t a : opt.algos) algos += std::string(algos.empty() ? "" : ",") + algo_short_name(a);
+  for (qc_algorithm_t a : opt.algos) algos += std::string(algos.empty() ? "" : ",") + algo_name(a);
   std::string codecs;
   for (size_t ci = 0; ci < opt.codecs.size(); ++ci) {
     const qc_policy_t q = codec_policy(opt, ci);
@@ -157,7 +140,7 @@ void print_section_header(const Options& opt, Op op) {
 }
 
 void print_row(const Row& r) {
-  std::printf("%13llu %12llu %9s %6s %14s", static_cast<unsigned long long>(r.size),
+  std::printf("%13llu %12llu %9s %18s %14s", static_cast<unsigned long long>(r.size),
               static_cast<unsigned long long>(r.count), r.type.c_str(), r.algo.c_str(),
               r.codec.c_str());
   if (r.na) {

@@ -1,6 +1,7 @@
 // qc-perf: benchmark and correctness sweep of qc collectives, in the spirit of
 // nccl-tests. Command line, the sweep plan and the main loop.
 #include "perf.h"
+#include "qc_tool_names.h"
 
 #include <algorithm>
 #include <chrono>
@@ -154,30 +155,24 @@ std::vector<qc_algorithm_t> parse_algos(const std::string& s) {
       for (qc_algorithm_t a : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA,
                                QC_ALGO_TREE, QC_ALGO_NATIVE, QC_ALGO_AUTO})
         add(a);
-    } else if (t == "auto") add(QC_ALGO_AUTO);
-    else if (t == "ring") add(QC_ALGO_RING);
-    else if (t == "rd" || t == "recursive_doubling") add(QC_ALGO_RECURSIVE_DOUBLING);
-    else if (t == "sra") add(QC_ALGO_SRA);
-    else if (t == "tree") add(QC_ALGO_TREE);
-    else if (t == "native") add(QC_ALGO_NATIVE);
-    else usage_error("unknown algorithm '" + raw + "' for -a (auto, ring, rd, sra, tree, native, all)");
+    } else {
+      qc_algorithm_t a = QC_ALGO_AUTO;
+      if (qc_algorithm_from_name(t.c_str(), &a) != QC_SUCCESS) {
+        usage_error("unknown algorithm '" + raw + "' for -a (" + qctool::names_of(qc_algorithm_name) +
+                    ", rd, all)");
+      }
+      add(a);
+    }
   }
   return out;
 }
 
 qc_codec_t parse_codec(const std::string& s) {
-  const std::string t = lower(s);
-  if (t == "none") return QC_CODEC_NONE;
-  if (t == "fp16") return QC_CODEC_FP16;
-  if (t == "bf16") return QC_CODEC_BF16;
-  if (t == "minmax") return QC_CODEC_MINMAX;
-  if (t == "qsgd") return QC_CODEC_QSGD;
-  if (t == "global_linear") return QC_CODEC_GLOBAL_LINEAR;
-  if (t == "global_exp") return QC_CODEC_GLOBAL_EXP;
-  if (t == "onebit") return QC_CODEC_ONEBIT;
-  if (t == "topk") return QC_CODEC_TOPK;
-  usage_error("unknown codec '" + s +
-              "' for -c (none, fp16, bf16, minmax, qsgd, global_linear, global_exp, onebit, topk)");
+  qc_codec_t c = QC_CODEC_NONE;
+  if (qc_codec_from_name(lower(s).c_str(), &c) != QC_SUCCESS) {
+    usage_error("unknown codec '" + s + "' for -c (" + qctool::names_of(qc_codec_name) + ")");
+  }
+  return c;
 }
 
 // Codec list entries: NAME, NAME:BITS (bits for that entry only), and a
@@ -217,11 +212,12 @@ void parse_codecs(const std::string& s, Options* opt) {
 }
 
 qc_dtype_t parse_dtype(const std::string& s) {
-  const std::string t = lower(s);
-  if (t == "float" || t == "float32" || t == "fp32") return QC_DTYPE_FLOAT32;
-  if (t == "half" || t == "float16" || t == "fp16") return QC_DTYPE_FLOAT16;
-  if (t == "bfloat16" || t == "bf16") return QC_DTYPE_BFLOAT16;
-  usage_error("unknown dtype '" + s + "' for -d (float, half, bfloat16)");
+  qc_dtype_t d = QC_DTYPE_FLOAT32;
+  if (qc_dtype_from_name(lower(s).c_str(), &d) != QC_SUCCESS) {
+    usage_error("unknown dtype '" + s + "' for -d (" + qctool::names_of(qc_dtype_name) +
+                "; float, half, bf16)");
+  }
+  return d;
 }
 
 Options parse_args(int argc, char** argv) {
@@ -344,10 +340,9 @@ Options parse_args(int argc, char** argv) {
       if (!(r > 0 && r <= 1)) usage_error("bad value '" + value + "' for --topk-ratio (0 < R <= 1)");
       opt.policy.topk_ratio = static_cast<float>(r);
     } else if (ln == "rounding") {
-      const std::string t = lower(value);
-      if (t == "nearest" || t == "nearest_even") opt.policy.rounding = QC_ROUND_NEAREST_EVEN;
-      else if (t == "stochastic") opt.policy.rounding = QC_ROUND_STOCHASTIC;
-      else usage_error("unknown rounding '" + value + "' (nearest, stochastic)");
+      if (qc_rounding_from_name(lower(value).c_str(), &opt.policy.rounding) != QC_SUCCESS) {
+        usage_error("unknown rounding '" + value + "' (" + qctool::names_of(qc_rounding_name) + ")");
+      }
     } else if (ln == "seed") {
       uint64_t s;
       if (!parse_u64(value, &s)) usage_error("bad value '" + value + "' for --seed");
@@ -594,7 +589,7 @@ int run_sweep(const Options& opt) {
           row.size = step.bytes;
           row.count = step.count;
           row.type = dtype_name(opt.dtype);
-          row.algo = op == Op::Allreduce ? algo_short_name(algo) : "-";
+          row.algo = op == Op::Allreduce ? algo_name(algo) : "-";
           qc_policy_t policy = codec_policy(opt, ci);
           policy.algorithm = op == Op::Allreduce ? algo : QC_ALGO_AUTO;
           row.codec = codec_label(policy);

@@ -183,48 +183,35 @@ def _choice_arg(value: Any, table: Dict[str, int], what: str) -> int:
 # Enumerations (values of qc.h; names as strings)
 # ---------------------------------------------------------------------------
 
+# The names are the library's (qc_codec_name and friends in qc.h), so Python
+# spells them as the C API, the QC_* environment and the tools do.
 #: codec name -> qc_codec_t
-CODECS: Dict[str, int] = {
-    "none": 0,
-    "fp16": 1,
-    "bf16": 2,
-    "minmax": 3,
-    "qsgd": 4,
-    "global_linear": 5,
-    "global_exp": 6,
-    "onebit": 7,
-    "topk": 8,
-}
+CODECS: Dict[str, int] = dict(_qc.ENUM_NAMES["codec"])
 #: rounding name -> qc_rounding_t
-ROUNDINGS: Dict[str, int] = {"nearest": 0, "stochastic": 1}
+ROUNDINGS: Dict[str, int] = dict(_qc.ENUM_NAMES["rounding"])
 #: algorithm name -> qc_algorithm_t
-ALGORITHMS: Dict[str, int] = {
-    "auto": 0,
-    "ring": 1,
-    "recursive_doubling": 2,
-    "sra": 3,
-    "tree": 4,
-    "native": 5,
-}
+ALGORITHMS: Dict[str, int] = dict(_qc.ENUM_NAMES["algorithm"])
 #: dtype name -> qc_dtype_t
-DTYPES: Dict[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
+DTYPES: Dict[str, int] = dict(_qc.ENUM_NAMES["dtype"])
 #: reduction name -> qc_reduce_op_t
-OPS: Dict[str, int] = {"sum": 0, "avg": 1}
-_ADAPT_METHODS: Dict[str, int] = {"kmeans": 0, "linear": 1}
+OPS: Dict[str, int] = dict(_qc.ENUM_NAMES["reduce_op"])
+_ADAPT_METHODS: Dict[str, int] = dict(_qc.ENUM_NAMES["adapt_method"])
 
 _CODEC_NAMES = {v: k for k, v in CODECS.items()}
 _ROUNDING_NAMES = {v: k for k, v in ROUNDINGS.items()}
 _ALGORITHM_NAMES = {v: k for k, v in ALGORITHMS.items()}
+_ENUM_TABLES: Dict[str, Dict[str, int]] = {"codec": CODECS, "rounding": ROUNDINGS,
+                                           "algorithm": ALGORITHMS}
 
 
-def _enum_value(value: Any, table: Dict[str, int], field: str) -> int:
+def _enum_value(value: Any, kind: str, field: str) -> int:
+    table = _ENUM_TABLES[kind]
     if isinstance(value, str):
-        key = value.lower()
-        if key not in table:
-            raise InvalidArgumentError(
-                1, f"qc.Policy: {field} {value!r} is not one of {', '.join(repr(k) for k in table)}"
-            )
-        return table[key]
+        # The library's lookup: canonical names and aliases ("rd"); any case here.
+        try:
+            return _qc.from_name(kind, value.lower())
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(1, f"qc.Policy: {field}: {e.message}") from None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if int(value) not in table.values():
             raise InvalidArgumentError(1, f"qc.Policy: {field} {int(value)} is not a valid value")
@@ -352,11 +339,11 @@ class Policy:
     @staticmethod
     def _normalize(name: str, value: Any) -> Any:
         if name == "codec":
-            return _CODEC_NAMES[_enum_value(value, CODECS, name)]
+            return _CODEC_NAMES[_enum_value(value, "codec", name)]
         if name == "rounding":
-            return _ROUNDING_NAMES[_enum_value(value, ROUNDINGS, name)]
+            return _ROUNDING_NAMES[_enum_value(value, "rounding", name)]
         if name == "algorithm":
-            return _ALGORITHM_NAMES[_enum_value(value, ALGORITHMS, name)]
+            return _ALGORITHM_NAMES[_enum_value(value, "algorithm", name)]
         if name == "error_feedback":
             if isinstance(value, (bool, np.bool_)):
                 return bool(value)

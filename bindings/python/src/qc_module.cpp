@@ -637,6 +637,47 @@ PYBIND11_MODULE(_qc, m) {
   m.attr("POLICY_FIELD_COUNT") = kPolicyFields;
 
 
+  // ---- names of enum values: the library's tables (qc_codec_name, ...) ----
+  struct EnumNames {
+    const char* kind;
+    const char* (*name_of)(int);
+    qc_status_t (*from_name)(const char*, int*);
+  };
+#define QC_PY_ENUM_(kind, type)                                                        \
+  EnumNames{#kind, [](int v) { return qc_##kind##_name(static_cast<type>(v)); },       \
+            [](const char* n, int* v) {                                                \
+              type t{};                                                                \
+              const qc_status_t s = qc_##kind##_from_name(n, &t);                      \
+              *v = static_cast<int>(t);                                                \
+              return s;                                                                \
+            }}
+  static const EnumNames kEnums[] = {
+      QC_PY_ENUM_(codec, qc_codec_t),         QC_PY_ENUM_(algorithm, qc_algorithm_t),
+      QC_PY_ENUM_(dtype, qc_dtype_t),         QC_PY_ENUM_(reduce_op, qc_reduce_op_t),
+      QC_PY_ENUM_(rounding, qc_rounding_t),   QC_PY_ENUM_(transport, qc_transport_t),
+      QC_PY_ENUM_(adapt_method, qc_adapt_method_t),
+  };
+#undef QC_PY_ENUM_
+  py::dict enum_names;  // kind -> {canonical name: value}; values run 0, 1, ...
+  for (const EnumNames& e : kEnums) {
+    py::dict d;
+    for (int v = 0; e.name_of(v) != nullptr; ++v) d[py::str(e.name_of(v))] = v;
+    enum_names[py::str(e.kind)] = d;
+  }
+  m.attr("ENUM_NAMES") = enum_names;
+  m.def("from_name", [](const std::string& kind, py::handle name) {
+    for (const EnumNames& e : kEnums) {
+      if (kind != e.kind) continue;
+      const std::string text = name_arg(name, "argument 'name'");
+      int v = 0;
+      call([&] { return e.from_name(text.c_str(), &v); });
+      return v;
+    }
+    throw py::value_error("no enum kind '" + kind + "'");
+  }, py::arg("kind"), py::arg("name"),
+     "qc_<kind>_from_name(): the value of a name or alias (spelled exactly); raises "
+     "qc.InvalidArgumentError for a name the library does not know.");
+
   m.def("version_number", &qc_version_number, "qc_version_number(): version of the running libqc.");
   m.def("version_string", [] { return std::string(qc_version_string()); },
         "qc_version_string(): 'M.m.p' of the running libqc.");

@@ -225,6 +225,42 @@ qc_status_string(status) =
 qc_last_error() =
     @ccall libqc.qc_last_error()::Cstring
 
+qc_codec_name(codec) =
+    @ccall libqc.qc_codec_name(codec::qc_codec_t)::Cstring
+
+qc_codec_from_name(name, codec) =
+    @ccall libqc.qc_codec_from_name(name::Cstring, codec::Ptr{qc_codec_t})::qc_status_t
+
+qc_algorithm_name(algorithm) =
+    @ccall libqc.qc_algorithm_name(algorithm::qc_algorithm_t)::Cstring
+
+qc_algorithm_from_name(name, algorithm) =
+    @ccall libqc.qc_algorithm_from_name(name::Cstring, algorithm::Ptr{qc_algorithm_t})::qc_status_t
+
+qc_dtype_name(dtype) =
+    @ccall libqc.qc_dtype_name(dtype::qc_dtype_t)::Cstring
+
+qc_dtype_from_name(name, dtype) =
+    @ccall libqc.qc_dtype_from_name(name::Cstring, dtype::Ptr{qc_dtype_t})::qc_status_t
+
+qc_reduce_op_name(op) =
+    @ccall libqc.qc_reduce_op_name(op::qc_reduce_op_t)::Cstring
+
+qc_reduce_op_from_name(name, op) =
+    @ccall libqc.qc_reduce_op_from_name(name::Cstring, op::Ptr{qc_reduce_op_t})::qc_status_t
+
+qc_rounding_name(rounding) =
+    @ccall libqc.qc_rounding_name(rounding::qc_rounding_t)::Cstring
+
+qc_rounding_from_name(name, rounding) =
+    @ccall libqc.qc_rounding_from_name(name::Cstring, rounding::Ptr{qc_rounding_t})::qc_status_t
+
+qc_transport_name(transport) =
+    @ccall libqc.qc_transport_name(transport::qc_transport_t)::Cstring
+
+qc_transport_from_name(name, transport) =
+    @ccall libqc.qc_transport_from_name(name::Cstring, transport::Ptr{qc_transport_t})::qc_status_t
+
 qc_policy_init(policy) =
     @ccall libqc.qc_policy_init(policy::Ptr{qc_policy_t})::qc_status_t
 
@@ -272,6 +308,12 @@ qc_get_layer_policy(comm, layer, policy) =
 
 qc_policy_preset(comm, name, base) =
     @ccall libqc.qc_policy_preset(comm::qc_comm_t, name::Cstring, base::Ptr{qc_policy_t})::qc_status_t
+
+qc_adapt_method_name(method) =
+    @ccall libqc.qc_adapt_method_name(method::qc_adapt_method_t)::Cstring
+
+qc_adapt_method_from_name(name, method) =
+    @ccall libqc.qc_adapt_method_from_name(name::Cstring, method::Ptr{qc_adapt_method_t})::qc_status_t
 
 qc_adapt_policies(comm, config, report) =
     @ccall libqc.qc_adapt_policies(comm::qc_comm_t, config::Ptr{qc_adapt_config_t}, report::Ptr{qc_adapt_report_t})::qc_status_t

@@ -21,6 +21,27 @@ public class QcTest {
   }
 
   @Test
+  public void enumNamesAreTheLibrarys() {
+    for (Codec c : Codec.values()) {
+      assertEquals(c, Qc.codecFromName(Qc.name(c)));
+    }
+    for (Algorithm a : Algorithm.values()) {
+      assertEquals(a, Qc.algorithmFromName(Qc.name(a)));
+    }
+    assertEquals("minmax", Qc.name(Codec.MINMAX));
+    assertEquals("recursive_doubling", Qc.name(Algorithm.RECURSIVE_DOUBLING));
+    assertEquals(Algorithm.RECURSIVE_DOUBLING, Qc.algorithmFromName("rd"));
+    assertEquals(Dtype.FLOAT16, Qc.dtypeFromName("half"));
+    assertEquals("nearest", Qc.name(Rounding.NEAREST_EVEN));
+    assertEquals(Transport.MPI, Qc.transportFromName("mpi"));
+    assertEquals(ReduceOp.AVG, Qc.reduceOpFromName(Qc.name(ReduceOp.AVG)));
+    assertEquals(AdaptMethod.LINEAR, Qc.adaptMethodFromName("linear"));
+    QcException e = assertThrows(QcException.class, () -> Qc.codecFromName("minmax4"));
+    assertEquals(Status.INVALID_ARGUMENT, e.getStatus());
+    assertTrue(e.getMessage(), e.getMessage().contains("none, fp16"));
+  }
+
+  @Test
   public void emulateNoneIsExactSum() {
     float[][] x = {{1f, 2f, 3f}, {10f, 20f, 30f}, {100f, 200f, 300f}};
     float[][] y = Qc.emulateAllreduce(x, Policy.defaults());

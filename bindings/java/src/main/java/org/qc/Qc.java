@@ -33,6 +33,99 @@ public final class Qc {
     return QcNative.qc_status_string(status);
   }
 
+  // ---- names of enum values: the library's (qc_codec_name, ...) -------------
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(Codec value) {
+    return QcNative.qc_codec_name(value);
+  }
+
+  /** The Codec named {@code name} (canonical or alias, spelled exactly); throws
+   *  {@link QcException} INVALID_ARGUMENT for a name the library does not know. */
+  public static Codec codecFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_codec_from_name(Comm.utf8(name, "name"), out);
+    return Codec.swigToEnum(out[0]);
+  }
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(Algorithm value) {
+    return QcNative.qc_algorithm_name(value);
+  }
+
+  /** The Algorithm named {@code name} (canonical or alias, spelled exactly); throws
+   *  {@link QcException} INVALID_ARGUMENT for a name the library does not know. */
+  public static Algorithm algorithmFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_algorithm_from_name(Comm.utf8(name, "name"), out);
+    return Algorithm.swigToEnum(out[0]);
+  }
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(Dtype value) {
+    return QcNative.qc_dtype_name(value);
+  }
+
+  /** The Dtype named {@code name} (canonical or alias, spelled exactly); throws
+   *  {@link QcException} INVALID_ARGUMENT for a name the library does not know. */
+  public static Dtype dtypeFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_dtype_from_name(Comm.utf8(name, "name"), out);
+    return Dtype.swigToEnum(out[0]);
+  }
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(ReduceOp value) {
+    return QcNative.qc_reduce_op_name(value);
+  }
+
+  /** The ReduceOp named {@code name} (canonical or alias, spelled exactly); throws
+   *  {@link QcException} INVALID_ARGUMENT for a name the library does not know. */
+  public static ReduceOp reduceOpFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_reduce_op_from_name(Comm.utf8(name, "name"), out);
+    return ReduceOp.swigToEnum(out[0]);
+  }
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(Rounding value) {
+    return QcNative.qc_rounding_name(value);
+  }
+
+  /** The Rounding named {@code name} (canonical or alias, spelled exactly); throws
+   *  {@link QcException} INVALID_ARGUMENT for a name the library does not know. */
+  public static Rounding roundingFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_rounding_from_name(Comm.utf8(name, "name"), out);
+    return Rounding.swigToEnum(out[0]);
+  }
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(Transport value) {
+    return QcNative.qc_transport_name(value);
+  }
+
+  /** The Transport named {@code name} (canonical or alias, spelled exactly); throws
+   *  {@link QcException} INVALID_ARGUMENT for a name the library does not know. */
+  public static Transport transportFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_transport_from_name(Comm.utf8(name, "name"), out);
+    return Transport.swigToEnum(out[0]);
+  }
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(AdaptMethod value) {
+    return QcNative.qc_adapt_method_name(value);
+  }
+
+  /** The AdaptMethod named {@code name} (canonical or alias, spelled exactly); throws
+   *  {@link QcException} INVALID_ARGUMENT for a name the library does not know. */
+  public static AdaptMethod adaptMethodFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_adapt_method_from_name(Comm.utf8(name, "name"), out);
+    return AdaptMethod.swigToEnum(out[0]);
+  }
+
   // ---- emulation ------------------------------------------------------------
 
   /** {@link #emulateAllreduce(float[][], ReduceOp, Policy, ErrorBuffer[])}, sum, no error feedback. */
