@@ -64,6 +64,7 @@ PLACES = {
     "src/core/error_buffer": "comm",
     # planner
     "src/core/planner": "planner",
+    "src/core/plan_log": "planner",
     "src/core/error_buffer_grid": "planner",
     "src/core/adapt/": "planner",
     # executors

@@ -180,8 +180,10 @@ Status comm_allreduce_on_device(Communicator* comm, const DeviceMemory* mem,
   }
   QC_RETURN_IF_ERROR(check_healthy(comm));
   AllreducePlan plan;
-  QC_RETURN_IF_ERROR(
-      plan_allreduce(comm->policies.resolve(layer), *comm->transport, count, dtype, &plan));
+  const qc_policy_t resolved = comm->policies.resolve(layer);
+  QC_RETURN_IF_ERROR(plan_allreduce(resolved, *comm->transport, count, dtype, &plan));
+  comm->plan_log.allreduce_planned(layer, resolved, plan, count * dtype_size(dtype),
+                                   comm->transport->size());
   const bool feedback = plan.policy.error_feedback != 0 && error_buffer != nullptr;
   const ExecutorChoice executor =
       device_allreduce_executor(plan, *comm->transport, count, dtype, feedback, codec_at_hand);

@@ -37,8 +37,10 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
                          ErrorBuffer* error_buffer, const std::string* staged_why) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
   AllreducePlan plan;
-  QC_RETURN_IF_ERROR(
-      plan_allreduce(comm->policies.resolve(layer), *comm->transport, count, dtype, &plan));
+  const qc_policy_t resolved = comm->policies.resolve(layer);
+  QC_RETURN_IF_ERROR(plan_allreduce(resolved, *comm->transport, count, dtype, &plan));
+  comm->plan_log.allreduce_planned(layer, resolved, plan, count * dtype_size(dtype),
+                                   comm->transport->size());
   const qc_policy_t& policy = plan.policy;
   std::unique_ptr<Codec>& codec = plan.codec;
   const qc_algorithm_t algorithm = plan.algorithm;

@@ -24,8 +24,10 @@ Status alltoall_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
                         const std::string* staged_why) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
   AlltoallPlan plan;
-  QC_RETURN_IF_ERROR(
-      plan_alltoall(comm->policies.resolve(layer), count_per_rank, dtype, layer, &plan));
+  const qc_policy_t resolved = comm->policies.resolve(layer);
+  QC_RETURN_IF_ERROR(plan_alltoall(resolved, count_per_rank, dtype, layer, &plan));
+  comm->plan_log.layer_used("alltoall", layer, resolved, plan.policy,
+                            count_per_rank * dtype_size(dtype));
   const qc_policy_t& policy = plan.policy;
   ExecutorChoice executor = host_alltoall_executor();
   if (staged_why != nullptr) executor.why = *staged_why + "; " + executor.why;
@@ -71,8 +73,10 @@ Status comm_alltoall_on_device(Communicator* comm, const DeviceMemory& mem,
   *ran = false;
   QC_RETURN_IF_ERROR(check_healthy(comm));
   AlltoallPlan plan;
-  QC_RETURN_IF_ERROR(
-      plan_alltoall(comm->policies.resolve(layer), count_per_rank, dtype, layer, &plan));
+  const qc_policy_t resolved = comm->policies.resolve(layer);
+  QC_RETURN_IF_ERROR(plan_alltoall(resolved, count_per_rank, dtype, layer, &plan));
+  comm->plan_log.layer_used("alltoall", layer, resolved, plan.policy,
+                            count_per_rank * dtype_size(dtype));
   const Codec& codec = *plan.codec;
   WireHeader header;
   const ExecutorChoice executor = device_alltoall_executor(

@@ -7,6 +7,7 @@
 #include "core/api_checks.h"
 #include "core/communicator.h"
 #include "core/error_buffer.h"
+#include "core/log.h"
 
 namespace qc {
 
@@ -24,7 +25,10 @@ HandleTable<ErrorBuffer>& live_error_buffers() {
 Status lease_comm(qc_comm_t comm, bool collective, CommLease* out, const char* arg) {
   QC_RETURN_IF_ERROR(require(comm, arg));
   *out = live_communicators().lease(handle_value(comm), collective);
-  if (*out) return Status::ok();
+  if (*out) {
+    set_log_rank((*out)->transport->rank());  // this call's log lines name its rank
+    return Status::ok();
+  }
   return invalid_argument(std::string("argument '") + arg +
                           "' is not a live qc communicator (destroyed, or not created by "
                           "qc_comm_create*)");

@@ -6,6 +6,7 @@
 
 #include "core/api_checks.h"
 #include "core/api_guard.h"
+#include "core/log.h"
 #include "core/communicator.h"
 #include "core/emulate.h"
 #include "core/error_buffer.h"
@@ -60,7 +61,9 @@ struct LayerName {
 // alive) until the request has run.
 Status start_request(Communicator* comm, std::shared_ptr<ErrorBufferLease> error_buffer,
                      std::function<Status(ErrorBuffer*)> task, qc_request_t* request) {
-  auto run = [error_buffer, task = std::move(task)]() {
+  const int rank = comm->transport->rank();
+  auto run = [error_buffer, task = std::move(task), rank]() {
+    set_log_rank(rank);  // on the progress thread, the lines name the rank
     return task(error_buffer != nullptr ? error_buffer->get() : nullptr);
   };
   std::shared_ptr<RequestState> state = comm->requests.start(run, comm->progress_inline);

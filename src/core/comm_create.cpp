@@ -1,14 +1,17 @@
 // Creating communicators: the QC_* environment's defaults, and the local,
 // MPI and NCCL transports a communicator is made over.
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/log.h"
 #include "core/params.h"
 #include "core/policy.h"
 #include "core/transports/local_transport.h"
+#include "cpu/codec_kernels.h"
 #if QC_HAVE_NCCL
 #include "core/transports/nccl_transport.h"
 #include "cuda/nccl_backend.h"
@@ -51,6 +54,44 @@ Status environment_defaults(double configured_timeout, CommDefaults* out) {
   return Status::ok();
 }
 
+// "300", "0.25": a number of seconds as people write it.
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// QC_DEBUG=info: what was created, with what this build of qc can do.
+void log_created(const Communicator& comm, const CommDefaults& defaults) {
+  if (!log_enabled(LogLevel::kInfo)) return;
+  const Transport& t = *comm.transport;
+  set_log_rank(t.rank());
+  auto yes = [](bool b) { return b ? "yes" : "no"; };
+#if QC_HAVE_MPI
+  const bool mpi = true;
+#else
+  const bool mpi = false;
+#endif
+#if QC_HAVE_NCCL
+  const bool nccl = true;
+#else
+  const bool nccl = false;
+#endif
+#if QC_HAVE_CUDA
+  const bool cuda = true;
+#else
+  const bool cuda = false;
+#endif
+  log_info(std::string("communicator created: transport ") + t.name() + ", rank " +
+           std::to_string(t.rank()) + " of " + std::to_string(t.size()) + ", timeout " +
+           seconds(defaults.timeout_seconds) + " s, progress " +
+           (comm.progress_inline ? "inline" : "thread") + ", pipeline chunk " +
+           std::to_string(defaults.pipeline_chunk_bytes) + " bytes; qc " + qc_version_string() +
+           " built with MPI " + yes(mpi) + ", NCCL " + yes(nccl) + ", CUDA " + yes(cuda) +
+           ", CPU kernels " + cpu::kernels().name + "; default policy: " +
+           describe_policy(defaults.star));
+}
+
 // A communicator around `transport` with the settings every transport starts
 // from.
 std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
@@ -64,6 +105,7 @@ std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
   comm->pipeline_chunk_values = defaults.pipeline_chunk_bytes / sizeof(float);
   comm->policies.set("*", defaults.star);
   comm->stats.struct_size = sizeof(qc_stats_t);
+  log_created(*comm, defaults);
   return comm;
 }
 

@@ -16,6 +16,7 @@
 #include "core/collective_context.h"
 #include "core/handle_table.h"
 #include "core/device_memory.h"
+#include "core/plan_log.h"
 #include "core/policy_table.h"
 #include "core/request_queue.h"
 #include "core/staging_memory.h"
@@ -53,6 +54,8 @@ struct Communicator {
 
   std::unique_ptr<qc::Transport> transport;
   qc::PolicyTable policies;
+  // What QC_DEBUG=info says of the calls (core/plan_log.h).
+  qc::PlanLog plan_log;
   double timeout_seconds = 300.0;
   // QC_DEVICE_CODEC at creation: false makes device calls stage whole
   // buffers instead of running the codec on the device.

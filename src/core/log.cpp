@@ -1,11 +1,14 @@
 #include "core/log.h"
 
+#include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 
 #include "core/params.h"
@@ -73,6 +76,34 @@ Sink sink_from_environment() {
   return sink;
 }
 
+// The rank this thread's lines name (set_log_rank); -1 prints "-".
+thread_local int tls_rank = -1;
+
+// "host:pid:tid", as NCCL_DEBUG's lines start, so that lines of many
+// processes and threads in one file can be told apart.
+std::string origin() {
+  static const std::string host = [] {
+    char name[256] = {0};
+    if (::gethostname(name, sizeof name - 1) != 0) return std::string("?");
+    return std::string(name);
+  }();
+  return host + ":" + std::to_string(static_cast<long>(::getpid())) + ":" +
+         std::to_string(static_cast<long>(::syscall(SYS_gettid)));
+}
+
+// UTC wall-clock time to the microsecond, "hh:mm:ss.uuuuuu".
+std::string timestamp() {
+  struct timeval tv {};
+  ::gettimeofday(&tv, nullptr);
+  struct tm utc {};
+  const time_t seconds = tv.tv_sec;
+  ::gmtime_r(&seconds, &utc);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02d:%02d:%02d.%06ld", utc.tm_hour, utc.tm_min, utc.tm_sec,
+                static_cast<long>(tv.tv_usec));
+  return buf;
+}
+
 const Sink& sink() {
   // Function-local static: initialised once, thread-safely, on first use.
   static const Sink s = sink_from_environment();
@@ -80,6 +111,8 @@ const Sink& sink() {
 }
 
 }  // namespace
+
+void set_log_rank(int rank) { tls_rank = rank; }
 
 bool log_enabled(LogLevel level) {
   return level != LogLevel::kNone &&
@@ -91,9 +124,11 @@ void log_message(LogLevel level, const std::string& text) {
   const Sink& s = sink();
   // One fprintf per line so that lines from concurrent ranks do not
   // interleave; the flush keeps a file's tail when the process dies.
+  const std::string rank = tls_rank >= 0 ? std::to_string(tls_rank) : "-";
+  const std::string head = timestamp() + " " + origin() + " [" + rank + "]";
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  std::fprintf(s.out, "qc: %s: %s\n", level_word(level), text.c_str());
+  std::fprintf(s.out, "qc %s %s: %s\n", head.c_str(), level_word(level), text.c_str());
   std::fflush(s.out);
 }
 

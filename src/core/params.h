@@ -47,9 +47,12 @@ bool parse_cpu_isa(const char* text, int* out);
 #define QC_PARAM_LIST(X)                                                                       \
   X(debug, "QC_DEBUG", enum, ::qc::LogLevel, ::qc::parse_log_level, "warn",                    \
     "none, warn, info, debug (or 0..3)",                                                       \
-    "What the library prints on its own: nothing, warnings, also info lines, also debug "     \
-    "traces. An invalid value prints one warning and uses warn; communicator creation then "   \
-    "fails with it.")                                                                          \
+    "What the library prints on its own, one line each (`qc <UTC time> <host>:<pid>:<tid> "    \
+    "[<rank>] <level>: <text>`): nothing; warnings; info: communicator creation (transport, "   \
+    "ranks, build features), each layer's policy on first use, the algorithm auto chose and "  \
+    "why, a layer's messages sent uncompressed, failures of the group naming the peer; "      \
+    "debug: also a line per call. An invalid value prints one warning and uses warn; "         \
+    "communicator creation then fails with it.")                                               \
   X(debug_file, "QC_DEBUG_FILE", string, std::string, ::qc::parse_text, "",                    \
     "a file path; %p is replaced by the process id",                                           \
     "Append log lines to this file instead of stderr (one file per process with %p). If it "   \

@@ -45,7 +45,7 @@ Status plan_allreduce(const qc_policy_t& layer_policy, const Transport& transpor
   const bool float_sum = transport.has_native_float_allreduce();
   plan->algorithm = select_allreduce_algorithm(plan->policy.algorithm, plan->policy,
                                                transport.size(), count * dtype_size(dtype),
-                                               float_sum);
+                                               float_sum, &plan->why);
   plan->native_float = plan->algorithm == QC_ALGO_NATIVE && plan->policy.codec == QC_CODEC_NONE;
   if (plan->native_float && !float_sum) {
     return unsupported(std::string("algorithm 'native' with codec none hands the sum to the "

@@ -37,6 +37,7 @@ struct AllreducePlan {
   std::unique_ptr<Codec> codec;
   qc_algorithm_t algorithm = QC_ALGO_AUTO;
   bool native_float = false;  // native with codec none: the transport's own float sum
+  const char* why = "";       // the rule that chose the algorithm (for the log)
 };
 
 // `layer_policy`: the policy the layer resolves to. The caller checks first

@@ -34,7 +34,9 @@ Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* re
   uint64_t layout = fnv1a64(&nsegments, sizeof nsegments);
   for (size_t i = 0; i < nsegments; ++i) {
     const char* name = layers != nullptr && layers[i] != nullptr ? layers[i] : "*";
-    policies[i] = effective_policy(comm->policies.resolve(name), counts[i] * item);
+    const qc_policy_t resolved = comm->policies.resolve(name);
+    policies[i] = effective_policy(resolved, counts[i] * item);
+    comm->plan_log.layer_used("allreduce_segments", name, resolved, policies[i], counts[i] * item);
     const qc_policy_t& p = policies[i];
     CodecSegment& seg = segments[i];
     QC_RETURN_IF_ERROR(make_codec(p, dtype, &seg.codec));

@@ -294,7 +294,7 @@ TEST(LayerPolicy, DivergingErrorFeedbackIsWarnedAbout) {
                  "; stderr: " + log);
     ASSERT_EQ(s, QC_SUCCESS) << qc_last_error();
     if (c.warned) {
-      EXPECT_NE(log.find("qc: warning: layer pattern \"enc.*\": error feedback with"),
+      EXPECT_NE(log.find("] warning: layer pattern \"enc.*\": error feedback with"),
                 std::string::npos);
       EXPECT_NE(log.find("docs/policies.md"), std::string::npos);
     } else {
@@ -318,7 +318,7 @@ TEST(LayerPolicy, DivergingErrorFeedbackFromTheEnvironmentIsWarnedAbout) {
   }
   const std::string log = ::testing::internal::GetCapturedStderr();
   for (const char* v : {"QC_CODEC", "QC_BITS", "QC_BUCKET", "QC_EF"}) ::unsetenv(v);
-  EXPECT_NE(log.find("qc: warning: the QC_* environment's default policy: error feedback with "
+  EXPECT_NE(log.find("] warning: the QC_* environment's default policy: error feedback with "
                      "qsgd with 4 bits and buckets of 512 elements is not contractive"),
             std::string::npos)
       << log;

@@ -85,8 +85,9 @@ Status alltoall_exchange(CollectiveContext& ctx, Message* out, Message* in,
 constexpr size_t kAutoSmallMessageBytes = 64 * 1024;
 constexpr int kAutoNativeExpMaxBits = 5;
 // `policy` is the call's effective policy (effective_policy()).
+// *why (when not null): the rule that chose, for the log.
 qc_algorithm_t select_allreduce_algorithm(qc_algorithm_t requested, const qc_policy_t& policy,
                                           int nranks, size_t message_bytes,
-                                          bool transport_float_sum);
+                                          bool transport_float_sum, const char** why = nullptr);
 
 }  // namespace qc
