@@ -22,6 +22,7 @@
 #   python3-mpi4py              qc.Comm.from_mpi and its tests
 #   python3-torch python3-sklearn
 #                               torch tensors, the DDP comm hook (qc.torch), the digits comparison
+#   python3-matplotlib          tools/plot_perf.py (plots of qc-perf's --json)
 #   (all for Debian's /usr/bin/python3; the Python tests run with it)
 #   swig openjdk-17-jdk-headless junit4 libhamcrest-java
 #                               the Java bindings (bindings/java: SWIG + JNI, JUnit 4 tests)
@@ -36,7 +37,7 @@ set -euo pipefail
 packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libgmock-dev libcmocka-dev file
           libopenmpi-dev openmpi-bin gfortran
           python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-mpi4py
-          python3-torch python3-sklearn
+          python3-torch python3-sklearn python3-matplotlib
           swig openjdk-17-jdk-headless junit4 libhamcrest-java python3-venv
           abigail-tools clang-14 libclang-rt-14-dev)
 tools_venv=${QC_TOOLS_VENV:-/opt/qc-tools-venv}

@@ -190,10 +190,23 @@ do_fortran() {
   [[ -f $moddir/qc.mod ]] || fail "the Fortran module qc.mod was not installed in $moddir"
   [[ -f $libdir/libqc_fortran.a ]] || fail "libqc_fortran.a was not installed in $libdir"
 
-  step "compile examples/fortran_emulate.f90 with $fc against $moddir"
+  local pc_dir fflags flibs
+  pc_dir=$(dirname "$(find "$prefix" -path '*/pkgconfig/qc-fortran.pc' -print -quit)")
+  [[ -f $pc_dir/qc-fortran.pc ]] || fail "no pkgconfig/qc-fortran.pc under $prefix"
+  fflags=$(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags qc-fortran) ||
+    fail "pkg-config --cflags qc-fortran failed"
+  flibs=$(PKG_CONFIG_PATH=$pc_dir pkg-config --libs qc-fortran) ||
+    fail "pkg-config --libs qc-fortran failed"
+  local flag found=0
+  for flag in $fflags; do
+    [[ $flag == -I* && -f ${flag#-I}/qc.mod ]] && found=1
+  done
+  [[ $found == 1 ]] || fail "qc-fortran.pc's Cflags ($fflags) name no directory with qc.mod"
+
+  step "compile examples/fortran_emulate.f90 with $fc, flags from qc-fortran.pc: $fflags $flibs"
   # shellcheck disable=SC2086
-  (cd "$out" && "$fc" $extra_cflags -I"$moddir" "$source_dir/examples/fortran_emulate.f90" \
-    -o "$out/fortran_emulate" -L"$libdir" -lqc_fortran -lqc -Wl,-rpath,"$libdir" $extra_ldflags)
+  (cd "$out" && "$fc" $extra_cflags $fflags "$source_dir/examples/fortran_emulate.f90" \
+    -o "$out/fortran_emulate" $flibs -Wl,-rpath,"$libdir" $extra_ldflags)
 
   step "run fortran_emulate (installed module)"
   check_loads_installed_lib "$out/fortran_emulate" "$libdir"
