@@ -29,7 +29,7 @@ What it shows, in order
    ``qc_stats_t`` below are compared with the running library (see "Keeping
    the mirrors in step with qc.h").  A mismatch stops the example with a
    message that says which struct to update.
-3. ``qc_policy_init`` and then fields set by hand (codec minmax, 4 bits,
+3. ``qc_policy_init_sized`` and then fields set by hand (codec minmax, 4 bits,
    bucket 128, algorithm SRA, ``min_compress_bytes`` 0 so that a small
    tensor is still compressed); an invalid policy (bits = 0) gives
    ``QC_ERROR_INVALID_ARGUMENT`` and a message from ``qc_last_error``.
@@ -81,7 +81,7 @@ is stricter, and ``check_layout`` fails when:
   * the library accepts a ``struct_size`` one byte larger than the mirror:
     its struct has grown (a field was appended to qc.h) and the mirror
     here was not updated; the message gives the library's size;
-  * the defaults written by ``qc_policy_init`` / ``qc_comm_config_init``
+  * the defaults written by ``qc_policy_init_sized`` / ``qc_comm_config_init_sized``
     differ from ``QC_POLICY_INIT`` / ``QC_COMM_CONFIG_INIT`` (a field
     moved or changed type without changing the size).
 When qc.h appends a field, append it to the mirror (and to the expected
@@ -235,8 +235,9 @@ def declare(lib):
     _bind(lib, "qc_version_string", c_char_p, [])
     _bind(lib, "qc_status_string", c_char_p, [status])
     _bind(lib, "qc_last_error", c_char_p, [])
-    _bind(lib, "qc_policy_init", status, [POINTER(QcPolicy)])
-    _bind(lib, "qc_comm_config_init", status, [POINTER(QcCommConfig)])
+    # The init calls of a language without macros: the caller's sizeof passed.
+    _bind(lib, "qc_policy_init_sized", status, [POINTER(QcPolicy), c_size_t])
+    _bind(lib, "qc_comm_config_init_sized", status, [POINTER(QcCommConfig), c_size_t])
     _bind(lib, "qc_comm_create_local_with_config", status,
           [c_int, POINTER(QcCommConfig), POINTER(comm_t)])
     _bind(lib, "qc_comm_destroy", status, [comm_t])
@@ -281,9 +282,9 @@ def expect_status(status, expected, what):
 def check_layout(struct_type, call, c_name):
     """Compare ctypes.sizeof(struct_type) with what the library accepts.
 
-    call(ptr) makes one library call that reads/writes a struct_type through
-    ptr (a c_void_p to at least 4 KiB of zeroed, 8-byte aligned memory) and
-    returns its status.  Returns the size the library reported back.
+    call(ptr, size) makes one library call that fills a struct_type of `size`
+    bytes through ptr (a c_void_p to at least 4 KiB of zeroed, 8-byte aligned
+    memory) and returns its status.  Returns the size the library reported back.
     """
     mine = ctypes.sizeof(struct_type)
     scratch = (c_uint64 * 512)()  # 4 KiB: room for probes past the mirror
@@ -291,8 +292,8 @@ def check_layout(struct_type, call, c_name):
 
     def attempt(size):
         ctypes.memset(scratch, 0, ctypes.sizeof(scratch))
-        head[0] = size
-        return call(ctypes.cast(scratch, c_void_p)), head[0]
+        head[0] = size  # what a getter reads; an init call takes `size` itself
+        return call(ctypes.cast(scratch, c_void_p), size), head[0]
 
     st, reported = attempt(mine)
     if st == QC_ERROR_VERSION:
@@ -347,21 +348,25 @@ def abi_guard():
         if status_name(value) != name:
             raise CheckFailed("ABI drift: status %d is %s in libqc, %s here"
                               % (value, status_name(value), name))
-    size = check_layout(QcPolicy, lambda p: LIB.qc_policy_init(ctypes.cast(p, POINTER(QcPolicy))),
-                        "qc_policy_t")
-    policy = QcPolicy(struct_size=ctypes.sizeof(QcPolicy))
-    check(LIB.qc_policy_init(byref(policy)), "qc_policy_init")
+    size = check_layout(
+        QcPolicy, lambda p, n: LIB.qc_policy_init_sized(ctypes.cast(p, POINTER(QcPolicy)), n),
+        "qc_policy_t")
+    policy = QcPolicy()
+    check(LIB.qc_policy_init_sized(byref(policy), ctypes.sizeof(QcPolicy)), "qc_policy_init_sized")
     check_defaults(policy, POLICY_DEFAULTS, "qc_policy_t", "QC_POLICY_INIT")
-    first = QcPolicy(struct_size=0)  # 0: the first released layout
-    check(LIB.qc_policy_init(byref(first)), "qc_policy_init(struct_size 0)")
+    first = QcPolicy()  # a program built against the first released layout
+    check(LIB.qc_policy_init_sized(byref(first), QcPolicy.min_compress_bytes.offset),
+          "qc_policy_init_sized(first layout)")
     print("abi: qc_policy_t %d bytes (first released layout %d), matches libqc"
           % (size, first.struct_size))
 
-    size = check_layout(QcCommConfig,
-                        lambda p: LIB.qc_comm_config_init(ctypes.cast(p, POINTER(QcCommConfig))),
-                        "qc_comm_config_t")
-    config = QcCommConfig(struct_size=ctypes.sizeof(QcCommConfig))
-    check(LIB.qc_comm_config_init(byref(config)), "qc_comm_config_init")
+    size = check_layout(
+        QcCommConfig,
+        lambda p, n: LIB.qc_comm_config_init_sized(ctypes.cast(p, POINTER(QcCommConfig)), n),
+        "qc_comm_config_t")
+    config = QcCommConfig()
+    check(LIB.qc_comm_config_init_sized(byref(config), ctypes.sizeof(QcCommConfig)),
+          "qc_comm_config_init_sized")
     check_defaults(config, COMM_CONFIG_DEFAULTS, "qc_comm_config_t", "QC_COMM_CONFIG_INIT")
     print("abi: qc_comm_config_t %d bytes, matches libqc" % size)
 
@@ -369,7 +374,7 @@ def abi_guard():
 def abi_guard_stats(comm):
     """Layout of qc_stats_t (written by qc_comm_get_stats: needs a communicator)."""
     size = check_layout(QcStats,
-                        lambda p: LIB.qc_comm_get_stats(comm, ctypes.cast(p, POINTER(QcStats))),
+                        lambda p, _: LIB.qc_comm_get_stats(comm, ctypes.cast(p, POINTER(QcStats))),
                         "qc_stats_t")
     print("abi: qc_stats_t %d bytes, matches libqc" % size)
 
@@ -441,10 +446,9 @@ EF_CALLS = 8
 
 
 def make_policy(**fields):
-    """qc_policy_init, then the fields given."""
+    """qc_policy_init_sized (as qc_policy_init(&p) in C), then the fields given."""
     policy = QcPolicy()
-    policy.struct_size = ctypes.sizeof(QcPolicy)  # as sizeof(qc_policy_t) in C
-    check(LIB.qc_policy_init(byref(policy)), "qc_policy_init")
+    check(LIB.qc_policy_init_sized(byref(policy), ctypes.sizeof(QcPolicy)), "qc_policy_init_sized")
     for name, value in fields.items():
         setattr(policy, name, value)
     return policy
@@ -539,9 +543,9 @@ def demo(comms):
     if not message:
         fail("qc_last_error() is empty after a failed call")
     truncated = make_policy()
-    truncated.struct_size = 8  # smaller than the first released layout
-    message = expect_status(LIB.qc_policy_init(byref(truncated)), QC_ERROR_INVALID_ARGUMENT,
-                            "qc_policy_init(struct_size 8)")
+    # 8: smaller than the first released layout
+    message = expect_status(LIB.qc_policy_init_sized(byref(truncated), 8),
+                            QC_ERROR_INVALID_ARGUMENT, "qc_policy_init_sized(struct_size 8)")
     print("error case: struct_size 8 -> %s: %s"
           % (status_name(QC_ERROR_INVALID_ARGUMENT), message))
     # A failed qc_set_layer_policy changes nothing: "*" is still 4-bit minmax.
@@ -658,8 +662,8 @@ def main(argv=None):
     try:
         abi_guard()
         config = QcCommConfig()
-        config.struct_size = ctypes.sizeof(QcCommConfig)
-        check(LIB.qc_comm_config_init(byref(config)), "qc_comm_config_init")
+        check(LIB.qc_comm_config_init_sized(byref(config), ctypes.sizeof(QcCommConfig)),
+              "qc_comm_config_init_sized")
         config.timeout_seconds = 60.0  # a stuck rank fails in a minute, not 300 s
         comms = (c_void_p * NRANKS)()
         check(LIB.qc_comm_create_local_with_config(NRANKS, byref(config), comms),

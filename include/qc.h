@@ -24,13 +24,18 @@
  *   - A qc_comm_t or qc_error_buffer_t that was destroyed, or was not made by
  *     qc, gives QC_ERROR_INVALID_ARGUMENT (qc keeps a registry of live
  *     handles); NULL keeps the meaning each function documents.
- *   - Structs that may grow start with `size_t struct_size`. Set it with the
- *     initializer macro (QC_POLICY_INIT, ...) or the matching *_init function.
- *     The library reads and writes only the bytes that struct_size covers, so a
- *     program built against an older qc.h keeps working with a newer library.
- *     A struct_size smaller than the first released layout gives
- *     QC_ERROR_INVALID_ARGUMENT; one larger than this library knows gives
- *     QC_ERROR_VERSION (the program was built against a newer qc.h).
+ *   - Structs that may grow start with `size_t struct_size`. Fill one with its
+ *     initializer macro (`qc_policy_t p = QC_POLICY_INIT;`) or its init call
+ *     (`qc_policy_init(&p);`), which writes the defaults of the caller's
+ *     layout whatever the struct held (stack garbage, zeros) and never reads
+ *     it; then set fields. The init calls are macros over the exported
+ *     qc_<struct>_init_sized(&p, sizeof p), the one call for languages
+ *     without macros. The library reads and writes only the bytes that
+ *     struct_size covers, so a program built against an older qc.h keeps
+ *     working with a newer library. A struct_size smaller than the first
+ *     released layout gives QC_ERROR_INVALID_ARGUMENT; one larger than this
+ *     library knows gives QC_ERROR_VERSION (the program was built against a
+ *     newer qc.h).
  *   - Thread safety: a communicator is used by one thread at a time (like an
  *     NCCL communicator). Different communicators, including the ranks of one
  *     local group, may be driven from different threads at once. Functions
@@ -240,15 +245,20 @@ typedef struct qc_policy {
   }
 
 /**
- * Fill *policy with the defaults listed in qc_policy_t.
- * Set policy->struct_size to sizeof(qc_policy_t) before the call (languages
- * without macros do this by hand); 0 means the first released layout, which
- * is always safe. Only struct_size bytes are written, and struct_size is then
- * set to the number of bytes this library filled.
- * @return QC_ERROR_INVALID_ARGUMENT for NULL or a too-small struct_size,
- *         QC_ERROR_VERSION for a struct_size larger than this library knows.
+ * Fill *policy with the defaults listed in qc_policy_t for a struct of
+ * `struct_size` bytes (the caller's sizeof(qc_policy_t)); *policy is only
+ * written, never read. Languages without macros call this; C calls
+ * qc_policy_init(&p).
+ * @return QC_ERROR_INVALID_ARGUMENT for NULL or a struct_size under the first
+ *         released layout, QC_ERROR_VERSION for one larger than this library's;
+ *         nothing is written then.
  */
+QC_API qc_status_t qc_policy_init_sized(qc_policy_t* policy, size_t struct_size);
+/* Deprecated: the 0.1 function, which reads policy->struct_size first (0: the
+ * first layout); kept for programs built against qc.h 0.1, removed in 1.0.
+ * The macro below replaces it for code compiled against this header. */
 QC_API qc_status_t qc_policy_init(qc_policy_t* policy);
+#define qc_policy_init(policy) qc_policy_init_sized((policy), sizeof *(policy))
 
 /* ======================================================================== */
 /* 4. Communicators                                                          */
@@ -278,8 +288,11 @@ typedef struct qc_comm_config {
 #define QC_COMM_CONFIG_INIT \
   { sizeof(qc_comm_config_t), QC_TRANSPORT_LOCAL, 0, NULL, 300.0 }
 
-/** Fill *config with the defaults above; struct_size rules as qc_policy_init. */
+/** Fill *config with the defaults above, as qc_policy_init_sized. */
+QC_API qc_status_t qc_comm_config_init_sized(qc_comm_config_t* config, size_t struct_size);
+/* Deprecated: the 0.1 function (reads config->struct_size), as qc_policy_init. */
 QC_API qc_status_t qc_comm_config_init(qc_comm_config_t* config);
+#define qc_comm_config_init(config) qc_comm_config_init_sized((config), sizeof *(config))
 
 /**
  * Create a communicator over an existing MPI or NCCL communicator.
@@ -371,7 +384,7 @@ QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_er
  *   hidden behind the wire: a transfer may finish before it is awaited.
  */
 typedef struct qc_stats {
-  size_t struct_size;  /* set by the caller: sizeof(qc_stats_t) */
+  size_t struct_size;  /* sizeof(qc_stats_t): qc_stats_init or QC_STATS_INIT */
   uint64_t calls;
   uint64_t logical_bytes;
   uint64_t wire_bytes;
@@ -382,7 +395,12 @@ typedef struct qc_stats {
   double codec_seconds_in_flight;
 } qc_stats_t;
 
-/** Copy the counters into *stats; stats->struct_size must be set. */
+#define QC_STATS_INIT { sizeof(qc_stats_t), 0, 0, 0, 0.0, 0.0, 0.0 }
+/** Zero *stats for the caller's layout, as qc_policy_init_sized. */
+QC_API qc_status_t qc_stats_init_sized(qc_stats_t* stats, size_t struct_size);
+#define qc_stats_init(stats) qc_stats_init_sized((stats), sizeof *(stats))
+
+/** Copy the counters into *stats (filled by qc_stats_init or QC_STATS_INIT). */
 QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
 
 /*
@@ -403,7 +421,7 @@ QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
  *   without waiting, which is left out of the average.
  */
 typedef struct qc_layer_stats {
-  size_t struct_size; /* set by the caller: sizeof(qc_layer_stats_t) */
+  size_t struct_size; /* sizeof(qc_layer_stats_t): qc_layer_stats_init */
   uint64_t calls;
   uint64_t count;     /* elements in the last call */
   uint64_t logical_bytes;
@@ -414,8 +432,13 @@ typedef struct qc_layer_stats {
   double mean_sq_norm;
 } qc_layer_stats_t;
 
+#define QC_LAYER_STATS_INIT { sizeof(qc_layer_stats_t), 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0 }
+/** Zero *stats for the caller's layout, as qc_policy_init_sized. */
+QC_API qc_status_t qc_layer_stats_init_sized(qc_layer_stats_t* stats, size_t struct_size);
+#define qc_layer_stats_init(stats) qc_layer_stats_init_sized((stats), sizeof *(stats))
+
 /** The counters of layer `layer` (NULL means "*"); a name no call has used
- *  yet gives all zeros (calls == 0). stats->struct_size must be set. */
+ *  yet gives all zeros (calls == 0). *stats: filled by qc_layer_stats_init. */
 QC_API qc_status_t qc_comm_get_layer_stats(qc_comm_t comm, const char* layer,
                                            qc_layer_stats_t* stats);
 
@@ -443,7 +466,7 @@ QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
                                        const qc_policy_t* policy);
 
 /** The policy that layer name `layer` resolves to (NULL means "*").
- *  policy->struct_size must be set. */
+ *  *policy: filled by qc_policy_init first (its struct_size is read). */
 QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
                                        qc_policy_t* policy);
 
@@ -530,6 +553,10 @@ typedef struct qc_adapt_config {
 #define QC_ADAPT_CONFIG_INIT \
   { sizeof(qc_adapt_config_t), QC_ADAPT_KMEANS, 2.0, 4, {2, 3, 4, 8, 0, 0, 0, 0} }
 
+/** Fill *config with the defaults above, as qc_policy_init_sized. */
+QC_API qc_status_t qc_adapt_config_init_sized(qc_adapt_config_t* config, size_t struct_size);
+#define qc_adapt_config_init(config) qc_adapt_config_init_sized((config), sizeof *(config))
+
 typedef struct qc_adapt_report {
   size_t struct_size;        /* sizeof(qc_adapt_report_t) */
   uint64_t layers;           /* layers given a width */
@@ -539,6 +566,11 @@ typedef struct qc_adapt_report {
   uint64_t predicted_bytes;  /* per call of every layer, one rank's message */
   uint64_t bytes_at_4;
 } qc_adapt_report_t;
+
+#define QC_ADAPT_REPORT_INIT { sizeof(qc_adapt_report_t), 0, 0.0, 0.0, 0.0, 0, 0 }
+/** Zero *report for the caller's layout, as qc_policy_init_sized. */
+QC_API qc_status_t qc_adapt_report_init_sized(qc_adapt_report_t* report, size_t struct_size);
+#define qc_adapt_report_init(report) qc_adapt_report_init_sized((report), sizeof *(report))
 
 QC_API qc_status_t qc_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
                                      qc_adapt_report_t* report);

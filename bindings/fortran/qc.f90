@@ -297,20 +297,18 @@ contains
   ! 3.-4. Struct initialization
   ! ----------------------------------------------------------------------
 
-  !> Fill policy with the library's defaults (sets struct_size first).
+  !> Fill policy with the library's defaults for this layout (qc_policy_init_sized).
   subroutine qc_policy_init(policy, ierr)
     type(qc_policy_t), intent(out) :: policy
     integer, intent(out), optional :: ierr
-    policy%struct_size = c_sizeof(policy)
-    call finish(qc_policy_init_c(policy), 'qc_policy_init', ierr)
+    call finish(qc_policy_init_sized_c(policy, c_sizeof(policy)), 'qc_policy_init', ierr)
   end subroutine qc_policy_init
 
-  !> Fill config with the library's defaults (sets struct_size first).
+  !> Fill config with the library's defaults for this layout (qc_comm_config_init_sized).
   subroutine qc_comm_config_init(config, ierr)
     type(qc_comm_config_t), intent(out) :: config
     integer, intent(out), optional :: ierr
-    config%struct_size = c_sizeof(config)
-    call finish(qc_comm_config_init_c(config), 'qc_comm_config_init', ierr)
+    call finish(qc_comm_config_init_sized_c(config, c_sizeof(config)), 'qc_comm_config_init', ierr)
   end subroutine qc_comm_config_init
 
   ! ----------------------------------------------------------------------

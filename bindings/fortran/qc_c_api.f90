@@ -102,9 +102,9 @@ module qc_c_api
     real(c_double) :: timeout_seconds = 300.0_c_double
   end type qc_comm_config_t
 
-  ! qc_stats_t
+  ! qc_stats_t (defaults: QC_STATS_INIT)
   type, bind(c) :: qc_stats_t
-    integer(c_size_t) :: struct_size = 0_c_size_t  ! set by the caller: sizeof(qc_stats_t)
+    integer(c_size_t) :: struct_size = 0_c_size_t  ! sizeof(qc_stats_t): qc_stats_init or QC_STATS_INIT
     integer(c_int64_t) :: calls = 0_c_int64_t
     integer(c_int64_t) :: logical_bytes = 0_c_int64_t
     integer(c_int64_t) :: wire_bytes = 0_c_int64_t
@@ -113,9 +113,9 @@ module qc_c_api
     real(c_double) :: codec_seconds_in_flight = 0.0_c_double
   end type qc_stats_t
 
-  ! qc_layer_stats_t
+  ! qc_layer_stats_t (defaults: QC_LAYER_STATS_INIT)
   type, bind(c) :: qc_layer_stats_t
-    integer(c_size_t) :: struct_size = 0_c_size_t  ! set by the caller: sizeof(qc_layer_stats_t)
+    integer(c_size_t) :: struct_size = 0_c_size_t  ! sizeof(qc_layer_stats_t): qc_layer_stats_init
     integer(c_int64_t) :: calls = 0_c_int64_t
     integer(c_int64_t) :: count = 0_c_int64_t  ! elements in the last call
     integer(c_int64_t) :: logical_bytes = 0_c_int64_t
@@ -135,7 +135,7 @@ module qc_c_api
     integer(c_int) :: allowed_bits(8) = [2, 3, 4, 8, 0, 0, 0, 0]  ! widths to choose from; default {2, 3, 4, 8}
   end type qc_adapt_config_t
 
-  ! qc_adapt_report_t
+  ! qc_adapt_report_t (defaults: QC_ADAPT_REPORT_INIT)
   type, bind(c) :: qc_adapt_report_t
     integer(c_size_t) :: struct_size = 0_c_size_t  ! sizeof(qc_adapt_report_t)
     integer(c_int64_t) :: layers = 0_c_int64_t  ! layers given a width
@@ -233,9 +233,23 @@ module qc_c_api
       integer(c_int), intent(out) :: transport
       integer(c_int) :: res
     end function
+    function qc_policy_init_sized_c(policy, struct_size) bind(c, &
+        name="qc_policy_init_sized") result(res)
+      import :: c_int, c_size_t, qc_policy_t
+      type(qc_policy_t), intent(inout) :: policy
+      integer(c_size_t), value :: struct_size
+      integer(c_int) :: res
+    end function
     function qc_policy_init_c(policy) bind(c, name="qc_policy_init") result(res)
       import :: c_int, qc_policy_t
       type(qc_policy_t), intent(inout) :: policy
+      integer(c_int) :: res
+    end function
+    function qc_comm_config_init_sized_c(config, struct_size) bind(c, &
+        name="qc_comm_config_init_sized") result(res)
+      import :: c_int, c_size_t, qc_comm_config_t
+      type(qc_comm_config_t), intent(inout) :: config
+      integer(c_size_t), value :: struct_size
       integer(c_int) :: res
     end function
     function qc_comm_config_init_c(config) bind(c, name="qc_comm_config_init") result(res)
@@ -287,10 +301,24 @@ module qc_c_api
       integer(c_int), intent(out) :: async_error
       integer(c_int) :: res
     end function
+    function qc_stats_init_sized_c(stats, struct_size) bind(c, &
+        name="qc_stats_init_sized") result(res)
+      import :: c_int, c_size_t, qc_stats_t
+      type(qc_stats_t), intent(inout) :: stats
+      integer(c_size_t), value :: struct_size
+      integer(c_int) :: res
+    end function
     function qc_comm_get_stats_c(comm, stats) bind(c, name="qc_comm_get_stats") result(res)
       import :: c_int, c_ptr, qc_stats_t
       type(c_ptr), value :: comm
       type(qc_stats_t), intent(inout) :: stats
+      integer(c_int) :: res
+    end function
+    function qc_layer_stats_init_sized_c(stats, struct_size) bind(c, &
+        name="qc_layer_stats_init_sized") result(res)
+      import :: c_int, c_size_t, qc_layer_stats_t
+      type(qc_layer_stats_t), intent(inout) :: stats
+      integer(c_size_t), value :: struct_size
       integer(c_int) :: res
     end function
     function qc_comm_get_layer_stats_c(comm, layer, stats) bind(c, &
@@ -350,6 +378,20 @@ module qc_c_api
       import :: c_int, c_ptr
       type(c_ptr), value :: name
       integer(c_int), intent(out) :: method
+      integer(c_int) :: res
+    end function
+    function qc_adapt_config_init_sized_c(config, struct_size) bind(c, &
+        name="qc_adapt_config_init_sized") result(res)
+      import :: c_int, c_size_t, qc_adapt_config_t
+      type(qc_adapt_config_t), intent(inout) :: config
+      integer(c_size_t), value :: struct_size
+      integer(c_int) :: res
+    end function
+    function qc_adapt_report_init_sized_c(report, struct_size) bind(c, &
+        name="qc_adapt_report_init_sized") result(res)
+      import :: c_int, c_size_t, qc_adapt_report_t
+      type(qc_adapt_report_t), intent(inout) :: report
+      integer(c_size_t), value :: struct_size
       integer(c_int) :: res
     end function
     function qc_adapt_policies_c(comm, config, report) bind(c, name="qc_adapt_policies") result(res)
@@ -569,15 +611,16 @@ module qc_c_api
   public :: qc_version_string_c, qc_status_string_c, qc_last_error_c, qc_codec_name_c
   public :: qc_codec_from_name_c, qc_algorithm_name_c, qc_algorithm_from_name_c, qc_dtype_name_c
   public :: qc_dtype_from_name_c, qc_reduce_op_name_c, qc_reduce_op_from_name_c, qc_rounding_name_c
-  public :: qc_rounding_from_name_c, qc_transport_name_c, qc_transport_from_name_c, qc_policy_init_c
-  public :: qc_comm_config_init_c, qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c
-  public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
-  public :: qc_comm_get_stats_c, qc_comm_get_layer_stats_c, qc_comm_layer_count_c, qc_comm_layer_name_c
+  public :: qc_rounding_from_name_c, qc_transport_name_c, qc_transport_from_name_c, qc_policy_init_sized_c
+  public :: qc_policy_init_c, qc_comm_config_init_sized_c, qc_comm_config_init_c, qc_comm_create_c
+  public :: qc_comm_create_local_c, qc_comm_create_local_with_config_c, qc_comm_destroy_c, qc_comm_rank_c
+  public :: qc_comm_size_c, qc_comm_get_async_error_c, qc_stats_init_sized_c, qc_comm_get_stats_c
+  public :: qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c, qc_comm_layer_count_c, qc_comm_layer_name_c
   public :: qc_set_layer_policy_c, qc_get_layer_policy_c, qc_policy_preset_c, qc_adapt_method_name_c
-  public :: qc_adapt_method_from_name_c, qc_adapt_policies_c, qc_allreduce_c, qc_allreduce_segments_c
-  public :: qc_alltoall_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
-  public :: qc_request_test_c, qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c
-  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
-  public :: qc_error_buffer_load_c, qc_encoded_size_c, qc_encode_c, qc_decode_c
-  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c
+  public :: qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, qc_adapt_report_init_sized_c, qc_adapt_policies_c
+  public :: qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c, qc_iallreduce_c
+  public :: qc_iallreduce_segments_c, qc_ialltoall_c, qc_request_test_c, qc_request_wait_c
+  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
+  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, qc_encoded_size_c
+  public :: qc_encode_c, qc_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
 end module qc_c_api

@@ -56,19 +56,19 @@ program test_qc_fortran
   call check(cfg%transport == QC_TRANSPORT_LOCAL .and. cfg%timeout_seconds == 300.0_c_double .and. &
              .not. c_associated(cfg%nccl_comm), 'config defaults')
 
-  ! The raw init functions fill struct_size bytes and then set struct_size
-  ! to the bytes the library filled: equal to c_sizeof only when the
-  ! library's struct is at least as large (larger: QC_ERROR_VERSION).
+  ! The raw init functions take the caller's size (never read from the
+  ! struct), fill that many bytes and set struct_size to it; a size larger
+  ! than the library's struct is QC_ERROR_VERSION.
   p = qc_policy_t(bits=1)
-  p%struct_size = c_sizeof(p)
-  call check(qc_policy_init_c(p) == QC_SUCCESS .and. p%struct_size == c_sizeof(p) .and. p%bits == 4, &
-             'qc_policy_init_c fills all of c_sizeof(qc_policy_t)')
+  p%struct_size = 12345
+  call check(qc_policy_init_sized_c(p, c_sizeof(p)) == QC_SUCCESS .and. p%struct_size == c_sizeof(p) &
+             .and. p%bits == 4, 'qc_policy_init_sized_c fills all of c_sizeof(qc_policy_t)')
   cfg = qc_comm_config_t(timeout_seconds=1.0_c_double)
-  cfg%struct_size = c_sizeof(cfg)
-  call check(qc_comm_config_init_c(cfg) == QC_SUCCESS .and. cfg%struct_size == c_sizeof(cfg) .and. &
-             cfg%timeout_seconds == 300.0_c_double, 'qc_comm_config_init_c fills all of c_sizeof(qc_comm_config_t)')
-  p%struct_size = c_sizeof(p) + 8
-  call check(qc_policy_init_c(p) == QC_ERROR_VERSION, 'a struct_size beyond the C struct: VERSION')
+  call check(qc_comm_config_init_sized_c(cfg, c_sizeof(cfg)) == QC_SUCCESS .and. &
+             cfg%struct_size == c_sizeof(cfg) .and. cfg%timeout_seconds == 300.0_c_double, &
+             'qc_comm_config_init_sized_c fills all of c_sizeof(qc_comm_config_t)')
+  call check(qc_policy_init_sized_c(p, c_sizeof(p) + 8) == QC_ERROR_VERSION, &
+             'a size beyond the C struct: VERSION')
   ! LP64 sizes of the C structs (qc_layer_stats_t and qc_adapt_report_t
   ! are also checked exactly by the library below: it takes no other size).
   call check(c_sizeof(cfg) == 40_c_size_t, 'qc_comm_config_t is 40 bytes')

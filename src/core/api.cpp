@@ -104,6 +104,57 @@ QC_API const char* qc_status_string(qc_status_t status) {
 
 QC_API const char* qc_last_error(void) { return qc::last_error(); }
 
+QC_API qc_status_t qc_policy_init_sized(qc_policy_t* policy, size_t struct_size) {
+  return QC_API_CALL({
+    return init_struct_sized(default_policy(), kPolicyV0Size, "policy", "qc_policy_t", policy,
+                             struct_size);
+  });
+}
+
+QC_API qc_status_t qc_comm_config_init_sized(qc_comm_config_t* config, size_t struct_size) {
+  return QC_API_CALL({
+    return init_struct_sized(default_comm_config(), kCommConfigV0Size, "config",
+                             "qc_comm_config_t", config, struct_size);
+  });
+}
+
+QC_API qc_status_t qc_stats_init_sized(qc_stats_t* stats, size_t struct_size) {
+  return QC_API_CALL({
+    const qc_stats_t zero = QC_STATS_INIT;
+    return init_struct_sized(zero, kStatsV0Size, "stats", "qc_stats_t", stats, struct_size);
+  });
+}
+
+QC_API qc_status_t qc_layer_stats_init_sized(qc_layer_stats_t* stats, size_t struct_size) {
+  return QC_API_CALL({
+    const qc_layer_stats_t zero = QC_LAYER_STATS_INIT;
+    return init_struct_sized(zero, sizeof(qc_layer_stats_t), "stats", "qc_layer_stats_t", stats,
+                             struct_size);
+  });
+}
+
+QC_API qc_status_t qc_adapt_config_init_sized(qc_adapt_config_t* config, size_t struct_size) {
+  return QC_API_CALL({
+    const qc_adapt_config_t defaults = QC_ADAPT_CONFIG_INIT;
+    return init_struct_sized(defaults, sizeof(qc_adapt_config_t), "config", "qc_adapt_config_t",
+                             config, struct_size);
+  });
+}
+
+QC_API qc_status_t qc_adapt_report_init_sized(qc_adapt_report_t* report, size_t struct_size) {
+  return QC_API_CALL({
+    const qc_adapt_report_t zero = QC_ADAPT_REPORT_INIT;
+    return init_struct_sized(zero, sizeof(qc_adapt_report_t), "report", "qc_adapt_report_t",
+                             report, struct_size);
+  });
+}
+
+// The 0.x init functions, for programs built against qc.h 0.1 (they read
+// struct_size first). qc.h's qc_policy_init / qc_comm_config_init are
+// macros over the _sized calls now, so the names are undefined here first.
+#undef qc_policy_init
+#undef qc_comm_config_init
+
 QC_API qc_status_t qc_policy_init(qc_policy_t* policy) {
   return QC_API_CALL({
     return init_struct(default_policy(), kPolicyV0Size, "policy", "qc_policy_t", policy);

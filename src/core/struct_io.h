@@ -58,11 +58,37 @@ Status write_struct(const T& value, size_t v0_size, const char* arg, const char*
   return Status::ok();
 }
 
-// For the *_init functions: struct_size 0 means the first layout.
+// For the 0.x qc_policy_init / qc_comm_config_init, which programs built
+// against qc.h 0.1 call: they read struct_size first (0 means the first
+// layout). qc.h's init calls are qc_<struct>_init_sized now.
 template <typename T>
 Status init_struct(const T& defaults, size_t v0_size, const char* arg, const char* type, T* user) {
   if (user != nullptr && user->struct_size == 0) user->struct_size = v0_size;
   return write_struct(defaults, v0_size, arg, type, user);
+}
+
+// qc_<struct>_init_sized: `defaults` for a caller's layout of `size`
+// bytes, whatever *user held; nothing is read from it, and nothing is
+// written when the size is refused.
+template <typename T>
+Status init_struct_sized(const T& defaults, size_t v0_size, const char* arg, const char* type,
+                         T* user, size_t size) {
+  if (user == nullptr) return invalid_argument(std::string("argument '") + arg + "' is NULL");
+  if (size < v0_size) {
+    return invalid_argument("argument 'struct_size' (" + std::to_string(size) +
+                            ") is smaller than the first " + type + " layout (" +
+                            std::to_string(v0_size) + " bytes); pass sizeof(" + type + ")");
+  }
+  if (size > sizeof(T)) {
+    return Status(QC_ERROR_VERSION,
+                  "argument 'struct_size' (" + std::to_string(size) + ") is larger than this "
+                  "library's " + type + " (" + std::to_string(sizeof(T)) +
+                  " bytes): the program was built against a newer qc.h than libqc " +
+                  QC_VERSION_STRING_FOR_MESSAGES);
+  }
+  std::memcpy(static_cast<void*>(user), &defaults, size);
+  user->struct_size = size;
+  return Status::ok();
 }
 
 }  // namespace qc

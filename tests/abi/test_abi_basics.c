@@ -133,8 +133,8 @@ static void* probe_fresh_thread(void* p) {
   const char* msg = qc_last_error();
   probe->message_was_null = (msg == NULL);
   snprintf(probe->message_before, sizeof probe->message_before, "%s", msg ? msg : "");
-  /* a failure of its own: qc_policy_init(NULL) */
-  probe->status = qc_policy_init(NULL);
+  /* a failure of its own: qc_policy_init_sized(NULL, ...) */
+  probe->status = qc_policy_init_sized(NULL, sizeof(qc_policy_t));
   qct_copy_last_error(probe->message_after, sizeof probe->message_after);
   return NULL;
 }
@@ -155,7 +155,7 @@ static void test_last_error_names_function_and_argument(void** state) {
   (void)state;
   QCT_INVALID(qc_allreduce(NULL, x, x, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL),
               "qc_allreduce", "comm");
-  QCT_INVALID(qc_policy_init(NULL), "qc_policy_init", "policy");
+  QCT_INVALID(qc_policy_init_sized(NULL, sizeof(qc_policy_t)), "qc_policy_init_sized", "policy");
   {
     int size = 0;
     QCT_INVALID(qc_comm_size(NULL, &size), "qc_comm_size", "comm");
@@ -174,13 +174,13 @@ static void test_last_error_is_thread_local(void** state) {
   QCT_INVALID(qc_comm_rank(NULL, &rank), "qc_comm_rank", "comm");
   qct_copy_last_error(before, sizeof before);
 
-  /* another thread fails in qc_policy_init and sees only its own message */
+  /* another thread fails in qc_policy_init_sized and sees only its own message */
   memset(&probe, 0, sizeof probe);
   assert_int_equal(pthread_create(&t, NULL, probe_fresh_thread, &probe), 0);
   assert_int_equal(pthread_join(t, NULL), 0);
   assert_string_equal(probe.message_before, "");
   assert_int_equal(probe.status, QC_ERROR_INVALID_ARGUMENT);
-  assert_non_null(strstr(probe.message_after, "qc_policy_init"));
+  assert_non_null(strstr(probe.message_after, "qc_policy_init_sized"));
   assert_null(strstr(probe.message_after, "qc_comm_rank"));
 
   /* ...and this thread's message is unchanged */
@@ -206,7 +206,7 @@ static void test_last_error_is_replaced_by_next_failure(void** state) {
   int rank = 0;
   (void)state;
   QCT_INVALID(qc_comm_rank(NULL, &rank), "qc_comm_rank", "comm");
-  QCT_INVALID(qc_policy_init(NULL), "qc_policy_init", "policy");
+  QCT_INVALID(qc_policy_init_sized(NULL, sizeof(qc_policy_t)), "qc_policy_init_sized", "policy");
   assert_null(strstr(qc_last_error(), "qc_comm_rank"));
 }
 

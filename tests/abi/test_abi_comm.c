@@ -1,5 +1,5 @@
 /*
- * test_abi_comm.c - qc_comm_config_init, qc_comm_create, qc_comm_create_local
+ * test_abi_comm.c - qc_comm_config_init(_sized), qc_comm_create, qc_comm_create_local
  * (with and without a config), qc_comm_destroy, qc_comm_rank, qc_comm_size and
  * qc_comm_get_stats.
  */
@@ -22,19 +22,19 @@ static void assert_config_equal(const qc_comm_config_t* got, const qc_comm_confi
   assert_true(got->timeout_seconds == want->timeout_seconds);
 }
 
-/* ---- qc_comm_config_init ------------------------------------------------- */
+/* ---- qc_comm_config_init (the macro) and qc_comm_config_init_sized ------ */
 
 static void test_comm_config_init_null(void** state) {
   (void)state;
-  QCT_INVALID(qc_comm_config_init(NULL), "qc_comm_config_init", "config");
+  QCT_INVALID(qc_comm_config_init_sized(NULL, sizeof(qc_comm_config_t)),
+              "qc_comm_config_init_sized", "config");
 }
 
-static void test_comm_config_init_fills_defaults(void** state) {
+static void test_comm_config_init_fills_defaults_over_garbage(void** state) {
   const qc_comm_config_t want = QC_COMM_CONFIG_INIT;
   qc_comm_config_t c;
   (void)state;
-  memset(&c, 0xA5, sizeof c);
-  c.struct_size = sizeof c;
+  memset(&c, 0xA5, sizeof c);  /* struct_size included: it is not read */
   QCT_OK(qc_comm_config_init(&c));
   assert_int_equal(c.struct_size, sizeof(qc_comm_config_t));
   assert_config_equal(&c, &want);
@@ -42,41 +42,47 @@ static void test_comm_config_init_fills_defaults(void** state) {
   assert_int_equal(c.mpi_comm, 0);
   assert_null(c.nccl_comm);
   assert_true(c.timeout_seconds == 300.0);
-}
-
-static void test_comm_config_init_struct_size_zero_means_first_layout(void** state) {
-  const qc_comm_config_t want = QC_COMM_CONFIG_INIT;
-  qc_comm_config_t c;
-  (void)state;
-  memset(&c, 0xA5, sizeof c);
-  c.struct_size = 0;
+  memset(&c, 0, sizeof c);
   QCT_OK(qc_comm_config_init(&c));
-  assert_int_equal(c.struct_size, sizeof(qc_comm_config_t));
   assert_config_equal(&c, &want);
 }
 
-static void test_comm_config_init_struct_size_too_small(void** state) {
-  qc_comm_config_t c;
+static void test_comm_config_init_sized_too_small(void** state) {
+  qc_comm_config_t c, before;
   (void)state;
-  memset(&c, 0, sizeof c);
-  c.struct_size = 1;
-  QCT_INVALID(qc_comm_config_init(&c), "qc_comm_config_init", "struct_size");
-  c.struct_size = sizeof(qc_comm_config_t) - 1;
-  QCT_INVALID(qc_comm_config_init(&c), "qc_comm_config_init", "struct_size");
+  memset(&c, 0x3C, sizeof c);
+  before = c;
+  QCT_INVALID(qc_comm_config_init_sized(&c, 1), "qc_comm_config_init_sized", "struct_size");
+  QCT_INVALID(qc_comm_config_init_sized(&c, sizeof(qc_comm_config_t) - 1),
+              "qc_comm_config_init_sized", "struct_size");
+  assert_memory_equal(&c, &before, sizeof c);
 }
 
-static void test_comm_config_init_struct_size_too_large(void** state) {
+static void test_comm_config_init_sized_too_large(void** state) {
   big_config big;
   size_t i;
   (void)state;
   memset(&big, 0x5A, sizeof big);
-  big.config.struct_size = sizeof(qc_comm_config_t) + 8;
-  QCT_FAILS(qc_comm_config_init(&big.config), QC_ERROR_VERSION, "qc_comm_config_init",
-            "struct_size");
+  QCT_FAILS(qc_comm_config_init_sized(&big.config, sizeof(qc_comm_config_t) + 8),
+            QC_ERROR_VERSION, "qc_comm_config_init_sized", "struct_size");
   /* with the right size, nothing past it is written */
-  big.config.struct_size = sizeof(qc_comm_config_t);
-  QCT_OK(qc_comm_config_init(&big.config));
+  QCT_OK(qc_comm_config_init_sized(&big.config, sizeof(qc_comm_config_t)));
   for (i = 0; i < sizeof big.extra; ++i) assert_int_equal(big.extra[i], 0x5A);
+}
+
+/* The 0.x function, still exported for programs built against qc.h 0.1; it
+ * reads struct_size first. The parentheses reach it past qc.h's macro. */
+
+static void test_legacy_comm_config_init_reads_struct_size(void** state) {
+  const qc_comm_config_t want = QC_COMM_CONFIG_INIT;
+  qc_comm_config_t c;
+  (void)state;
+  memset(&c, 0xA5, sizeof c);
+  c.struct_size = 0;  /* the first layout */
+  QCT_OK((qc_comm_config_init)(&c));
+  assert_config_equal(&c, &want);
+  c.struct_size = 1;
+  QCT_INVALID((qc_comm_config_init)(&c), "qc_comm_config_init", "struct_size");
 }
 
 /* ---- qc_comm_create ------------------------------------------------------ */
@@ -389,10 +395,10 @@ int main(void) {
 #define WITH_COMM(t) cmocka_unit_test_setup_teardown(t, qct_setup_comm1, qct_teardown_comm)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_comm_config_init_null),
-      cmocka_unit_test(test_comm_config_init_fills_defaults),
-      cmocka_unit_test(test_comm_config_init_struct_size_zero_means_first_layout),
-      cmocka_unit_test(test_comm_config_init_struct_size_too_small),
-      cmocka_unit_test(test_comm_config_init_struct_size_too_large),
+      cmocka_unit_test(test_comm_config_init_fills_defaults_over_garbage),
+      cmocka_unit_test(test_comm_config_init_sized_too_small),
+      cmocka_unit_test(test_comm_config_init_sized_too_large),
+      cmocka_unit_test(test_legacy_comm_config_init_reads_struct_size),
       cmocka_unit_test(test_comm_create_null_arguments),
       cmocka_unit_test(test_comm_create_local_transport_points_to_create_local),
       cmocka_unit_test(test_comm_create_mpi_unsupported_in_this_build),

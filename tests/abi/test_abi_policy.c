@@ -1,22 +1,22 @@
 /*
- * test_abi_policy.c - qc_policy_init, qc_set_layer_policy, qc_get_layer_policy,
+ * test_abi_policy.c - qc_policy_init(_sized), qc_set_layer_policy, qc_get_layer_policy,
  * qc_policy_preset: struct_size rules, field validation and pattern matching.
  */
 #include "qc_abi_test.h"
 
-/* ---- qc_policy_init ------------------------------------------------------ */
+/* ---- qc_policy_init (the macro) and qc_policy_init_sized ---------------- */
 
 static void test_policy_init_null(void** state) {
   (void)state;
-  QCT_INVALID(qc_policy_init(NULL), "qc_policy_init", "policy");
+  QCT_INVALID(qc_policy_init_sized(NULL, sizeof(qc_policy_t)), "qc_policy_init_sized", "policy");
 }
 
-static void test_policy_init_fills_defaults(void** state) {
+/* The pattern every C user writes: garbage on the stack, then init. */
+static void test_policy_init_fills_defaults_over_garbage(void** state) {
   const qc_policy_t want = QC_POLICY_INIT;
   qc_policy_t p;
   (void)state;
-  memset(&p, 0xA5, sizeof p);
-  p.struct_size = sizeof(qc_policy_t);
+  memset(&p, 0xA5, sizeof p);  /* struct_size is garbage too: it is not read */
   QCT_OK(qc_policy_init(&p));
   assert_int_equal(p.struct_size, sizeof(qc_policy_t));
   QCT_ASSERT_POLICY_EQUAL(&p, &want);
@@ -34,40 +34,50 @@ static void test_policy_init_fills_defaults(void** state) {
   assert_int_equal(p.min_compress_bytes, 16384);
 }
 
-static void test_policy_init_struct_size_zero_means_first_layout(void** state) {
+/* memset 0 then init: the caller's whole layout, not the first one. */
+static void test_policy_init_after_memset_zero_is_the_whole_layout(void** state) {
   const qc_policy_t want = QC_POLICY_INIT;
   qc_policy_t p;
   (void)state;
-  memset(&p, 0xA5, sizeof p);
-  p.struct_size = 0;
+  memset(&p, 0, sizeof p);
   QCT_OK(qc_policy_init(&p));
-  /* v0 is the first released layout: it ends before min_compress_bytes,
-   * which the library must not touch */
+  assert_int_equal(p.struct_size, sizeof(qc_policy_t));
+  QCT_ASSERT_POLICY_EQUAL(&p, &want);
+  assert_int_equal(p.min_compress_bytes, 16384);
+}
+
+/* A program built against the first layout passes its (smaller) size. */
+static void test_policy_init_sized_first_layout(void** state) {
+  const qc_policy_t want = QC_POLICY_INIT;
+  qc_policy_t p;
+  size_t untouched;
+  (void)state;
+  memset(&p, 0xA5, sizeof p);
+  QCT_OK(qc_policy_init_sized(&p, QCT_POLICY_V0_SIZE));
   assert_int_equal(p.struct_size, QCT_POLICY_V0_SIZE);
   QCT_ASSERT_POLICY_EQUAL(&p, &want);
-  {
-    size_t untouched;
-    memset(&untouched, 0xA5, sizeof untouched);
-    assert_memory_equal(&p.min_compress_bytes, &untouched, sizeof untouched);
-  }
+  memset(&untouched, 0xA5, sizeof untouched);
+  assert_memory_equal(&p.min_compress_bytes, &untouched, sizeof untouched);
 }
 
-static void test_policy_init_struct_size_too_small(void** state) {
-  qc_policy_t p;
+static void test_policy_init_sized_too_small_writes_nothing(void** state) {
+  qc_policy_t p, before;
   (void)state;
-  memset(&p, 0, sizeof p);
-  p.struct_size = 1;
-  QCT_INVALID(qc_policy_init(&p), "qc_policy_init", "struct_size");
-  p.struct_size = QCT_POLICY_V0_SIZE - 1;
-  QCT_INVALID(qc_policy_init(&p), "qc_policy_init", "struct_size");
+  memset(&p, 0x3C, sizeof p);
+  before = p;
+  QCT_INVALID(qc_policy_init_sized(&p, 1), "qc_policy_init_sized", "struct_size");
+  QCT_INVALID(qc_policy_init_sized(&p, 0), "qc_policy_init_sized", "struct_size");
+  QCT_INVALID(qc_policy_init_sized(&p, QCT_POLICY_V0_SIZE - 1), "qc_policy_init_sized",
+              "struct_size");
+  assert_memory_equal(&p, &before, sizeof p);
 }
 
-static void test_policy_init_struct_size_too_large(void** state) {
+static void test_policy_init_sized_too_large(void** state) {
   qct_big_policy big;
   (void)state;
   memset(&big, 0, sizeof big);
-  big.policy.struct_size = sizeof(qc_policy_t) + 8;
-  QCT_FAILS(qc_policy_init(&big.policy), QC_ERROR_VERSION, "qc_policy_init", "struct_size");
+  QCT_FAILS(qc_policy_init_sized(&big.policy, sizeof(qc_policy_t) + 8), QC_ERROR_VERSION,
+            "qc_policy_init_sized", "struct_size");
 }
 
 /* "Only struct_size bytes are written." */
@@ -76,9 +86,33 @@ static void test_policy_init_writes_only_struct_size_bytes(void** state) {
   size_t i;
   (void)state;
   memset(&big, 0x5A, sizeof big);
-  big.policy.struct_size = sizeof(qc_policy_t);
-  QCT_OK(qc_policy_init(&big.policy));
+  QCT_OK(qc_policy_init_sized(&big.policy, sizeof(qc_policy_t)));
   for (i = 0; i < sizeof big.extra; ++i) assert_int_equal(big.extra[i], 0x5A);
+}
+
+/* ---- the 0.x qc_policy_init, still exported for programs built on qc.h 0.1 ---- */
+/* It reads struct_size first (0: the first layout). qc.h's qc_policy_init is a
+ * macro now; the parentheses reach the function. */
+
+static void test_legacy_policy_init_reads_struct_size(void** state) {
+  const qc_policy_t want = QC_POLICY_INIT;
+  qc_policy_t p;
+  size_t untouched;
+  (void)state;
+  memset(&p, 0xA5, sizeof p);
+  p.struct_size = sizeof(qc_policy_t);
+  QCT_OK((qc_policy_init)(&p));
+  QCT_ASSERT_POLICY_EQUAL(&p, &want);
+  assert_int_equal(p.min_compress_bytes, 16384);
+  memset(&p, 0xA5, sizeof p);
+  p.struct_size = 0;  /* the first layout */
+  QCT_OK((qc_policy_init)(&p));
+  assert_int_equal(p.struct_size, QCT_POLICY_V0_SIZE);
+  memset(&untouched, 0xA5, sizeof untouched);
+  assert_memory_equal(&p.min_compress_bytes, &untouched, sizeof untouched);
+  p.struct_size = 1;
+  QCT_INVALID((qc_policy_init)(&p), "qc_policy_init", "struct_size");
+  QCT_INVALID((qc_policy_init)(NULL), "qc_policy_init", "policy");
 }
 
 /* ---- qc_set_layer_policy / qc_get_layer_policy: arguments ---------------- */
@@ -350,11 +384,13 @@ int main(void) {
 #define WITH_COMM(t) cmocka_unit_test_setup_teardown(t, qct_setup_comm1, qct_teardown_comm)
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_policy_init_null),
-      cmocka_unit_test(test_policy_init_fills_defaults),
-      cmocka_unit_test(test_policy_init_struct_size_zero_means_first_layout),
-      cmocka_unit_test(test_policy_init_struct_size_too_small),
-      cmocka_unit_test(test_policy_init_struct_size_too_large),
+      cmocka_unit_test(test_policy_init_fills_defaults_over_garbage),
+      cmocka_unit_test(test_policy_init_after_memset_zero_is_the_whole_layout),
+      cmocka_unit_test(test_policy_init_sized_first_layout),
+      cmocka_unit_test(test_policy_init_sized_too_small_writes_nothing),
+      cmocka_unit_test(test_policy_init_sized_too_large),
       cmocka_unit_test(test_policy_init_writes_only_struct_size_bytes),
+      cmocka_unit_test(test_legacy_policy_init_reads_struct_size),
       cmocka_unit_test(test_set_layer_policy_null_comm),
       WITH_COMM(test_set_layer_policy_null_or_empty_pattern),
       WITH_COMM(test_set_layer_policy_null_policy),

@@ -137,9 +137,9 @@ qc_comm_config_t(; struct_size=Csize_t(sizeof(qc_comm_config_t)),
     timeout_seconds=Cdouble(300.0)) =
     qc_comm_config_t(struct_size, transport, mpi_comm, nccl_comm, timeout_seconds)
 
-# qc_stats_t
+# qc_stats_t (defaults: QC_STATS_INIT)
 struct qc_stats_t
-    struct_size::Csize_t  # set by the caller: sizeof(qc_stats_t)
+    struct_size::Csize_t  # sizeof(qc_stats_t): qc_stats_init or QC_STATS_INIT
     calls::UInt64
     logical_bytes::UInt64
     wire_bytes::UInt64
@@ -148,17 +148,17 @@ struct qc_stats_t
     codec_seconds_in_flight::Cdouble
 end
 qc_stats_t(; struct_size=Csize_t(sizeof(qc_stats_t)),
-    calls=zero(UInt64),
-    logical_bytes=zero(UInt64),
-    wire_bytes=zero(UInt64),
-    codec_seconds=zero(Cdouble),
-    transport_seconds=zero(Cdouble),
-    codec_seconds_in_flight=zero(Cdouble)) =
+    calls=UInt64(0),
+    logical_bytes=UInt64(0),
+    wire_bytes=UInt64(0),
+    codec_seconds=Cdouble(0.0),
+    transport_seconds=Cdouble(0.0),
+    codec_seconds_in_flight=Cdouble(0.0)) =
     qc_stats_t(struct_size, calls, logical_bytes, wire_bytes, codec_seconds, transport_seconds, codec_seconds_in_flight)
 
-# qc_layer_stats_t
+# qc_layer_stats_t (defaults: QC_LAYER_STATS_INIT)
 struct qc_layer_stats_t
-    struct_size::Csize_t  # set by the caller: sizeof(qc_layer_stats_t)
+    struct_size::Csize_t  # sizeof(qc_layer_stats_t): qc_layer_stats_init
     calls::UInt64
     count::UInt64  # elements in the last call
     logical_bytes::UInt64
@@ -169,14 +169,14 @@ struct qc_layer_stats_t
     mean_sq_norm::Cdouble
 end
 qc_layer_stats_t(; struct_size=Csize_t(sizeof(qc_layer_stats_t)),
-    calls=zero(UInt64),
-    count=zero(UInt64),
-    logical_bytes=zero(UInt64),
-    wire_bytes=zero(UInt64),
-    codec_seconds=zero(Cdouble),
-    transport_seconds=zero(Cdouble),
-    last_rel_error=zero(Cdouble),
-    mean_sq_norm=zero(Cdouble)) =
+    calls=UInt64(0),
+    count=UInt64(0),
+    logical_bytes=UInt64(0),
+    wire_bytes=UInt64(0),
+    codec_seconds=Cdouble(0.0),
+    transport_seconds=Cdouble(0.0),
+    last_rel_error=Cdouble(0.0),
+    mean_sq_norm=Cdouble(0.0)) =
     qc_layer_stats_t(struct_size, calls, count, logical_bytes, wire_bytes, codec_seconds, transport_seconds, last_rel_error, mean_sq_norm)
 
 # qc_adapt_config_t (defaults: QC_ADAPT_CONFIG_INIT)
@@ -194,7 +194,7 @@ qc_adapt_config_t(; struct_size=Csize_t(sizeof(qc_adapt_config_t)),
     allowed_bits=(Cint(2), Cint(3), Cint(4), Cint(8), Cint(0), Cint(0), Cint(0), Cint(0))) =
     qc_adapt_config_t(struct_size, method, alpha, num_allowed, allowed_bits)
 
-# qc_adapt_report_t
+# qc_adapt_report_t (defaults: QC_ADAPT_REPORT_INIT)
 struct qc_adapt_report_t
     struct_size::Csize_t  # sizeof(qc_adapt_report_t)
     layers::UInt64  # layers given a width
@@ -205,12 +205,12 @@ struct qc_adapt_report_t
     bytes_at_4::UInt64
 end
 qc_adapt_report_t(; struct_size=Csize_t(sizeof(qc_adapt_report_t)),
-    layers=zero(UInt64),
-    predicted_error=zero(Cdouble),
-    error_budget=zero(Cdouble),
-    e4=zero(Cdouble),
-    predicted_bytes=zero(UInt64),
-    bytes_at_4=zero(UInt64)) =
+    layers=UInt64(0),
+    predicted_error=Cdouble(0.0),
+    error_budget=Cdouble(0.0),
+    e4=Cdouble(0.0),
+    predicted_bytes=UInt64(0),
+    bytes_at_4=UInt64(0)) =
     qc_adapt_report_t(struct_size, layers, predicted_error, error_budget, e4, predicted_bytes, bytes_at_4)
 
 qc_version_number() =
@@ -261,8 +261,14 @@ qc_transport_name(transport) =
 qc_transport_from_name(name, transport) =
     @ccall libqc.qc_transport_from_name(name::Cstring, transport::Ptr{qc_transport_t})::qc_status_t
 
+qc_policy_init_sized(policy, struct_size) =
+    @ccall libqc.qc_policy_init_sized(policy::Ptr{qc_policy_t}, struct_size::Csize_t)::qc_status_t
+
 qc_policy_init(policy) =
     @ccall libqc.qc_policy_init(policy::Ptr{qc_policy_t})::qc_status_t
+
+qc_comm_config_init_sized(config, struct_size) =
+    @ccall libqc.qc_comm_config_init_sized(config::Ptr{qc_comm_config_t}, struct_size::Csize_t)::qc_status_t
 
 qc_comm_config_init(config) =
     @ccall libqc.qc_comm_config_init(config::Ptr{qc_comm_config_t})::qc_status_t
@@ -288,8 +294,14 @@ qc_comm_size(comm, size) =
 qc_comm_get_async_error(comm, async_error) =
     @ccall libqc.qc_comm_get_async_error(comm::qc_comm_t, async_error::Ptr{qc_status_t})::qc_status_t
 
+qc_stats_init_sized(stats, struct_size) =
+    @ccall libqc.qc_stats_init_sized(stats::Ptr{qc_stats_t}, struct_size::Csize_t)::qc_status_t
+
 qc_comm_get_stats(comm, stats) =
     @ccall libqc.qc_comm_get_stats(comm::qc_comm_t, stats::Ptr{qc_stats_t})::qc_status_t
+
+qc_layer_stats_init_sized(stats, struct_size) =
+    @ccall libqc.qc_layer_stats_init_sized(stats::Ptr{qc_layer_stats_t}, struct_size::Csize_t)::qc_status_t
 
 qc_comm_get_layer_stats(comm, layer, stats) =
     @ccall libqc.qc_comm_get_layer_stats(comm::qc_comm_t, layer::Cstring, stats::Ptr{qc_layer_stats_t})::qc_status_t
@@ -314,6 +326,12 @@ qc_adapt_method_name(method) =
 
 qc_adapt_method_from_name(name, method) =
     @ccall libqc.qc_adapt_method_from_name(name::Cstring, method::Ptr{qc_adapt_method_t})::qc_status_t
+
+qc_adapt_config_init_sized(config, struct_size) =
+    @ccall libqc.qc_adapt_config_init_sized(config::Ptr{qc_adapt_config_t}, struct_size::Csize_t)::qc_status_t
+
+qc_adapt_report_init_sized(report, struct_size) =
+    @ccall libqc.qc_adapt_report_init_sized(report::Ptr{qc_adapt_report_t}, struct_size::Csize_t)::qc_status_t
 
 qc_adapt_policies(comm, config, report) =
     @ccall libqc.qc_adapt_policies(comm::qc_comm_t, config::Ptr{qc_adapt_config_t}, report::Ptr{qc_adapt_report_t})::qc_status_t
