@@ -85,7 +85,7 @@ static int set_policy(qc_comm_t comm, int rank) {
   p.bucket_size = 128;
   p.rounding = QC_ROUND_NEAREST_EVEN;
   p.error_feedback = 1;
-  return check(qc_set_layer_policy(comm, "*", &p), "qc_set_layer_policy", rank);
+  return check(qc_comm_set_layer_policy(comm, "*", &p), "qc_comm_set_layer_policy", rank);
 }
 
 static int step(rank_job_t* job, qc_error_buffer_t eb, int t, float* out) {

@@ -5,15 +5,15 @@
  * normalisations are small and sensitive, the big weight matrices are where
  * bandwidth goes. This example runs a local group of 3 ranks (one thread
  * each) and shows:
- *   - qc_set_layer_policy with globs ("*" minmax 4-bit, "*bias*" full
+ *   - qc_comm_set_layer_policy with globs ("*" minmax 4-bit, "*bias*" full
  *     precision) and an exact name ("head.weight" at 8 bits), and
- *     qc_get_layer_policy telling which policy a layer name resolves to;
+ *     qc_comm_get_layer_policy telling which policy a layer name resolves to;
  *   - allreduce of a bias layer (exact sum, bit for bit) and of two weight
  *     layers (quantized: within a bound of the exact sum; fewer bits, larger
  *     error);
  *   - qc_comm_get_layer_stats: logical and wire bytes per layer, i.e. where
  *     compression pays;
- *   - qc_policy_preset(comm, "cgx", &base), the one-call alternative to the
+ *   - qc_comm_apply_preset(comm, "cgx", &base), the one-call alternative to the
  *     globs above (biases and norms in full precision, the rest as base).
  * It exits non-zero if any check fails on any rank.
  *
@@ -110,11 +110,11 @@ static int set_policies(qc_comm_t comm, int rank) {
   q4.bucket_size = BUCKET;
   q8 = q4;
   q8.bits = 8; /* the output layer is more sensitive: spend more bits there */
-  return check(qc_set_layer_policy(comm, "*", &q4), "qc_set_layer_policy(*)", rank) &&
-         check(qc_set_layer_policy(comm, "*bias*", &full), "qc_set_layer_policy(*bias*)",
+  return check(qc_comm_set_layer_policy(comm, "*", &q4), "qc_comm_set_layer_policy(*)", rank) &&
+         check(qc_comm_set_layer_policy(comm, "*bias*", &full), "qc_comm_set_layer_policy(*bias*)",
                rank) &&
-         check(qc_set_layer_policy(comm, "head.weight", &q8),
-               "qc_set_layer_policy(head.weight)", rank);
+         check(qc_comm_set_layer_policy(comm, "head.weight", &q8),
+               "qc_comm_set_layer_policy(head.weight)", rank);
 }
 
 static void* run_rank(void* arg) {
@@ -180,7 +180,7 @@ static int show_resolution(qc_comm_t comm, const char* const* names, const qc_co
   int i, ok = 1;
   for (i = 0; i < n; ++i) {
     qc_policy_t p = QC_POLICY_INIT; /* sets struct_size; the rest is overwritten */
-    if (!check(qc_get_layer_policy(comm, names[i], &p), "qc_get_layer_policy", 0)) return 0;
+    if (!check(qc_comm_get_layer_policy(comm, names[i], &p), "qc_comm_get_layer_policy", 0)) return 0;
     if (p.codec == QC_CODEC_NONE) /* bits is ignored (but kept) by codec none */
       printf("  %-28s -> codec none (full precision)\n", names[i]);
     else
@@ -283,10 +283,10 @@ int main(void) {
     base.bits = 2;
     base.bucket_size = BUCKET;
     for (r = 0; r < NRANKS; ++r)
-      if (!check(qc_policy_preset(comms[r], "cgx", &base), "qc_policy_preset(cgx)", r))
+      if (!check(qc_comm_apply_preset(comms[r], "cgx", &base), "qc_comm_apply_preset(cgx)", r))
         failed = 1;
     if (!failed) {
-      printf("c_layer_policies: after qc_policy_preset(\"cgx\", minmax 2-bit base):\n");
+      printf("c_layer_policies: after qc_comm_apply_preset(\"cgx\", minmax 2-bit base):\n");
       if (!show_resolution(comms[0], names, codec, bits, 5)) failed = 1;
     }
   }

@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   policy.bucket_size = BUCKET;
   policy.error_feedback = 1;
   policy.algorithm = QC_ALGO_SRA;
-  check_qc(qc_set_layer_policy(comm, "grad", &policy), "qc_set_layer_policy", rank);
+  check_qc(qc_comm_set_layer_policy(comm, "grad", &policy), "qc_comm_set_layer_policy", rank);
   check_qc(qc_error_buffer_create(comm, COUNT, &residuals), "qc_error_buffer_create", rank);
 
   for (i = 0; i < COUNT; ++i) sum_out[i] = sum_exact[i] = prev_step[i] = 0.0;

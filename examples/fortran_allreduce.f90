@@ -48,7 +48,7 @@ program fortran_allreduce
 
   policy = qc_policy_t(codec=QC_CODEC_MINMAX, bits=bits, bucket_size=bucket, &
                        error_feedback=1, algorithm=QC_ALGO_SRA)
-  call qc_set_layer_policy(comm, 'grad', policy)
+  call qc_comm_set_layer_policy(comm, 'grad', policy)
   call qc_error_buffer_create(comm, count, residuals)
 
   ok = 1

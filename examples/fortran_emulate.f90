@@ -55,7 +55,7 @@ program fortran_emulate
   ! message below it (default 16 KiB; ours is 8 KiB) would go uncompressed.
   policy = qc_policy_t(codec=QC_CODEC_MINMAX, bits=bits, bucket_size=bucket, &
                        error_feedback=1, algorithm=QC_ALGO_SRA, min_compress_bytes=0_c_size_t)
-  call qc_encoded_size(policy, count, message_bytes)
+  call qc_codec_encoded_size(policy, count, message_bytes)
   write(*, '(a,i0,a,i0,a,i0,a,f4.1,a)') 'one message of ', count, ' values: ', message_bytes, &
       ' bytes instead of ', 4 * count, ' (', real(4 * count) / real(message_bytes), 'x smaller)'
 

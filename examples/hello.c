@@ -7,7 +7,7 @@
  *
  * Build against an installed qc:
  *   cc -std=c99 hello.c $(pkg-config --cflags --libs qc) -pthread -o hello
- * or in CMake: find_package(qc 0.1 CONFIG REQUIRED) and link qc::qc.
+ * or in CMake: find_package(qc 1.0 CONFIG REQUIRED) and link qc::qc.
  *
  * Every qc call returns a qc_status_t; on failure qc_last_error() holds a
  * message for the calling thread, so it is printed by the thread that failed.

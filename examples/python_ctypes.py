@@ -244,8 +244,8 @@ def declare(lib):
     _bind(lib, "qc_comm_rank", status, [comm_t, POINTER(c_int)])
     _bind(lib, "qc_comm_size", status, [comm_t, POINTER(c_int)])
     _bind(lib, "qc_comm_get_stats", status, [comm_t, POINTER(QcStats)])
-    _bind(lib, "qc_set_layer_policy", status, [comm_t, c_char_p, POINTER(QcPolicy)])
-    _bind(lib, "qc_get_layer_policy", status, [comm_t, c_char_p, POINTER(QcPolicy)])
+    _bind(lib, "qc_comm_set_layer_policy", status, [comm_t, c_char_p, POINTER(QcPolicy)])
+    _bind(lib, "qc_comm_get_layer_policy", status, [comm_t, c_char_p, POINTER(QcPolicy)])
     _bind(lib, "qc_allreduce", status,
           [comm_t, c_void_p, c_void_p, c_size_t, c_int, c_int, c_char_p, ebuf_t, c_void_p])
     _bind(lib, "qc_error_buffer_create", status, [comm_t, c_size_t, POINTER(ebuf_t)])
@@ -522,23 +522,23 @@ def demo(comms):
     # Policies are local settings: every rank sets the same ones. Done here,
     # before the threads start, so each communicator has one user at a time.
     for comm in comms:
-        check(LIB.qc_set_layer_policy(comm, b"*", byref(policy)), "qc_set_layer_policy(*)")
-        check(LIB.qc_set_layer_policy(comm, b"ef.*", byref(ef_policy)),
-              "qc_set_layer_policy(ef.*)")
+        check(LIB.qc_comm_set_layer_policy(comm, b"*", byref(policy)), "qc_comm_set_layer_policy(*)")
+        check(LIB.qc_comm_set_layer_policy(comm, b"ef.*", byref(ef_policy)),
+              "qc_comm_set_layer_policy(ef.*)")
     resolved = QcPolicy(struct_size=ctypes.sizeof(QcPolicy))
-    check(LIB.qc_get_layer_policy(comms[0], b"ef.fc1.weight", byref(resolved)),
-          "qc_get_layer_policy")
+    check(LIB.qc_comm_get_layer_policy(comms[0], b"ef.fc1.weight", byref(resolved)),
+          "qc_comm_get_layer_policy")
     print("policy: layer 'ef.fc1.weight' resolves to codec %d, %d bits, bucket %d, "
           "algorithm %d, error_feedback %d"
           % (resolved.codec, resolved.bits, resolved.bucket_size, resolved.algorithm,
              resolved.error_feedback))
     if (resolved.codec, resolved.bits, resolved.error_feedback) != (QC_CODEC_MINMAX, BITS, 1):
-        fail("qc_get_layer_policy did not return the policy set for 'ef.*'")
+        fail("qc_comm_get_layer_policy did not return the policy set for 'ef.*'")
 
     # ---- errors: status + per-thread message -------------------------------
     bad = make_policy(codec=QC_CODEC_MINMAX, bits=0)
-    message = expect_status(LIB.qc_set_layer_policy(comms[0], b"*", byref(bad)),
-                            QC_ERROR_INVALID_ARGUMENT, "qc_set_layer_policy(bits=0)")
+    message = expect_status(LIB.qc_comm_set_layer_policy(comms[0], b"*", byref(bad)),
+                            QC_ERROR_INVALID_ARGUMENT, "qc_comm_set_layer_policy(bits=0)")
     print("error case: bits = 0 -> %s: %s" % (status_name(QC_ERROR_INVALID_ARGUMENT), message))
     if not message:
         fail("qc_last_error() is empty after a failed call")
@@ -548,10 +548,10 @@ def demo(comms):
                             QC_ERROR_INVALID_ARGUMENT, "qc_policy_init_sized(struct_size 8)")
     print("error case: struct_size 8 -> %s: %s"
           % (status_name(QC_ERROR_INVALID_ARGUMENT), message))
-    # A failed qc_set_layer_policy changes nothing: "*" is still 4-bit minmax.
-    check(LIB.qc_get_layer_policy(comms[0], None, byref(resolved)), "qc_get_layer_policy")
+    # A failed qc_comm_set_layer_policy changes nothing: "*" is still 4-bit minmax.
+    check(LIB.qc_comm_get_layer_policy(comms[0], None, byref(resolved)), "qc_comm_get_layer_policy")
     if resolved.bits != BITS:
-        fail("the failed qc_set_layer_policy changed the '*' policy (bits %d)" % resolved.bits)
+        fail("the failed qc_comm_set_layer_policy changed the '*' policy (bits %d)" % resolved.bits)
 
     # ---- one thread per rank ----------------------------------------------
     inputs = [rank_inputs(r) for r in range(NRANKS)]

@@ -75,8 +75,8 @@ extern "C" {
 /* 1. Versions, statuses and errors                                         */
 /* ======================================================================== */
 
-#define QC_VERSION_MAJOR 0
-#define QC_VERSION_MINOR 1
+#define QC_VERSION_MAJOR 1
+#define QC_VERSION_MINOR 0
 #define QC_VERSION_PATCH 0
 /* M*10000 + m*100 + p. This formula is fixed for all time. */
 #define QC_VERSION_NUMBER \
@@ -207,8 +207,8 @@ QC_API qc_status_t qc_transport_from_name(const char* name, qc_transport_t* tran
  * Fields a codec does not use are ignored by it (bits for none/fp16/bf16/
  * onebit/topk, topk_ratio for everything but topk), but they are still
  * validated. One check decides whether a policy can run, and every call that
- * takes a policy (qc_set_layer_policy, qc_policy_preset, the QC_*
- * environment, qc_encode, qc_encoded_size, the emulation calls) applies it,
+ * takes a policy (qc_comm_set_layer_policy, qc_comm_apply_preset, the QC_*
+ * environment, qc_codec_encode, qc_codec_encoded_size, the emulation calls) applies it,
  * as the collectives do: a policy they accept never fails a later collective
  * as invalid. Only what depends on the call is checked by the call (algorithm
  * native: qc_allreduce).
@@ -254,10 +254,6 @@ typedef struct qc_policy {
  *         nothing is written then.
  */
 QC_API qc_status_t qc_policy_init_sized(qc_policy_t* policy, size_t struct_size);
-/* Deprecated: the 0.1 function, which reads policy->struct_size first (0: the
- * first layout); kept for programs built against qc.h 0.1, removed in 1.0.
- * The macro below replaces it for code compiled against this header. */
-QC_API qc_status_t qc_policy_init(qc_policy_t* policy);
 #define qc_policy_init(policy) qc_policy_init_sized((policy), sizeof *(policy))
 
 /* ======================================================================== */
@@ -290,8 +286,6 @@ typedef struct qc_comm_config {
 
 /** Fill *config with the defaults above, as qc_policy_init_sized. */
 QC_API qc_status_t qc_comm_config_init_sized(qc_comm_config_t* config, size_t struct_size);
-/* Deprecated: the 0.1 function (reads config->struct_size), as qc_policy_init. */
-QC_API qc_status_t qc_comm_config_init(qc_comm_config_t* config);
 #define qc_comm_config_init(config) qc_comm_config_init_sized((config), sizeof *(config))
 
 /**
@@ -462,24 +456,24 @@ QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, 
  * change applies from the next collective on. Every rank must set the same
  * policies (a disagreement surfaces as QC_ERROR_MISMATCH).
  */
-QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
+QC_API qc_status_t qc_comm_set_layer_policy(qc_comm_t comm, const char* pattern,
                                        const qc_policy_t* policy);
 
 /** The policy that layer name `layer` resolves to (NULL means "*").
  *  *policy: filled by qc_policy_init first (its struct_size is read). */
-QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
+QC_API qc_status_t qc_comm_get_layer_policy(qc_comm_t comm, const char* layer,
                                        qc_policy_t* policy);
 
 /**
- * qc_policy_preset() :
+ * qc_comm_apply_preset() :
  * Set a named, opt-in group of layer policies in one call. A preset is
- * nothing but a fixed list of qc_set_layer_policy calls, listed below in
- * full; there is no other effect, and qc_get_layer_policy shows the result.
- * Like qc_set_layer_policy it is local (no communication): every rank must
+ * nothing but a fixed list of qc_comm_set_layer_policy calls, listed below in
+ * full; there is no other effect, and qc_comm_get_layer_policy shows the result.
+ * Like qc_comm_set_layer_policy it is local (no communication): every rank must
  * make the same call. Patterns set earlier and not in the list are kept;
  * patterns in the list are replaced. Call it first and set your own
  * patterns after it: an exact name, or a glob with more literal characters
- * than the preset's (see qc_set_layer_policy), wins over the preset.
+ * than the preset's (see qc_comm_set_layer_policy), wins over the preset.
  *
  * name "cgx" (paper 003 §3: biases and batch/layer normalisations are small
  * and sensitive, so they go in full precision; everything else compressed):
@@ -489,14 +483,14 @@ QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
  *       Paper 003 names no byte size (it filters by name and size); 16 KiB
  *       is qc's measured crossover on a 1 Gbit/s link (docs/benchmarks.md).
  *   f = QC_POLICY_INIT (codec none, algorithm auto, no error feedback).
- *   qc_set_layer_policy(comm, "*", &b);
- *   qc_set_layer_policy(comm, "*bias*", &f);   biases ("fc.bias", "in_proj_bias")
- *   qc_set_layer_policy(comm, "*norm*", &f);   "layer_norm", "norm1", "input_layernorm"
- *   qc_set_layer_policy(comm, "*Norm*", &f);   "LayerNorm", "BatchNorm"
- *   qc_set_layer_policy(comm, "*.bn*", &f);    "layer1.0.bn1.weight"
- *   qc_set_layer_policy(comm, "bn*", &f);      "bn1.weight"
- *   qc_set_layer_policy(comm, "*.ln*", &f);    "h.0.ln_1.weight", "transformer.ln_f.bias"
- *   qc_set_layer_policy(comm, "ln*", &f);      "ln_f.weight"
+ *   qc_comm_set_layer_policy(comm, "*", &b);
+ *   qc_comm_set_layer_policy(comm, "*bias*", &f);   biases ("fc.bias", "in_proj_bias")
+ *   qc_comm_set_layer_policy(comm, "*norm*", &f);   "layer_norm", "norm1", "input_layernorm"
+ *   qc_comm_set_layer_policy(comm, "*Norm*", &f);   "LayerNorm", "BatchNorm"
+ *   qc_comm_set_layer_policy(comm, "*.bn*", &f);    "layer1.0.bn1.weight"
+ *   qc_comm_set_layer_policy(comm, "bn*", &f);      "bn1.weight"
+ *   qc_comm_set_layer_policy(comm, "*.ln*", &f);    "h.0.ln_1.weight", "transformer.ln_f.bias"
+ *   qc_comm_set_layer_policy(comm, "ln*", &f);      "ln_f.weight"
  * Globs match whole names, case-sensitively; a name such as "normal_proj"
  * also matches "*norm*" (give it an exact policy if it must be compressed).
  * base should be a compressed policy (e.g. codec minmax, bits 4, bucket 128:
@@ -505,10 +499,10 @@ QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer,
  *
  * @return QC_ERROR_INVALID_ARGUMENT for NULL comm or name, a name that is
  *   not a preset (qc_last_error() lists the known ones), or an invalid base
- *   (struct_size and fields as qc_set_layer_policy; QC_ERROR_VERSION for a
+ *   (struct_size and fields as qc_comm_set_layer_policy; QC_ERROR_VERSION for a
  *   newer struct_size). On failure no policy is changed.
  */
-QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name,
+QC_API qc_status_t qc_comm_apply_preset(qc_comm_t comm, const char* name,
                                     const qc_policy_t* base);
 
 /*
@@ -519,10 +513,10 @@ QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name,
  * while the predicted quantization error stays below alpha * E4 (E4: the
  * error with every such layer at 4 bits). The statistics are first summed
  * over all ranks (an exact collective), so every rank computes the same
- * assignment. The result is applied with qc_set_layer_policy under each
+ * assignment. The result is applied with qc_comm_set_layer_policy under each
  * layer's exact name (its resolved policy with the new bits; exact names
  * beat globs), from the next collective on; read it back with
- * qc_get_layer_policy. Layers are grouped by (codec, bucket size, rounding)
+ * qc_comm_get_layer_policy. Layers are grouped by (codec, bucket size, rounding)
  * and each group keeps its own alpha * E4 budget.
  *
  * Collective: every rank must call it, after the same collectives. Ranks
@@ -572,7 +566,7 @@ typedef struct qc_adapt_report {
 QC_API qc_status_t qc_adapt_report_init_sized(qc_adapt_report_t* report, size_t struct_size);
 #define qc_adapt_report_init(report) qc_adapt_report_init_sized((report), sizeof *(report))
 
-QC_API qc_status_t qc_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
+QC_API qc_status_t qc_comm_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
                                      qc_adapt_report_t* report);
 
 /* ======================================================================== */
@@ -590,7 +584,7 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  *   QC_ERROR_INVALID_ARGUMENT. They may be the same pointer (in place) but
  *   must not otherwise overlap. They may be NULL only when count is 0.
  * dtype: inputs and outputs; sums are accumulated in float32.
- * layer: name whose policy applies (see qc_set_layer_policy); NULL means "*".
+ * layer: name whose policy applies (see qc_comm_set_layer_policy); NULL means "*".
  * error_buffer: residuals kept between calls for error feedback, or NULL. It
  *   is used only when the policy has error_feedback set. Then every encode
  *   this rank performs sends z = value + residual and keeps z - decode(z) as
@@ -753,8 +747,8 @@ typedef struct qc_request_s* qc_request_t;
  * Order: several requests may be outstanding on one communicator. They run
  * one after another in the order they were started, which must be the same
  * on every rank (as for blocking calls), and each gives exactly what the
- * blocking call gives, bit for bit. A blocking collective, qc_set_layer_policy,
- * qc_policy_preset or qc_adapt_policies on the communicator first waits for
+ * blocking call gives, bit for bit. A blocking collective, qc_comm_set_layer_policy,
+ * qc_comm_apply_preset or qc_comm_adapt_policies on the communicator first waits for
  * the requests started before it; the policy a request uses is the one set
  * when it was started.
  *
@@ -885,20 +879,20 @@ QC_API qc_status_t qc_error_buffer_load(qc_error_buffer_t error_buffer, const vo
 /* ======================================================================== */
 
 /*
- * A message from qc_encode is self-describing: a 32-byte little-endian header
+ * A message from qc_codec_encode is self-describing: a 32-byte little-endian header
  * (magic "QCWF", format version, codec, bits, wire dtype, bucket size, element
- * count, payload length) followed by the payload. qc_decode checks the header
+ * count, payload length) followed by the payload. qc_codec_decode checks the header
  * before it reads the payload.
  */
 
-/** Upper bound on the bytes qc_encode writes for `count` elements. Exact for
+/** Upper bound on the bytes qc_codec_encode writes for `count` elements. Exact for
  *  every codec but topk; for codec none, whose payload is the input dtype, the
  *  bound is that of float32 input (16-bit input needs 2 bytes per element).
  *  @return QC_ERROR_INVALID_ARGUMENT naming 'count' when the size would not
  *  fit in size_t (never a wrapped-around size), QC_ERROR_UNSUPPORTED for
- *  topk past 2^32 - 1 elements (as qc_encode), and the policy's errors as
- *  qc_set_layer_policy. */
-QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count,
+ *  topk past 2^32 - 1 elements (as qc_codec_encode), and the policy's errors as
+ *  qc_comm_set_layer_policy. */
+QC_API qc_status_t qc_codec_encoded_size(const qc_policy_t* policy, size_t count,
                                    size_t* max_bytes);
 
 /** Encode count elements of src with the policy's codec into dst.
@@ -911,15 +905,15 @@ QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count,
  *  fp16, bf16, global_linear and global_exp (float32 input); topk and the
  *  other dtypes there are QC_ERROR_UNSUPPORTED. The call returns once the
  *  message is written. */
-QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t count,
+QC_API qc_status_t qc_codec_encode(const qc_policy_t* policy, const void* src, size_t count,
                              qc_dtype_t dtype, void* dst, size_t capacity,
                              size_t* written);
 
-/** Decode a message from qc_encode into count elements of dtype. A count that
+/** Decode a message from qc_codec_encode into count elements of dtype. A count that
  *  differs from the message's gives QC_ERROR_MISMATCH; a damaged message
  *  QC_ERROR_CORRUPT_DATA. src and dst may both be CUDA device memory, as for
- *  qc_encode (there: the same codecs, dtype float32). */
-QC_API qc_status_t qc_decode(const void* src, size_t size, void* dst, size_t count,
+ *  qc_codec_encode (there: the same codecs, dtype float32). */
+QC_API qc_status_t qc_codec_decode(const void* src, size_t size, void* dst, size_t count,
                              qc_dtype_t dtype);
 
 /* ======================================================================== */

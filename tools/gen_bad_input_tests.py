@@ -237,7 +237,7 @@ def self_test():
     head = "| id | function | ranks | bad call | status | message | note |\n|---|---|---|---|---|---|---|\n"
     good = head + (
         "| a1 | qc_allreduce | 3 | `x ? 1 : (a \\|\\| b)` | MISMATCH | `it's \"q\"` | n |\n"
-        "| a2 | qc_decode | 1 no-mpi | `f()` | SUCCESS | - | |\n")
+        "| a2 | qc_codec_decode | 1 no-mpi | `f()` | SUCCESS | - | |\n")
     rows = parse_document(good)
     assert [r["id"] for r in rows] == ["a1", "a2"], rows
     assert rows[0]["expr"] == "x ? 1 : (a || b)", rows[0]["expr"]
@@ -246,15 +246,15 @@ def self_test():
     assert rows[1]["no_mpi"] and not rows[1]["mpi"]
     assert c_string(rows[0]["message"]) == '"it\'s \\"q\\""'
     bad = {
-        "duplicate id": good + "| a1 | qc_decode | 1 | `f()` | SUCCESS | - | |\n",
-        "unknown status": head + "| b | qc_decode | 1 | `f()` | BROKEN | `x` | |\n",
-        "no code span": head + "| b | qc_decode | 1 | f() | CORRUPT_DATA | `x` | |\n",
-        "unescaped pipe": head + "| b | qc_decode | 1 | `a || b` | CORRUPT_DATA | `x` | |\n",
-        "too many ranks": head + "| b | qc_decode | 17 | `f()` | CORRUPT_DATA | `x` | |\n",
-        "unknown flag": head + "| b | qc_decode | 1 gpu | `f()` | CORRUPT_DATA | `x` | |\n",
-        "failure without message": head + "| b | qc_decode | 1 | `f()` | CORRUPT_DATA | - | |\n",
-        "success with message": head + "| b | qc_decode | 1 | `f()` | SUCCESS | `x` | |\n",
-        "bad id": head + "| 1b | qc_decode | 1 | `f()` | SUCCESS | - | |\n",
+        "duplicate id": good + "| a1 | qc_codec_decode | 1 | `f()` | SUCCESS | - | |\n",
+        "unknown status": head + "| b | qc_codec_decode | 1 | `f()` | BROKEN | `x` | |\n",
+        "no code span": head + "| b | qc_codec_decode | 1 | f() | CORRUPT_DATA | `x` | |\n",
+        "unescaped pipe": head + "| b | qc_codec_decode | 1 | `a || b` | CORRUPT_DATA | `x` | |\n",
+        "too many ranks": head + "| b | qc_codec_decode | 17 | `f()` | CORRUPT_DATA | `x` | |\n",
+        "unknown flag": head + "| b | qc_codec_decode | 1 gpu | `f()` | CORRUPT_DATA | `x` | |\n",
+        "failure without message": head + "| b | qc_codec_decode | 1 | `f()` | CORRUPT_DATA | - | |\n",
+        "success with message": head + "| b | qc_codec_decode | 1 | `f()` | SUCCESS | `x` | |\n",
+        "bad id": head + "| 1b | qc_codec_decode | 1 | `f()` | SUCCESS | - | |\n",
         "not a qc function": head + "| b | decode | 1 | `f()` | SUCCESS | - | |\n",
         "no table": "# nothing\n",
     }

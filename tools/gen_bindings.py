@@ -251,8 +251,8 @@ ARRAY_OUT = {
 # pointer in Fortran (pass c_null_ptr or c_loc(x)).
 NULLABLE = {
     ("qc_comm_create_local_with_config", "config"),
-    ("qc_policy_preset", "base"),
-    ("qc_adapt_policies", "report"),
+    ("qc_comm_apply_preset", "base"),
+    ("qc_comm_adapt_policies", "report"),
     ("qc_emulate_allreduce", "error_buffers"),
 }
 

@@ -129,7 +129,7 @@ class CheckFailsOnDrift(unittest.TestCase):
         self.assertIn("base_policy", text)
         rc, out = run_check(text)
         self.assertEqual(rc, 2, out)
-        self.assertIn("qc_policy_preset(base)", out)
+        self.assertIn("qc_comm_apply_preset(base)", out)
 
 
 if __name__ == "__main__":

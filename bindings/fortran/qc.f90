@@ -39,7 +39,7 @@
 !
 ! Kinds: buffers are real(c_float) (QC_DTYPE_FLOAT32); ranks, sizes, ierr and
 ! MPI handles are default integers, as in MPI's Fortran bindings. Counts of
-! qc_error_buffer_create and qc_encoded_size, and the segment counts of
+! qc_error_buffer_create and qc_codec_encoded_size, and the segment counts of
 ! qc_allreduce_segments, accept 32- or 64-bit integers.
 ! Strings (layer names, patterns) lose trailing blanks before they go to C,
 ! as MPI does with its string arguments.
@@ -103,12 +103,12 @@ module qc
   public :: qc_comm_create, qc_comm_create_mpi, qc_comm_create_local, qc_comm_create_local_with_config
   public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_async_error, qc_comm_get_stats
   public :: qc_comm_get_layer_stats, qc_comm_layer_count, qc_comm_layer_name
-  public :: qc_set_layer_policy, qc_get_layer_policy, qc_policy_preset, qc_adapt_policies
+  public :: qc_comm_set_layer_policy, qc_comm_get_layer_policy, qc_comm_apply_preset, qc_comm_adapt_policies
   public :: qc_allreduce, qc_allreduce_inplace, qc_allreduce_segments, qc_allreduce_segments_inplace
   public :: qc_alltoall
   public :: qc_error_buffer_create, qc_error_buffer_destroy, qc_error_buffer_reset
   public :: qc_error_buffer_norm, qc_error_buffer_save, qc_error_buffer_load
-  public :: qc_encoded_size, qc_encode, qc_decode
+  public :: qc_codec_encoded_size, qc_codec_encode, qc_codec_decode
   public :: qc_emulate_allreduce, qc_emulate_alltoall
 
   ! Counts come as 32- or 64-bit integers (size(x) is a default integer;
@@ -118,8 +118,8 @@ module qc
   interface qc_error_buffer_create
     module procedure qc_error_buffer_create_i32, qc_error_buffer_create_i64
   end interface
-  interface qc_encoded_size
-    module procedure qc_encoded_size_i32, qc_encoded_size_i64
+  interface qc_codec_encoded_size
+    module procedure qc_codec_encoded_size_i32, qc_codec_encoded_size_i64
   end interface
   interface qc_allreduce_segments
     module procedure qc_allreduce_segments_i32, qc_allreduce_segments_i64
@@ -489,19 +489,19 @@ contains
 
   !> Policy for layers whose name matches pattern (exact, or a glob with
   !> * and ?; "*" is the default). Every rank must set the same policies.
-  subroutine qc_set_layer_policy(comm, pattern, policy, ierr)
+  subroutine qc_comm_set_layer_policy(comm, pattern, policy, ierr)
     type(qc_comm), intent(in) :: comm
     character(len=*), intent(in) :: pattern
     type(qc_policy_t), intent(in) :: policy
     integer, intent(out), optional :: ierr
     character(kind=c_char), allocatable, target :: cpattern(:)
     call to_c_string(pattern, cpattern)
-    call finish(qc_set_layer_policy_c(comm%ptr, c_loc(cpattern), sized_policy(policy)), &
-                'qc_set_layer_policy', ierr)
-  end subroutine qc_set_layer_policy
+    call finish(qc_comm_set_layer_policy_c(comm%ptr, c_loc(cpattern), sized_policy(policy)), &
+                'qc_comm_set_layer_policy', ierr)
+  end subroutine qc_comm_set_layer_policy
 
   !> The policy that layer resolves to (layer absent: the "*" policy).
-  subroutine qc_get_layer_policy(comm, layer, policy, ierr)
+  subroutine qc_comm_get_layer_policy(comm, layer, policy, ierr)
     type(qc_comm), intent(in) :: comm
     character(len=*), intent(in), optional :: layer
     type(qc_policy_t), intent(out) :: policy
@@ -510,13 +510,13 @@ contains
     type(c_ptr) :: player
     player = optional_c_string(layer, clayer)
     policy%struct_size = c_sizeof(policy)
-    call finish(qc_get_layer_policy_c(comm%ptr, player, policy), 'qc_get_layer_policy', ierr)
-  end subroutine qc_get_layer_policy
+    call finish(qc_comm_get_layer_policy_c(comm%ptr, player, policy), 'qc_comm_get_layer_policy', ierr)
+  end subroutine qc_comm_get_layer_policy
 
-  !> A named preset: a fixed list of qc_set_layer_policy calls that qc.h
+  !> A named preset: a fixed list of qc_comm_set_layer_policy calls that qc.h
   !> spells out ("cgx": biases and norms in full precision, "*" = base with
   !> messages under 16 KiB uncompressed). base absent: the current "*" policy.
-  subroutine qc_policy_preset(comm, name, base, ierr)
+  subroutine qc_comm_apply_preset(comm, name, base, ierr)
     type(qc_comm), intent(in) :: comm
     character(len=*), intent(in) :: name
     type(qc_policy_t), intent(in), optional :: base
@@ -530,19 +530,19 @@ contains
       b = sized_policy(base)
       pbase = c_loc(b)
     end if
-    call finish(qc_policy_preset_c(comm%ptr, c_loc(cname), pbase), 'qc_policy_preset', ierr)
-  end subroutine qc_policy_preset
+    call finish(qc_comm_apply_preset_c(comm%ptr, c_loc(cname), pbase), 'qc_comm_apply_preset', ierr)
+  end subroutine qc_comm_apply_preset
 
   !> Adaptive bit widths (paper 003 §5): from the per-layer statistics of
   !> this communicator, give every layer whose policy uses codec minmax or
-  !> qsgd a width from config%allowed_bits, applied with qc_set_layer_policy
-  !> under the layer's exact name (read it back with qc_get_layer_policy).
+  !> qsgd a width from config%allowed_bits, applied with qc_comm_set_layer_policy
+  !> under the layer's exact name (read it back with qc_comm_get_layer_policy).
   !> Collective: every rank calls it after the same collectives.
   !> config absent: qc_adapt_config_t() (the defaults of QC_ADAPT_CONFIG_INIT:
   !> kmeans, alpha 2, widths 2, 3, 4, 8). report, if present, receives the
   !> layers given a width and the predicted error and bytes (sets
   !> struct_size; on failure it holds zeros).
-  subroutine qc_adapt_policies(comm, config, report, ierr)
+  subroutine qc_comm_adapt_policies(comm, config, report, ierr)
     type(qc_comm), intent(in) :: comm
     type(qc_adapt_config_t), intent(in), optional :: config
     type(qc_adapt_report_t), intent(out), optional :: report
@@ -559,7 +559,7 @@ contains
     r%struct_size = c_sizeof(r)
     preport = c_null_ptr
     if (present(report)) preport = c_loc(r)
-    st = qc_adapt_policies_c(comm%ptr, c, preport)
+    st = qc_comm_adapt_policies_c(comm%ptr, c, preport)
     if (present(report)) then
       if (st /= QC_SUCCESS) then
         r = qc_adapt_report_t()
@@ -567,8 +567,8 @@ contains
       end if
       report = r
     end if
-    call finish(st, 'qc_adapt_policies', ierr)
-  end subroutine qc_adapt_policies
+    call finish(st, 'qc_comm_adapt_policies', ierr)
+  end subroutine qc_comm_adapt_policies
 
   ! ----------------------------------------------------------------------
   ! 5. Collectives
@@ -863,16 +863,16 @@ contains
   ! 7. Codecs on their own
   ! ----------------------------------------------------------------------
 
-  !> Upper bound on the bytes qc_encode writes for count elements.
-  subroutine qc_encoded_size_i32(policy, count, max_bytes, ierr)
+  !> Upper bound on the bytes qc_codec_encode writes for count elements.
+  subroutine qc_codec_encoded_size_i32(policy, count, max_bytes, ierr)
     type(qc_policy_t), intent(in) :: policy
     integer(int32), intent(in) :: count
     integer(int64), intent(out) :: max_bytes
     integer, intent(out), optional :: ierr
-    call qc_encoded_size_i64(policy, int(count, int64), max_bytes, ierr)
-  end subroutine qc_encoded_size_i32
+    call qc_codec_encoded_size_i64(policy, int(count, int64), max_bytes, ierr)
+  end subroutine qc_codec_encoded_size_i32
 
-  subroutine qc_encoded_size_i64(policy, count, max_bytes, ierr)
+  subroutine qc_codec_encoded_size_i64(policy, count, max_bytes, ierr)
     type(qc_policy_t), intent(in) :: policy
     integer(int64), intent(in) :: count
     integer(int64), intent(out) :: max_bytes
@@ -880,17 +880,17 @@ contains
     integer(c_size_t) :: n
     max_bytes = 0
     if (count < 0) then
-      call fail_here('qc_encoded_size', 'count is negative', ierr)
+      call fail_here('qc_codec_encoded_size', 'count is negative', ierr)
       return
     end if
     n = 0
-    call finish(qc_encoded_size_c(sized_policy(policy), int(count, c_size_t), n), 'qc_encoded_size', ierr)
+    call finish(qc_codec_encoded_size_c(sized_policy(policy), int(count, c_size_t), n), 'qc_codec_encoded_size', ierr)
     max_bytes = int(n, int64)
-  end subroutine qc_encoded_size_i64
+  end subroutine qc_codec_encoded_size_i64
 
   !> Encode src with the policy's codec into message, a self-describing
   !> byte image allocated here to the bytes written.
-  subroutine qc_encode(policy, src, message, ierr)
+  subroutine qc_codec_encode(policy, src, message, ierr)
     type(qc_policy_t), intent(in) :: policy
     real(c_float), contiguous, intent(in), target :: src(:)
     integer(c_int8_t), allocatable, intent(out) :: message(:)
@@ -902,10 +902,10 @@ contains
     p = sized_policy(policy)
     capacity = 0
     written = 0
-    st = qc_encoded_size_c(p, size(src, kind=c_size_t), capacity)
+    st = qc_codec_encoded_size_c(p, size(src, kind=c_size_t), capacity)
     if (st == QC_SUCCESS) then
       allocate(work(capacity))
-      st = qc_encode_c(p, buf_ptr(src), size(src, kind=c_size_t), QC_DTYPE_FLOAT32, &
+      st = qc_codec_encode_c(p, buf_ptr(src), size(src, kind=c_size_t), QC_DTYPE_FLOAT32, &
                        bytes_ptr(work), capacity, written)
     end if
     if (st == QC_SUCCESS) then
@@ -913,18 +913,18 @@ contains
     else
       allocate(message(0))
     end if
-    call finish(st, 'qc_encode', ierr)
-  end subroutine qc_encode
+    call finish(st, 'qc_codec_encode', ierr)
+  end subroutine qc_codec_encode
 
-  !> Decode a message of qc_encode into dst; size(dst) must be the
+  !> Decode a message of qc_codec_encode into dst; size(dst) must be the
   !> message's element count (else QC_ERROR_MISMATCH).
-  subroutine qc_decode(message, dst, ierr)
+  subroutine qc_codec_decode(message, dst, ierr)
     integer(c_int8_t), contiguous, intent(in), target :: message(:)
     real(c_float), contiguous, intent(inout), target :: dst(:)
     integer, intent(out), optional :: ierr
-    call finish(qc_decode_c(bytes_ptr(message), size(message, kind=c_size_t), buf_ptr(dst), &
-                            size(dst, kind=c_size_t), QC_DTYPE_FLOAT32), 'qc_decode', ierr)
-  end subroutine qc_decode
+    call finish(qc_codec_decode_c(bytes_ptr(message), size(message, kind=c_size_t), buf_ptr(dst), &
+                            size(dst, kind=c_size_t), QC_DTYPE_FLOAT32), 'qc_codec_decode', ierr)
+  end subroutine qc_codec_decode
 
   ! ----------------------------------------------------------------------
   ! 8. Emulation

@@ -18,8 +18,8 @@ module qc_c_api
   ! Version of qc.h these bindings were generated from. C's
   ! QC_VERSION_NUMBER is QC_HEADER_VERSION_NUMBER here: Fortran names ignore
   ! case, so it would clash with the function qc_version_number.
-  integer(c_int), parameter :: QC_VERSION_MAJOR = 0
-  integer(c_int), parameter :: QC_VERSION_MINOR = 1
+  integer(c_int), parameter :: QC_VERSION_MAJOR = 1
+  integer(c_int), parameter :: QC_VERSION_MINOR = 0
   integer(c_int), parameter :: QC_VERSION_PATCH = 0
   integer(c_int), parameter :: QC_HEADER_VERSION_NUMBER = &
       QC_VERSION_MAJOR * 10000 + QC_VERSION_MINOR * 100 + QC_VERSION_PATCH
@@ -240,21 +240,11 @@ module qc_c_api
       integer(c_size_t), value :: struct_size
       integer(c_int) :: res
     end function
-    function qc_policy_init_c(policy) bind(c, name="qc_policy_init") result(res)
-      import :: c_int, qc_policy_t
-      type(qc_policy_t), intent(inout) :: policy
-      integer(c_int) :: res
-    end function
     function qc_comm_config_init_sized_c(config, struct_size) bind(c, &
         name="qc_comm_config_init_sized") result(res)
       import :: c_int, c_size_t, qc_comm_config_t
       type(qc_comm_config_t), intent(inout) :: config
       integer(c_size_t), value :: struct_size
-      integer(c_int) :: res
-    end function
-    function qc_comm_config_init_c(config) bind(c, name="qc_comm_config_init") result(res)
-      import :: c_int, qc_comm_config_t
-      type(qc_comm_config_t), intent(inout) :: config
       integer(c_int) :: res
     end function
     function qc_comm_create_c(config, comm) bind(c, name="qc_comm_create") result(res)
@@ -345,23 +335,24 @@ module qc_c_api
       integer(c_size_t), intent(out) :: length
       integer(c_int) :: res
     end function
-    function qc_set_layer_policy_c(comm, pattern, policy) bind(c, &
-        name="qc_set_layer_policy") result(res)
+    function qc_comm_set_layer_policy_c(comm, pattern, policy) bind(c, &
+        name="qc_comm_set_layer_policy") result(res)
       import :: c_int, c_ptr, qc_policy_t
       type(c_ptr), value :: comm
       type(c_ptr), value :: pattern
       type(qc_policy_t), intent(in) :: policy
       integer(c_int) :: res
     end function
-    function qc_get_layer_policy_c(comm, layer, policy) bind(c, &
-        name="qc_get_layer_policy") result(res)
+    function qc_comm_get_layer_policy_c(comm, layer, policy) bind(c, &
+        name="qc_comm_get_layer_policy") result(res)
       import :: c_int, c_ptr, qc_policy_t
       type(c_ptr), value :: comm
       type(c_ptr), value :: layer
       type(qc_policy_t), intent(inout) :: policy
       integer(c_int) :: res
     end function
-    function qc_policy_preset_c(comm, name, base) bind(c, name="qc_policy_preset") result(res)
+    function qc_comm_apply_preset_c(comm, name, base) bind(c, &
+        name="qc_comm_apply_preset") result(res)
       import :: c_int, c_ptr
       type(c_ptr), value :: comm
       type(c_ptr), value :: name
@@ -394,7 +385,8 @@ module qc_c_api
       integer(c_size_t), value :: struct_size
       integer(c_int) :: res
     end function
-    function qc_adapt_policies_c(comm, config, report) bind(c, name="qc_adapt_policies") result(res)
+    function qc_comm_adapt_policies_c(comm, config, report) bind(c, &
+        name="qc_comm_adapt_policies") result(res)
       import :: c_int, c_ptr, qc_adapt_config_t
       type(c_ptr), value :: comm
       type(qc_adapt_config_t), intent(in) :: config
@@ -542,15 +534,16 @@ module qc_c_api
       integer(c_size_t), value :: size
       integer(c_int) :: res
     end function
-    function qc_encoded_size_c(policy, count, max_bytes) bind(c, name="qc_encoded_size") result(res)
+    function qc_codec_encoded_size_c(policy, count, max_bytes) bind(c, &
+        name="qc_codec_encoded_size") result(res)
       import :: c_int, c_size_t, qc_policy_t
       type(qc_policy_t), intent(in) :: policy
       integer(c_size_t), value :: count
       integer(c_size_t), intent(out) :: max_bytes
       integer(c_int) :: res
     end function
-    function qc_encode_c(policy, src, count, dtype, dst, capacity, written) bind(c, &
-        name="qc_encode") result(res)
+    function qc_codec_encode_c(policy, src, count, dtype, dst, capacity, written) bind(c, &
+        name="qc_codec_encode") result(res)
       import :: c_int, c_ptr, c_size_t, qc_policy_t
       type(qc_policy_t), intent(in) :: policy
       type(c_ptr), value :: src
@@ -561,7 +554,8 @@ module qc_c_api
       integer(c_size_t), intent(out) :: written
       integer(c_int) :: res
     end function
-    function qc_decode_c(src, size, dst, count, dtype) bind(c, name="qc_decode") result(res)
+    function qc_codec_decode_c(src, size, dst, count, dtype) bind(c, &
+        name="qc_codec_decode") result(res)
       import :: c_int, c_ptr, c_size_t
       type(c_ptr), value :: src
       integer(c_size_t), value :: size
@@ -612,15 +606,15 @@ module qc_c_api
   public :: qc_codec_from_name_c, qc_algorithm_name_c, qc_algorithm_from_name_c, qc_dtype_name_c
   public :: qc_dtype_from_name_c, qc_reduce_op_name_c, qc_reduce_op_from_name_c, qc_rounding_name_c
   public :: qc_rounding_from_name_c, qc_transport_name_c, qc_transport_from_name_c, qc_policy_init_sized_c
-  public :: qc_policy_init_c, qc_comm_config_init_sized_c, qc_comm_config_init_c, qc_comm_create_c
-  public :: qc_comm_create_local_c, qc_comm_create_local_with_config_c, qc_comm_destroy_c, qc_comm_rank_c
-  public :: qc_comm_size_c, qc_comm_get_async_error_c, qc_stats_init_sized_c, qc_comm_get_stats_c
-  public :: qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c, qc_comm_layer_count_c, qc_comm_layer_name_c
-  public :: qc_set_layer_policy_c, qc_get_layer_policy_c, qc_policy_preset_c, qc_adapt_method_name_c
-  public :: qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, qc_adapt_report_init_sized_c, qc_adapt_policies_c
-  public :: qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c, qc_iallreduce_c
-  public :: qc_iallreduce_segments_c, qc_ialltoall_c, qc_request_test_c, qc_request_wait_c
-  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
-  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, qc_encoded_size_c
-  public :: qc_encode_c, qc_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
+  public :: qc_comm_config_init_sized_c, qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c
+  public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
+  public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c
+  public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c
+  public :: qc_comm_apply_preset_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
+  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c, qc_allreduce_c, qc_allreduce_segments_c
+  public :: qc_alltoall_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
+  public :: qc_request_test_c, qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c
+  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
+  public :: qc_error_buffer_load_c, qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c
+  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c
 end module qc_c_api

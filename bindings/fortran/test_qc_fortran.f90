@@ -83,17 +83,17 @@ program test_qc_fortran
     x(i) = sin(0.01 * i)
   end do
   p = qc_policy_t(codec=QC_CODEC_MINMAX, bits=8)
-  call qc_encoded_size(p, n, max_bytes, ierr)
-  call check(ierr == QC_SUCCESS .and. max_bytes > 32 .and. max_bytes < 4 * n, 'qc_encoded_size')
-  call qc_encode(p, x, message, ierr)
-  call check(ierr == QC_SUCCESS .and. size(message) > 0 .and. size(message) <= max_bytes, 'qc_encode')
-  call qc_decode(message, y, ierr)
-  call check(ierr == QC_SUCCESS .and. maxval(abs(x - y)) <= 2.0 / 255, 'qc_decode round trip')
-  call qc_decode(message, y(1:n - 1), ierr)
-  call check(ierr == QC_ERROR_MISMATCH, 'qc_decode with the wrong count: MISMATCH')
+  call qc_codec_encoded_size(p, n, max_bytes, ierr)
+  call check(ierr == QC_SUCCESS .and. max_bytes > 32 .and. max_bytes < 4 * n, 'qc_codec_encoded_size')
+  call qc_codec_encode(p, x, message, ierr)
+  call check(ierr == QC_SUCCESS .and. size(message) > 0 .and. size(message) <= max_bytes, 'qc_codec_encode')
+  call qc_codec_decode(message, y, ierr)
+  call check(ierr == QC_SUCCESS .and. maxval(abs(x - y)) <= 2.0 / 255, 'qc_codec_decode round trip')
+  call qc_codec_decode(message, y(1:n - 1), ierr)
+  call check(ierr == QC_ERROR_MISMATCH, 'qc_codec_decode with the wrong count: MISMATCH')
 
   ! --- errors: C-side and Fortran-side ----------------------------------
-  call qc_encoded_size(qc_policy_t(bits=99), n, max_bytes, ierr)
+  call qc_codec_encoded_size(qc_policy_t(bits=99), n, max_bytes, ierr)
   msg = qc_last_error_message()
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(msg, 'bits') > 0, &
              'bits 99 rejected by C with a message: ' // msg)
@@ -142,21 +142,21 @@ program test_qc_fortran
   call qc_comm_rank(comms(1), rank)
   call qc_comm_size(comms(1), nsize)
   call check(rank == 0 .and. nsize == 1, 'rank 0 of 1')
-  call qc_set_layer_policy(comms(1), 'fc*', qc_policy_t(codec=QC_CODEC_MINMAX, bits=8, error_feedback=1))
-  call qc_get_layer_policy(comms(1), 'fc1.weight', q)
+  call qc_comm_set_layer_policy(comms(1), 'fc*', qc_policy_t(codec=QC_CODEC_MINMAX, bits=8, error_feedback=1))
+  call qc_comm_get_layer_policy(comms(1), 'fc1.weight', q)
   call check(q%codec == QC_CODEC_MINMAX .and. q%bits == 8, 'glob policy resolves')
-  call qc_get_layer_policy(comms(1), policy=q)
+  call qc_comm_get_layer_policy(comms(1), policy=q)
   call check(q%codec == QC_CODEC_NONE, 'default policy')
-  call qc_policy_preset(comms(1), 'cgx', qc_policy_t(codec=QC_CODEC_MINMAX, bits=4), ierr=ierr)
+  call qc_comm_apply_preset(comms(1), 'cgx', qc_policy_t(codec=QC_CODEC_MINMAX, bits=4), ierr=ierr)
   call check(ierr == QC_SUCCESS, 'cgx preset')
-  call qc_get_layer_policy(comms(1), 'encoder.0.attn.bias', q)
+  call qc_comm_get_layer_policy(comms(1), 'encoder.0.attn.bias', q)
   call check(q%codec == QC_CODEC_NONE, 'cgx: biases in full precision')
-  call qc_get_layer_policy(comms(1), 'encoder.0.attn.weight', q)
+  call qc_comm_get_layer_policy(comms(1), 'encoder.0.attn.weight', q)
   call check(q%codec == QC_CODEC_MINMAX .and. q%bits == 4 .and. q%min_compress_bytes == 16384, &
              'cgx: weights with base, 16 KiB threshold')
-  call qc_policy_preset(comms(1), 'nope', ierr=ierr)
+  call qc_comm_apply_preset(comms(1), 'nope', ierr=ierr)
   call check(ierr == QC_ERROR_INVALID_ARGUMENT, 'unknown preset')
-  call qc_set_layer_policy(comms(1), '*', qc_policy_t())
+  call qc_comm_set_layer_policy(comms(1), '*', qc_policy_t())
   call qc_error_buffer_create(comms(1), int(n, int64), eb)
   call qc_allreduce(comms(1), x, y, QC_OP_SUM, layer='fc1.weight', error_buffer=eb, ierr=ierr)
   call check(ierr == QC_SUCCESS .and. maxval(abs(x - y)) <= 2.0 / 255, 'one-rank allreduce, minmax8')
@@ -251,9 +251,9 @@ program test_qc_fortran
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'negative') > 0, &
              'a negative count')
   ! Each segment keeps its own policy: seg.b compressed, seg.a exact.
-  call qc_set_layer_policy(solo(1), 'seg.b', qc_policy_t(codec=QC_CODEC_MINMAX, bits=8, &
+  call qc_comm_set_layer_policy(solo(1), 'seg.b', qc_policy_t(codec=QC_CODEC_MINMAX, bits=8, &
                            min_compress_bytes=0_c_size_t))
-  call qc_set_layer_policy(solo(1), 'fc2', qc_policy_t(codec=QC_CODEC_QSGD, bits=4, &
+  call qc_comm_set_layer_policy(solo(1), 'fc2', qc_policy_t(codec=QC_CODEC_QSGD, bits=4, &
                            min_compress_bytes=0_c_size_t))
   call qc_allreduce_segments(solo(1), x, y, [300, 700], QC_OP_SUM, seg_names, ierr=ierr)
   call check(ierr == QC_SUCCESS .and. all(y(1:300) == x(1:300)) .and. &
@@ -263,30 +263,30 @@ program test_qc_fortran
   call check(ierr == QC_SUCCESS, 'allreduce of layer fc2 (qsgd)')
   ! Adaptive widths: the adaptable layers are those with minmax or qsgd
   ! (seg.b and fc2); seg.a and "*" (codec none) are left alone.
-  call qc_adapt_policies(solo(1), acfg, report, ierr)
-  call check(ierr == QC_SUCCESS .and. report%struct_size == c_sizeof(report), 'qc_adapt_policies')
+  call qc_comm_adapt_policies(solo(1), acfg, report, ierr)
+  call check(ierr == QC_SUCCESS .and. report%struct_size == c_sizeof(report), 'qc_comm_adapt_policies')
   call check(report%layers == 2 .and. report%e4 > 0 .and. report%error_budget > 0 .and. &
              report%predicted_error <= report%error_budget .and. report%bytes_at_4 > 0 .and. &
              report%predicted_bytes > 0, 'adapt report: 2 layers, within the budget')
-  call qc_get_layer_policy(solo(1), 'seg.b', q)
+  call qc_comm_get_layer_policy(solo(1), 'seg.b', q)
   call check(q%codec == QC_CODEC_MINMAX .and. any(q%bits == [2, 3, 4, 8]), 'seg.b got a width from allowed_bits')
-  call qc_get_layer_policy(solo(1), 'seg.a', q)
+  call qc_comm_get_layer_policy(solo(1), 'seg.a', q)
   call check(q%codec == QC_CODEC_NONE, 'seg.a (codec none) is not adapted')
-  call qc_adapt_policies(solo(1), ierr=ierr)
-  call check(ierr == QC_SUCCESS, 'qc_adapt_policies with the default config, no report')
+  call qc_comm_adapt_policies(solo(1), ierr=ierr)
+  call check(ierr == QC_SUCCESS, 'qc_comm_adapt_policies with the default config, no report')
   ! Bad configs name the field: the C library reads each one at its offset.
-  call qc_adapt_policies(solo(1), qc_adapt_config_t(alpha=0.5_c_double), report, ierr)
+  call qc_comm_adapt_policies(solo(1), qc_adapt_config_t(alpha=0.5_c_double), report, ierr)
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'alpha') > 0 .and. &
              report%layers == 0, 'adapt: alpha 0.5 refused, report zeroed')
-  call qc_adapt_policies(solo(1), qc_adapt_config_t(num_allowed=9), ierr=ierr)
+  call qc_comm_adapt_policies(solo(1), qc_adapt_config_t(num_allowed=9), ierr=ierr)
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'num_allowed') > 0, &
              'adapt: num_allowed 9 refused')
   acfg = qc_adapt_config_t()
   acfg%allowed_bits(4) = 9
-  call qc_adapt_policies(solo(1), acfg, ierr=ierr)
+  call qc_comm_adapt_policies(solo(1), acfg, ierr=ierr)
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'allowed_bits[3]') > 0, &
              'adapt: allowed_bits(4) = 9 refused as allowed_bits[3]')
-  call qc_adapt_policies(solo(1), qc_adapt_config_t(method=7), ierr=ierr)
+  call qc_comm_adapt_policies(solo(1), qc_adapt_config_t(method=7), ierr=ierr)
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), 'method') > 0, &
              'adapt: method 7 refused')
   ! The raw interface: report%struct_size must be exactly sizeof in C.
@@ -294,8 +294,8 @@ program test_qc_fortran
   acfg%struct_size = c_sizeof(acfg)
   report = qc_adapt_report_t()
   report%struct_size = c_sizeof(report)
-  call check(qc_adapt_policies_c(solo(1)%ptr, acfg, c_loc(report)) == QC_SUCCESS .and. report%layers == 2, &
-             'qc_adapt_policies_c accepts c_sizeof of both structs')
+  call check(qc_comm_adapt_policies_c(solo(1)%ptr, acfg, c_loc(report)) == QC_SUCCESS .and. report%layers == 2, &
+             'qc_comm_adapt_policies_c accepts c_sizeof of both structs')
   call qc_comm_destroy(solo(1))
 
   ! Main-program allocatables live until exit (they are implicitly saved):

@@ -406,16 +406,16 @@ qc_rc qc_comm_rank(qc_comm_t comm, int* out);
 qc_rc qc_comm_size(qc_comm_t comm, int* out);
 qc_rc qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
 qc_rc qc_comm_get_layer_stats(qc_comm_t comm, const char* layer, qc_layer_stats_t* stats);
-qc_rc qc_set_layer_policy(qc_comm_t comm, const char* pattern, const qc_policy_t* policy);
-qc_rc qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy);
-qc_rc qc_policy_preset(qc_comm_t comm, const char* name, const qc_policy_t* base);
+qc_rc qc_comm_set_layer_policy(qc_comm_t comm, const char* pattern, const qc_policy_t* policy);
+qc_rc qc_comm_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy);
+qc_rc qc_comm_apply_preset(qc_comm_t comm, const char* name, const qc_policy_t* base);
 
 qc_rc qc_error_buffer_destroy(qc_error_buffer_t error_buffer);
 qc_rc qc_error_buffer_reset(qc_error_buffer_t error_buffer);
 qc_rc qc_error_buffer_norm(qc_error_buffer_t error_buffer, double* out);
 qc_rc qc_error_buffer_load(qc_error_buffer_t error_buffer, const void* src, size_t size);
 
-qc_rc qc_decode(const void* src, size_t size, void* dst, size_t count, qc_dtype_t dtype);
+qc_rc qc_codec_decode(const void* src, size_t size, void* dst, size_t count, qc_dtype_t dtype);
 
 /* Requests (qc.h section 6). test: *out is 1 once done, and the status is
  * then the collective's (thrown); wait blocks, with no lock held here. */
@@ -542,7 +542,7 @@ qc_rc qcj_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t co
 
 qc_rc qcj_encoded_size(const qc_policy_t* policy, size_t count, long long* out) {
   size_t n = 0;
-  qc_status_t st = qc_encoded_size(policy, count, &n);
+  qc_status_t st = qc_codec_encoded_size(policy, count, &n);
   *out = (long long)n;
   return st;
 }
@@ -550,7 +550,7 @@ qc_rc qcj_encoded_size(const qc_policy_t* policy, size_t count, long long* out) 
 qc_rc qcj_encode(const qc_policy_t* policy, const void* src, size_t count, qc_dtype_t dtype,
                  void* dst, size_t capacity, long long* out) {
   size_t written = 0;
-  qc_status_t st = qc_encode(policy, src, count, dtype, dst, capacity, &written);
+  qc_status_t st = qc_codec_encode(policy, src, count, dtype, dst, capacity, &written);
   *out = (long long)written;
   return st;
 }
@@ -610,7 +610,7 @@ qc_rc qcj_comm_layer_name(qc_comm_t comm, size_t index, void* dst, size_t capaci
   return st;
 }
 
-/* qc_adapt_policies with QC_ADAPT_CONFIG_INIT, or with method, alpha and the
+/* qc_comm_adapt_policies with QC_ADAPT_CONFIG_INIT, or with method, alpha and the
  * allowed widths (ints, nints) when use_defaults is 0. */
 qc_rc qcj_adapt_policies(qc_comm_t comm, int use_defaults, qc_adapt_method_t method,
                          double alpha, const int* ints, int nints, qc_adapt_report_t* report) {
@@ -622,7 +622,7 @@ qc_rc qcj_adapt_policies(qc_comm_t comm, int use_defaults, qc_adapt_method_t met
     config.num_allowed = nints; /* qc checks 1..8 */
     for (i = 0; i < 8; ++i) config.allowed_bits[i] = (ints != NULL && i < nints) ? ints[i] : 0;
   }
-  return qc_adapt_policies(comm, &config, report);
+  return qc_comm_adapt_policies(comm, &config, report);
 }
 
 /* qc_allreduce_segments; names NULL: every segment is "*". Java makes sure

@@ -4,8 +4,8 @@
  * cannot read qc.h's X-macro and QC_ENUM_BASE. qc.i includes this file;
  * the values are qc.h's (pinned there). */
 
-#define QC_VERSION_MAJOR 0
-#define QC_VERSION_MINOR 1
+#define QC_VERSION_MAJOR 1
+#define QC_VERSION_MINOR 0
 #define QC_VERSION_PATCH 0
 
 typedef enum qc_status {

@@ -36,7 +36,7 @@ Status read_comm_config(const qc_comm_config_t* user, qc_comm_config_t* out) {
   return Status::ok();
 }
 
-// The presets of qc_policy_preset: each is the list of qc_set_layer_policy
+// The presets of qc_comm_apply_preset: each is the list of qc_comm_set_layer_policy
 // calls that qc.h spells out, in that order; keep the two in step (the test
 // tests/unit/test_policy_preset.cpp checks every pattern listed there).
 constexpr size_t kCgxMinCompressBytes = 16384;
@@ -146,25 +146,6 @@ QC_API qc_status_t qc_adapt_report_init_sized(qc_adapt_report_t* report, size_t 
     const qc_adapt_report_t zero = QC_ADAPT_REPORT_INIT;
     return init_struct_sized(zero, sizeof(qc_adapt_report_t), "report", "qc_adapt_report_t",
                              report, struct_size);
-  });
-}
-
-// The 0.x init functions, for programs built against qc.h 0.1 (they read
-// struct_size first). qc.h's qc_policy_init / qc_comm_config_init are
-// macros over the _sized calls now, so the names are undefined here first.
-#undef qc_policy_init
-#undef qc_comm_config_init
-
-QC_API qc_status_t qc_policy_init(qc_policy_t* policy) {
-  return QC_API_CALL({
-    return init_struct(default_policy(), kPolicyV0Size, "policy", "qc_policy_t", policy);
-  });
-}
-
-QC_API qc_status_t qc_comm_config_init(qc_comm_config_t* config) {
-  return QC_API_CALL({
-    return init_struct(default_comm_config(), kCommConfigV0Size, "config", "qc_comm_config_t",
-                       config);
   });
 }
 
@@ -353,7 +334,7 @@ QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, 
   });
 }
 
-QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
+QC_API qc_status_t qc_comm_set_layer_policy(qc_comm_t comm, const char* pattern,
                                        const qc_policy_t* policy) {
   return QC_API_CALL({
     CommLease c;
@@ -370,7 +351,7 @@ QC_API qc_status_t qc_set_layer_policy(qc_comm_t comm, const char* pattern,
   });
 }
 
-QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy) {
+QC_API qc_status_t qc_comm_get_layer_policy(qc_comm_t comm, const char* layer, qc_policy_t* policy) {
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));
@@ -379,7 +360,7 @@ QC_API qc_status_t qc_get_layer_policy(qc_comm_t comm, const char* layer, qc_pol
   });
 }
 
-QC_API qc_status_t qc_policy_preset(qc_comm_t comm, const char* name, const qc_policy_t* base) {
+QC_API qc_status_t qc_comm_apply_preset(qc_comm_t comm, const char* name, const qc_policy_t* base) {
   return QC_API_CALL({
     CommLease c;
     QC_RETURN_IF_ERROR(lease_comm(comm, false, &c));

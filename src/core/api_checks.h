@@ -22,14 +22,14 @@ inline Status require(const void* pointer, const char* arg) {
 }
 
 // Memory the CPU will read or write. In a CUDA build a device pointer here
-// would crash the process, so it is refused, naming the argument. (qc_encode,
-// qc_decode and the collectives are the entry points that take device memory.)
+// would crash the process, so it is refused, naming the argument. (qc_codec_encode,
+// qc_codec_decode and the collectives are the entry points that take device memory.)
 inline Status require_host_memory(const void* pointer, const std::string& arg) {
 #if defined(QC_HAVE_CUDA)
   if (cuda::is_device_memory(pointer)) {
     return unsupported("argument '" + arg +
                        "' is CUDA device memory, but this entry point takes host memory "
-                       "(qc_encode, qc_decode and the collectives take device memory); copy "
+                       "(qc_codec_encode, qc_codec_decode and the collectives take device memory); copy "
                        "it to host memory first");
   }
 #else

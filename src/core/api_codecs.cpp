@@ -44,7 +44,7 @@ Status locate(const void* a, const char* name_a, const void* b, const char* name
 
 extern "C" {
 
-QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count, size_t* max_bytes) {
+QC_API qc_status_t qc_codec_encoded_size(const qc_policy_t* policy, size_t count, size_t* max_bytes) {
   return QC_API_CALL({
     qc_policy_t p;
     QC_RETURN_IF_ERROR(read_policy(policy, "policy", &p));
@@ -63,7 +63,7 @@ QC_API qc_status_t qc_encoded_size(const qc_policy_t* policy, size_t count, size
   });
 }
 
-QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t count,
+QC_API qc_status_t qc_codec_encode(const qc_policy_t* policy, const void* src, size_t count,
                              qc_dtype_t dtype, void* dst, size_t capacity, size_t* written) {
   return QC_API_CALL({
     qc_policy_t p;
@@ -106,7 +106,7 @@ QC_API qc_status_t qc_encode(const qc_policy_t* policy, const void* src, size_t 
   });
 }
 
-QC_API qc_status_t qc_decode(const void* src, size_t size, void* dst, size_t count,
+QC_API qc_status_t qc_codec_decode(const void* src, size_t size, void* dst, size_t count,
                              qc_dtype_t dtype) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require(src, "src"));

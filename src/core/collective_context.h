@@ -71,7 +71,7 @@ struct ScaleMemory {
 // The bytes a payload of `payload` bytes takes in device memory laid out in
 // slots: each starts on a 32-byte boundary of the (cudaMalloc'd, 256-byte
 // aligned) buffer, the alignment a payload has behind the 32-byte header of
-// a message qc_encode writes into a cudaMalloc'd buffer, which is what the
+// a message qc_codec_encode writes into a cudaMalloc'd buffer, which is what the
 // kernels are tested with. Larger slots would stage padding.
 inline size_t device_payload_slot(size_t payload) { return (payload + 31) / 32 * 32; }
 

@@ -20,8 +20,8 @@ qc_comm_config_t default_comm_config();
 
 // Whether `policy` can run: every field in range, and the fields in range
 // for its codec (bits: min_bits_for). The one check of a policy: every
-// entry that takes one (qc_set_layer_policy, qc_policy_preset, the QC_*
-// environment, qc_adapt_policies' result, qc_encode / qc_encoded_size, the
+// entry that takes one (qc_comm_set_layer_policy, qc_comm_apply_preset, the QC_*
+// environment, qc_comm_adapt_policies' result, qc_codec_encode / qc_codec_encoded_size, the
 // emulation calls, a message header) calls it, and so does make_codec, the
 // gate of every collective, so a policy is refused where it is given,
 // never first in a later collective. Only what depends on the call is left

@@ -58,15 +58,6 @@ Status write_struct(const T& value, size_t v0_size, const char* arg, const char*
   return Status::ok();
 }
 
-// For the 0.x qc_policy_init / qc_comm_config_init, which programs built
-// against qc.h 0.1 call: they read struct_size first (0 means the first
-// layout). qc.h's init calls are qc_<struct>_init_sized now.
-template <typename T>
-Status init_struct(const T& defaults, size_t v0_size, const char* arg, const char* type, T* user) {
-  if (user != nullptr && user->struct_size == 0) user->struct_size = v0_size;
-  return write_struct(defaults, v0_size, arg, type, user);
-}
-
 // qc_<struct>_init_sized: `defaults` for a caller's layout of `size`
 // bytes, whatever *user held; nothing is read from it, and nothing is
 // written when the size is refused.

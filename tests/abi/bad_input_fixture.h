@@ -75,7 +75,7 @@ typedef struct qct_fx {
   qc_error_buffer_t dead_eb;   /* created, then destroyed */
   qc_request_t req;            /* NULL: for a start; whatever lands here is waited for and freed */
   qc_request_t dead_req;       /* a 1-rank qc_iallreduce, waited for and freed */
-  unsigned char* msg;          /* qc_encode(minmax, 4 bits, bucket 32) of buf[0..QCT_N) */
+  unsigned char* msg;          /* qc_codec_encode(minmax, 4 bits, bucket 32) of buf[0..QCT_N) */
   size_t msg_len;              /* its length: msg holds exactly msg_len bytes */
   unsigned char* image;        /* qc_error_buffer_save(eb), exactly image_len bytes */
   size_t image_len;
@@ -133,24 +133,24 @@ static inline qc_status_t qct_roundtrip(qct_fx* fx, qc_codec_t codec) {
   fx->pol.codec = codec;
   fx->pol.bucket_size = 32;
   fx->pol.topk_ratio = 0.25f;
-  st = qc_encoded_size(&fx->pol, QCT_N, &cap);
+  st = qc_codec_encoded_size(&fx->pol, QCT_N, &cap);
   if (st != QC_SUCCESS) return st;
   m = (unsigned char*)qct_heap_copy(fx, fx->garbage, cap);
   if (m == NULL) return QC_ERROR_OUT_OF_MEMORY;
-  st = qc_encode(&fx->pol, fx->buf, QCT_N, QC_DTYPE_FLOAT32, m, cap, &written);
+  st = qc_codec_encode(&fx->pol, fx->buf, QCT_N, QC_DTYPE_FLOAT32, m, cap, &written);
   if (st != QC_SUCCESS) return st;
-  return qc_decode(m, written, fx->out, QCT_N, QC_DTYPE_FLOAT32);
+  return qc_codec_decode(m, written, fx->out, QCT_N, QC_DTYPE_FLOAT32);
 }
 
 /* Sets the policy "*" of comm to pol with `codec`, bucket 32 and no
  * min_compress_bytes (so that QCT_N elements are compressed); returns the
- * status of qc_set_layer_policy. */
+ * status of qc_comm_set_layer_policy. */
 static inline qc_status_t qct_use_codec(qct_fx* fx, qc_codec_t codec) {
   fx->pol.codec = codec;
   fx->pol.bucket_size = 32;
   fx->pol.topk_ratio = 0.25f;
   fx->pol.min_compress_bytes = 0;
-  return qc_set_layer_policy(fx->comm, "*", &fx->pol);
+  return qc_comm_set_layer_policy(fx->comm, "*", &fx->pol);
 }
 
 /* After a successful call: out[lo..hi) must all be non-finite and the rest
@@ -273,10 +273,10 @@ static inline int qct_fx_setup(qct_fx* fx) {
 
   mm.codec = QC_CODEC_MINMAX;
   mm.bucket_size = 32;
-  if (qc_encoded_size(&mm, QCT_N, &cap) != QC_SUCCESS) goto qc_failed;
+  if (qc_codec_encoded_size(&mm, QCT_N, &cap) != QC_SUCCESS) goto qc_failed;
   fx->msg = (unsigned char*)malloc(cap);
   if (fx->msg == NULL) goto oom;
-  if (qc_encode(&mm, fx->buf, QCT_N, QC_DTYPE_FLOAT32, fx->msg, cap, &fx->msg_len) != QC_SUCCESS)
+  if (qc_codec_encode(&mm, fx->buf, QCT_N, QC_DTYPE_FLOAT32, fx->msg, cap, &fx->msg_len) != QC_SUCCESS)
     goto qc_failed;
   if (qc_error_buffer_save(fx->eb, NULL, 0, &fx->image_len) != QC_SUCCESS) goto qc_failed;
   fx->image = (unsigned char*)malloc(fx->image_len);

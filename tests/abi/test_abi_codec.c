@@ -1,5 +1,5 @@
 /*
- * test_abi_codec.c - qc_encoded_size, qc_encode and qc_decode on their own:
+ * test_abi_codec.c - qc_codec_encoded_size, qc_codec_encode and qc_codec_decode on their own:
  * arguments, the codec-none round trip in every dtype, and damaged messages.
  */
 #include "qc_abi_test.h"
@@ -23,11 +23,11 @@ static message encode_none(const void* src, size_t count, qc_dtype_t dtype) {
   const qc_policy_t p = QC_POLICY_INIT;
   message m;
   size_t cap = 0;
-  QCT_OK(qc_encoded_size(&p, count, &cap));
+  QCT_OK(qc_codec_encoded_size(&p, count, &cap));
   m.bytes = (unsigned char*)malloc(cap);
   assert_non_null(m.bytes);
   m.size = 0;
-  QCT_OK(qc_encode(&p, src, count, dtype, m.bytes, cap, &m.size));
+  QCT_OK(qc_codec_encode(&p, src, count, dtype, m.bytes, cap, &m.size));
   assert_true(m.size <= cap);
   return m;
 }
@@ -40,7 +40,7 @@ static qc_status_t decode_prefix(const message* m, size_t size, void* dst, size_
   qc_status_t st;
   assert_non_null(copy);
   memcpy(copy, m->bytes, size);
-  st = qc_decode(copy, size, dst, count, dtype);
+  st = qc_codec_decode(copy, size, dst, count, dtype);
   free(copy);
   return st;
 }
@@ -76,30 +76,30 @@ static int find_header_field(const unsigned char* hdr, uint64_t value, size_t* w
   return -1;
 }
 
-/* ---- qc_encoded_size ----------------------------------------------------- */
+/* ---- qc_codec_encoded_size ----------------------------------------------------- */
 
 static void test_encoded_size_null_arguments(void** state) {
   const qc_policy_t p = QC_POLICY_INIT;
   size_t n = 0;
   (void)state;
-  QCT_INVALID(qc_encoded_size(NULL, 10, &n), "qc_encoded_size", "policy");
-  QCT_INVALID(qc_encoded_size(&p, 10, NULL), "qc_encoded_size", "max_bytes");
+  QCT_INVALID(qc_codec_encoded_size(NULL, 10, &n), "qc_codec_encoded_size", "policy");
+  QCT_INVALID(qc_codec_encoded_size(&p, 10, NULL), "qc_codec_encoded_size", "max_bytes");
 }
 
 static qc_status_t call_encoded_size(qc_policy_t* p, void* ctx) {
   size_t n = 0;
   (void)ctx;
-  return qc_encoded_size(p, 10, &n);
+  return qc_codec_encoded_size(p, 10, &n);
 }
 
 static void test_encoded_size_struct_size(void** state) {
   (void)state;
-  QCT_CHECK_POLICY_STRUCT_SIZES("qc_encoded_size", call_encoded_size, NULL);
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_codec_encoded_size", call_encoded_size, NULL);
 }
 
 static void test_encoded_size_invalid_fields(void** state) {
   (void)state;
-  QCT_CHECK_BAD_POLICY_FIELDS("qc_encoded_size", call_encoded_size, NULL);
+  QCT_CHECK_BAD_POLICY_FIELDS("qc_codec_encoded_size", call_encoded_size, NULL);
 }
 
 static void test_encoded_size_codec_none(void** state) {
@@ -109,7 +109,7 @@ static void test_encoded_size_codec_none(void** state) {
   (void)state;
   for (i = 0; i < sizeof counts / sizeof counts[0]; ++i) {
     size_t n = 0;
-    QCT_OK(qc_encoded_size(&p, counts[i], &n));
+    QCT_OK(qc_codec_encoded_size(&p, counts[i], &n));
     assert_int_equal(n, HEADER_BYTES + 4 * counts[i]);
   }
 }
@@ -118,11 +118,11 @@ static void test_encoded_size_count_overflow(void** state) {
   const qc_policy_t p = QC_POLICY_INIT;
   size_t n = 0;
   (void)state;
-  QCT_INVALID(qc_encoded_size(&p, SIZE_MAX / 2, &n), "qc_encoded_size", "count");
-  QCT_INVALID(qc_encoded_size(&p, SIZE_MAX, &n), "qc_encoded_size", "count");
+  QCT_INVALID(qc_codec_encoded_size(&p, SIZE_MAX / 2, &n), "qc_codec_encoded_size", "count");
+  QCT_INVALID(qc_codec_encoded_size(&p, SIZE_MAX, &n), "qc_codec_encoded_size", "count");
 }
 
-/* ---- qc_encode: arguments ------------------------------------------------ */
+/* ---- qc_codec_encode: arguments ------------------------------------------------ */
 
 static void test_encode_null_arguments(void** state) {
   const qc_policy_t p = QC_POLICY_INIT;
@@ -131,10 +131,10 @@ static void test_encode_null_arguments(void** state) {
   size_t w = 0;
   (void)state;
   fill_f32(x, N);
-  QCT_INVALID(qc_encode(NULL, x, N, F32, dst, sizeof dst, &w), "qc_encode", "policy");
-  QCT_INVALID(qc_encode(&p, NULL, N, F32, dst, sizeof dst, &w), "qc_encode", "src");
-  QCT_INVALID(qc_encode(&p, x, N, F32, NULL, sizeof dst, &w), "qc_encode", "dst");
-  QCT_INVALID(qc_encode(&p, x, N, F32, dst, sizeof dst, NULL), "qc_encode", "written");
+  QCT_INVALID(qc_codec_encode(NULL, x, N, F32, dst, sizeof dst, &w), "qc_codec_encode", "policy");
+  QCT_INVALID(qc_codec_encode(&p, NULL, N, F32, dst, sizeof dst, &w), "qc_codec_encode", "src");
+  QCT_INVALID(qc_codec_encode(&p, x, N, F32, NULL, sizeof dst, &w), "qc_codec_encode", "dst");
+  QCT_INVALID(qc_codec_encode(&p, x, N, F32, dst, sizeof dst, NULL), "qc_codec_encode", "written");
 }
 
 static void test_encode_bad_dtype_and_count(void** state) {
@@ -144,8 +144,8 @@ static void test_encode_bad_dtype_and_count(void** state) {
   size_t w = 0;
   (void)state;
   fill_f32(x, N);
-  QCT_INVALID(qc_encode(&p, x, N, (qc_dtype_t)7, dst, sizeof dst, &w), "qc_encode", "dtype");
-  QCT_INVALID(qc_encode(&p, x, SIZE_MAX / 2, F32, dst, sizeof dst, &w), "qc_encode", "count");
+  QCT_INVALID(qc_codec_encode(&p, x, N, (qc_dtype_t)7, dst, sizeof dst, &w), "qc_codec_encode", "dtype");
+  QCT_INVALID(qc_codec_encode(&p, x, SIZE_MAX / 2, F32, dst, sizeof dst, &w), "qc_codec_encode", "count");
 }
 
 typedef struct encode_ctx {
@@ -156,21 +156,21 @@ typedef struct encode_ctx {
 static qc_status_t call_encode(qc_policy_t* p, void* ctx) {
   encode_ctx* c = (encode_ctx*)ctx;
   size_t w = 0;
-  return qc_encode(p, c->x, N, F32, c->dst, sizeof c->dst, &w);
+  return qc_codec_encode(p, c->x, N, F32, c->dst, sizeof c->dst, &w);
 }
 
 static void test_encode_struct_size(void** state) {
   encode_ctx c;
   (void)state;
   fill_f32(c.x, N);
-  QCT_CHECK_POLICY_STRUCT_SIZES("qc_encode", call_encode, &c);
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_codec_encode", call_encode, &c);
 }
 
 static void test_encode_invalid_fields(void** state) {
   encode_ctx c;
   (void)state;
   fill_f32(c.x, N);
-  QCT_CHECK_BAD_POLICY_FIELDS("qc_encode", call_encode, &c);
+  QCT_CHECK_BAD_POLICY_FIELDS("qc_codec_encode", call_encode, &c);
 }
 
 static void test_encode_capacity_too_small(void** state) {
@@ -183,10 +183,10 @@ static void test_encode_capacity_too_small(void** state) {
   fill_f32(x, N);
   dst = (unsigned char*)malloc(need);
   assert_non_null(dst);
-  QCT_INVALID(qc_encode(&p, x, N, F32, dst, need - 1, &w), "qc_encode", "capacity");
-  QCT_INVALID(qc_encode(&p, x, N, F32, dst, HEADER_BYTES, &w), "qc_encode", "capacity");
-  QCT_INVALID(qc_encode(&p, x, N, F32, dst, 0, &w), "qc_encode", "capacity");
-  QCT_OK(qc_encode(&p, x, N, F32, dst, need, &w));
+  QCT_INVALID(qc_codec_encode(&p, x, N, F32, dst, need - 1, &w), "qc_codec_encode", "capacity");
+  QCT_INVALID(qc_codec_encode(&p, x, N, F32, dst, HEADER_BYTES, &w), "qc_codec_encode", "capacity");
+  QCT_INVALID(qc_codec_encode(&p, x, N, F32, dst, 0, &w), "qc_codec_encode", "capacity");
+  QCT_OK(qc_codec_encode(&p, x, N, F32, dst, need, &w));
   assert_int_equal(w, need);
   free(dst);
 }
@@ -210,7 +210,7 @@ static void test_encoded_size_minmax(void** state) {
     p.bits = bits[b];
     for (i = 0; i < sizeof counts / sizeof counts[0]; ++i) {
       size_t n = 0;
-      QCT_OK(qc_encoded_size(&p, counts[i], &n));
+      QCT_OK(qc_codec_encoded_size(&p, counts[i], &n));
       assert_int_equal(n, minmax_size(counts[i], p.bits, p.bucket_size));
     }
   }
@@ -233,11 +233,11 @@ static void test_encode_minmax_round_trip(void** state) {
   p.codec = QC_CODEC_MINMAX;
   p.bits = 4;
   p.bucket_size = 64; /* one bucket */
-  QCT_OK(qc_encode(&p, x, N, F32, dst, sizeof dst, &w));
+  QCT_OK(qc_codec_encode(&p, x, N, F32, dst, sizeof dst, &w));
   assert_int_equal(w, minmax_size(N, 4, 64));
   assert_memory_equal(dst, "QCWF", 4);
   memset(y, 0, sizeof y);
-  QCT_OK(qc_decode(dst, w, y, N, F32));
+  QCT_OK(qc_codec_decode(dst, w, y, N, F32));
   lo = hi = x[0];
   for (i = 1; i < N; ++i) {
     if (x[i] < lo) lo = x[i];
@@ -254,8 +254,8 @@ static void test_encode_minmax_round_trip(void** state) {
     }
   }
   /* wrong count, truncated message */
-  QCT_FAILS(qc_decode(dst, w, y, N + 1, F32), QC_ERROR_MISMATCH, "qc_decode", "count");
-  QCT_FAILS(qc_decode(dst, w - 1, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
+  QCT_FAILS(qc_codec_decode(dst, w, y, N + 1, F32), QC_ERROR_MISMATCH, "qc_codec_decode", "count");
+  QCT_FAILS(qc_codec_decode(dst, w - 1, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode", NULL);
 }
 
 /* ---- round trips --------------------------------------------------------- */
@@ -276,7 +276,7 @@ static void test_round_trip_float32(void** state) {
   assert_int_equal(m.size, HEADER_BYTES + 4 * N);
   assert_memory_equal(m.bytes, "QCWF", 4);
   memset(y, 0xFF, sizeof y);
-  QCT_OK(qc_decode(m.bytes, m.size, y, N, F32));
+  QCT_OK(qc_codec_decode(m.bytes, m.size, y, N, F32));
   assert_memory_equal(y, x, sizeof x);
   free(m.bytes);
 }
@@ -301,7 +301,7 @@ static void run_half_round_trip(qc_dtype_t dtype) {
   /* codec none sends the input dtype unchanged: 2 bytes a value */
   assert_int_equal(m.size, HEADER_BYTES + 2 * N);
   memset(y, 0xFF, sizeof y);
-  QCT_OK(qc_decode(m.bytes, m.size, y, N, dtype));
+  QCT_OK(qc_codec_decode(m.bytes, m.size, y, N, dtype));
   assert_memory_equal(y, x, sizeof x);
   free(m.bytes);
 }
@@ -323,12 +323,12 @@ static void test_round_trip_zero_count(void** state) {
   (void)state;
   m = encode_none(x, 0, F32);
   assert_int_equal(m.size, HEADER_BYTES);
-  QCT_OK(qc_decode(m.bytes, m.size, y, 0, F32));
+  QCT_OK(qc_codec_decode(m.bytes, m.size, y, 0, F32));
   assert_true(y[0] == 2.0f);
   free(m.bytes);
 }
 
-/* ---- qc_decode: arguments and damaged messages --------------------------- */
+/* ---- qc_codec_decode: arguments and damaged messages --------------------------- */
 
 static void test_decode_null_arguments(void** state) {
   float x[N];
@@ -337,9 +337,9 @@ static void test_decode_null_arguments(void** state) {
   (void)state;
   fill_f32(x, N);
   m = encode_none(x, N, F32);
-  QCT_INVALID(qc_decode(NULL, m.size, y, N, F32), "qc_decode", "src");
-  QCT_INVALID(qc_decode(m.bytes, m.size, NULL, N, F32), "qc_decode", "dst");
-  QCT_INVALID(qc_decode(m.bytes, m.size, y, N, (qc_dtype_t)7), "qc_decode", "dtype");
+  QCT_INVALID(qc_codec_decode(NULL, m.size, y, N, F32), "qc_codec_decode", "src");
+  QCT_INVALID(qc_codec_decode(m.bytes, m.size, NULL, N, F32), "qc_codec_decode", "dst");
+  QCT_INVALID(qc_codec_decode(m.bytes, m.size, y, N, (qc_dtype_t)7), "qc_codec_decode", "dtype");
   free(m.bytes);
 }
 
@@ -348,9 +348,9 @@ static void test_decode_empty_message(void** state) {
   float y[N];
   qc_status_t st;
   (void)state;
-  st = qc_decode(empty, 0, y, N, F32);
+  st = qc_codec_decode(empty, 0, y, N, F32);
   assert_true(st == QC_ERROR_INVALID_ARGUMENT || st == QC_ERROR_CORRUPT_DATA);
-  qct_check_message("qc_decode", NULL, __FILE__, __LINE__);
+  qct_check_message("qc_codec_decode", NULL, __FILE__, __LINE__);
 }
 
 static void test_decode_wrong_count(void** state) {
@@ -360,8 +360,8 @@ static void test_decode_wrong_count(void** state) {
   (void)state;
   fill_f32(x, N);
   m = encode_none(x, N, F32);
-  QCT_FAILS(qc_decode(m.bytes, m.size, y, N - 1, F32), QC_ERROR_MISMATCH, "qc_decode", "count");
-  QCT_FAILS(qc_decode(m.bytes, m.size, y, N + 1, F32), QC_ERROR_MISMATCH, "qc_decode", "count");
+  QCT_FAILS(qc_codec_decode(m.bytes, m.size, y, N - 1, F32), QC_ERROR_MISMATCH, "qc_codec_decode", "count");
+  QCT_FAILS(qc_codec_decode(m.bytes, m.size, y, N + 1, F32), QC_ERROR_MISMATCH, "qc_codec_decode", "count");
   free(m.bytes);
 }
 
@@ -381,7 +381,7 @@ static void test_decode_truncated(void** state) {
       fail();
     }
   }
-  qct_check_message("qc_decode", NULL, __FILE__, __LINE__);
+  qct_check_message("qc_codec_decode", NULL, __FILE__, __LINE__);
   free(m.bytes);
 }
 
@@ -397,10 +397,10 @@ static void test_decode_bad_magic(void** state) {
   for (i = 0; i < 4; ++i) {
     unsigned char saved = m.bytes[i];
     m.bytes[i] = (unsigned char)'X';
-    QCT_FAILS(qc_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
+    QCT_FAILS(qc_codec_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode", NULL);
     m.bytes[i] = saved;
   }
-  QCT_OK(qc_decode(m.bytes, m.size, y, N, F32));
+  QCT_OK(qc_codec_decode(m.bytes, m.size, y, N, F32));
   free(m.bytes);
 }
 
@@ -420,11 +420,11 @@ static void test_decode_corrupt_payload_length(void** state) {
     fail();
   }
   write_le(m.bytes + off, width, 4 * N - 1);
-  QCT_FAILS(qc_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
+  QCT_FAILS(qc_codec_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode", NULL);
   write_le(m.bytes + off, width, 4 * N + 1);
-  QCT_FAILS(qc_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
+  QCT_FAILS(qc_codec_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode", NULL);
   write_le(m.bytes + off, width, UINT32_MAX);
-  QCT_FAILS(qc_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
+  QCT_FAILS(qc_codec_decode(m.bytes, m.size, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode", NULL);
   free(m.bytes);
 }
 
@@ -445,7 +445,7 @@ static void test_decode_corrupt_element_count(void** state) {
     fail();
   }
   write_le(m.bytes + off, width, N + 1);
-  QCT_FAILS(qc_decode(m.bytes, m.size, y, N + 1, F32), QC_ERROR_CORRUPT_DATA, "qc_decode",
+  QCT_FAILS(qc_codec_decode(m.bytes, m.size, y, N + 1, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode",
             NULL);
   free(m.bytes);
 }
@@ -468,7 +468,7 @@ static void test_decode_any_damaged_header_byte(void** state) {
       qc_status_t st;
       m.bytes[pos] ^= patterns[v];
       memset(y, 0, sizeof y);
-      st = qc_decode(m.bytes, m.size, y, N, F32);
+      st = qc_codec_decode(m.bytes, m.size, y, N, F32);
       m.bytes[pos] = saved;
       if (st == QC_SUCCESS) {
         if (memcmp(y, x, sizeof x) != 0) {
@@ -497,9 +497,9 @@ static void test_decode_garbage(void** state) {
   size_t i;
   (void)state;
   memset(junk, 0, sizeof junk);
-  QCT_FAILS(qc_decode(junk, sizeof junk, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
+  QCT_FAILS(qc_codec_decode(junk, sizeof junk, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode", NULL);
   for (i = 0; i < sizeof junk; ++i) junk[i] = (unsigned char)(i * 131u + 7u);
-  QCT_FAILS(qc_decode(junk, sizeof junk, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_decode", NULL);
+  QCT_FAILS(qc_codec_decode(junk, sizeof junk, y, N, F32), QC_ERROR_CORRUPT_DATA, "qc_codec_decode", NULL);
 }
 
 int main(void) {

@@ -167,7 +167,7 @@ static void test_allreduce_zero_count_with_buffers(void** state) {
 static void set_feedback_policy(qc_comm_t comm, const char* pattern) {
   qc_policy_t p = QC_POLICY_INIT;
   p.error_feedback = 1;
-  QCT_OK(qc_set_layer_policy(comm, pattern, &p));
+  QCT_OK(qc_comm_set_layer_policy(comm, pattern, &p));
 }
 
 static void test_allreduce_error_buffer_wrong_count(void** state) {
@@ -249,7 +249,7 @@ static void test_allreduce_error_feedback_lossy_codec(void** state) {
   p.bits = 2;
   p.error_feedback = 1;
   p.min_compress_bytes = 0; /* 16 bytes: compressed only when asked to */
-  QCT_OK(qc_set_layer_policy(comm, "emb", &p));
+  QCT_OK(qc_comm_set_layer_policy(comm, "emb", &p));
   QCT_OK(qc_error_buffer_create(comm, 4, &eb));
   QCT_OK(qc_allreduce(comm, x, y, 4, F32, QC_OP_SUM, "emb", eb, NULL));
   QCT_OK(qc_error_buffer_norm(eb, &norm));
@@ -270,7 +270,7 @@ static void test_allreduce_unsupported_keeps_comm_usable(void** state) {
   float y[4];
   /* algorithm native needs a global codec */
   p.algorithm = QC_ALGO_NATIVE;
-  QCT_OK(qc_set_layer_policy(comm, "native", &p));
+  QCT_OK(qc_comm_set_layer_policy(comm, "native", &p));
   QCT_FAILS(qc_allreduce(comm, x, y, 4, F32, QC_OP_SUM, "native", NULL, NULL),
             QC_ERROR_UNSUPPORTED, "qc_allreduce", NULL);
   memset(y, 0, sizeof y);
@@ -691,9 +691,9 @@ static void test_allreduce_policy_mismatch(void** state) {
   job_init(&job, 2, 10, QC_OP_SUM);
   qct_create_group(2, 5.0, comms);
   p.algorithm = QC_ALGO_RING;
-  QCT_OK(qc_set_layer_policy(comms[0], "*", &p));
+  QCT_OK(qc_comm_set_layer_policy(comms[0], "*", &p));
   p.algorithm = QC_ALGO_RECURSIVE_DOUBLING;
-  QCT_OK(qc_set_layer_policy(comms[1], "*", &p));
+  QCT_OK(qc_comm_set_layer_policy(comms[1], "*", &p));
   qct_run_ranks(2, comms, allreduce_rank, &job);
   bad = count_bad_ranks(&job, 2, QC_ERROR_MISMATCH);
   for (r = 0; r < 2; ++r) {

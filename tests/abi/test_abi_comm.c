@@ -70,21 +70,6 @@ static void test_comm_config_init_sized_too_large(void** state) {
   for (i = 0; i < sizeof big.extra; ++i) assert_int_equal(big.extra[i], 0x5A);
 }
 
-/* The 0.x function, still exported for programs built against qc.h 0.1; it
- * reads struct_size first. The parentheses reach it past qc.h's macro. */
-
-static void test_legacy_comm_config_init_reads_struct_size(void** state) {
-  const qc_comm_config_t want = QC_COMM_CONFIG_INIT;
-  qc_comm_config_t c;
-  (void)state;
-  memset(&c, 0xA5, sizeof c);
-  c.struct_size = 0;  /* the first layout */
-  QCT_OK((qc_comm_config_init)(&c));
-  assert_config_equal(&c, &want);
-  c.struct_size = 1;
-  QCT_INVALID((qc_comm_config_init)(&c), "qc_comm_config_init", "struct_size");
-}
-
 /* ---- qc_comm_create ------------------------------------------------------ */
 
 static void test_comm_create_null_arguments(void** state) {
@@ -398,7 +383,6 @@ int main(void) {
       cmocka_unit_test(test_comm_config_init_fills_defaults_over_garbage),
       cmocka_unit_test(test_comm_config_init_sized_too_small),
       cmocka_unit_test(test_comm_config_init_sized_too_large),
-      cmocka_unit_test(test_legacy_comm_config_init_reads_struct_size),
       cmocka_unit_test(test_comm_create_null_arguments),
       cmocka_unit_test(test_comm_create_local_transport_points_to_create_local),
       cmocka_unit_test(test_comm_create_mpi_unsupported_in_this_build),

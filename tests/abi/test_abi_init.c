@@ -22,10 +22,10 @@ static void test_policy_naive_use(void** state) {
     QCT_OK(qc_policy_init(&p));
     p.codec = QC_CODEC_MINMAX;
     p.min_compress_bytes = 0;  /* a field of the appended layout: must be honoured */
-    QCT_OK(qc_set_layer_policy(comm, "naive", &p));
+    QCT_OK(qc_comm_set_layer_policy(comm, "naive", &p));
     k_fills[f](&back, sizeof back);
     QCT_OK(qc_policy_init(&back));
-    QCT_OK(qc_get_layer_policy(comm, "naive", &back));
+    QCT_OK(qc_comm_get_layer_policy(comm, "naive", &back));
     assert_int_equal(back.codec, QC_CODEC_MINMAX);
     assert_int_equal(back.min_compress_bytes, 0);
     assert_int_equal(back.bits, 4);  /* the defaults under what was set */
@@ -103,7 +103,7 @@ static void test_adapt_structs_naive_use(void** state) {
     QCT_OK(qc_adapt_report_init(&r));
     assert_int_equal(r.struct_size, sizeof(qc_adapt_report_t));
     assert_int_equal(r.layers, 0);
-    QCT_OK(qc_adapt_policies(comm, &c, &r));
+    QCT_OK(qc_comm_adapt_policies(comm, &c, &r));
     assert_true(r.error_budget >= 0.0);
   }
 }

@@ -1,6 +1,6 @@
 /*
- * test_abi_policy.c - qc_policy_init(_sized), qc_set_layer_policy, qc_get_layer_policy,
- * qc_policy_preset: struct_size rules, field validation and pattern matching.
+ * test_abi_policy.c - qc_policy_init(_sized), qc_comm_set_layer_policy, qc_comm_get_layer_policy,
+ * qc_comm_apply_preset: struct_size rules, field validation and pattern matching.
  */
 #include "qc_abi_test.h"
 
@@ -90,67 +90,42 @@ static void test_policy_init_writes_only_struct_size_bytes(void** state) {
   for (i = 0; i < sizeof big.extra; ++i) assert_int_equal(big.extra[i], 0x5A);
 }
 
-/* ---- the 0.x qc_policy_init, still exported for programs built on qc.h 0.1 ---- */
-/* It reads struct_size first (0: the first layout). qc.h's qc_policy_init is a
- * macro now; the parentheses reach the function. */
-
-static void test_legacy_policy_init_reads_struct_size(void** state) {
-  const qc_policy_t want = QC_POLICY_INIT;
-  qc_policy_t p;
-  size_t untouched;
-  (void)state;
-  memset(&p, 0xA5, sizeof p);
-  p.struct_size = sizeof(qc_policy_t);
-  QCT_OK((qc_policy_init)(&p));
-  QCT_ASSERT_POLICY_EQUAL(&p, &want);
-  assert_int_equal(p.min_compress_bytes, 16384);
-  memset(&p, 0xA5, sizeof p);
-  p.struct_size = 0;  /* the first layout */
-  QCT_OK((qc_policy_init)(&p));
-  assert_int_equal(p.struct_size, QCT_POLICY_V0_SIZE);
-  memset(&untouched, 0xA5, sizeof untouched);
-  assert_memory_equal(&p.min_compress_bytes, &untouched, sizeof untouched);
-  p.struct_size = 1;
-  QCT_INVALID((qc_policy_init)(&p), "qc_policy_init", "struct_size");
-  QCT_INVALID((qc_policy_init)(NULL), "qc_policy_init", "policy");
-}
-
-/* ---- qc_set_layer_policy / qc_get_layer_policy: arguments ---------------- */
+/* ---- qc_comm_set_layer_policy / qc_comm_get_layer_policy: arguments ---------------- */
 
 static void test_set_layer_policy_null_comm(void** state) {
   const qc_policy_t p = QC_POLICY_INIT;
   (void)state;
-  QCT_INVALID(qc_set_layer_policy(NULL, "*", &p), "qc_set_layer_policy", "comm");
+  QCT_INVALID(qc_comm_set_layer_policy(NULL, "*", &p), "qc_comm_set_layer_policy", "comm");
 }
 
 static void test_set_layer_policy_null_or_empty_pattern(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
   const qc_policy_t p = QC_POLICY_INIT;
-  QCT_INVALID(qc_set_layer_policy(comm, NULL, &p), "qc_set_layer_policy", "pattern");
-  QCT_INVALID(qc_set_layer_policy(comm, "", &p), "qc_set_layer_policy", "pattern");
+  QCT_INVALID(qc_comm_set_layer_policy(comm, NULL, &p), "qc_comm_set_layer_policy", "pattern");
+  QCT_INVALID(qc_comm_set_layer_policy(comm, "", &p), "qc_comm_set_layer_policy", "pattern");
 }
 
 static void test_set_layer_policy_null_policy(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
-  QCT_INVALID(qc_set_layer_policy(comm, "*", NULL), "qc_set_layer_policy", "policy");
+  QCT_INVALID(qc_comm_set_layer_policy(comm, "*", NULL), "qc_comm_set_layer_policy", "policy");
 }
 
 static qc_status_t call_set_layer_policy(qc_policy_t* p, void* ctx) {
-  return qc_set_layer_policy((qc_comm_t)ctx, "fc1.weight", p);
+  return qc_comm_set_layer_policy((qc_comm_t)ctx, "fc1.weight", p);
 }
 
 static void test_set_layer_policy_struct_size(void** state) {
-  QCT_CHECK_POLICY_STRUCT_SIZES("qc_set_layer_policy", call_set_layer_policy, *state);
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_comm_set_layer_policy", call_set_layer_policy, *state);
 }
 
 static void test_set_layer_policy_invalid_fields(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
   const qc_policy_t def = QC_POLICY_INIT;
   qc_policy_t got;
-  QCT_CHECK_BAD_POLICY_FIELDS("qc_set_layer_policy", call_set_layer_policy, comm);
+  QCT_CHECK_BAD_POLICY_FIELDS("qc_comm_set_layer_policy", call_set_layer_policy, comm);
   /* nothing was stored by the failed calls */
   got.struct_size = sizeof got;
-  QCT_OK(qc_get_layer_policy(comm, "fc1.weight", &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, "fc1.weight", &got));
   QCT_ASSERT_POLICY_EQUAL(&got, &def);
 }
 
@@ -161,7 +136,7 @@ static void test_set_layer_policy_accepts_boundary_values(void** state) {
   qc_policy_t p = QC_POLICY_INIT;
   int codec;
   p.bits = 1;
-  QCT_OK(qc_set_layer_policy(comm, "a", &p));
+  QCT_OK(qc_comm_set_layer_policy(comm, "a", &p));
   p.bits = 8;
   p.bucket_size = 1;
   p.group_size = 1;
@@ -171,32 +146,32 @@ static void test_set_layer_policy_accepts_boundary_values(void** state) {
   p.algorithm = QC_ALGO_NATIVE;
   p.scale_update_period = 1000;
   p.seed = UINT64_MAX;
-  QCT_OK(qc_set_layer_policy(comm, "b", &p));
+  QCT_OK(qc_comm_set_layer_policy(comm, "b", &p));
   p.topk_ratio = 1e-6f;
-  QCT_OK(qc_set_layer_policy(comm, "c", &p));
+  QCT_OK(qc_comm_set_layer_policy(comm, "c", &p));
   for (codec = QC_CODEC_NONE; codec <= QC_CODEC_TOPK; ++codec) {
     p.codec = (qc_codec_t)codec;
-    QCT_OK(qc_set_layer_policy(comm, "d", &p));
+    QCT_OK(qc_comm_set_layer_policy(comm, "d", &p));
   }
 }
 
 static void test_get_layer_policy_null_comm(void** state) {
   qc_policy_t p = QC_POLICY_INIT;
   (void)state;
-  QCT_INVALID(qc_get_layer_policy(NULL, "x", &p), "qc_get_layer_policy", "comm");
+  QCT_INVALID(qc_comm_get_layer_policy(NULL, "x", &p), "qc_comm_get_layer_policy", "comm");
 }
 
 static void test_get_layer_policy_null_policy(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
-  QCT_INVALID(qc_get_layer_policy(comm, "x", NULL), "qc_get_layer_policy", "policy");
+  QCT_INVALID(qc_comm_get_layer_policy(comm, "x", NULL), "qc_comm_get_layer_policy", "policy");
 }
 
 static qc_status_t call_get_layer_policy(qc_policy_t* p, void* ctx) {
-  return qc_get_layer_policy((qc_comm_t)ctx, "x", p);
+  return qc_comm_get_layer_policy((qc_comm_t)ctx, "x", p);
 }
 
 static void test_get_layer_policy_struct_size(void** state) {
-  QCT_CHECK_POLICY_STRUCT_SIZES("qc_get_layer_policy", call_get_layer_policy, *state);
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_comm_get_layer_policy", call_get_layer_policy, *state);
 }
 
 /* ---- pattern matching ---------------------------------------------------- */
@@ -206,14 +181,14 @@ static int resolved_bits(qc_comm_t comm, const char* layer) {
   qc_policy_t p;
   memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
-  QCT_OK(qc_get_layer_policy(comm, layer, &p));
+  QCT_OK(qc_comm_get_layer_policy(comm, layer, &p));
   return p.bits;
 }
 
 static void set_bits(qc_comm_t comm, const char* pattern, int bits) {
   qc_policy_t p = QC_POLICY_INIT;
   p.bits = bits;
-  QCT_OK(qc_set_layer_policy(comm, pattern, &p));
+  QCT_OK(qc_comm_set_layer_policy(comm, pattern, &p));
 }
 
 static void test_default_policy_is_policy_init(void** state) {
@@ -222,11 +197,11 @@ static void test_default_policy_is_policy_init(void** state) {
   qc_policy_t got;
   memset(&got, 0x77, sizeof got);
   got.struct_size = sizeof got;
-  QCT_OK(qc_get_layer_policy(comm, NULL, &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, NULL, &got));
   QCT_ASSERT_POLICY_EQUAL(&got, &want);
   memset(&got, 0x77, sizeof got);
   got.struct_size = sizeof got;
-  QCT_OK(qc_get_layer_policy(comm, "any.layer.name", &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, "any.layer.name", &got));
   QCT_ASSERT_POLICY_EQUAL(&got, &want);
 }
 
@@ -244,10 +219,10 @@ static void test_get_layer_policy_round_trips_every_field(void** state) {
   want.topk_ratio = 0.25f;
   want.scale_update_period = 7;
   want.seed = 0x0123456789ABCDEFull;
-  QCT_OK(qc_set_layer_policy(comm, "fc2.weight", &want));
+  QCT_OK(qc_comm_set_layer_policy(comm, "fc2.weight", &want));
   memset(&got, 0, sizeof got);
   got.struct_size = sizeof got;
-  QCT_OK(qc_get_layer_policy(comm, "fc2.weight", &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, "fc2.weight", &got));
   QCT_ASSERT_POLICY_EQUAL(&got, &want);
 }
 
@@ -328,36 +303,36 @@ static void test_setting_pattern_again_replaces_it(void** state) {
   assert_int_equal(resolved_bits(comm, "emb"), 1);
 }
 
-/* ---- qc_policy_preset ----------------------------------------------------- */
+/* ---- qc_comm_apply_preset ----------------------------------------------------- */
 
 static void test_policy_preset_arguments(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
   qc_policy_t base = QC_POLICY_INIT;
   base.codec = QC_CODEC_MINMAX;
-  QCT_INVALID(qc_policy_preset(NULL, "cgx", &base), "qc_policy_preset", "comm");
-  QCT_INVALID(qc_policy_preset(comm, NULL, &base), "qc_policy_preset", "name");
-  QCT_INVALID(qc_policy_preset(comm, "no-such-preset", &base), "qc_policy_preset", "name");
+  QCT_INVALID(qc_comm_apply_preset(NULL, "cgx", &base), "qc_comm_apply_preset", "comm");
+  QCT_INVALID(qc_comm_apply_preset(comm, NULL, &base), "qc_comm_apply_preset", "name");
+  QCT_INVALID(qc_comm_apply_preset(comm, "no-such-preset", &base), "qc_comm_apply_preset", "name");
   assert_non_null(strstr(qc_last_error(), "known presets: cgx"));
 }
 
 static qc_status_t call_policy_preset(qc_policy_t* p, void* ctx) {
-  return qc_policy_preset((qc_comm_t)ctx, "cgx", p);
+  return qc_comm_apply_preset((qc_comm_t)ctx, "cgx", p);
 }
 
 static void test_policy_preset_struct_size(void** state) {
-  QCT_CHECK_POLICY_STRUCT_SIZES("qc_policy_preset", call_policy_preset, *state);
+  QCT_CHECK_POLICY_STRUCT_SIZES("qc_comm_apply_preset", call_policy_preset, *state);
 }
 
 static void test_policy_preset_invalid_fields(void** state) {
   qc_comm_t comm = (qc_comm_t)*state;
   const qc_policy_t def = QC_POLICY_INIT;
   qc_policy_t got;
-  QCT_CHECK_BAD_POLICY_FIELDS("qc_policy_preset", call_policy_preset, comm);
+  QCT_CHECK_BAD_POLICY_FIELDS("qc_comm_apply_preset", call_policy_preset, comm);
   /* nothing was stored by the failed calls */
   got.struct_size = sizeof got;
-  QCT_OK(qc_get_layer_policy(comm, "fc1.bias", &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, "fc1.bias", &got));
   QCT_ASSERT_POLICY_EQUAL(&got, &def);
-  QCT_OK(qc_get_layer_policy(comm, NULL, &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, NULL, &got));
   QCT_ASSERT_POLICY_EQUAL(&got, &def);
 }
 
@@ -368,13 +343,13 @@ static void test_policy_preset_cgx(void** state) {
   base.codec = QC_CODEC_MINMAX;
   base.bits = 4;
   base.min_compress_bytes = 0;
-  QCT_OK(qc_policy_preset(comm, "cgx", &base));
+  QCT_OK(qc_comm_apply_preset(comm, "cgx", &base));
   got.struct_size = sizeof got;
-  QCT_OK(qc_get_layer_policy(comm, "encoder.0.attn.bias", &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, "encoder.0.attn.bias", &got));
   assert_int_equal(got.codec, QC_CODEC_NONE);
-  QCT_OK(qc_get_layer_policy(comm, "layer3.bn1.weight", &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, "layer3.bn1.weight", &got));
   assert_int_equal(got.codec, QC_CODEC_NONE);
-  QCT_OK(qc_get_layer_policy(comm, "encoder.0.attn.weight", &got));
+  QCT_OK(qc_comm_get_layer_policy(comm, "encoder.0.attn.weight", &got));
   assert_int_equal(got.codec, QC_CODEC_MINMAX);
   assert_int_equal(got.bits, 4);
   assert_int_equal(got.min_compress_bytes, 16384);
@@ -390,7 +365,6 @@ int main(void) {
       cmocka_unit_test(test_policy_init_sized_too_small_writes_nothing),
       cmocka_unit_test(test_policy_init_sized_too_large),
       cmocka_unit_test(test_policy_init_writes_only_struct_size_bytes),
-      cmocka_unit_test(test_legacy_policy_init_reads_struct_size),
       cmocka_unit_test(test_set_layer_policy_null_comm),
       WITH_COMM(test_set_layer_policy_null_or_empty_pattern),
       WITH_COMM(test_set_layer_policy_null_policy),

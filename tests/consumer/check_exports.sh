@@ -5,7 +5,7 @@
 #
 # usage: check_exports.sh LIBQC EXPECTED_SONAME [QC_H]
 #   LIBQC            the built library ($<TARGET_FILE:qc>)
-#   EXPECTED_SONAME  e.g. libqc.so.0.1
+#   EXPECTED_SONAME  e.g. libqc.so.1
 #   QC_H             include/qc.h; when given, exports and declarations must match
 #
 # The only non-qc_ entries tolerated are the version-definition symbols that a

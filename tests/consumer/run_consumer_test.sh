@@ -42,7 +42,7 @@ hello_src=$source_dir/examples/hello.c
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo "== $*"; }
 
-# major.minor of the project version, e.g. 0.1 of 0.1.0
+# major.minor of the project version, e.g. 1.0 of 1.0.0
 version_mm=$(echo "$version" | cut -d. -f1-2)
 
 # The library directory of the prefix: GNUInstallDirs may have chosen lib,

@@ -20,14 +20,14 @@ namespace {
 
 std::vector<uint8_t> host_encode(const qc_policy_t& p, const void* x, size_t n, qc_dtype_t dtype) {
   size_t cap = 0, written = 0;
-  EXPECT_EQ(qc_encoded_size(&p, n, &cap), QC_SUCCESS);
+  EXPECT_EQ(qc_codec_encoded_size(&p, n, &cap), QC_SUCCESS);
   std::vector<uint8_t> msg(cap);
-  EXPECT_EQ(qc_encode(&p, x, n, dtype, msg.data(), cap, &written), QC_SUCCESS) << qc_last_error();
+  EXPECT_EQ(qc_codec_encode(&p, x, n, dtype, msg.data(), cap, &written), QC_SUCCESS) << qc_last_error();
   msg.resize(written);
   return msg;
 }
 
-// qc_encode / qc_decode with device pointers give the host's bytes and values.
+// qc_codec_encode / qc_codec_decode with device pointers give the host's bytes and values.
 TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
   const size_t n = 30011;
   const std::vector<float> x = make_data(n, Data::kSpecial, 5);
@@ -65,7 +65,7 @@ TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
     DeviceBytes x_dev(in_bytes), msg_dev(want.size() + 16);
     x_dev.upload(xh, in_bytes);
     size_t written = 0;
-    ASSERT_EQ(qc_encode(&p, x_dev.data(), n, c.dtype, msg_dev.data(), want.size() + 16, &written),
+    ASSERT_EQ(qc_codec_encode(&p, x_dev.data(), n, c.dtype, msg_dev.data(), want.size() + 16, &written),
               QC_SUCCESS)
         << qc_last_error();
     ASSERT_EQ(written, want.size());
@@ -74,9 +74,9 @@ TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
     ASSERT_EQ(got, want);
 
     std::vector<float> back_host(n);
-    ASSERT_EQ(qc_decode(want.data(), want.size(), back_host.data(), n, QC_DTYPE_FLOAT32), QC_SUCCESS);
+    ASSERT_EQ(qc_codec_decode(want.data(), want.size(), back_host.data(), n, QC_DTYPE_FLOAT32), QC_SUCCESS);
     DeviceBytes back_dev(4 * n);
-    ASSERT_EQ(qc_decode(msg_dev.data(), written, back_dev.data(), n, QC_DTYPE_FLOAT32), QC_SUCCESS)
+    ASSERT_EQ(qc_codec_decode(msg_dev.data(), written, back_dev.data(), n, QC_DTYPE_FLOAT32), QC_SUCCESS)
         << qc_last_error();
     ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), back_host), -1);
   }
@@ -109,26 +109,26 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
   std::vector<uint8_t> msg_host(8192);
   size_t written = 0;
   // Host source, device destination: refused, naming both arguments.
-  EXPECT_EQ(qc_encode(&p, host.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
+  EXPECT_EQ(qc_codec_encode(&p, host.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
             QC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::strstr(qc_last_error(), "device memory"), nullptr) << qc_last_error();
   // A codec without a kernel.
   p.codec = QC_CODEC_TOPK;
-  EXPECT_EQ(qc_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
+  EXPECT_EQ(qc_codec_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
             QC_ERROR_UNSUPPORTED);
   EXPECT_NE(std::strstr(qc_last_error(), "topk"), nullptr) << qc_last_error();
   // Too small a destination.
   p.codec = QC_CODEC_MINMAX;
-  EXPECT_EQ(qc_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 100, &written),
+  EXPECT_EQ(qc_codec_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 100, &written),
             QC_ERROR_INVALID_ARGUMENT);
   // A message whose payload length disagrees with its fields.
-  ASSERT_EQ(qc_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
+  ASSERT_EQ(qc_codec_encode(&p, x_dev.data(), n, QC_DTYPE_FLOAT32, msg_dev.data(), 8192, &written),
             QC_SUCCESS);
-  EXPECT_EQ(qc_decode(msg_dev.data(), written - 1, out_dev.data(), n, QC_DTYPE_FLOAT32),
+  EXPECT_EQ(qc_codec_decode(msg_dev.data(), written - 1, out_dev.data(), n, QC_DTYPE_FLOAT32),
             QC_ERROR_CORRUPT_DATA);
-  EXPECT_EQ(qc_decode(msg_dev.data(), written, out_dev.data(), n + 1, QC_DTYPE_FLOAT32),
+  EXPECT_EQ(qc_codec_decode(msg_dev.data(), written, out_dev.data(), n + 1, QC_DTYPE_FLOAT32),
             QC_ERROR_MISMATCH);
-  EXPECT_EQ(qc_decode(msg_dev.data(), written, out_dev.data(), n, QC_DTYPE_FLOAT16),
+  EXPECT_EQ(qc_codec_decode(msg_dev.data(), written, out_dev.data(), n, QC_DTYPE_FLOAT16),
             QC_ERROR_UNSUPPORTED);
   // Collectives take device buffers (host-staged), but not mixed with host ones.
   qc_comm_t comm = nullptr;
@@ -185,7 +185,7 @@ void expect_layer_norm(qc_comm_t comm, const std::vector<float>& x) {
     return ::testing::AssertionFailure() << qc_last_error();
   }
   for (qc_comm_t comm : *comms) {
-    if (qc_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
+    if (qc_comm_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
       return ::testing::AssertionFailure() << qc_last_error();
     }
   }

@@ -167,7 +167,7 @@ int main() {
     // sum is its input quantized, the same bytes on the host and the device.
     qc_policy_t p = QC_POLICY_INIT;
     p.codec = QC_CODEC_MINMAX;
-    check(qc_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "a minmax policy");
+    check(qc_comm_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "a minmax policy");
     std::vector<float> x(4096), y(4096, -1.0f);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.25f - 3.0f;
     check(qc_allreduce(comm, x.data(), y.data(), x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr,
@@ -188,7 +188,7 @@ int main() {
     // buffers is ncclAllReduce enqueued on the caller's stream.
     qc_policy_t none = QC_POLICY_INIT;
     none.algorithm = QC_ALGO_NATIVE;
-    check(qc_set_layer_policy(comm, "*", &none) == QC_SUCCESS, "a native policy with codec none");
+    check(qc_comm_set_layer_policy(comm, "*", &none) == QC_SUCCESS, "a native policy with codec none");
     cudaStream_t stream = nullptr;
     cudaStreamCreate(&stream);
     cudaMemset(dy, 0, x.size() * 4);
@@ -206,7 +206,7 @@ int main() {
     qc_policy_t q = QC_POLICY_INIT;
     q.codec = QC_CODEC_MINMAX;
     q.min_compress_bytes = 0;
-    check(qc_set_layer_policy(comm, "*", &q) == QC_SUCCESS, "a minmax policy for every size");
+    check(qc_comm_set_layer_policy(comm, "*", &q) == QC_SUCCESS, "a minmax policy for every size");
     std::vector<float> want(x.size(), -1.0f);
     check(qc_allreduce(comm, x.data(), want.data(), x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM,
                        nullptr, nullptr, nullptr) == QC_SUCCESS && want != x,
@@ -238,7 +238,7 @@ int main() {
     for (const qc_algorithm_t algorithm :
          {QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA, QC_ALGO_TREE}) {
       q.algorithm = algorithm;
-      check(qc_set_layer_policy(comm, "*", &q) == QC_SUCCESS, "a minmax policy by name");
+      check(qc_comm_set_layer_policy(comm, "*", &q) == QC_SUCCESS, "a minmax policy by name");
       cudaMemsetAsync(dz, 0, x.size() * 4, other);
       check(qc_allreduce(comm, dx, dz, x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, nullptr,
                          other) == QC_SUCCESS,

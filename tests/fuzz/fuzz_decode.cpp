@@ -3,7 +3,7 @@
 // tests/unit/test_codecs.cpp check_bound).
 //
 // Every input is used three ways:
-//  1. As a message: qc_decode of the whole input (the wire header selects the
+//  1. As a message: qc_codec_decode of the whole input (the wire header selects the
 //     codec) with the count its header announces (and that count +-1), into
 //     float32, float16 and bfloat16. Status must be SUCCESS, CORRUPT_DATA or
 //     MISMATCH; the three dtypes must agree on it, and the 16-bit results must
@@ -11,9 +11,9 @@
 //     message that decoded must be refused.
 //  2. As a recipe (FuzzedDataProvider): a policy (every codec, bits 1..8,
 //     bucket sizes, rounding, topk ratio, seed), an input dtype and values.
-//     qc_encode must succeed (bits 1 with qsgd/global_*: INVALID_ARGUMENT),
+//     qc_codec_encode must succeed (bits 1 with qsgd/global_*: INVALID_ARGUMENT),
 //     give the documented size and header, the same bytes when repeated (also
-//     from a misaligned float32 or an overlapping 16-bit source), and qc_decode must
+//     from a misaligned float32 or an overlapping 16-bit source), and qc_codec_decode must
 //     give back values within the codec's bound; non-finite input must follow
 //     docs/wire-format.md section 5.
 //  3. The encoded message, damaged at a few positions chosen by the input:
@@ -49,11 +49,11 @@ bool allowed_decode_status(qc_status_t s) {
   return s == QC_SUCCESS || s == QC_ERROR_CORRUPT_DATA || s == QC_ERROR_MISMATCH;
 }
 
-// qc_decode into an exact-size heap buffer (ASan sees a write past count).
+// qc_codec_decode into an exact-size heap buffer (ASan sees a write past count).
 qc_status_t decode_into(const uint8_t* msg, size_t size, size_t count, qc_dtype_t dtype,
                         std::unique_ptr<uint8_t[]>* out) {
   out->reset(new uint8_t[count * dtype_size(dtype)]);
-  return qc_decode(msg, size, out->get(), count, dtype);
+  return qc_codec_decode(msg, size, out->get(), count, dtype);
 }
 
 // ---------------------------------------------------------------------------
@@ -68,7 +68,7 @@ void decode_arbitrary(const uint8_t* data, size_t size) {
     const size_t count = static_cast<size_t>(c64);
     std::unique_ptr<uint8_t[]> y32;
     const qc_status_t s32 = decode_into(data, size, count, QC_DTYPE_FLOAT32, &y32);
-    QC_FUZZ_CHECK(allowed_decode_status(s32), "qc_decode(size %zu, count %zu) returned %s", size,
+    QC_FUZZ_CHECK(allowed_decode_status(s32), "qc_codec_decode(size %zu, count %zu) returned %s", size,
                   count, qc_status_string(s32));
     if (size >= kHeader && c64 != header_count) {
       QC_FUZZ_CHECK(s32 != QC_SUCCESS, "decoded %zu elements from a message of %llu", count,
@@ -367,12 +367,12 @@ std::vector<float> consume_values(FuzzedDataProvider& fdp, qc_dtype_t dtype) {
   return x;
 }
 
-// qc_encode into an exact-size buffer; *msg is resized to what was written.
+// qc_codec_encode into an exact-size buffer; *msg is resized to what was written.
 qc_status_t encode(const qc_policy_t& p, const void* src, size_t count, qc_dtype_t dtype,
                    size_t capacity, std::vector<uint8_t>* msg) {
   std::unique_ptr<uint8_t[]> buf(new uint8_t[capacity]);
   size_t written = 0;
-  const qc_status_t s = qc_encode(&p, src, count, dtype, buf.get(), capacity, &written);
+  const qc_status_t s = qc_codec_encode(&p, src, count, dtype, buf.get(), capacity, &written);
   if (s == QC_SUCCESS) {
     QC_FUZZ_CHECK(written <= capacity, "wrote %zu of %zu", written, capacity);
     msg->assign(buf.get(), buf.get() + written);
@@ -391,18 +391,18 @@ void round_trip(const uint8_t* data, size_t size) {
   store_dtype(x.data(), n, dtype, in.get());
 
   size_t bound = 0;
-  const qc_status_t sb = qc_encoded_size(&p, n, &bound);
+  const qc_status_t sb = qc_codec_encoded_size(&p, n, &bound);
   const bool bits_invalid = (p.codec == QC_CODEC_QSGD || is_global(p.codec)) && p.bits < 2;
   if (bits_invalid) {
-    QC_FUZZ_CHECK(sb == QC_ERROR_INVALID_ARGUMENT, "codec %d bits %d: qc_encoded_size gave %s",
+    QC_FUZZ_CHECK(sb == QC_ERROR_INVALID_ARGUMENT, "codec %d bits %d: qc_codec_encoded_size gave %s",
                   p.codec, p.bits, qc_status_string(sb));
     std::vector<uint8_t> msg;
     const qc_status_t se = encode(p, in.get(), n, dtype, 64, &msg);
-    QC_FUZZ_CHECK(se == QC_ERROR_INVALID_ARGUMENT, "codec %d bits %d: qc_encode gave %s", p.codec,
+    QC_FUZZ_CHECK(se == QC_ERROR_INVALID_ARGUMENT, "codec %d bits %d: qc_codec_encode gave %s", p.codec,
                   p.bits, qc_status_string(se));
     return;
   }
-  QC_FUZZ_CHECK(sb == QC_SUCCESS, "qc_encoded_size gave %s", qc_status_string(sb));
+  QC_FUZZ_CHECK(sb == QC_SUCCESS, "qc_codec_encoded_size gave %s", qc_status_string(sb));
   const size_t want_size = expected_size(p, n, dtype);
   if (p.codec == QC_CODEC_NONE) {
     QC_FUZZ_CHECK(bound == kHeader + 4 * n, "none: bound %zu for %zu elements", bound, n);
@@ -413,7 +413,7 @@ void round_trip(const uint8_t* data, size_t size) {
 
   std::vector<uint8_t> msg;
   const qc_status_t se = encode(p, in.get(), n, dtype, bound, &msg);
-  QC_FUZZ_CHECK(se == QC_SUCCESS, "qc_encode gave %s", qc_status_string(se));
+  QC_FUZZ_CHECK(se == QC_SUCCESS, "qc_codec_encode gave %s", qc_status_string(se));
   QC_FUZZ_CHECK(msg.size() == want_size, "codec %d wrote %zu bytes, docs say %zu", p.codec,
                 msg.size(), want_size);
   const uint8_t* h = msg.data();
@@ -426,7 +426,7 @@ void round_trip(const uint8_t* data, size_t size) {
   std::vector<uint8_t> again;
   QC_FUZZ_CHECK(encode(p, in.get(), n, dtype, bound, &again) == QC_SUCCESS && again == msg,
                 "encoding the same input twice gave different bytes");
-  // qc_encode reads a misaligned float32 source, or one that overlaps dst,
+  // qc_codec_encode reads a misaligned float32 source, or one that overlaps dst,
   // through a float32 copy (another path): same bytes.
   if (n > 0 && dtype == QC_DTYPE_FLOAT32) {
     std::unique_ptr<uint8_t[]> shifted(new uint8_t[in_bytes + 1]);
@@ -440,7 +440,7 @@ void round_trip(const uint8_t* data, size_t size) {
     std::memcpy(both.get() + bound, in.get(), in_bytes);
     size_t written = 0;
     const qc_status_t so =
-        qc_encode(&p, both.get() + bound, n, dtype, both.get(), bound + in_bytes, &written);
+        qc_codec_encode(&p, both.get() + bound, n, dtype, both.get(), bound + in_bytes, &written);
     QC_FUZZ_CHECK(so == QC_SUCCESS && written == msg.size() &&
                       std::memcmp(both.get(), msg.data(), written) == 0,
                   "an overlapping source gave %s / different bytes", qc_status_string(so));

@@ -1,6 +1,6 @@
 // fuzz_policy_pattern: layer-name patterns (src/core/policy_table.h) against a
-// reference written here, and qc_set_layer_policy / qc_get_layer_policy /
-// qc_policy_preset through the ABI on a 1-rank local communicator.
+// reference written here, and qc_comm_set_layer_policy / qc_comm_get_layer_policy /
+// qc_comm_apply_preset through the ABI on a 1-rank local communicator.
 //
 // The input is lines; the first byte of a line is the operation, the rest its
 // argument (a C string: it ends at a NUL):
@@ -8,7 +8,7 @@
 //   X pattern  set an invalid policy: INVALID_ARGUMENT, nothing changes
 //   G name     get the policy of a layer name
 //   N          get with layer NULL (the "*" policy)
-//   P          qc_policy_preset(comm, "cgx", NULL)
+//   P          qc_comm_apply_preset(comm, "cgx", NULL)
 //   other      the whole line is both a pattern and a name (glob check only)
 // Every operation goes to three places: the ABI (a fresh communicator per
 // input), a qc::PolicyTable of its own, and a model written here from qc.h's
@@ -122,8 +122,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto check_get = [&](const char* layer) {
     qc_policy_t got = QC_POLICY_INIT;
-    const qc_status_t s = qc_get_layer_policy(comm, layer, &got);
-    QC_FUZZ_CHECK(s == QC_SUCCESS, "qc_get_layer_policy: %s", qc_status_string(s));
+    const qc_status_t s = qc_comm_get_layer_policy(comm, layer, &got);
+    QC_FUZZ_CHECK(s == QC_SUCCESS, "qc_comm_get_layer_policy: %s", qc_status_string(s));
     const qc_policy_t want = model.resolve(layer);
     const qc_policy_t direct = table.resolve(layer);
     QC_FUZZ_CHECK(same_policy(got, want), "layer \"%s\": ABI resolves to the policy with seed %llu, "
@@ -148,7 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         qc_policy_t p = policy_for(next_id++);
         const bool bad = raw[0] == 'X';
         if (bad) p.bits = 0;
-        const qc_status_t s = qc_set_layer_policy(comm, arg.c_str(), &p);
+        const qc_status_t s = qc_comm_set_layer_policy(comm, arg.c_str(), &p);
         if (bad || arg.empty()) {
           QC_FUZZ_CHECK(s == QC_ERROR_INVALID_ARGUMENT, "set \"%s\" (bad %d): %s", arg.c_str(), bad,
                         qc_status_string(s));
@@ -168,8 +168,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         check_get(nullptr);
         break;
       case 'P': {
-        const qc_status_t s = qc_policy_preset(comm, "cgx", nullptr);
-        QC_FUZZ_CHECK(s == QC_SUCCESS, "qc_policy_preset: %s", qc_status_string(s));
+        const qc_status_t s = qc_comm_apply_preset(comm, "cgx", nullptr);
+        QC_FUZZ_CHECK(s == QC_SUCCESS, "qc_comm_apply_preset: %s", qc_status_string(s));
         // the policy of the pattern "*" itself (qc.h), not what the name "*"
         // resolves to: a later "*?*" also matches that name
         qc_policy_t base = model.resolve(nullptr);

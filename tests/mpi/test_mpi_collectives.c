@@ -209,7 +209,7 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
       sp[r] = in + (size_t)r * count;
       rp[r] = emu + (size_t)r * count;
     }
-    CHECK(qc_set_layer_policy(comm, "grad", &p) == QC_SUCCESS, "policy");
+    CHECK(qc_comm_set_layer_policy(comm, "grad", &p) == QC_SUCCESS, "policy");
     if (cc->codec == QC_CODEC_NONE && n > 1 &&
         (algo == QC_ALGO_NATIVE || algo == QC_ALGO_AUTO)) {
       /* Uncompressed: MPI_Allreduce sums, in its own order. */
@@ -270,8 +270,8 @@ static void check_alltoall_layers(void) {
   fwd.bits = 4;
   bwd = fwd;
   bwd.bits = 2;
-  CHECK(qc_set_layer_policy(comm, "emb_fwd", &fwd) == QC_SUCCESS, "policy");
-  CHECK(qc_set_layer_policy(comm, "emb_bwd", &bwd) == QC_SUCCESS, "policy");
+  CHECK(qc_comm_set_layer_policy(comm, "emb_fwd", &fwd) == QC_SUCCESS, "policy");
+  CHECK(qc_comm_set_layer_policy(comm, "emb_bwd", &bwd) == QC_SUCCESS, "policy");
   for (pass = 0; pass < 2; ++pass) {
     for (r = 0; r < n; ++r) {
       fill_input(in + (size_t)r * total, total, r, 10 + pass);
@@ -309,7 +309,7 @@ static void check_min_compress_bytes(void) {
     p.codec = QC_CODEC_MINMAX;
     p.bits = 2;
     CHECK(p.min_compress_bytes == 16384, "default min_compress_bytes %zu", p.min_compress_bytes);
-    CHECK(qc_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "policy");
+    CHECK(qc_comm_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "policy");
     for (i = 0; i < count; ++i) x[i] = (float)((i * 7 + 3) % 11) * 0.125f;
     CHECK(qc_allreduce(comm, x, y, count, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL) ==
               QC_SUCCESS, "allreduce: %s", qc_last_error());
@@ -336,7 +336,7 @@ static void check_mismatch(qc_codec_t codec) {
   size_t count = g_rank == g_size - 1 ? 40 : 64;
   p.codec = codec;
   p.min_compress_bytes = 0;
-  CHECK(qc_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "policy");
+  CHECK(qc_comm_set_layer_policy(comm, "*", &p) == QC_SUCCESS, "policy");
   fill_input(x, 64, g_rank, 3);
   s = qc_allreduce(comm, x, y, count, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL);
   CHECK(s == QC_ERROR_MISMATCH, "a count mismatch gave %s", qc_status_string(s));
@@ -431,21 +431,21 @@ static void check_requests(void) {
     p.seed = 5;
     p.codec = QC_CODEC_MINMAX;
     p.algorithm = QC_ALGO_SRA;
-    CHECK(qc_set_layer_policy(comm, "r.minmax", &p) == QC_SUCCESS, "policy");
+    CHECK(qc_comm_set_layer_policy(comm, "r.minmax", &p) == QC_SUCCESS, "policy");
     p.codec = QC_CODEC_ONEBIT;
     p.bits = 1;
     p.error_feedback = 1;
     p.algorithm = QC_ALGO_RING;
-    CHECK(qc_set_layer_policy(comm, "r.onebit", &p) == QC_SUCCESS, "policy");
+    CHECK(qc_comm_set_layer_policy(comm, "r.onebit", &p) == QC_SUCCESS, "policy");
     p.codec = QC_CODEC_MINMAX;
     p.bits = 8;
     p.error_feedback = 0;
-    CHECK(qc_set_layer_policy(comm, "r.a2a", &p) == QC_SUCCESS, "policy");
+    CHECK(qc_comm_set_layer_policy(comm, "r.a2a", &p) == QC_SUCCESS, "policy");
     p.codec = QC_CODEC_QSGD;
     p.bits = 4;
     p.rounding = QC_ROUND_STOCHASTIC;
     p.algorithm = QC_ALGO_RECURSIVE_DOUBLING;
-    CHECK(qc_set_layer_policy(comm, "r.qsgd", &p) == QC_SUCCESS, "policy");
+    CHECK(qc_comm_set_layer_policy(comm, "r.qsgd", &p) == QC_SUCCESS, "policy");
     CHECK(qc_error_buffer_create(comm, count, &eb) == QC_SUCCESS, "eb");
     for (i = 0; i < kCalls; ++i) {
       float* o = out + (size_t)i * count * (size_t)n;

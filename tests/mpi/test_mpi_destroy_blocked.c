@@ -55,8 +55,8 @@ static int run_case(int rank, qc_codec_t codec, float* x, float* y) {
   }
   policy.codec = codec;
   policy.min_compress_bytes = 0;
-  if (qc_set_layer_policy(comm, "*", &policy) != QC_SUCCESS) {
-    printf("rank %d %s: FAILED qc_set_layer_policy: %s\n", rank, name, qc_last_error());
+  if (qc_comm_set_layer_policy(comm, "*", &policy) != QC_SUCCESS) {
+    printf("rank %d %s: FAILED qc_comm_set_layer_policy: %s\n", rank, name, qc_last_error());
     return 0;
   }
   if (rank == 0) {

@@ -128,8 +128,8 @@ static void set_policy(qc_comm_t comm, fault_mode_t mode) {
       p.min_compress_bytes = 0;
       break;
   }
-  if (qc_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
-    fprintf(stderr, "rank %d: FAILED qc_set_layer_policy: %s\n", g_rank, qc_last_error());
+  if (qc_comm_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
+    fprintf(stderr, "rank %d: FAILED qc_comm_set_layer_policy: %s\n", g_rank, qc_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 }

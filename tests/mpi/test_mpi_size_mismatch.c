@@ -74,8 +74,8 @@ static int run_case(case_t c, float* x, float* y) {
                                     : QC_ALGO_RING;
   p.min_compress_bytes = 0;
   if (odd && (c == CASE_BITS || c == CASE_SRA_BITS || c == CASE_RD_BITS)) p.bits = 2;
-  if (qc_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
-    fprintf(stderr, "rank %d: FAILED qc_set_layer_policy: %s\n", g_rank, qc_last_error());
+  if (qc_comm_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
+    fprintf(stderr, "rank %d: FAILED qc_comm_set_layer_policy: %s\n", g_rank, qc_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -263,9 +263,9 @@ int main(int argc, char** argv) {
     bool policy_ok = true;
     for (int r = 0; r < nranks && policy_ok; ++r)
       for (const Layer& l : layers)
-        if (qc_set_layer_policy(comms[static_cast<size_t>(r)], l.name.c_str(), &l.policy) !=
+        if (qc_comm_set_layer_policy(comms[static_cast<size_t>(r)], l.name.c_str(), &l.policy) !=
             QC_SUCCESS) {
-          std::fprintf(stderr, "qc_soak: qc_set_layer_policy(%s): %s\n", l.name.c_str(),
+          std::fprintf(stderr, "qc_soak: qc_comm_set_layer_policy(%s): %s\n", l.name.c_str(),
                        qc_last_error());
           policy_ok = false;
           break;

@@ -3,8 +3,8 @@
 // (tests/tools/make_golden.cpp) and the check (tests/unit/test_codecs.cpp).
 // docs/wire-format.md documents the input formula; keep the three in step.
 //
-// Every golden message is qc_encode(policy, golden_input(), 300, float32)
-// with policy.seed = 42 (qc_encode keys its random bits with rank 0, call 0,
+// Every golden message is qc_codec_encode(policy, golden_input(), 300, float32)
+// with policy.seed = 42 (qc_codec_encode keys its random bits with rank 0, call 0,
 // element offset 0), bucket_size 32 unless a case says otherwise.
 #ifndef QC_TESTS_TOOLS_GOLDEN_CASES_H
 #define QC_TESTS_TOOLS_GOLDEN_CASES_H
@@ -88,11 +88,11 @@ inline qc_status_t golden_encode(const GoldenCase& c, std::vector<uint8_t>* out)
   const qc_policy_t p = golden_policy(c);
   const std::vector<float> x = golden_input();
   size_t cap = 0;
-  qc_status_t s = qc_encoded_size(&p, kCount, &cap);
+  qc_status_t s = qc_codec_encoded_size(&p, kCount, &cap);
   if (s != QC_SUCCESS) return s;
   out->assign(cap, 0);
   size_t written = 0;
-  s = qc_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, out->data(), cap, &written);
+  s = qc_codec_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, out->data(), cap, &written);
   if (s != QC_SUCCESS) return s;
   out->resize(written);
   return QC_SUCCESS;

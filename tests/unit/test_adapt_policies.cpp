@@ -1,4 +1,4 @@
-// qc_adapt_policies through a local group: statistics collected by real
+// qc_comm_adapt_policies through a local group: statistics collected by real
 // calls, one assignment on every rank, fewer bytes within alpha * E4.
 #include <chrono>
 
@@ -74,7 +74,7 @@ TEST_P(Adapt, FewerBytesWithinTheBudgetAndTheSameOnEveryRank) {
   std::vector<qc_status_t> status(n);
   run_ranks(n, [&](int r) {
     reports[r].struct_size = sizeof(qc_adapt_report_t);
-    status[r] = qc_adapt_policies(g[r], &cfg, &reports[r]);
+    status[r] = qc_comm_adapt_policies(g[r], &cfg, &reports[r]);
   });
   for (int r = 0; r < n; ++r) ASSERT_EQ(status[r], QC_SUCCESS) << qc_last_error();
   const qc_adapt_report_t& rep = reports[0];
@@ -87,12 +87,12 @@ TEST_P(Adapt, FewerBytesWithinTheBudgetAndTheSameOnEveryRank) {
   for (const Layer& l : layers) {
     qc_policy_t first;
     first.struct_size = sizeof first;
-    ASSERT_EQ(qc_get_layer_policy(g[0], l.name.c_str(), &first), QC_SUCCESS);
+    ASSERT_EQ(qc_comm_get_layer_policy(g[0], l.name.c_str(), &first), QC_SUCCESS);
     changed += first.bits != 4;
     for (int r = 1; r < n; ++r) {
       qc_policy_t q;
       q.struct_size = sizeof q;
-      ASSERT_EQ(qc_get_layer_policy(g[r], l.name.c_str(), &q), QC_SUCCESS);
+      ASSERT_EQ(qc_comm_get_layer_policy(g[r], l.name.c_str(), &q), QC_SUCCESS);
       EXPECT_EQ(q.bits, first.bits) << l.name << " differs on rank " << r;
     }
   }
@@ -128,19 +128,19 @@ TEST(AdaptMisc, BadConfigsAreRefused) {
   ASSERT_TRUE(g.ok());
   qc_adapt_config_t cfg = QC_ADAPT_CONFIG_INIT;
   cfg.num_allowed = 0;
-  EXPECT_EQ(qc_adapt_policies(g[0], &cfg, nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_adapt_policies(g[0], &cfg, nullptr), QC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qc_last_error()).find("num_allowed"), std::string::npos);
   cfg = QC_ADAPT_CONFIG_INIT;
   cfg.alpha = 0.5;
-  EXPECT_EQ(qc_adapt_policies(g[0], &cfg, nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_adapt_policies(g[0], &cfg, nullptr), QC_ERROR_INVALID_ARGUMENT);
   cfg = QC_ADAPT_CONFIG_INIT;
   cfg.allowed_bits[0] = 9;
-  EXPECT_EQ(qc_adapt_policies(g[0], &cfg, nullptr), QC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(qc_adapt_policies(nullptr, nullptr, nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_adapt_policies(g[0], &cfg, nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_adapt_policies(nullptr, nullptr, nullptr), QC_ERROR_INVALID_ARGUMENT);
 }
 
 
-// qc_adapt_policies sums the statistics of the layers each rank would adapt.
+// qc_comm_adapt_policies sums the statistics of the layers each rank would adapt.
 // Ranks that disagree on that list (here: different policies for a layer,
 // which the calls themselves accept because the messages are under
 // min_compress_bytes, so every rank sends them with codec none) must not
@@ -161,7 +161,7 @@ void expect_mismatch_everywhere(const Disagreement& d) {
     for (const auto& [layer, codec] : d.policies[r]) {
       qc_policy_t p = QC_POLICY_INIT;  // min_compress_bytes 16384
       p.codec = codec;
-      ASSERT_EQ(qc_set_layer_policy(g[r], layer, &p), QC_SUCCESS) << qc_last_error();
+      ASSERT_EQ(qc_comm_set_layer_policy(g[r], layer, &p), QC_SUCCESS) << qc_last_error();
     }
   }
   const size_t count = 100;  // 400 bytes: codec none on every rank, so the calls agree
@@ -176,7 +176,7 @@ void expect_mismatch_everywhere(const Disagreement& d) {
   const auto t0 = std::chrono::steady_clock::now();
   const qc_adapt_config_t cfg = QC_ADAPT_CONFIG_INIT;
   run_ranks(n, [&](int r) {
-    st[r] = qc_adapt_policies(g[r], &cfg, nullptr);
+    st[r] = qc_comm_adapt_policies(g[r], &cfg, nullptr);
     if (st[r] != QC_SUCCESS) err[r] = qc_last_error();
   });
   const double waited =
@@ -188,7 +188,7 @@ void expect_mismatch_everywhere(const Disagreement& d) {
   for (int r = 0; r < n; ++r) {
     for (const auto& [layer, codec] : d.policies[r]) {
       qc_policy_t p = QC_POLICY_INIT;
-      ASSERT_EQ(qc_get_layer_policy(g[r], layer, &p), QC_SUCCESS);
+      ASSERT_EQ(qc_comm_get_layer_policy(g[r], layer, &p), QC_SUCCESS);
       EXPECT_EQ(p.bits, 4) << d.what << ", rank " << r << ", " << layer;
       EXPECT_EQ(p.codec, codec);
     }

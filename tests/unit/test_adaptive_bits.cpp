@@ -1,6 +1,6 @@
 // Adaptive per-layer bit widths (src/core/adapt/adaptive_bits.h, paper 003
 // §5): the byte and error models against the real codecs (through the public
-// qc_encode / qc_decode), both assignment methods on a synthetic
+// qc_codec_encode / qc_codec_decode), both assignment methods on a synthetic
 // transformer-like model, determinism and order independence, edge cases and
 // argument checks.
 //
@@ -107,14 +107,14 @@ Trip round_trip(const std::vector<float>& x, int bits, qc_codec_t codec = QC_COD
   pol.bucket_size = bucket;
   pol.min_compress_bytes = 0;
   size_t cap = 0;
-  EXPECT_EQ(qc_encoded_size(&pol, x.size(), &cap), QC_SUCCESS) << qc_last_error();
+  EXPECT_EQ(qc_codec_encoded_size(&pol, x.size(), &cap), QC_SUCCESS) << qc_last_error();
   std::vector<uint8_t> buf(cap);
   size_t written = 0;
-  EXPECT_EQ(qc_encode(&pol, x.data(), x.size(), QC_DTYPE_FLOAT32, buf.data(), cap, &written),
+  EXPECT_EQ(qc_codec_encode(&pol, x.data(), x.size(), QC_DTYPE_FLOAT32, buf.data(), cap, &written),
             QC_SUCCESS)
       << qc_last_error();
   std::vector<float> y(x.size());
-  EXPECT_EQ(qc_decode(buf.data(), written, y.data(), y.size(), QC_DTYPE_FLOAT32), QC_SUCCESS)
+  EXPECT_EQ(qc_codec_decode(buf.data(), written, y.data(), y.size(), QC_DTYPE_FLOAT32), QC_SUCCESS)
       << qc_last_error();
   Trip t;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -239,7 +239,7 @@ TEST_P(BothMethods, SyntheticModelSavesBytesWithinBudget) {
 }
 
 // The small model (sizes <= 64K) with real data: statistics measured from the
-// data, widths chosen, then every layer sent through qc_encode / qc_decode at
+// data, widths chosen, then every layer sent through qc_codec_encode / qc_codec_decode at
 // its width and at 4 bits. The measured error must stay within the budget
 // measured the same way, and the measured bytes must be the predicted ones.
 TEST_P(BothMethods, SmallModelMeasuredErrorWithinBudget) {

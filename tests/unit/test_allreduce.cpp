@@ -437,7 +437,7 @@ TEST(AllreduceSequence, TwentyMixedCollectivesOnOneGroup) {
     for (int k = 0; k < kCalls; ++k) {
       const Call& c = calls[static_cast<size_t>(k)];
       const qc_policy_t p = make_policy(c.algo);
-      qc_status_t s = qc_set_layer_policy(g[r], "*", &p);
+      qc_status_t s = qc_comm_set_layer_policy(g[r], "*", &p);
       if (s != QC_SUCCESS) {
         status[k][r] = s;
         return;

@@ -173,7 +173,7 @@ TEST(AlltoallLossy, StochasticRoundingFollowsThePolicySeed) {
 // Alltoall with codecs (paper 000 3.3): the layer name picks the policy, so
 // the forward and backward exchanges of an embedding can use different
 // widths. Each block is encoded once by its sender and decoded once by its
-// receiver: with nearest rounding it equals qc_encode + qc_decode of the
+// receiver: with nearest rounding it equals qc_codec_encode + qc_codec_decode of the
 // block alone, and the 2-bit layer sends about half the 4-bit layer's bytes.
 // ===========================================================================
 TEST(AlltoallCodecs, LayerPicksWidthAndEachBlockIsEncodedOnce) {
@@ -211,12 +211,12 @@ TEST(AlltoallCodecs, LayerPicksWidthAndEachBlockIsEncodedOnce) {
       for (int src = 0; src < n; ++src) {
         const float* block = values[src].data() + static_cast<size_t>(dst) * cpr;
         size_t cap = 0, written = 0;
-        ASSERT_EQ(qc_encoded_size(&pol, cpr, &cap), QC_SUCCESS);
+        ASSERT_EQ(qc_codec_encoded_size(&pol, cpr, &cap), QC_SUCCESS);
         Bytes msg(cap);
-        ASSERT_EQ(qc_encode(&pol, block, cpr, QC_DTYPE_FLOAT32, msg.data(), cap, &written),
+        ASSERT_EQ(qc_codec_encode(&pol, block, cpr, QC_DTYPE_FLOAT32, msg.data(), cap, &written),
                   QC_SUCCESS);
         std::vector<float> once(cpr);
-        ASSERT_EQ(qc_decode(msg.data(), written, once.data(), cpr, QC_DTYPE_FLOAT32), QC_SUCCESS);
+        ASSERT_EQ(qc_codec_decode(msg.data(), written, once.data(), cpr, QC_DTYPE_FLOAT32), QC_SUCCESS);
         ASSERT_EQ(std::vector<float>(got.begin() + src * cpr, got.begin() + (src + 1) * cpr),
                   once)
             << "pass " << pass << ", block from rank " << src << " to rank " << dst;

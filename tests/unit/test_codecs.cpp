@@ -1,5 +1,5 @@
-// The stand-alone codecs through the public API (qc_encoded_size, qc_encode,
-// qc_decode): round trips within each codec's theoretical error bound, message
+// The stand-alone codecs through the public API (qc_codec_encoded_size, qc_codec_encode,
+// qc_codec_decode): round trips within each codec's theoretical error bound, message
 // sizes, unbiasedness and reproducibility of stochastic rounding, the
 // non-finite rule, decoder robustness against damaged messages, and the golden
 // wire-format vectors in tests/data.
@@ -135,13 +135,13 @@ qc_policy_t policy_for(const CodecCase& c, int bucket, uint64_t seed = 0) {
 struct Encoded {
   qc_status_t status = QC_ERROR_INTERNAL;
   std::string error;
-  size_t bound = 0;  // qc_encoded_size
+  size_t bound = 0;  // qc_codec_encoded_size
   Bytes msg;
 };
 
 Encoded encode_raw(const qc_policy_t& p, const void* src, size_t count, qc_dtype_t dtype) {
   Encoded e;
-  e.status = qc_encoded_size(&p, count, &e.bound);
+  e.status = qc_codec_encoded_size(&p, count, &e.bound);
   if (e.status != QC_SUCCESS) {
     e.error = qc_last_error();
     return e;
@@ -149,7 +149,7 @@ Encoded encode_raw(const qc_policy_t& p, const void* src, size_t count, qc_dtype
   // Exactly the bound: ASan sees any write past it.
   std::unique_ptr<uint8_t[]> buf(new uint8_t[std::max<size_t>(e.bound, 1)]);
   size_t written = 0;
-  e.status = qc_encode(&p, src, count, dtype, buf.get(), e.bound, &written);
+  e.status = qc_codec_encode(&p, src, count, dtype, buf.get(), e.bound, &written);
   if (e.status != QC_SUCCESS) {
     e.error = qc_last_error();
     return e;
@@ -162,12 +162,12 @@ Encoded encode_f32(const qc_policy_t& p, const std::vector<float>& x) {
   return encode_raw(p, x.data(), x.size(), QC_DTYPE_FLOAT32);
 }
 
-// qc_decode from an exact-size heap copy of msg (ASan sees any over-read).
+// qc_codec_decode from an exact-size heap copy of msg (ASan sees any over-read).
 qc_status_t decode_exact(const uint8_t* msg, size_t size, void* dst, size_t count,
                          qc_dtype_t dtype) {
   std::unique_ptr<uint8_t[]> copy(new uint8_t[std::max<size_t>(size, 1)]);
   if (size > 0) std::memcpy(copy.get(), msg, size);
-  return qc_decode(copy.get(), size, dst, count, dtype);
+  return qc_codec_decode(copy.get(), size, dst, count, dtype);
 }
 
 std::vector<float> decode_f32(const Bytes& msg, size_t count, qc_status_t* status) {
@@ -379,7 +379,7 @@ std::string check_bound(const CodecCase& c, size_t bucket, const std::vector<flo
   do {                                                                                     \
     const qc_policy_t probe_ = policy_for((c), 128);                                       \
     size_t probe_bytes_ = 0;                                                               \
-    const qc_status_t probe_st_ = qc_encoded_size(&probe_, 16, &probe_bytes_);             \
+    const qc_status_t probe_st_ = qc_codec_encoded_size(&probe_, 16, &probe_bytes_);             \
     if (probe_st_ == QC_ERROR_UNSUPPORTED) {                                               \
       GTEST_SKIP() << case_name(c) << " is not in this build: " << qc_last_error();       \
     }                                                                                      \
@@ -486,7 +486,7 @@ TEST(CodecSize, CompressionRatio) {
     p.bits = r.codec == QC_CODEC_ONEBIT || r.codec == QC_CODEC_FP16 ? 4 : r.bits;
     p.bucket_size = 128;
     size_t bound = 0;
-    ASSERT_EQ(qc_encoded_size(&p, count, &bound), QC_SUCCESS) << qc_last_error();
+    ASSERT_EQ(qc_codec_encoded_size(&p, count, &bound), QC_SUCCESS) << qc_last_error();
     const std::vector<float> x = make_data(count, 99, QC_DTYPE_FLOAT32);
     const Encoded e = encode_f32(p, x);
     ASSERT_EQ(e.status, QC_SUCCESS) << e.error;
@@ -502,7 +502,7 @@ TEST(CodecSize, CompressionRatio) {
   qc_policy_t p = QC_POLICY_INIT;
   p.codec = QC_CODEC_MINMAX;
   size_t bound = 0;
-  ASSERT_EQ(qc_encoded_size(&p, count, &bound), QC_SUCCESS);
+  ASSERT_EQ(qc_codec_encoded_size(&p, count, &bound), QC_SUCCESS);
   EXPECT_EQ(bound, 147488u);
   EXPECT_GE(4.0 * count / bound, 7.0);
 }
@@ -879,7 +879,7 @@ TEST(CodecDamage, DISABLED_HeaderBitFlipsStrict) {
   for (const CodecCase& c : all_cases()) {
     const qc_policy_t probe = policy_for(c, 128);
     size_t bytes = 0;
-    if (qc_encoded_size(&probe, 16, &bytes) != QC_SUCCESS) continue;
+    if (qc_codec_encoded_size(&probe, 16, &bytes) != QC_SUCCESS) continue;
     const Damage d = make_damage_fixture(c);
     for (size_t bit = 0; bit < 8 * kHeader; ++bit) {
       Bytes m = d.msg;

@@ -504,13 +504,13 @@ TEST_P(NativeExact, EqualsOneEncodeDecodeOfTheOnlyContribution) {
     ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
     ASSERT_TRUE(replicas_identical(emu.out));
     size_t cap = 0, written = 0;
-    ASSERT_EQ(qc_encoded_size(&pol, count, &cap), QC_SUCCESS);
+    ASSERT_EQ(qc_codec_encoded_size(&pol, count, &cap), QC_SUCCESS);
     Bytes msg(cap);
-    ASSERT_EQ(qc_encode(&pol, x[0].data(), count, QC_DTYPE_FLOAT32, msg.data(), cap, &written),
+    ASSERT_EQ(qc_codec_encode(&pol, x[0].data(), count, QC_DTYPE_FLOAT32, msg.data(), cap, &written),
               QC_SUCCESS)
         << qc_last_error();
     std::vector<float> one(count);
-    ASSERT_EQ(qc_decode(msg.data(), written, one.data(), count, QC_DTYPE_FLOAT32), QC_SUCCESS);
+    ASSERT_EQ(qc_codec_decode(msg.data(), written, one.data(), count, QC_DTYPE_FLOAT32), QC_SUCCESS);
     if (cc.rounding == QC_ROUND_NEAREST_EVEN) {
       EXPECT_EQ(as_floats(emu.out[0]), one) << "n " << n;
     }
@@ -678,7 +678,7 @@ TEST(CodecMismatch, DifferentBitsOnOneRankFailsEveryRank) {
     for (int r = 0; r < n; ++r) {
       qc_policy_t p = policy_for(kMinMax2, algo, false);
       if (r == 3) p.bits = 4;
-      ASSERT_EQ(qc_set_layer_policy(g[r], "*", &p), QC_SUCCESS);
+      ASSERT_EQ(qc_comm_set_layer_policy(g[r], "*", &p), QC_SUCCESS);
     }
     const size_t count = 640;
     const auto res = allreduce_on(g, encode_all(random_inputs(n, count, 9), QC_DTYPE_FLOAT32),

@@ -179,7 +179,7 @@ TEST_P(Mismatch, AlgorithmsDifferViaPolicy) {
     if (r == 2) {
       const qc_policy_t p =
           make_policy(base == QC_ALGO_RING ? QC_ALGO_TREE : QC_ALGO_RING);
-      qc_set_layer_policy(c, "*", &p);
+      qc_comm_set_layer_policy(c, "*", &p);
     }
   });
   expect_mismatch_everywhere(o, 5.0);
@@ -193,7 +193,7 @@ TEST_P(Mismatch, OtherPolicyFieldDiffers) {
     if (r == 1) {
       qc_policy_t p = make_policy(base, 2);
       p.seed = 77;
-      qc_set_layer_policy(c, "*", &p);
+      qc_comm_set_layer_policy(c, "*", &p);
     }
   });
   expect_mismatch_everywhere(o, 5.0);

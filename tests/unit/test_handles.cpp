@@ -138,7 +138,7 @@ TEST_P(DestroyWhileBlocked, TheCallFailsWithTransportAndTheDestroyWaitsForIt) {
   policy.codec = GetParam() == BlockedCall::kUncompressedAllreduce ? QC_CODEC_NONE
                                                                     : QC_CODEC_MINMAX;
   policy.min_compress_bytes = 0;
-  ASSERT_EQ(qc_set_layer_policy(group[0], "*", &policy), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(group[0], "*", &policy), QC_SUCCESS);
 
   const size_t count = 4096;
   std::vector<float> x(2 * count, 1.0f), y(2 * count, 0.0f);
@@ -197,7 +197,7 @@ TEST(ErrorBufferInUse, DestroyAndConcurrentUseAreRefusedUntilTheCallReturns) {
   policy.codec = QC_CODEC_MINMAX;
   policy.error_feedback = 1;
   policy.min_compress_bytes = 0;
-  ASSERT_EQ(qc_set_layer_policy(group[0], "*", &policy), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(group[0], "*", &policy), QC_SUCCESS);
   const size_t count = 1024;
   qc_error_buffer_t eb = nullptr;
   ASSERT_EQ(qc_error_buffer_create(group[0], count, &eb), QC_SUCCESS);

@@ -428,7 +428,7 @@ class EnvAtCreation : public ::testing::Test {
 
   static qc_policy_t star(qc_comm_t c) {
     qc_policy_t p = QC_POLICY_INIT;
-    EXPECT_EQ(qc_get_layer_policy(c, "*", &p), QC_SUCCESS) << qc_last_error();
+    EXPECT_EQ(qc_comm_get_layer_policy(c, "*", &p), QC_SUCCESS) << qc_last_error();
     return p;
   }
 
@@ -516,7 +516,7 @@ TEST_F(EnvAtCreation, PolicyValuesChangeTheStarPolicyOnEveryRank) {
       // A layer without a policy of its own resolves to "*" as well.
       EXPECT_TRUE(same_policy([&] {
         qc_policy_t p = QC_POLICY_INIT;
-        EXPECT_EQ(qc_get_layer_policy(c, "fc1.weight", &p), QC_SUCCESS);
+        EXPECT_EQ(qc_comm_get_layer_policy(c, "fc1.weight", &p), QC_SUCCESS);
         return p;
       }(), want)) << e.name;
     }
@@ -538,7 +538,7 @@ TEST_F(EnvAtCreation, PolicyValuesChangeTheStarPolicyOnEveryRank) {
   // The environment never overrides what the program sets.
   qc_policy_t mine = QC_POLICY_INIT;
   mine.bits = 7;
-  ASSERT_EQ(qc_set_layer_policy(after[0], "*", &mine), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(after[0], "*", &mine), QC_SUCCESS);
   EXPECT_EQ(star(after[0]).bits, 7);
   qc_comm_destroy(before[0]);
   qc_comm_destroy(after[0]);
@@ -567,7 +567,7 @@ TEST_F(EnvAtCreation, ValidValuesThatMakeAnInvalidPolicyFail) {
 }
 
 // Issue 28, item 9: the global codecs cannot use 1 bit either; the
-// environment gets the same policy check as qc_set_layer_policy.
+// environment gets the same policy check as qc_comm_set_layer_policy.
 TEST_F(EnvAtCreation, GlobalCodecWithOneBitFails) {
   for (const char* codec : {"global_linear", "global_exp"}) {
     set("QC_CODEC", codec);

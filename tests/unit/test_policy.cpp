@@ -20,7 +20,7 @@ qc_policy_t seeded(uint64_t seed, qc_algorithm_t algo = QC_ALGO_AUTO) {
 uint64_t resolved_seed(qc_comm_t c, const char* layer) {
   qc_policy_t p = QC_POLICY_INIT;
   p.seed = 0xDEADBEEF;
-  const qc_status_t s = qc_get_layer_policy(c, layer, &p);
+  const qc_status_t s = qc_comm_get_layer_policy(c, layer, &p);
   EXPECT_EQ(s, QC_SUCCESS) << "layer " << (layer ? layer : "(null)") << ": " << qc_last_error();
   return p.seed;
 }
@@ -33,7 +33,7 @@ TEST(LayerPolicy, DefaultIsPolicyInit) {
     qc_policy_t p;
     std::memset(&p, 0xFF, sizeof p);
     p.struct_size = sizeof p;
-    ASSERT_EQ(qc_get_layer_policy(g[0], layer, &p), QC_SUCCESS) << qc_last_error();
+    ASSERT_EQ(qc_comm_get_layer_policy(g[0], layer, &p), QC_SUCCESS) << qc_last_error();
     EXPECT_EQ(p.codec, init.codec);
     EXPECT_EQ(p.bits, init.bits);
     EXPECT_EQ(p.bucket_size, init.bucket_size);
@@ -53,7 +53,7 @@ TEST(LayerPolicy, ResolutionOrder) {
   qc_comm_t c = g[0];
   auto set = [&](const char* pat, uint64_t seed) {
     const qc_policy_t p = seeded(seed);
-    ASSERT_EQ(qc_set_layer_policy(c, pat, &p), QC_SUCCESS) << pat << ": " << qc_last_error();
+    ASSERT_EQ(qc_comm_set_layer_policy(c, pat, &p), QC_SUCCESS) << pat << ": " << qc_last_error();
   };
   set("*", 1);
   set("emb_*", 2);       // 4 literal chars
@@ -96,12 +96,12 @@ TEST(LayerPolicy, TiesGoToTheLastSet) {
     const char* pa = "emb_?ser";
     const char* pb = "emb_use*";
     if (order == 0) {
-      ASSERT_EQ(qc_set_layer_policy(g[0], pa, &a), QC_SUCCESS);
-      ASSERT_EQ(qc_set_layer_policy(g[0], pb, &b), QC_SUCCESS);
+      ASSERT_EQ(qc_comm_set_layer_policy(g[0], pa, &a), QC_SUCCESS);
+      ASSERT_EQ(qc_comm_set_layer_policy(g[0], pb, &b), QC_SUCCESS);
       EXPECT_EQ(resolved_seed(g[0], "emb_user"), 200u);
     } else {
-      ASSERT_EQ(qc_set_layer_policy(g[0], pb, &b), QC_SUCCESS);
-      ASSERT_EQ(qc_set_layer_policy(g[0], pa, &a), QC_SUCCESS);
+      ASSERT_EQ(qc_comm_set_layer_policy(g[0], pb, &b), QC_SUCCESS);
+      ASSERT_EQ(qc_comm_set_layer_policy(g[0], pa, &a), QC_SUCCESS);
       EXPECT_EQ(resolved_seed(g[0], "emb_user"), 100u);
     }
   }
@@ -131,16 +131,16 @@ TEST(LayerPolicy, InvalidPoliciesAreRejected) {
   for (const auto& b : bad) {
     qc_policy_t p = seeded(9);
     b.mutate(p);
-    EXPECT_EQ(qc_set_layer_policy(g[0], "x*", &p), QC_ERROR_INVALID_ARGUMENT) << b.what;
+    EXPECT_EQ(qc_comm_set_layer_policy(g[0], "x*", &p), QC_ERROR_INVALID_ARGUMENT) << b.what;
     EXPECT_STRNE(qc_last_error(), "") << b.what;
   }
   // Nothing was stored.
   EXPECT_EQ(resolved_seed(g[0], "xyz"), 0u);
   qc_policy_t p = QC_POLICY_INIT;
-  EXPECT_EQ(qc_set_layer_policy(g[0], nullptr, &p), QC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(qc_set_layer_policy(g[0], "*", nullptr), QC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(qc_set_layer_policy(nullptr, "*", &p), QC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(qc_get_layer_policy(g[0], "*", nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_set_layer_policy(g[0], nullptr, &p), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_set_layer_policy(g[0], "*", nullptr), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_set_layer_policy(nullptr, "*", &p), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_get_layer_policy(g[0], "*", nullptr), QC_ERROR_INVALID_ARGUMENT);
 }
 
 // "emb_*" -> ring, "*" -> tree, used alternately on one group: every result is
@@ -153,9 +153,9 @@ TEST(LayerPolicy, TwoLayersAlternateOnOneGroup) {
   ASSERT_EQ(g.set_policy("emb_*", make_policy(QC_ALGO_RING)), QC_SUCCESS);
   {
     qc_policy_t p = QC_POLICY_INIT;
-    ASSERT_EQ(qc_get_layer_policy(g[3], "emb_table", &p), QC_SUCCESS);
+    ASSERT_EQ(qc_comm_get_layer_policy(g[3], "emb_table", &p), QC_SUCCESS);
     EXPECT_EQ(p.algorithm, QC_ALGO_RING);
-    ASSERT_EQ(qc_get_layer_policy(g[3], "mlp.1", &p), QC_SUCCESS);
+    ASSERT_EQ(qc_comm_get_layer_policy(g[3], "mlp.1", &p), QC_SUCCESS);
     EXPECT_EQ(p.algorithm, QC_ALGO_TREE);
   }
   const int kCalls = 8;
@@ -205,10 +205,10 @@ TEST(LayerPolicy, ChangeAppliesToNextCollective) {
   std::vector<qc_status_t> s1(n), s2(n);
   run_ranks(n, [&](int r) {
     const qc_policy_t ring = make_policy(QC_ALGO_RING), sra = make_policy(QC_ALGO_SRA);
-    qc_set_layer_policy(g[r], "w", &ring);
+    qc_comm_set_layer_policy(g[r], "w", &ring);
     s1[r] = qc_allreduce(g[r], bytes[r].data(), first[r].data(), count, QC_DTYPE_FLOAT32,
                          QC_OP_SUM, "w", nullptr, nullptr);
-    qc_set_layer_policy(g[r], "w", &sra);
+    qc_comm_set_layer_policy(g[r], "w", &sra);
     s2[r] = qc_allreduce(g[r], bytes[r].data(), second[r].data(), count, QC_DTYPE_FLOAT32,
                          QC_OP_SUM, "w", nullptr, nullptr);
   });
@@ -258,7 +258,7 @@ void expect_uncompressed_below_threshold(const qc_policy_t& policy, const qc_pol
 std::string stderr_of_setting(qc_comm_t c, const char* pattern, const qc_policy_t& p,
                               qc_status_t* status) {
   ::testing::internal::CaptureStderr();
-  *status = qc_set_layer_policy(c, pattern, &p);
+  *status = qc_comm_set_layer_policy(c, pattern, &p);
   return ::testing::internal::GetCapturedStderr();
 }
 
@@ -301,7 +301,7 @@ TEST(LayerPolicy, DivergingErrorFeedbackIsWarnedAbout) {
       EXPECT_EQ(log, "");
     }
     qc_policy_t got = QC_POLICY_INIT;
-    ASSERT_EQ(qc_get_layer_policy(g[0], "enc.0", &got), QC_SUCCESS);
+    ASSERT_EQ(qc_comm_get_layer_policy(g[0], "enc.0", &got), QC_SUCCESS);
     EXPECT_EQ(got.error_feedback, c.ef) << "the policy is set all the same";
   }
 }
@@ -375,13 +375,13 @@ TEST(MinCompressBytes, OlderStructSizeGetsTheDefault) {
   p.min_compress_bytes = 12345;  // beyond its struct_size: must be ignored
   Group g(1);
   ASSERT_TRUE(g.ok());
-  ASSERT_EQ(qc_set_layer_policy(g[0], "x", &p), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "x", &p), QC_SUCCESS) << qc_last_error();
   qc_policy_t back = QC_POLICY_INIT;
-  ASSERT_EQ(qc_get_layer_policy(g[0], "x", &back), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_get_layer_policy(g[0], "x", &back), QC_SUCCESS);
   EXPECT_EQ(back.codec, QC_CODEC_MINMAX);
   EXPECT_EQ(back.min_compress_bytes, 16384u);
   p.struct_size = offsetof(qc_policy_t, min_compress_bytes) - 1;
-  EXPECT_EQ(qc_set_layer_policy(g[0], "x", &p), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_set_layer_policy(g[0], "x", &p), QC_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace

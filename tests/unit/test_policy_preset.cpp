@@ -1,6 +1,6 @@
-// qc_policy_preset: the "cgx" preset (paper 003 §3: biases and norms in full
+// qc_comm_apply_preset: the "cgx" preset (paper 003 §3: biases and norms in full
 // precision, small layers uncompressed, the rest compressed) is exactly the
-// list of qc_set_layer_policy calls qc.h documents, and collectives follow it.
+// list of qc_comm_set_layer_policy calls qc.h documents, and collectives follow it.
 #include <fstream>
 #include <regex>
 #include <set>
@@ -24,7 +24,7 @@ qc_policy_t resolve(qc_comm_t c, const char* layer) {
   qc_policy_t p = QC_POLICY_INIT;
   p.codec = QC_CODEC_TOPK;  // overwritten on success
   p.bits = 7;
-  EXPECT_EQ(qc_get_layer_policy(c, layer, &p), QC_SUCCESS)
+  EXPECT_EQ(qc_comm_get_layer_policy(c, layer, &p), QC_SUCCESS)
       << (layer ? layer : "(null)") << ": " << qc_last_error();
   return p;
 }
@@ -70,7 +70,7 @@ const std::vector<const char*>& compressed_names() {
   return kNames;
 }
 
-// The patterns qc.h lists for "cgx": every `qc_set_layer_policy(comm, "P", &f)`
+// The patterns qc.h lists for "cgx": every `qc_comm_set_layer_policy(comm, "P", &f)`
 // line of the preset's comment.
 std::vector<std::string> header_patterns(const std::string& path, const std::string& var) {
   std::ifstream f(path);
@@ -78,7 +78,7 @@ std::vector<std::string> header_patterns(const std::string& path, const std::str
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
-  const std::regex re("qc_set_layer_policy\\(comm, \"([^\"]+)\", &" + var + "\\)");
+  const std::regex re("qc_comm_set_layer_policy\\(comm, \"([^\"]+)\", &" + var + "\\)");
   std::vector<std::string> out;
   for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
        ++it)
@@ -90,7 +90,7 @@ TEST(PolicyPreset, CgxKeepsBiasesAndNormsExactAndCompressesTheRest) {
   Group g(1);
   ASSERT_TRUE(g.ok());
   const qc_policy_t base = minmax4();
-  ASSERT_EQ(qc_policy_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_apply_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
   const qc_policy_t init = QC_POLICY_INIT;
   for (const char* name : full_precision_names()) {
     const qc_policy_t p = resolve(g[0], name);
@@ -118,7 +118,7 @@ TEST(PolicyPreset, EveryDocumentedPatternIsSetAndNothingElse) {
   Group g(1);
   ASSERT_TRUE(g.ok());
   const qc_policy_t base = minmax4();
-  ASSERT_EQ(qc_policy_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_apply_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
   for (const std::string& pat : header) {
     // The pattern itself, and a name made from it ('*' -> "x"), both match it.
     std::string name = pat;
@@ -138,10 +138,10 @@ TEST(PolicyPreset, ThresholdIsRaisedNeverLowered) {
   ASSERT_TRUE(g.ok());
   qc_policy_t base = minmax4();
   base.min_compress_bytes = 1;
-  ASSERT_EQ(qc_policy_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_apply_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
   EXPECT_EQ(resolve(g[0], "fc.weight").min_compress_bytes, 16384u);
   base.min_compress_bytes = 1u << 20;
-  ASSERT_EQ(qc_policy_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_apply_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
   EXPECT_EQ(resolve(g[0], "fc.weight").min_compress_bytes, size_t{1} << 20);
   // The caller's struct is not modified.
   EXPECT_EQ(base.min_compress_bytes, size_t{1} << 20);
@@ -155,8 +155,8 @@ TEST(PolicyPreset, NullBaseUsesTheCurrentStarPolicy) {
   star.bits = 3;
   star.error_feedback = 1;
   star.seed = 42;
-  ASSERT_EQ(qc_set_layer_policy(g[0], "*", &star), QC_SUCCESS);
-  ASSERT_EQ(qc_policy_preset(g[0], "cgx", nullptr), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "*", &star), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_apply_preset(g[0], "cgx", nullptr), QC_SUCCESS) << qc_last_error();
   qc_policy_t want = star;
   want.min_compress_bytes = 16384;
   EXPECT_TRUE(same_policy(resolve(g[0], "fc.weight"), want));
@@ -171,14 +171,14 @@ TEST(PolicyPreset, NullBaseIsThePatternStarNotTheNameStar) {
   ASSERT_TRUE(g.ok());
   qc_policy_t star = minmax4();
   star.seed = 7;
-  ASSERT_EQ(qc_set_layer_policy(g[0], "*", &star), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "*", &star), QC_SUCCESS);
   qc_policy_t one_char = minmax4();
   one_char.bits = 2;
   one_char.seed = 99;
-  ASSERT_EQ(qc_set_layer_policy(g[0], "?", &one_char), QC_SUCCESS);
-  ASSERT_EQ(qc_set_layer_policy(g[0], "**", &one_char), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "?", &one_char), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "**", &one_char), QC_SUCCESS);
   ASSERT_EQ(resolve(g[0], "*").seed, 99u) << "the name \"*\" resolves to a later glob";
-  ASSERT_EQ(qc_policy_preset(g[0], "cgx", nullptr), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_apply_preset(g[0], "cgx", nullptr), QC_SUCCESS) << qc_last_error();
   qc_policy_t want = star;
   want.min_compress_bytes = 16384;
   EXPECT_TRUE(same_policy(resolve(g[0], nullptr), want));
@@ -190,19 +190,19 @@ TEST(PolicyPreset, OtherPatternsAreKeptAndLaterOnesWin) {
   ASSERT_TRUE(g.ok());
   qc_policy_t emb = minmax4();
   emb.bits = 2;
-  ASSERT_EQ(qc_set_layer_policy(g[0], "emb*", &emb), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "emb*", &emb), QC_SUCCESS);
   qc_policy_t exact_bias = minmax4();
   exact_bias.bits = 8;
-  ASSERT_EQ(qc_set_layer_policy(g[0], "head.bias", &exact_bias), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "head.bias", &exact_bias), QC_SUCCESS);
   const qc_policy_t base = minmax4();
-  ASSERT_EQ(qc_policy_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
+  ASSERT_EQ(qc_comm_apply_preset(g[0], "cgx", &base), QC_SUCCESS) << qc_last_error();
   EXPECT_EQ(resolve(g[0], "emb.weight").bits, 2) << "a pattern the preset does not set stays";
   EXPECT_EQ(resolve(g[0], "head.bias").codec, QC_CODEC_MINMAX) << "exact names beat the globs";
   EXPECT_EQ(resolve(g[0], "head.bias").bits, 8);
   // A more specific glob set after the preset wins over "*bias*".
   qc_policy_t enc = minmax4();
   enc.bits = 3;
-  ASSERT_EQ(qc_set_layer_policy(g[0], "encoder.*", &enc), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "encoder.*", &enc), QC_SUCCESS);
   EXPECT_EQ(resolve(g[0], "encoder.0.attn.bias").bits, 3);
   EXPECT_EQ(resolve(g[0], "decoder.0.attn.bias").codec, QC_CODEC_NONE);
 }
@@ -213,29 +213,29 @@ TEST(PolicyPreset, ErrorsChangeNothing) {
   const qc_policy_t base = minmax4();
   const qc_policy_t before_star = resolve(g[0], nullptr);
   for (const char* bad : {"foo", "CGX", "", "cgx "}) {
-    EXPECT_EQ(qc_policy_preset(g[0], bad, &base), QC_ERROR_INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(qc_comm_apply_preset(g[0], bad, &base), QC_ERROR_INVALID_ARGUMENT) << bad;
     const std::string msg = qc_last_error();
-    EXPECT_NE(msg.find("qc_policy_preset"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("qc_comm_apply_preset"), std::string::npos) << msg;
     EXPECT_NE(msg.find(std::string("\"") + bad + "\""), std::string::npos) << msg;
     EXPECT_NE(msg.find("known presets: cgx"), std::string::npos) << msg;
   }
-  EXPECT_EQ(qc_policy_preset(nullptr, "cgx", &base), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_apply_preset(nullptr, "cgx", &base), QC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qc_last_error()).find("'comm'"), std::string::npos) << qc_last_error();
-  EXPECT_EQ(qc_policy_preset(g[0], nullptr, &base), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_apply_preset(g[0], nullptr, &base), QC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qc_last_error()).find("'name'"), std::string::npos) << qc_last_error();
   qc_policy_t bad_base = minmax4();
   bad_base.bits = 9;
-  EXPECT_EQ(qc_policy_preset(g[0], "cgx", &bad_base), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_comm_apply_preset(g[0], "cgx", &bad_base), QC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qc_last_error()).find("'base'"), std::string::npos) << qc_last_error();
   bad_base = minmax4();
   bad_base.struct_size = sizeof(qc_policy_t) + 8;
-  EXPECT_EQ(qc_policy_preset(g[0], "cgx", &bad_base), QC_ERROR_VERSION);
+  EXPECT_EQ(qc_comm_apply_preset(g[0], "cgx", &bad_base), QC_ERROR_VERSION);
   // Nothing was set: "*" as before, and biases still resolve to "*".
   EXPECT_TRUE(same_policy(resolve(g[0], nullptr), before_star));
   EXPECT_TRUE(same_policy(resolve(g[0], "fc.bias"), before_star));
   // With a star policy that compresses, a failed preset leaves biases compressed.
-  ASSERT_EQ(qc_set_layer_policy(g[0], "*", &base), QC_SUCCESS);
-  EXPECT_EQ(qc_policy_preset(g[0], "nope", &base), QC_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(qc_comm_set_layer_policy(g[0], "*", &base), QC_SUCCESS);
+  EXPECT_EQ(qc_comm_apply_preset(g[0], "nope", &base), QC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(resolve(g[0], "fc.bias").codec, QC_CODEC_MINMAX);
 }
 
@@ -250,7 +250,7 @@ TEST(PolicyPreset, AllreduceFollowsThePreset) {
   ASSERT_TRUE(g.ok());
   const qc_policy_t base = minmax4();
   for (int r = 0; r < n; ++r)
-    ASSERT_EQ(qc_policy_preset(g[r], "cgx", &base), QC_SUCCESS) << qc_last_error();
+    ASSERT_EQ(qc_comm_apply_preset(g[r], "cgx", &base), QC_SUCCESS) << qc_last_error();
 
   // Integers: every sum is exact in float32 whatever the order.
   const auto ints = integer_inputs(n, big, 7, -100, 100);
@@ -314,7 +314,7 @@ TEST(PolicyPreset, FusedBucketFollowsThePreset) {
   Group g(n);
   ASSERT_TRUE(g.ok());
   const qc_policy_t base = minmax4();
-  for (int r = 0; r < n; ++r) ASSERT_EQ(qc_policy_preset(g[r], "cgx", &base), QC_SUCCESS);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(qc_comm_apply_preset(g[r], "cgx", &base), QC_SUCCESS);
   const std::vector<size_t> counts = {5000, 5000, 64, 5000};
   const std::vector<const char*> layers = {"fc1.weight", "fc1.bias", "ln_f.weight",
                                            "h.0.ln_2.weight"};

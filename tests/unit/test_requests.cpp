@@ -232,7 +232,7 @@ TEST(Requests, BlockingCallsAndPolicyChangesKeepStartOrder) {
                   QC_SUCCESS);
       }
       // Applies to calls started from here on, not to request a.
-      EXPECT_EQ(qc_set_layer_policy(g[r], "x", &second), QC_SUCCESS);
+      EXPECT_EQ(qc_comm_set_layer_policy(g[r], "x", &second), QC_SUCCESS);
       EXPECT_EQ(qc_allreduce(g[r], in.data(), o[1].data(), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM,
                              "x", nullptr, nullptr),
                 QC_SUCCESS);

@@ -219,7 +219,7 @@ class Group {
   // the rank threads start or after they joined).
   qc_status_t set_policy(const char* pattern, const qc_policy_t& p) {
     for (auto c : comms_) {
-      qc_status_t s = qc_set_layer_policy(c, pattern, &p);
+      qc_status_t s = qc_comm_set_layer_policy(c, pattern, &p);
       if (s != QC_SUCCESS) return s;
     }
     return QC_SUCCESS;
@@ -297,7 +297,7 @@ inline RunResult allreduce_threads(int n, const std::vector<Bytes>& in, size_t c
   if (s != QC_SUCCESS) {
     RunResult res;
     res.status.assign(static_cast<size_t>(n), s);
-    res.error.assign(static_cast<size_t>(n), std::string("qc_set_layer_policy: ") + qc_last_error());
+    res.error.assign(static_cast<size_t>(n), std::string("qc_comm_set_layer_policy: ") + qc_last_error());
     res.out.assign(static_cast<size_t>(n), Bytes());
     return res;
   }

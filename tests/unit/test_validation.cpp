@@ -3,7 +3,7 @@
 //  - timeouts: a huge timeout (1e12 s, QC_TIMEOUT=1e300) waits, in practice
 //    for ever; it used to overflow the deadline and time out every call at
 //    once (deadline_after, transports/transport.h);
-//  - sizes: qc_encoded_size (and every codec's size) never wraps around:
+//  - sizes: qc_codec_encoded_size (and every codec's size) never wraps around:
 //    a size past SIZE_MAX is QC_ERROR_INVALID_ARGUMENT (core/checked_math.h);
 //  - policies: one check (validate_policy) at every entry, the same one the
 //    collectives apply (make_codec), so a policy that cannot run is refused
@@ -156,7 +156,7 @@ std::vector<qc_policy_t> size_policies() {
 }
 
 std::vector<size_t> size_counts() {
-  const size_t top = SIZE_MAX / 8;  // the largest count qc_encoded_size's count check lets by
+  const size_t top = SIZE_MAX / 8;  // the largest count qc_codec_encoded_size's count check lets by
   std::vector<size_t> out = {0, 1, 7, 8, 9, 1000, 0xffffffffu, size_t(0xffffffffu) + 1};
   for (size_t d : {size_t(0), size_t(1), size_t(7), size_t(64), size_t(1) << 20}) {
     out.push_back(top - d);
@@ -179,9 +179,9 @@ TEST(EncodedSize, MinmaxBucketOneAtSizeMaxOver8IsRefused) {
   p.codec = QC_CODEC_MINMAX;
   p.bucket_size = 1;
   size_t size = 12345;
-  EXPECT_EQ(qc_encoded_size(&p, SIZE_MAX / 8, &size), QC_ERROR_INVALID_ARGUMENT)
+  EXPECT_EQ(qc_codec_encoded_size(&p, SIZE_MAX / 8, &size), QC_ERROR_INVALID_ARGUMENT)
       << "got " << size;
-  EXPECT_NE(std::string(qc_last_error()).find("qc_encoded_size: argument 'count'"),
+  EXPECT_NE(std::string(qc_last_error()).find("qc_codec_encoded_size: argument 'count'"),
             std::string::npos)
       << qc_last_error();
   EXPECT_EQ(size, 12345u) << "a failed call writes no output";
@@ -193,13 +193,13 @@ TEST(EncodedSize, TopkAtSizeMaxOver8IsRefused) {
   p.topk_ratio = 1.0f;
   size_t size = 12345;
   // 32 + 4 + 8 * count passes SIZE_MAX: an overflow, as the issue asks.
-  EXPECT_EQ(qc_encoded_size(&p, SIZE_MAX / 8, &size), QC_ERROR_INVALID_ARGUMENT)
+  EXPECT_EQ(qc_codec_encoded_size(&p, SIZE_MAX / 8, &size), QC_ERROR_INVALID_ARGUMENT)
       << "got " << size;
   EXPECT_NE(std::string(qc_last_error()).find("larger than SIZE_MAX bytes"), std::string::npos)
       << qc_last_error();
   EXPECT_EQ(size, 12345u);
-  // A count past topk's 32-bit indices whose size fits: what qc_encode says.
-  EXPECT_EQ(qc_encoded_size(&p, size_t(0xffffffffu) + 1, &size), QC_ERROR_UNSUPPORTED);
+  // A count past topk's 32-bit indices whose size fits: what qc_codec_encode says.
+  EXPECT_EQ(qc_codec_encoded_size(&p, size_t(0xffffffffu) + 1, &size), QC_ERROR_UNSUPPORTED);
   EXPECT_NE(std::string(qc_last_error()).find("at most 4294967295 elements"), std::string::npos)
       << qc_last_error();
 }
@@ -211,7 +211,7 @@ TEST(EncodedSize, ExactOrRefusedNeverWrapped) {
   for (const qc_policy_t& p : size_policies()) {
     for (size_t count : size_counts()) {
       size_t size = 0;
-      const qc_status_t s = qc_encoded_size(&p, count, &size);
+      const qc_status_t s = qc_codec_encoded_size(&p, count, &size);
       u128 exact = 0;
       ASSERT_TRUE(exact_size(p, count, &exact)) << policy_text(p);
       ++checked;
@@ -356,7 +356,7 @@ std::vector<qc_policy_t> invalid_policies() {
   return out;
 }
 
-// The run-time gate of every collective (and of qc_encode, the device path,
+// The run-time gate of every collective (and of qc_codec_encode, the device path,
 // a message header) refuses exactly what the set-time check refuses.
 TEST(PolicyCheck, CollectivesRefuseExactlyWhatTheEntriesRefuse) {
   std::vector<qc_policy_t> all = in_range_policies();
@@ -375,7 +375,7 @@ TEST(PolicyCheck, CollectivesRefuseExactlyWhatTheEntriesRefuse) {
 
 // Every policy the entries accept runs: qc_allreduce (every algorithm but
 // native, with and without an error buffer), qc_alltoall and
-// qc_encode/qc_decode succeed on it. A policy they accepted used to fail
+// qc_codec_encode/qc_codec_decode succeed on it. A policy they accepted used to fail
 // only here (global_linear / global_exp with bits 1).
 TEST(PolicyCheck, EveryAcceptedPolicyRuns) {
   Group g(2);
@@ -414,10 +414,10 @@ TEST(PolicyCheck, EveryAcceptedPolicyRuns) {
                               << ": " << a2a.describe();
     if (!a2a.all_ok()) break;
     size_t written = 0;
-    EXPECT_EQ(qc_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, msg.data(), msg.size(), &written),
+    EXPECT_EQ(qc_codec_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, msg.data(), msg.size(), &written),
               QC_SUCCESS)
         << policy_text(p) << ": " << qc_last_error();
-    EXPECT_EQ(qc_decode(msg.data(), written, y.data(), kCount, QC_DTYPE_FLOAT32), QC_SUCCESS)
+    EXPECT_EQ(qc_codec_decode(msg.data(), written, y.data(), kCount, QC_DTYPE_FLOAT32), QC_SUCCESS)
         << policy_text(p) << ": " << qc_last_error();
   }
   EXPECT_GT(tried, 500u);
@@ -469,12 +469,12 @@ TEST(PolicyCheck, EveryEntryRefusesEveryInvalidPolicy) {
       EXPECT_NE(error.find(std::string(entry) + ": argument '" + arg + "'"), std::string::npos)
           << entry << ", " << what << ": " << error;
     };
-    expect_refused(qc_set_layer_policy(g[0], "x", &p), "qc_set_layer_policy", "policy");
-    expect_refused(qc_policy_preset(g[0], "cgx", &p), "qc_policy_preset", "base");
+    expect_refused(qc_comm_set_layer_policy(g[0], "x", &p), "qc_comm_set_layer_policy", "policy");
+    expect_refused(qc_comm_apply_preset(g[0], "cgx", &p), "qc_comm_apply_preset", "base");
     size_t size = 0;
-    expect_refused(qc_encoded_size(&p, kCount, &size), "qc_encoded_size", "policy");
-    expect_refused(qc_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, msg.data(), msg.size(), &size),
-                   "qc_encode", "policy");
+    expect_refused(qc_codec_encoded_size(&p, kCount, &size), "qc_codec_encoded_size", "policy");
+    expect_refused(qc_codec_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, msg.data(), msg.size(), &size),
+                   "qc_codec_encode", "policy");
     expect_refused(qc_emulate_allreduce(2, sends, recvs, kCount, QC_DTYPE_FLOAT32, QC_OP_SUM, &p,
                                         nullptr),
                    "qc_emulate_allreduce", "policy");
@@ -483,7 +483,7 @@ TEST(PolicyCheck, EveryEntryRefusesEveryInvalidPolicy) {
   }
   // Nothing was set: "x" still resolves to the default.
   qc_policy_t back = QC_POLICY_INIT;
-  ASSERT_EQ(qc_get_layer_policy(g[0], "x", &back), QC_SUCCESS);
+  ASSERT_EQ(qc_comm_get_layer_policy(g[0], "x", &back), QC_SUCCESS);
   EXPECT_EQ(back.codec, QC_CODEC_NONE);
 }
 
@@ -496,11 +496,11 @@ TEST(PolicyCheck, GlobalCodecsWithOneBitAreRefusedAtSetTime) {
     p.codec = c;
     p.bits = 1;
     const std::string needs = std::string("codec ") + qc::codec_name(c) + " needs 2..8";
-    EXPECT_EQ(qc_set_layer_policy(g[0], "x", &p), QC_ERROR_INVALID_ARGUMENT) << qc::codec_name(c);
+    EXPECT_EQ(qc_comm_set_layer_policy(g[0], "x", &p), QC_ERROR_INVALID_ARGUMENT) << qc::codec_name(c);
     EXPECT_NE(std::string(qc_last_error()).find("argument 'policy': field 'bits' is 1; " + needs),
               std::string::npos)
         << qc_last_error();
-    EXPECT_EQ(qc_policy_preset(g[0], "cgx", &p), QC_ERROR_INVALID_ARGUMENT) << qc::codec_name(c);
+    EXPECT_EQ(qc_comm_apply_preset(g[0], "cgx", &p), QC_ERROR_INVALID_ARGUMENT) << qc::codec_name(c);
     EXPECT_NE(std::string(qc_last_error()).find("argument 'base': field 'bits' is 1"),
               std::string::npos)
         << qc_last_error();
@@ -534,16 +534,16 @@ TEST(PolicyCheck, MessageHeaderWithGlobalCodecAndOneBitIsCorrupt) {
   std::vector<float> x(kCount, 0.5f), y(kCount);
   std::vector<uint8_t> msg(4096);
   size_t written = 0;
-  ASSERT_EQ(qc_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, msg.data(), msg.size(), &written),
+  ASSERT_EQ(qc_codec_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, msg.data(), msg.size(), &written),
             QC_SUCCESS);
   msg[6] = 1;  // bits
-  EXPECT_EQ(qc_decode(msg.data(), written, y.data(), kCount, QC_DTYPE_FLOAT32),
+  EXPECT_EQ(qc_codec_decode(msg.data(), written, y.data(), kCount, QC_DTYPE_FLOAT32),
             QC_ERROR_CORRUPT_DATA);
   EXPECT_NE(std::string(qc_last_error()).find("field 'bits' is 1"), std::string::npos)
       << qc_last_error();
 }
 
-// qc_adapt_policies decides every group before it sets any policy: a
+// qc_comm_adapt_policies decides every group before it sets any policy: a
 // failure in a later group (qsgd cannot use 1 bit) leaves an earlier one
 // (minmax) as it was.
 TEST(PolicyCheck, AdaptPoliciesChangesNothingWhenAGroupFails) {
@@ -563,12 +563,12 @@ TEST(PolicyCheck, AdaptPoliciesChangesNothingWhenAGroupFails) {
   cfg.allowed_bits[0] = 1;
   cfg.allowed_bits[1] = 2;
   std::vector<qc_status_t> status(2, QC_ERROR_INTERNAL);
-  run_ranks(2, [&](int r) { status[r] = qc_adapt_policies(g[r], &cfg, nullptr); });
+  run_ranks(2, [&](int r) { status[r] = qc_comm_adapt_policies(g[r], &cfg, nullptr); });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(status[r], QC_ERROR_INVALID_ARGUMENT) << "rank " << r;
     qc_policy_t back = QC_POLICY_INIT;
-    ASSERT_EQ(qc_get_layer_policy(g[r], "a", &back), QC_SUCCESS);
-    EXPECT_EQ(back.bits, 4) << "rank " << r << ": layer a changed by a failed qc_adapt_policies";
+    ASSERT_EQ(qc_comm_get_layer_policy(g[r], "a", &back), QC_SUCCESS);
+    EXPECT_EQ(back.bits, 4) << "rank " << r << ": layer a changed by a failed qc_comm_adapt_policies";
   }
 }
 

@@ -173,7 +173,7 @@ class Group {
 // What one (op, algo, size) run measured.
 struct RunResult {
   bool ok = true;
-  bool policy_failed = false;  // qc_set_layer_policy failed (a usage error)
+  bool policy_failed = false;  // qc_comm_set_layer_policy failed (a usage error)
   qc_status_t status = QC_SUCCESS;
   int failed_rank = -1;
   std::string message;         // qc_last_error() of the first failure

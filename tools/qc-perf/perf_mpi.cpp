@@ -121,7 +121,7 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
   };
   if (!comm) fail(QC_ERROR_INTERNAL, false), message = "qc-perf: no communicator for this rank";
   if (fail_st == QC_SUCCESS) {
-    qc_status_t st = qc_set_layer_policy(comm, "*", &policy);
+    qc_status_t st = qc_comm_set_layer_policy(comm, "*", &policy);
     if (st != QC_SUCCESS) fail(st, true);
   }
   if (fail_st == QC_SUCCESS && op == Op::Allreduce && policy.error_feedback) {

@@ -211,7 +211,7 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
       failed = true;
     }
     if (!failed) {
-      qc_status_t st = qc_set_layer_policy(comm, "*", &policy);
+      qc_status_t st = qc_comm_set_layer_policy(comm, "*", &policy);
       if (st != QC_SUCCESS) fail(st, true);
     }
     if (!failed && op == Op::Allreduce && policy.error_feedback) {

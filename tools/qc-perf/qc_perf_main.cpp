@@ -689,7 +689,7 @@ int run_sweep(const Options& opt) {
               std::fflush(stdout);
               std::fprintf(stderr,
                            "qc-perf: error: %s (codec %s, algo %s, dtype %s, %d ranks): %s\n",
-                           rr.policy_failed ? "qc_set_layer_policy failed" : op_name(op),
+                           rr.policy_failed ? "qc_comm_set_layer_policy failed" : op_name(op),
                            row.codec.c_str(), row.algo.c_str(), row.type.c_str(), opt.nranks,
                            msg.c_str());
               if (opt.mpi) mpi_abort(2);

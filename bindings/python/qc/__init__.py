@@ -251,11 +251,11 @@ def _check_int(value: Any, field: str, lo: int, hi: int) -> int:
 
 
 def _check_policy(fields: tuple) -> None:
-    """Validate with the library's rules (qc_encoded_size validates its policy)."""
+    """Validate with the library's rules (qc_codec_encoded_size validates its policy)."""
     try:
         _qc.policy_check(fields)
     except InvalidArgumentError as e:
-        text = e.message.replace("qc_encoded_size: argument 'policy': ", "")
+        text = e.message.replace("qc_codec_encoded_size: argument 'policy': ", "")
         raise InvalidArgumentError(e.status, f"qc.Policy: {text}") from None
 
 
@@ -279,7 +279,7 @@ class Policy:
             (codec none); 0 always compresses.
 
     Every field is checked by the library's own rules (those of
-    qc_set_layer_policy) at construction and on every assignment: a wrong
+    qc_comm_set_layer_policy) at construction and on every assignment: a wrong
     value raises ``qc.InvalidArgumentError`` (a ``ValueError``) with the
     library's message, a wrong type ``TypeError``. Policies compare equal
     when all fields are equal.
@@ -902,7 +902,7 @@ class Comm:
         return Policy._from_tuple(self._h.get_layer_policy(_layer(layer)))
 
     def policy_preset(self, name: str, base: Optional[Policy] = None) -> None:
-        """Apply a named group of layer policies (qc_policy_preset), e.g.
+        """Apply a named group of layer policies (qc_comm_apply_preset), e.g.
         "cgx": everything with ``base`` (default: the current "*" policy),
         biases and normalisations in full precision."""
         self._h.policy_preset(name, None if base is None else _policy_tuple(base, "base"))  # name: ditto
@@ -911,7 +911,7 @@ class Comm:
         self, method: str = "kmeans", alpha: float = 2.0, allowed_bits: Sequence[int] = (2, 3, 4, 8)
     ) -> Dict[str, Any]:
         """Adaptive bit widths from the collected layer statistics
-        (qc_adapt_policies; collective). Returns the report as a dict."""
+        (qc_comm_adapt_policies; collective). Returns the report as a dict."""
         return self._h.adapt_policies(_choice_arg(method, _ADAPT_METHODS, "argument 'method'"), alpha,
                                       _list_arg(allowed_bits, "argument 'allowed_bits'"))
 

@@ -40,7 +40,7 @@ torch/mpi4py). On a single host, :func:`init_process_group_from_mpi` sets
 ``GLOO_SOCKET_IFNAME=lo`` unless it is already set.
 
 Policies. :class:`QcHookState` applies qc's ``"cgx"`` preset
-(``comm.policy_preset("cgx", base=policy)``, see ``qc_policy_preset`` in include/qc.h):
+(``comm.policy_preset("cgx", base=policy)``, see ``qc_comm_apply_preset`` in include/qc.h):
 every layer whose name matches ``*bias*``, ``*norm*``, ``*Norm*``, ``*.bn*``, ``bn*``,
 ``*.ln*`` or ``ln*`` goes in full precision, everything else with ``policy``, and any
 segment under ``max(policy.min_compress_bytes, 16 KiB)`` is sent uncompressed.

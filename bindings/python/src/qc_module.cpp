@@ -698,13 +698,13 @@ PYBIND11_MODULE(_qc, m) {
   m.def("policy_check", [](py::handle policy) {
     const qc_policy_t p = policy_arg(policy, "argument 'policy'");
     size_t bytes = 0;
-    call([&] { return qc_encoded_size(&p, 0, &bytes); });
+    call([&] { return qc_codec_encoded_size(&p, 0, &bytes); });
   }, py::arg("policy"), "Validate a policy tuple with the library's rules; raises qc.Error.");
   m.def("encoded_size", [](py::handle policy, py::handle count) {
     const qc_policy_t p = policy_arg(policy, "argument 'policy'");
     const size_t n = int_arg<size_t>(count, "argument 'count'");
     size_t bytes = 0;
-    call([&] { return qc_encoded_size(&p, n, &bytes); });
+    call([&] { return qc_codec_encoded_size(&p, n, &bytes); });
     return bytes;
   }, py::arg("policy"), py::arg("count"));
   m.def("encode", [](py::handle policy, py::handle src, py::handle count, py::handle dtype) {
@@ -713,11 +713,11 @@ PYBIND11_MODULE(_qc, m) {
     const size_t n = int_arg<size_t>(count, "argument 'count'");
     const int type = int_arg<int>(dtype, "argument 'dtype'");
     size_t bound = 0;
-    call([&] { return qc_encoded_size(&p, n, &bound); });
+    call([&] { return qc_codec_encoded_size(&p, n, &bound); });
     std::string out(bound, '\0');
     size_t written = 0;
     call_nogil([&] {
-      return qc_encode(&p, ptr<const void>(from), n, static_cast<qc_dtype_t>(type), out.data(), out.size(),
+      return qc_codec_encode(&p, ptr<const void>(from), n, static_cast<qc_dtype_t>(type), out.data(), out.size(),
                        &written);
     });
     return py::bytes(out.data(), written);
@@ -728,7 +728,7 @@ PYBIND11_MODULE(_qc, m) {
     const size_t n = int_arg<size_t>(count, "argument 'count'");
     const int type = int_arg<int>(dtype, "argument 'dtype'");
     call_nogil([&] {
-      return qc_decode(message.data(), message.size(), ptr<void>(to), n, static_cast<qc_dtype_t>(type));
+      return qc_codec_decode(message.data(), message.size(), ptr<void>(to), n, static_cast<qc_dtype_t>(type));
     });
   }, py::arg("data"), py::arg("dst"), py::arg("count"), py::arg("dtype"));
 
@@ -982,7 +982,7 @@ PYBIND11_MODULE(_qc, m) {
              const qc_policy_t p = policy_arg(policy, "argument 'policy'");
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
-             call([&] { return qc_set_layer_policy(h, name.c_str(), &p); });
+             call([&] { return qc_comm_set_layer_policy(h, name.c_str(), &p); });
            },
            py::arg("pattern"), py::arg("policy"))
       .def("get_layer_policy",
@@ -991,7 +991,7 @@ PYBIND11_MODULE(_qc, m) {
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              qc_policy_t p = QC_POLICY_INIT;
-             call([&] { return qc_get_layer_policy(h, opt_cstr(name), &p); });
+             call([&] { return qc_comm_get_layer_policy(h, opt_cstr(name), &p); });
              return policy_to_tuple(p);
            },
            py::arg("layer").none(true))
@@ -1002,7 +1002,7 @@ PYBIND11_MODULE(_qc, m) {
                  base.is_none() ? std::nullopt : std::optional<qc_policy_t>(policy_arg(base, "argument 'base'"));
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
-             call([&] { return qc_policy_preset(h, preset.c_str(), b ? &*b : nullptr); });
+             call([&] { return qc_comm_apply_preset(h, preset.c_str(), b ? &*b : nullptr); });
            },
            py::arg("name"), py::arg("base").none(true))
       .def("stats",
@@ -1058,7 +1058,7 @@ PYBIND11_MODULE(_qc, m) {
              qc_comm_t h = c.handle();
              qc_adapt_report_t r{};
              r.struct_size = sizeof(r);
-             call_nogil([&] { return qc_adapt_policies(h, &cfg, &r); });
+             call_nogil([&] { return qc_comm_adapt_policies(h, &cfg, &r); });
              py::dict d;
              d["layers"] = r.layers;
              d["predicted_error"] = r.predicted_error;

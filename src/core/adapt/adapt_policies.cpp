@@ -1,4 +1,4 @@
-// qc_adapt_policies: the communicator side of adaptive bit widths. The
+// qc_comm_adapt_policies: the communicator side of adaptive bit widths. The
 // algorithm itself (adaptive_bits.cpp) is a pure function; this file feeds
 // it statistics every rank agrees on and applies its answer as policies.
 #include <algorithm>
@@ -89,7 +89,7 @@ Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
   // group them otherwise, fail with QC_ERROR_MISMATCH instead of deciding
   // apart.
   std::vector<float> values(2 * layers.size());
-  uint64_t signature = fnv1a64("qc_adapt_policies", 17);
+  uint64_t signature = fnv1a64("qc_comm_adapt_policies", 17);
   for (size_t i = 0; i < layers.size(); ++i) {
     values[2 * i] = static_cast<float>(layers[i].count);
     values[2 * i + 1] = static_cast<float>(std::min<double>(layers[i].sq_norm, FLT_MAX));
@@ -133,7 +133,7 @@ Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
       qc_policy_t p = layers[members[k]].policy;
       p.bits = result.bits[k];
       // The check every policy passes (policy.h), so that adaptation can
-      // never set one that qc_set_layer_policy would refuse (a width of
+      // never set one that qc_comm_set_layer_policy would refuse (a width of
       // config->allowed_bits that this layer's codec cannot use).
       QC_RETURN_IF_ERROR(validate_policy(p, "config"));
       decided.emplace_back(layers[members[k]].name, p);
@@ -152,7 +152,7 @@ Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
 
 }  // namespace
 
-QC_API qc_status_t qc_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
+QC_API qc_status_t qc_comm_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
                                      qc_adapt_report_t* report) {
   return QC_API_CALL({
     CommLease c;

@@ -42,7 +42,7 @@ class Codec {
   // over the whole block). Pipelined schedules cut blocks on it.
   virtual size_t chunk_granule() const { return 0; }
   // max_encoded_size as a status, for entry points whose count comes from
-  // the caller (qc_encoded_size, qc_encode): QC_ERROR_INVALID_ARGUMENT
+  // the caller (qc_codec_encoded_size, qc_codec_encode): QC_ERROR_INVALID_ARGUMENT
   // naming 'count' where the size does not fit in size_t, and the codec's
   // own limits on count (topk: QC_ERROR_UNSUPPORTED past 2^32 - 1 elements,
   // as its encode).
@@ -103,7 +103,7 @@ Status read_header_for(const uint8_t* src, size_t size, qc_codec_t codec, size_t
 // The codec for `policy` on data whose ABI dtype is `dtype`, or
 // QC_ERROR_UNSUPPORTED for a codec this build does not have.
 Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<Codec>* codec);
-// The codec that decodes a message with this header (for qc_decode).
+// The codec that decodes a message with this header (for qc_codec_decode).
 Status make_codec_for_header(const WireHeader& header, std::unique_ptr<Codec>* codec);
 
 }  // namespace qc

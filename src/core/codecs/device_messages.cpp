@@ -129,7 +129,7 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
   uint8_t header[kWireHeaderBytes];
   write_wire_header(h, header);
   QC_RETURN_IF_ERROR(cuda::copy_to_device(dst, header, kWireHeaderBytes));
-  RandomKey key;  // as qc_encode on the CPU: rank 0, call 0, offset 0
+  RandomKey key;  // as qc_codec_encode on the CPU: rank 0, call 0, offset 0
   key.seed = policy.seed;
   QC_RETURN_IF_ERROR(
       encode_payload_on_device(h, dtype, src, key, /*residual=*/nullptr, dst + kWireHeaderBytes,

@@ -1,4 +1,4 @@
-// qc_encode and qc_decode on device memory (CUDA builds only): the header is
+// qc_codec_encode and qc_codec_decode on device memory (CUDA builds only): the header is
 // the one the CPU codec writes (Codec::header_for), the payload comes from
 // the CUDA kernels (src/cuda/device_codec.h), which write the CPU's bytes.
 // Both calls are synchronous, like their host versions: on return the

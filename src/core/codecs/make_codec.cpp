@@ -16,7 +16,7 @@ namespace qc {
 
 Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<Codec>* codec) {
   // The same check as every entry that takes a policy, so a collective
-  // refuses exactly what qc_set_layer_policy refuses (and no codec is built
+  // refuses exactly what qc_comm_set_layer_policy refuses (and no codec is built
   // from fields it cannot use).
   QC_RETURN_IF_ERROR(validate_policy(policy, "policy"));
   switch (policy.codec) {

@@ -375,7 +375,7 @@ end
 """
     Policy(c::QC.qc_policy_t)
 
-The Julia policy of a C one (e.g. one read back with `qc_get_layer_policy`).
+The Julia policy of a C one (e.g. one read back with `qc_comm_get_layer_policy`).
 Not validated.
 """
 function Policy(c::qc_policy_t)
@@ -409,14 +409,14 @@ Base.convert(::Type{qc_policy_t}, p::Policy) = qc_policy_t(p)
 """
     QC.validate(p::Policy) -> p
 
-Check `p` with the library's rules (`qc_encoded_size` validates its
+Check `p` with the library's rules (`qc_codec_encoded_size` validates its
 policy); throw a [`QCError`](@ref) (`QC_ERROR_INVALID_ARGUMENT`) naming the
 first invalid field. The keyword constructor calls it.
 """
 function validate(p::Policy)
     ref = Ref(qc_policy_t(p))
     bytes = Ref{Csize_t}(0)
-    check(qc_encoded_size(ref, 0, bytes))
+    check(qc_codec_encoded_size(ref, 0, bytes))
     return p
 end
 
@@ -630,7 +630,7 @@ the same calls. Applies from the next collective on.
 """
 function set_layer_policy!(c::Comm, pattern::Union{AbstractString,Symbol}, policy::Policy)
     pat = _cstring_arg(pattern, "set_layer_policy!: pattern")
-    check(qc_set_layer_policy(_handle(c), pat, Ref(qc_policy_t(policy))))
+    check(qc_comm_set_layer_policy(_handle(c), pat, Ref(qc_policy_t(policy))))
     return c
 end
 
@@ -642,14 +642,14 @@ The policy that layer name `layer` resolves to (`nothing` means "*").
 function layer_policy(c::Comm, layer::Union{Nothing,AbstractString,Symbol} = nothing)
     name = _layer_arg(layer, "layer_policy: layer")
     r = Ref(qc_policy_t())
-    check(qc_get_layer_policy(_handle(c), _cstring_or_null(name), r))
+    check(qc_comm_get_layer_policy(_handle(c), _cstring_or_null(name), r))
     return Policy(r[])
 end
 
 """
     policy_preset!(comm, name="cgx"; base=nothing) -> comm
 
-Set a named group of layer policies (`qc_policy_preset`). `"cgx"`: `base`
+Set a named group of layer policies (`qc_comm_apply_preset`). `"cgx"`: `base`
 (or, for `nothing`, the policy now set for the pattern "*") for everything, with
 `min_compress_bytes` at least 16 KiB, and codec none for biases and
 normalisation layers. Local: every rank must make the same call.
@@ -657,7 +657,7 @@ normalisation layers. Local: every rank must make the same call.
 function policy_preset!(c::Comm, name::Union{AbstractString,Symbol} = "cgx";
                         base::Union{Nothing,Policy} = nothing)
     n = _cstring_arg(name, "policy_preset!: name")
-    check(qc_policy_preset(_handle(c), n, _policy_ptr_arg(_policy_ref(base))))
+    check(qc_comm_apply_preset(_handle(c), n, _policy_ptr_arg(_policy_ref(base))))
     return c
 end
 
@@ -665,7 +665,7 @@ end
     adapt_policies!(comm; method=:kmeans, alpha=2.0, allowed_bits=(2, 3, 4, 8)) -> NamedTuple
 
 Choose a bit width per minmax/qsgd layer from the statistics collected so
-far (`qc_adapt_policies`; paper 003 §5). Collective: every rank must call
+far (`qc_comm_adapt_policies`; paper 003 §5). Collective: every rank must call
 it after the same collectives. Returns the report `(layers,
 predicted_error, error_budget, e4, predicted_bytes, bytes_at_4)`.
 """
@@ -687,7 +687,7 @@ function adapt_policies!(c::Comm; method = :kmeans, alpha::Real = 2.0,
     rc = GC.@preserve config report begin
         cp = Base.unsafe_convert(Ptr{qc_adapt_config_t}, config)
         rp = Base.unsafe_convert(Ptr{qc_adapt_report_t}, report)
-        @gc_safe @inline qc_adapt_policies(h, cp, rp)
+        @gc_safe @inline qc_comm_adapt_policies(h, cp, rp)
     end
     check(rc)
     r = report[]
@@ -956,7 +956,7 @@ Upper bound on the bytes [`QC.encode`](@ref) writes for `count` elements.
 function encoded_size(policy::Policy, count::Integer)
     _nonnegative(count, "encoded_size: count")
     bytes = Ref{Csize_t}(0)
-    check(qc_encoded_size(Ref(qc_policy_t(policy)), count, bytes))
+    check(qc_codec_encoded_size(Ref(qc_policy_t(policy)), count, bytes))
     return Int(bytes[])
 end
 
@@ -971,11 +971,11 @@ function encode(x::StridedArray{T}, policy::Policy) where {T<:QCFloat}
     _check_contiguous(x, "encode: x")
     pref = Ref(qc_policy_t(policy))
     bound = Ref{Csize_t}(0)
-    check(qc_encoded_size(pref, length(x), bound))
+    check(qc_codec_encoded_size(pref, length(x), bound))
     message = Vector{UInt8}(undef, Int(bound[]))
     written = Ref{Csize_t}(0)
     GC.@preserve x begin
-        check(qc_encode(pref, _ptr(x), length(x), _dtype(T), message, length(message), written))
+        check(qc_codec_encode(pref, _ptr(x), length(x), _dtype(T), message, length(message), written))
     end
     return resize!(message, Int(written[]))
 end
@@ -997,7 +997,7 @@ function decode!(out::StridedArray{T}, message::AbstractVector{UInt8}) where {T<
     _check_contiguous(out, "decode!: out")
     bytes = message isa Vector{UInt8} ? message : Vector{UInt8}(message)
     GC.@preserve out begin
-        check(qc_decode(bytes, length(bytes), _ptr(out), length(out), _dtype(T)))
+        check(qc_codec_decode(bytes, length(bytes), _ptr(out), length(out), _dtype(T)))
     end
     return out
 end

@@ -6,10 +6,10 @@
 # initializer macros (struct_size = sizeof); each function is an
 # @ccall with qc.h's parameter names. The idiomatic API is in QC.jl.
 
-const QC_VERSION_MAJOR = 0
-const QC_VERSION_MINOR = 1
+const QC_VERSION_MAJOR = 1
+const QC_VERSION_MINOR = 0
 const QC_VERSION_PATCH = 0
-const QC_HEADER_VERSION_NUMBER = 100
+const QC_HEADER_VERSION_NUMBER = 10000
 
 const qc_status_t = Cint
 const QC_SUCCESS = qc_status_t(0)  # success
@@ -264,14 +264,8 @@ qc_transport_from_name(name, transport) =
 qc_policy_init_sized(policy, struct_size) =
     @ccall libqc.qc_policy_init_sized(policy::Ptr{qc_policy_t}, struct_size::Csize_t)::qc_status_t
 
-qc_policy_init(policy) =
-    @ccall libqc.qc_policy_init(policy::Ptr{qc_policy_t})::qc_status_t
-
 qc_comm_config_init_sized(config, struct_size) =
     @ccall libqc.qc_comm_config_init_sized(config::Ptr{qc_comm_config_t}, struct_size::Csize_t)::qc_status_t
-
-qc_comm_config_init(config) =
-    @ccall libqc.qc_comm_config_init(config::Ptr{qc_comm_config_t})::qc_status_t
 
 qc_comm_create(config, comm) =
     @ccall libqc.qc_comm_create(config::Ptr{qc_comm_config_t}, comm::Ptr{qc_comm_t})::qc_status_t
@@ -312,14 +306,14 @@ qc_comm_layer_count(comm, count) =
 qc_comm_layer_name(comm, index, name, capacity, length) =
     @ccall libqc.qc_comm_layer_name(comm::qc_comm_t, index::Csize_t, name::Ptr{UInt8}, capacity::Csize_t, length::Ptr{Csize_t})::qc_status_t
 
-qc_set_layer_policy(comm, pattern, policy) =
-    @ccall libqc.qc_set_layer_policy(comm::qc_comm_t, pattern::Cstring, policy::Ptr{qc_policy_t})::qc_status_t
+qc_comm_set_layer_policy(comm, pattern, policy) =
+    @ccall libqc.qc_comm_set_layer_policy(comm::qc_comm_t, pattern::Cstring, policy::Ptr{qc_policy_t})::qc_status_t
 
-qc_get_layer_policy(comm, layer, policy) =
-    @ccall libqc.qc_get_layer_policy(comm::qc_comm_t, layer::Cstring, policy::Ptr{qc_policy_t})::qc_status_t
+qc_comm_get_layer_policy(comm, layer, policy) =
+    @ccall libqc.qc_comm_get_layer_policy(comm::qc_comm_t, layer::Cstring, policy::Ptr{qc_policy_t})::qc_status_t
 
-qc_policy_preset(comm, name, base) =
-    @ccall libqc.qc_policy_preset(comm::qc_comm_t, name::Cstring, base::Ptr{qc_policy_t})::qc_status_t
+qc_comm_apply_preset(comm, name, base) =
+    @ccall libqc.qc_comm_apply_preset(comm::qc_comm_t, name::Cstring, base::Ptr{qc_policy_t})::qc_status_t
 
 qc_adapt_method_name(method) =
     @ccall libqc.qc_adapt_method_name(method::qc_adapt_method_t)::Cstring
@@ -333,8 +327,8 @@ qc_adapt_config_init_sized(config, struct_size) =
 qc_adapt_report_init_sized(report, struct_size) =
     @ccall libqc.qc_adapt_report_init_sized(report::Ptr{qc_adapt_report_t}, struct_size::Csize_t)::qc_status_t
 
-qc_adapt_policies(comm, config, report) =
-    @ccall libqc.qc_adapt_policies(comm::qc_comm_t, config::Ptr{qc_adapt_config_t}, report::Ptr{qc_adapt_report_t})::qc_status_t
+qc_comm_adapt_policies(comm, config, report) =
+    @ccall libqc.qc_comm_adapt_policies(comm::qc_comm_t, config::Ptr{qc_adapt_config_t}, report::Ptr{qc_adapt_report_t})::qc_status_t
 
 qc_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, stream) =
     @ccall libqc.qc_allreduce(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, error_buffer::qc_error_buffer_t, stream::Ptr{Cvoid})::qc_status_t
@@ -381,14 +375,14 @@ qc_error_buffer_save(error_buffer, dst, capacity, size) =
 qc_error_buffer_load(error_buffer, src, size) =
     @ccall libqc.qc_error_buffer_load(error_buffer::qc_error_buffer_t, src::Ptr{Cvoid}, size::Csize_t)::qc_status_t
 
-qc_encoded_size(policy, count, max_bytes) =
-    @ccall libqc.qc_encoded_size(policy::Ptr{qc_policy_t}, count::Csize_t, max_bytes::Ptr{Csize_t})::qc_status_t
+qc_codec_encoded_size(policy, count, max_bytes) =
+    @ccall libqc.qc_codec_encoded_size(policy::Ptr{qc_policy_t}, count::Csize_t, max_bytes::Ptr{Csize_t})::qc_status_t
 
-qc_encode(policy, src, count, dtype, dst, capacity, written) =
-    @ccall libqc.qc_encode(policy::Ptr{qc_policy_t}, src::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, dst::Ptr{Cvoid}, capacity::Csize_t, written::Ptr{Csize_t})::qc_status_t
+qc_codec_encode(policy, src, count, dtype, dst, capacity, written) =
+    @ccall libqc.qc_codec_encode(policy::Ptr{qc_policy_t}, src::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, dst::Ptr{Cvoid}, capacity::Csize_t, written::Ptr{Csize_t})::qc_status_t
 
-qc_decode(src, size, dst, count, dtype) =
-    @ccall libqc.qc_decode(src::Ptr{Cvoid}, size::Csize_t, dst::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t)::qc_status_t
+qc_codec_decode(src, size, dst, count, dtype) =
+    @ccall libqc.qc_codec_decode(src::Ptr{Cvoid}, size::Csize_t, dst::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t)::qc_status_t
 
 qc_emulate_allreduce(nranks, sendbufs, recvbufs, count, dtype, op, policy, error_buffers) =
     @ccall libqc.qc_emulate_allreduce(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, policy::Ptr{qc_policy_t}, error_buffers::Ptr{qc_error_buffer_t})::qc_status_t

@@ -473,7 +473,7 @@ public final class Comm implements AutoCloseable {
       throw new NullPointerException("qc: argument 'policy' is null");
     }
     try (PolicyStruct s = policy.toStruct()) {
-      QcNative.qc_set_layer_policy(h, utf8(pattern, "pattern"), s);
+      QcNative.qc_comm_set_layer_policy(h, utf8(pattern, "pattern"), s);
     }
     Reference.reachabilityFence(this);
   }
@@ -482,7 +482,7 @@ public final class Comm implements AutoCloseable {
   public synchronized Policy getLayerPolicy(String layer) {
     long h = handle();
     try (PolicyStruct s = new PolicyStruct()) {
-      QcNative.qc_get_layer_policy(h, utf8(layer, "layer"), s);
+      QcNative.qc_comm_get_layer_policy(h, utf8(layer, "layer"), s);
       return Policy.fromStruct(s);
     } finally {
       Reference.reachabilityFence(this);
@@ -490,7 +490,7 @@ public final class Comm implements AutoCloseable {
   }
 
   /**
-   * Set a named group of layer policies (qc_policy_preset), e.g. "cgx": biases and
+   * Set a named group of layer policies (qc_comm_apply_preset), e.g. "cgx": biases and
    * normalisations uncompressed, everything else {@code base} (null: the policy now set for the pattern "*").
    */
   public synchronized void policyPreset(String name, Policy base) {
@@ -500,7 +500,7 @@ public final class Comm implements AutoCloseable {
     }
     PolicyStruct s = base == null ? null : base.toStruct();
     try {
-      QcNative.qc_policy_preset(h, utf8(name, "name"), s);
+      QcNative.qc_comm_apply_preset(h, utf8(name, "name"), s);
     } finally {
       if (s != null) {
         s.close();
@@ -571,7 +571,7 @@ public final class Comm implements AutoCloseable {
    * Give each layer whose policy uses codec minmax or qsgd a width from
    * {@code allowedBits} (1 to 8 entries, each 1..8) such that the predicted wire
    * bytes fall while the predicted error stays below {@code alpha} (>= 1) times the
-   * error at 4 bits (qc_adapt_policies). The new widths are set as exact-name layer
+   * error at 4 bits (qc_comm_adapt_policies). The new widths are set as exact-name layer
    * policies; read them with {@link #getLayerPolicy}. Collective: every rank must
    * call it after the same collectives ({@link Status#MISMATCH} otherwise).
    */

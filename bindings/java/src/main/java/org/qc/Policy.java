@@ -206,7 +206,7 @@ public final class Policy {
     public Policy build() {
       Policy p = new Policy(this);
       try (PolicyStruct s = p.toStruct()) {
-        // qc_encoded_size validates every field of the policy (and nothing else
+        // qc_codec_encoded_size validates every field of the policy (and nothing else
         // for count 0): the same checks every collective makes.
         QcNative.qcj_encoded_size(s, 0, new long[1]);
       }

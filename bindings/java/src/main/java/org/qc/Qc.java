@@ -279,6 +279,6 @@ public final class Qc {
   public static void decode(ByteBuffer src, FloatBuffer dst) {
     ByteBuffer s = Buffers.check(src, "src", false);
     FloatBuffer d = Buffers.check(dst, "dst", true);
-    QcNative.qc_decode(s, s.remaining(), d, d.remaining(), Dtype.FLOAT32);
+    QcNative.qc_codec_decode(s, s.remaining(), d, d.remaining(), Dtype.FLOAT32);
   }
 }
