@@ -12,9 +12,16 @@
  *   3. Policies                               (what a collective sends)
  *   4. Communicators                          (who takes part, and how)
  *   5. Collectives                            (allreduce, alltoall)
- *   6. Error buffers                          (error-feedback residuals)
- *   7. Codecs on their own                    (encode/decode a buffer)
- *   8. Emulation                              (N virtual ranks in one call)
+ *   6. Non-blocking collectives               (requests)
+ *   7. Error buffers                          (error-feedback residuals)
+ *   8. Codecs on their own                    (encode/decode a buffer)
+ *   9. Emulation                              (N virtual ranks in one call)
+ *  10. Experimental                           (QC_EXPERIMENTAL_API only)
+ *
+ * Each declaration states its contract: arguments, ownership, threading,
+ * errors beyond the conventions below, guarantees. Explanations of how a
+ * call runs are in docs/ (docs/cuda.md, docs/algorithms.md, docs/policies.md,
+ * docs/nonblocking.md, docs/errors.md).
  *
  * Conventions that hold for every function
  *   - The return value is a qc_status_t. On anything but QC_SUCCESS,
@@ -41,8 +48,10 @@
  *     local group, may be driven from different threads at once. Functions
  *     without a communicator are thread-safe.
  *
- * Stability: everything in this header is the stable v0 surface unless it sits
- * inside the QC_EXPERIMENTAL_API section at the end.
+ * Stability: everything here is the stable 1.x interface (SONAME libqc.so.1:
+ * no declaration changes or goes before 2.0) except the experimental section
+ * at the end, which a program sees only with QC_EXPERIMENTAL_API defined
+ * before including qc.h and which may change in a minor release.
  */
 #ifndef QC_H
 #define QC_H
@@ -88,11 +97,8 @@ QC_API int qc_version_number(void);
 /** "M.m.p" of the running library; a static string. */
 QC_API const char* qc_version_string(void);
 
-/*
- * QC_STATUS_MAP generates both the qc_status_t enum and qc_status_string(),
- * so the two cannot drift. X(NAME, value, "description").
- * Values are pinned: new statuses are appended, never renumbered.
- */
+/* QC_STATUS_MAP generates both the qc_status_t enum and qc_status_string(),
+ * so the two cannot drift. X(NAME, value, "description"). */
 #define QC_STATUS_MAP(X)                                                        \
   X(SUCCESS, 0, "success")                                                      \
   X(ERROR_INVALID_ARGUMENT, 1, "invalid argument")                              \
@@ -105,6 +111,8 @@ QC_API const char* qc_version_string(void);
   X(ERROR_VERSION, 8, "version or struct layout mismatch")                      \
   X(ERROR_INTERNAL, 9, "internal error (a bug in qc; please report it)")
 
+/** What every function returns. Values are pinned: new statuses are
+ *  appended, never renumbered. */
 typedef enum qc_status QC_ENUM_BASE {
 #define QC_STATUS_ENUM_ENTRY_(name, value, text) QC_##name = value,
   QC_STATUS_MAP(QC_STATUS_ENUM_ENTRY_)
@@ -125,17 +133,20 @@ QC_API const char* qc_last_error(void);
 /* 2. Enumerations (explicit values, fixed once released)                   */
 /* ======================================================================== */
 
+/** Element type of a collective's buffers. */
 typedef enum qc_dtype QC_ENUM_BASE {
   QC_DTYPE_FLOAT32 = 0,
   QC_DTYPE_FLOAT16 = 1,  /* IEEE 754 binary16 */
   QC_DTYPE_BFLOAT16 = 2  /* upper 16 bits of a float32 */
 } qc_dtype_t;
 
+/** How an allreduce combines the ranks' values. */
 typedef enum qc_reduce_op QC_ENUM_BASE {
   QC_OP_SUM = 0,
   QC_OP_AVG = 1  /* sum, then multiplied by 1/nranks on every rank */
 } qc_reduce_op_t;
 
+/** How values are encoded on the wire (policy.codec; docs/wire-format.md). */
 typedef enum qc_codec QC_ENUM_BASE {
   QC_CODEC_NONE = 0,           /* values sent in the input dtype, unchanged */
   QC_CODEC_FP16 = 1,           /* cast to IEEE half */
@@ -148,6 +159,7 @@ typedef enum qc_codec QC_ENUM_BASE {
   QC_CODEC_TOPK = 8            /* k largest magnitudes as (index, value) */
 } qc_codec_t;
 
+/** Allreduce schedule (policy.algorithm; docs/algorithms.md). */
 typedef enum qc_algorithm QC_ENUM_BASE {
   QC_ALGO_AUTO = 0,               /* chosen per call; see qc_allreduce */
   QC_ALGO_RING = 1,               /* paper 000 Alg. 2 */
@@ -159,18 +171,21 @@ typedef enum qc_algorithm QC_ENUM_BASE {
                                      the transport's own sum (MPI_Iallreduce) */
 } qc_algorithm_t;
 
+/** Rounding of values to codes (policy.rounding). Stochastic rounding draws
+ *  counter-based random bits keyed by policy.seed (docs/policies.md). */
 typedef enum qc_rounding QC_ENUM_BASE {
   QC_ROUND_NEAREST_EVEN = 0,
   QC_ROUND_STOCHASTIC = 1
 } qc_rounding_t;
 
+/** What carries a communicator's messages (qc_comm_config_t.transport). */
 typedef enum qc_transport QC_ENUM_BASE {
   QC_TRANSPORT_LOCAL = 0,  /* ranks are threads of this process */
   QC_TRANSPORT_MPI = 1,
   QC_TRANSPORT_NCCL = 2
 } qc_transport_t;
 
-/*
+/**
  * Names of enum values: each value has one canonical name ("minmax",
  * "recursive_doubling", "float32", "nearest", "mpi", "sum"), the spelling of
  * the QC_* environment, the messages, the tools and the bindings.
@@ -199,7 +214,7 @@ QC_API qc_status_t qc_transport_from_name(const char* name, qc_transport_t* tran
 /* 3. Policies: what a collective sends for one layer                       */
 /* ======================================================================== */
 
-/*
+/**
  * A policy says how one layer's data is compressed and reduced. Every rank of a
  * communicator must resolve the same policy for the same call; a rank that
  * disagrees makes the call fail with QC_ERROR_MISMATCH on every rank.
@@ -269,6 +284,8 @@ QC_API qc_status_t qc_policy_init_sized(qc_policy_t* policy, size_t struct_size)
  */
 typedef struct qc_comm_s* qc_comm_t;
 
+/** How qc_comm_create builds a communicator; a struct that may grow (see the
+ *  conventions at the top): fill it with qc_comm_config_init. */
 typedef struct qc_comm_config {
   size_t struct_size;        /* sizeof(qc_comm_config_t) */
   qc_transport_t transport;  /* default QC_TRANSPORT_LOCAL */
@@ -339,6 +356,8 @@ QC_API qc_status_t qc_comm_create_local_with_config(int nranks,
  */
 QC_API qc_status_t qc_comm_destroy(qc_comm_t comm);
 
+/** This rank's index in the group (0 <= *rank < size) / the group's number
+ *  of ranks. Local queries: never block; any thread. */
 QC_API qc_status_t qc_comm_rank(qc_comm_t comm, int* rank);
 QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size);
 
@@ -364,7 +383,7 @@ QC_API qc_status_t qc_comm_size(qc_comm_t comm, int* size);
  */
 QC_API qc_status_t qc_comm_get_async_error(qc_comm_t comm, qc_status_t* async_error);
 
-/*
+/**
  * Counters since the communicator was created, for this rank.
  * logical_bytes: count x dtype size of every collective's input.
  * wire_bytes:    bytes this rank handed to the transport (headers included).
@@ -397,7 +416,7 @@ QC_API qc_status_t qc_stats_init_sized(qc_stats_t* stats, size_t struct_size);
 /** Copy the counters into *stats (filled by qc_stats_init or QC_STATS_INIT). */
 QC_API qc_status_t qc_comm_get_stats(qc_comm_t comm, qc_stats_t* stats);
 
-/*
+/**
  * Counters per layer name (the `layer` argument of the collectives; NULL
  * counts as "*"), for this rank, so a user can see where compression pays.
  * A fused call (qc_allreduce_segments) counts once for each of its layers and
@@ -465,7 +484,6 @@ QC_API qc_status_t qc_comm_get_layer_policy(qc_comm_t comm, const char* layer,
                                        qc_policy_t* policy);
 
 /**
- * qc_comm_apply_preset() :
  * Set a named, opt-in group of layer policies in one call. A preset is
  * nothing but a fixed list of qc_comm_set_layer_policy calls, listed below in
  * full; there is no other effect, and qc_comm_get_layer_policy shows the result.
@@ -505,161 +523,56 @@ QC_API qc_status_t qc_comm_get_layer_policy(qc_comm_t comm, const char* layer,
 QC_API qc_status_t qc_comm_apply_preset(qc_comm_t comm, const char* name,
                                     const qc_policy_t* base);
 
-/*
- * Adaptive bit widths (paper 003 §5): from the per-layer statistics this
- * communicator has collected (qc_comm_get_layer_stats: element count and
- * mean squared norm), give each layer whose policy uses codec minmax or qsgd
- * a width from config->allowed_bits such that the predicted wire bytes fall
- * while the predicted quantization error stays below alpha * E4 (E4: the
- * error with every such layer at 4 bits). The statistics are first summed
- * over all ranks (an exact collective), so every rank computes the same
- * assignment. The result is applied with qc_comm_set_layer_policy under each
- * layer's exact name (its resolved policy with the new bits; exact names
- * beat globs), from the next collective on; read it back with
- * qc_comm_get_layer_policy. Layers are grouped by (codec, bucket size, rounding)
- * and each group keeps its own alpha * E4 budget.
- *
- * Collective: every rank must call it, after the same collectives. Ranks
- * whose adaptable layers differ (names, element counts, or the (codec,
- * bucket size, rounding) group of a layer) fail with QC_ERROR_MISMATCH on
- * every rank, without waiting for the timeout, and no policy changes.
- * report (may be NULL) gets the layers assigned and the predicted error and
- * bytes, before and after.
- */
-typedef enum qc_adapt_method QC_ENUM_BASE {
-  QC_ADAPT_KMEANS = 0, /* cluster layers by size and sensitivity (Alg. 1) */
-  QC_ADAPT_LINEAR = 1  /* lower the least sensitive layers first */
-} qc_adapt_method_t;
-
-/** Names of the adapt methods ("kmeans", "linear"), as qc_codec_name and
- *  qc_codec_from_name. */
-QC_API const char* qc_adapt_method_name(qc_adapt_method_t method);
-QC_API qc_status_t qc_adapt_method_from_name(const char* name, qc_adapt_method_t* method);
-
-typedef struct qc_adapt_config {
-  size_t struct_size;        /* sizeof(qc_adapt_config_t) */
-  qc_adapt_method_t method;  /* default QC_ADAPT_KMEANS */
-  double alpha;              /* error budget alpha * E4, >= 1; default 2 */
-  int num_allowed;           /* entries of allowed_bits used, 1..8; default 4 */
-  int allowed_bits[8];       /* widths to choose from; default {2, 3, 4, 8} */
-} qc_adapt_config_t;
-
-#define QC_ADAPT_CONFIG_INIT \
-  { sizeof(qc_adapt_config_t), QC_ADAPT_KMEANS, 2.0, 4, {2, 3, 4, 8, 0, 0, 0, 0} }
-
-/** Fill *config with the defaults above, as qc_policy_init_sized. */
-QC_API qc_status_t qc_adapt_config_init_sized(qc_adapt_config_t* config, size_t struct_size);
-#define qc_adapt_config_init(config) qc_adapt_config_init_sized((config), sizeof *(config))
-
-typedef struct qc_adapt_report {
-  size_t struct_size;        /* sizeof(qc_adapt_report_t) */
-  uint64_t layers;           /* layers given a width */
-  double predicted_error;    /* sum over layers, squared-error units */
-  double error_budget;       /* alpha * E4 */
-  double e4;
-  uint64_t predicted_bytes;  /* per call of every layer, one rank's message */
-  uint64_t bytes_at_4;
-} qc_adapt_report_t;
-
-#define QC_ADAPT_REPORT_INIT { sizeof(qc_adapt_report_t), 0, 0.0, 0.0, 0.0, 0, 0 }
-/** Zero *report for the caller's layout, as qc_policy_init_sized. */
-QC_API qc_status_t qc_adapt_report_init_sized(qc_adapt_report_t* report, size_t struct_size);
-#define qc_adapt_report_init(report) qc_adapt_report_init_sized((report), sizeof *(report))
-
-QC_API qc_status_t qc_comm_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
-                                     qc_adapt_report_t* report);
-
 /* ======================================================================== */
 /* 5. Collectives                                                            */
 /* ======================================================================== */
 
+/** An error buffer handle (qc_error_buffer_create, section 7): opaque, issued
+ *  once, refused forever after qc_error_buffer_destroy, as qc_comm_t. */
 typedef struct qc_error_buffer_s* qc_error_buffer_t;
 
 /**
- * Reduce `count` elements over all ranks; every rank receives the same result,
- * bit for bit.
+ * Reduce `count` elements over all ranks; every rank receives the same
+ * result, bit for bit. Blocks until recvbuf holds it (host memory; device
+ * memory: see `stream`).
  *
- * sendbuf, recvbuf: count elements of dtype, both in host memory or (in a
- *   CUDA build) both in CUDA device memory; one of each is
- *   QC_ERROR_INVALID_ARGUMENT. They may be the same pointer (in place) but
- *   must not otherwise overlap. They may be NULL only when count is 0.
- * dtype: inputs and outputs; sums are accumulated in float32.
- * layer: name whose policy applies (see qc_comm_set_layer_policy); NULL means "*".
- * error_buffer: residuals kept between calls for error feedback, or NULL. It
- *   is used only when the policy has error_feedback set. Then every encode
- *   this rank performs sends z = value + residual and keeps z - decode(z) as
- *   the new residual (paper 000 Alg. 1), the final encode of a reduced chunk
- *   included, so that over any number of calls the sum of the outputs plus
- *   every rank's final residuals equals the sum of the inputs, to float
- *   rounding. The residuals are updated only when the call succeeds.
- * stream: NULL for host memory. With device buffers, a cudaStream_t (NULL:
- *   the default stream) whose earlier work produces sendbuf: the local and
- *   MPI transports copy the input to page-locked host memory after that
- *   work, run the collective on the host and copy the result back on the
- *   same stream, and the call returns once recvbuf holds it, as with host
- *   memory. A minmax, qsgd, onebit, fp16 or bf16 policy by ring,
- *   recursive doubling, SRA or tree (auto picks one of these for them),
- *   without scale reuse, runs the algorithm on the device buffers instead
- *   (float16 and bfloat16 data on a float32 copy in device memory, as the
- *   host path runs on one in host memory): the CUDA kernels encode and
- *   decode every message and only the compressed messages cross through
- *   host memory; an error buffer's residuals then stay on the device
- *   between calls (see qc_error_buffer_create).
- *   Either way the result is the host call's bit for bit (so several
- *   processes sharing one GPU can use the MPI transport, and device and
- *   host ranks may meet in one call). A failed copy or kernel breaks the
- *   group (peers fail at once; see qc_comm_get_async_error). The NCCL
- *   transport stages every call the same way but two, which it enqueues
- *   on `stream` after a check that every rank is in the same call and
- *   returns without waiting for (stream-ordered, as NCCL's calls are):
- *   float32 with codec none under auto or native and no error feedback is
- *   NCCL's own allreduce on sendbuf and recvbuf (QC_OP_AVG is NCCL's
- *   average); any dtype with minmax, qsgd, onebit, fp16 or bf16 under
- *   ring, recursive doubling, SRA or tree (auto picks one as on the host),
- *   without scale reuse, with or without error feedback, is that algorithm
- *   with the kernels' encodes and decodes and ncclSend/ncclRecv of the
- *   compressed payloads, all on `stream` (the host algorithm's result bit
- *   for bit). Errors NCCL reports later show in
- *   qc_comm_get_async_error; work that waits for a peer that failed after
- *   the check shows as a TIMEOUT of this rank's next call, and
- *   qc_comm_destroy waits for it at most the communicator's timeout. Their buffers must be memory of the NCCL
- *   communicator's device (else QC_ERROR_INVALID_ARGUMENT, and every peer
- *   fails the check with MISMATCH), and every rank of such a call must
- *   pass device buffers: ranks that mix host and device buffers in one
- *   call get MISMATCH (codec none) or QC_ERROR_TIMEOUT (a compressed
- *   algorithm, whose host ranks do not take part in the check). NCCL runs a
- *   communicator's operations in the order they were enqueued, so the next
- *   call's check waits for this one to run on its stream, and that wait
- *   counts against the next call's timeout. qc's own memory that such a
- *   call still uses (staging, an error buffer's residuals) is waited for by
- *   whatever uses it next: a later call on the device, the host before
- *   reading or freeing it. The calling thread's current CUDA device must be
- *   the communicator's (else QC_ERROR_INVALID_ARGUMENT).
- *   A stream with host buffers, or in a build without CUDA, is
- *   QC_ERROR_UNSUPPORTED.
+ * sendbuf, recvbuf: count elements of dtype, both host memory or (CUDA
+ *   build) both CUDA device memory. Equal pointers run in place; otherwise
+ *   they must not overlap. NULL only when count is 0. Not retained.
+ * dtype: of the inputs and outputs; sums accumulate in float32.
+ * op: QC_OP_SUM, or QC_OP_AVG (the sum times 1/nranks, once, in float32).
+ * layer: the name whose policy applies (qc_comm_set_layer_policy) and whose
+ *   statistics count the call; NULL means "*". Not retained.
+ * error_buffer: NULL, or this rank's residuals for error feedback (used when
+ *   the policy sets error_feedback). Each encode sends value + residual and
+ *   keeps the new error (paper 000 Alg. 1), so over any number of calls the
+ *   outputs plus every rank's final residuals sum to the inputs, to float
+ *   rounding. Updated only when the call succeeds; one call at a time.
+ * stream: NULL for host memory. With device memory, a cudaStream_t (NULL:
+ *   the default stream) whose earlier work produced sendbuf. The local and
+ *   MPI transports return once recvbuf holds the result; the NCCL transport
+ *   returns after enqueueing the call on `stream` (stream-ordered, like
+ *   NCCL's calls) for float32 with codec none and for the compressed
+ *   algorithms; its later failures show in qc_comm_get_async_error. Either
+ *   way the result is the host call's bit for bit. What runs where:
+ *   docs/cuda.md, "Device buffers and streams". A stream with host buffers,
+ *   or any stream in a build without CUDA, is QC_ERROR_UNSUPPORTED.
  *
- * A message below the policy's min_compress_bytes (default 16 KiB) goes with
- * codec none (and algorithm native, set for a global codec, with auto).
- * QC_ALGO_AUTO then chooses per call (docs/algorithms.md): one
- * rank needs no algorithm; codec none on a transport with its own float sum
- * (MPI, NCCL) uses native, i.e. MPI_Iallreduce or ncclAllReduce after a
- * 16-byte check that every rank is in the same call (its summation order is
- * the transport's, so results match qc_emulate_allreduce to float rounding,
- * not bit for bit); global_linear,
- * and global_exp with bits <= 5, use native (one
- * agreed norm, integer codes summed exactly, no requantization); otherwise a
- * per-rank message below 64 KiB uses recursive doubling (fewest steps) and
- * anything larger SRA (bandwidth-optimal, each value requantized at most
- * twice). QC_OP_AVG sums, then multiplies by 1/n once, in float32.
+ * The policy's min_compress_bytes sends smaller messages with codec none;
+ * QC_ALGO_AUTO picks the algorithm per call (docs/algorithms.md). Results
+ * equal qc_emulate_allreduce's bit for bit, except the transport's own sum
+ * (native with codec none on MPI or NCCL), which matches to float rounding.
+ * Threading: one call per communicator at a time.
  *
- * @return QC_ERROR_MISMATCH when ranks disagree on count, dtype, op, layer or
- *   policy, or when error_buffer was made for another count or belongs to
- *   another rank or group size; QC_ERROR_TIMEOUT when a peer does not arrive
- *   in time; QC_ERROR_UNSUPPORTED for a codec or algorithm not in this build
- *   (algorithm native with a codec other than none and the global ones, or
- *   with none on a transport without its own float sum). After a
- *   MISMATCH, TIMEOUT, TRANSPORT or CORRUPT_DATA failure the communicator is
- *   broken: every later collective on it returns the same status.
+ * @return QC_ERROR_INVALID_ARGUMENT for a bad argument (named in
+ *   qc_last_error()); QC_ERROR_MISMATCH when ranks disagree on count, dtype,
+ *   op, layer or policy, or error_buffer belongs to another count, rank or
+ *   group size; QC_ERROR_TIMEOUT when a peer does not arrive within the
+ *   communicator's timeout; QC_ERROR_UNSUPPORTED for a codec, algorithm or
+ *   memory kind this build or transport lacks (native with a codec other
+ *   than none and the global ones). After MISMATCH, TIMEOUT, TRANSPORT or
+ *   CORRUPT_DATA the communicator is broken: every later collective on it
+ *   returns the same status.
  */
 QC_API qc_status_t qc_allreduce(qc_comm_t comm, const void* sendbuf, void* recvbuf,
                                 size_t count, qc_dtype_t dtype, qc_reduce_op_t op,
@@ -695,25 +608,18 @@ QC_API qc_status_t qc_allreduce_segments(qc_comm_t comm, const void* sendbuf, vo
                                          void* stream);
 
 /**
- * Every rank sends block j (count_per_rank elements, at sendbuf + j blocks) to
- * rank j and receives rank i's block for it at recvbuf + i blocks. Each block
- * is encoded once by its sender with the layer's codec and decoded by its
- * receiver (a rank's block to itself takes the same path, so every block is
- * treated alike). sendbuf and recvbuf may be the same pointer (in place) but
- * must not otherwise overlap; they may be NULL only when count_per_rank is 0.
- * Host or CUDA device memory, with `stream`, as for qc_allreduce. On device
- * memory with a minmax, qsgd, onebit, fp16 or bf16 policy (without scale
- * reuse), the blocks are encoded and decoded by the CUDA kernels (float16
- * and bfloat16 data on float32 copies in device memory) and only the
- * compressed messages are staged through host memory;
- * the messages, and so the results, are the host call's bit for bit, and the
- * call returns once recvbuf holds them; on the NCCL transport nothing is
- * staged: after a check that every rank is in the same call (as for
- * qc_allreduce: MISMATCH or INVALID_ARGUMENT; a rank on host buffers meets
- * the others with QC_ERROR_TIMEOUT), the encodes, one ncclSend/ncclRecv
- * group of the payloads and the decodes are enqueued on `stream`, and the
- * call returns without waiting (the results are the same bytes).
- * policy.seed keys stochastic rounding here as in qc_allreduce.
+ * Every rank sends block j (count_per_rank elements at sendbuf + j blocks)
+ * to rank j and receives rank i's block at recvbuf + i blocks. Each block is
+ * encoded once by its sender with the layer's codec and decoded by its
+ * receiver (a rank's block to itself too, so every block is treated alike);
+ * policy.seed keys stochastic rounding as in qc_allreduce.
+ *
+ * sendbuf, recvbuf: nranks blocks each, host or CUDA device memory as for
+ *   qc_allreduce; equal pointers run in place, otherwise no overlap; NULL
+ *   only when count_per_rank is 0. layer: as qc_allreduce. stream: as
+ *   qc_allreduce (on NCCL a kernel codec is enqueued on it without
+ *   waiting; docs/cuda.md).
+ * @return as qc_allreduce.
  */
 QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
                                size_t count_per_rank, qc_dtype_t dtype,
@@ -816,34 +722,28 @@ QC_API qc_status_t qc_request_free(qc_request_t request);
 /* ======================================================================== */
 
 /**
- * A residual store for error feedback on one tensor of `count` elements,
- * all zero at creation. count may be 0.
+ * Create a residual store for error feedback on one tensor of `count`
+ * elements (count may be 0), all zero. *error_buffer gets the handle; free it
+ * with qc_error_buffer_destroy.
  *
- * A buffer holds one rank's residuals: one per element, the error of that
- * rank's one encode of the element in the chosen algorithm (for SRA: the
- * worker residual outside the rank's own chunk, the server residual inside).
- * It belongs to the rank and group size of `comm` (NULL: to the rank and
- * size of its first qc_emulate_allreduce) and may be used with any
- * communicator of that rank and size, e.g. one rebuilt after a failure;
- * anything else is QC_ERROR_MISMATCH. On first use it also binds to the
- * call's algorithm and codec grid (codec, bits, bucket size, group size).
- * If a later call's policy differs there, the residuals belong to another
- * grid: they are reset to zero and a warning goes to stderr (QC_LOG_LEVEL=
- * none|warn|info selects what qc prints).
- *
- * Used by an allreduce of device buffers that runs on the device (see
- * qc_allreduce), the residuals move to device memory of the calling
- * thread's current device (2 * count floats: the residuals and a working
- * copy, so a failed call leaves them as they were) and stay there from call
- * to call; qc_error_buffer_norm, qc_error_buffer_save and a call on host
- * memory copy them back first, and qc_error_buffer_reset and
- * qc_error_buffer_load replace them. The device memory is freed with the
- * buffer.
+ * It holds one rank's residuals, one per element (the error of that rank's
+ * one encode of the element in the algorithm: for SRA the worker residual
+ * outside the rank's own chunk, the server residual inside). It belongs to
+ * the rank and group size of `comm` (NULL: those of its first
+ * qc_emulate_allreduce) and works with any communicator of that rank and
+ * size, e.g. one rebuilt after a failure; anything else is
+ * QC_ERROR_MISMATCH. On first use it binds to the call's algorithm and codec
+ * grid (codec, bits, bucket size, group size); a later call with another
+ * grid resets the residuals to zero, with a warning in the log.
+ * An allreduce that runs on the device (docs/cuda.md) moves the residuals
+ * to the current device's memory (2 * count floats) and keeps them there;
+ * the calls below copy or replace them as needed, and destroy frees them.
  */
 QC_API qc_status_t qc_error_buffer_create(qc_comm_t comm, size_t count,
                                           qc_error_buffer_t* error_buffer);
 /**
- * NULL is accepted and does nothing.
+ * Free an error buffer (and its device memory, if any). NULL is accepted and
+ * does nothing.
  * An error buffer serves one call at a time: while a call on another thread
  * uses it (a collective, which may wait until its timeout, or a query), this
  * and every other call that names it fail with QC_ERROR_INVALID_ARGUMENT
@@ -940,6 +840,86 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
 QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
                                        void* const* recvbufs, size_t count_per_rank,
                                        qc_dtype_t dtype, const qc_policy_t* policy);
+
+/* ======================================================================== */
+/* 10. Experimental: QC_EXPERIMENTAL_API                                      */
+/* ======================================================================== */
+
+/*
+ * Declarations here are visible only when QC_EXPERIMENTAL_API is defined
+ * before including qc.h. They are exported like the rest and follow the same
+ * conventions, but may change or go in a minor release (CHANGELOG.md says
+ * so when they do). A declaration leaves this section once its design has
+ * settled.
+ */
+#ifdef QC_EXPERIMENTAL_API
+
+/** How qc_comm_adapt_policies assigns widths (paper 003 §5). */
+typedef enum qc_adapt_method QC_ENUM_BASE {
+  QC_ADAPT_KMEANS = 0, /* cluster layers by size and sensitivity (Alg. 1) */
+  QC_ADAPT_LINEAR = 1  /* lower the least sensitive layers first */
+} qc_adapt_method_t;
+
+/** Names of the adapt methods ("kmeans", "linear"), as qc_codec_name and
+ *  qc_codec_from_name. */
+QC_API const char* qc_adapt_method_name(qc_adapt_method_t method);
+QC_API qc_status_t qc_adapt_method_from_name(const char* name, qc_adapt_method_t* method);
+
+/** Input of qc_comm_adapt_policies; a struct that may grow (see the
+ *  conventions at the top). */
+typedef struct qc_adapt_config {
+  size_t struct_size;        /* sizeof(qc_adapt_config_t) */
+  qc_adapt_method_t method;  /* default QC_ADAPT_KMEANS */
+  double alpha;              /* error budget alpha * E4, >= 1; default 2 */
+  int num_allowed;           /* entries of allowed_bits used, 1..8; default 4 */
+  int allowed_bits[8];       /* widths to choose from; default {2, 3, 4, 8} */
+} qc_adapt_config_t;
+
+#define QC_ADAPT_CONFIG_INIT \
+  { sizeof(qc_adapt_config_t), QC_ADAPT_KMEANS, 2.0, 4, {2, 3, 4, 8, 0, 0, 0, 0} }
+
+/** Fill *config with the defaults above, as qc_policy_init_sized. */
+QC_API qc_status_t qc_adapt_config_init_sized(qc_adapt_config_t* config, size_t struct_size);
+#define qc_adapt_config_init(config) qc_adapt_config_init_sized((config), sizeof *(config))
+
+/** Output of qc_comm_adapt_policies: what it assigned and predicted. */
+typedef struct qc_adapt_report {
+  size_t struct_size;        /* sizeof(qc_adapt_report_t) */
+  uint64_t layers;           /* layers given a width */
+  double predicted_error;    /* sum over layers, squared-error units */
+  double error_budget;       /* alpha * E4 */
+  double e4;
+  uint64_t predicted_bytes;  /* per call of every layer, one rank's message */
+  uint64_t bytes_at_4;
+} qc_adapt_report_t;
+
+#define QC_ADAPT_REPORT_INIT { sizeof(qc_adapt_report_t), 0, 0.0, 0.0, 0.0, 0, 0 }
+/** Zero *report for the caller's layout, as qc_policy_init_sized. */
+QC_API qc_status_t qc_adapt_report_init_sized(qc_adapt_report_t* report, size_t struct_size);
+#define qc_adapt_report_init(report) qc_adapt_report_init_sized((report), sizeof *(report))
+
+/**
+ * Adaptive bit widths (paper 003 §5; docs/policies.md). Give each layer
+ * whose policy uses minmax or qsgd a width from config->allowed_bits so that
+ * the predicted wire bytes fall while the predicted quantization error stays
+ * below alpha * E4 (E4: the error with every such layer at 4 bits; one budget
+ * per (codec, bucket size, rounding) group). The prediction uses the
+ * per-layer statistics (qc_comm_get_layer_stats), summed over all ranks
+ * first, so every rank computes the same assignment. It is applied with
+ * qc_comm_set_layer_policy under each layer's exact name, from the next
+ * collective on.
+ *
+ * Collective: every rank calls it after the same collectives. config:
+ * filled by qc_adapt_config_init; report: NULL or filled by
+ * qc_adapt_report_init, gets the result.
+ * @return QC_ERROR_MISMATCH on every rank, at once, when ranks' adaptable
+ *   layers differ (names, counts, groups); no policy changes then.
+ *   QC_ERROR_INVALID_ARGUMENT for a bad config.
+ */
+QC_API qc_status_t qc_comm_adapt_policies(qc_comm_t comm, const qc_adapt_config_t* config,
+                                          qc_adapt_report_t* report);
+
+#endif /* QC_EXPERIMENTAL_API */
 
 #ifdef __cplusplus
 }

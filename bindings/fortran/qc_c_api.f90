@@ -359,40 +359,6 @@ module qc_c_api
       type(c_ptr), value :: base
       integer(c_int) :: res
     end function
-    function qc_adapt_method_name_c(method) bind(c, name="qc_adapt_method_name") result(res)
-      import :: c_int, c_ptr
-      integer(c_int), value :: method
-      type(c_ptr) :: res
-    end function
-    function qc_adapt_method_from_name_c(name, method) bind(c, &
-        name="qc_adapt_method_from_name") result(res)
-      import :: c_int, c_ptr
-      type(c_ptr), value :: name
-      integer(c_int), intent(out) :: method
-      integer(c_int) :: res
-    end function
-    function qc_adapt_config_init_sized_c(config, struct_size) bind(c, &
-        name="qc_adapt_config_init_sized") result(res)
-      import :: c_int, c_size_t, qc_adapt_config_t
-      type(qc_adapt_config_t), intent(inout) :: config
-      integer(c_size_t), value :: struct_size
-      integer(c_int) :: res
-    end function
-    function qc_adapt_report_init_sized_c(report, struct_size) bind(c, &
-        name="qc_adapt_report_init_sized") result(res)
-      import :: c_int, c_size_t, qc_adapt_report_t
-      type(qc_adapt_report_t), intent(inout) :: report
-      integer(c_size_t), value :: struct_size
-      integer(c_int) :: res
-    end function
-    function qc_comm_adapt_policies_c(comm, config, report) bind(c, &
-        name="qc_comm_adapt_policies") result(res)
-      import :: c_int, c_ptr, qc_adapt_config_t
-      type(c_ptr), value :: comm
-      type(qc_adapt_config_t), intent(in) :: config
-      type(c_ptr), value :: report
-      integer(c_int) :: res
-    end function
     function qc_allreduce_c(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, &
         stream) bind(c, name="qc_allreduce") result(res)
       import :: c_int, c_ptr, c_size_t
@@ -588,6 +554,40 @@ module qc_c_api
       type(qc_policy_t), intent(in) :: policy
       integer(c_int) :: res
     end function
+    function qc_adapt_method_name_c(method) bind(c, name="qc_adapt_method_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: method
+      type(c_ptr) :: res
+    end function
+    function qc_adapt_method_from_name_c(name, method) bind(c, &
+        name="qc_adapt_method_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: method
+      integer(c_int) :: res
+    end function
+    function qc_adapt_config_init_sized_c(config, struct_size) bind(c, &
+        name="qc_adapt_config_init_sized") result(res)
+      import :: c_int, c_size_t, qc_adapt_config_t
+      type(qc_adapt_config_t), intent(inout) :: config
+      integer(c_size_t), value :: struct_size
+      integer(c_int) :: res
+    end function
+    function qc_adapt_report_init_sized_c(report, struct_size) bind(c, &
+        name="qc_adapt_report_init_sized") result(res)
+      import :: c_int, c_size_t, qc_adapt_report_t
+      type(qc_adapt_report_t), intent(inout) :: report
+      integer(c_size_t), value :: struct_size
+      integer(c_int) :: res
+    end function
+    function qc_comm_adapt_policies_c(comm, config, report) bind(c, &
+        name="qc_comm_adapt_policies") result(res)
+      import :: c_int, c_ptr, qc_adapt_config_t
+      type(c_ptr), value :: comm
+      type(qc_adapt_config_t), intent(in) :: config
+      type(c_ptr), value :: report
+      integer(c_int) :: res
+    end function
   end interface
 
   public :: QC_VERSION_MAJOR, QC_VERSION_MINOR, QC_VERSION_PATCH, QC_HEADER_VERSION_NUMBER
@@ -610,11 +610,11 @@ module qc_c_api
   public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
   public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c
   public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c
-  public :: qc_comm_apply_preset_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
-  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c, qc_allreduce_c, qc_allreduce_segments_c
-  public :: qc_alltoall_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
-  public :: qc_request_test_c, qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c
-  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
-  public :: qc_error_buffer_load_c, qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c
-  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c
+  public :: qc_comm_apply_preset_c, qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c
+  public :: qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c, qc_request_test_c
+  public :: qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c
+  public :: qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c
+  public :: qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c
+  public :: qc_emulate_alltoall_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
+  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
 end module qc_c_api

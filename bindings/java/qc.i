@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#define QC_EXPERIMENTAL_API /* Comm.adaptPolicies wraps qc_comm_adapt_policies */
 #include "qc.h"
 
 /* Return-only alias of qc_status_t: only its `ret` typemap throws. */

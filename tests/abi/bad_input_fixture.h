@@ -22,6 +22,7 @@
 #ifndef QC_BAD_INPUT_FIXTURE_H
 #define QC_BAD_INPUT_FIXTURE_H
 
+#define QC_EXPERIMENTAL_API /* tests qc_comm_adapt_policies and its structs */
 #include "qc_abi_test.h"
 
 /* Elements in most rows' calls; buf and out hold QCT_CAP (room for an

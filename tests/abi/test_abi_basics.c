@@ -4,6 +4,12 @@
  */
 #include "qc_abi_test.h"
 
+/* qc.h's experimental section stays out of a program that did not ask for
+ * it (this file does not define QC_EXPERIMENTAL_API). */
+#if defined(QC_ADAPT_CONFIG_INIT) || defined(qc_adapt_config_init)
+#error "qc.h exposes its experimental section without QC_EXPERIMENTAL_API"
+#endif
+
 /* ---- versions ------------------------------------------------------------ */
 
 static void test_version_number_matches_header(void** state) {

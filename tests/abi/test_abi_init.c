@@ -4,6 +4,7 @@
  * call; the result is the defaults of the caller's layout, and fields set
  * afterwards are honoured by the calls that take the struct.
  */
+#define QC_EXPERIMENTAL_API /* tests qc_comm_adapt_policies and its structs */
 #include "qc_abi_test.h"
 
 /* The two ways a struct starts out in C code. */

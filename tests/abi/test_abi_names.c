@@ -4,6 +4,7 @@
  * name, aliases are accepted, other spellings, unknown values and names are refused
  * with a message that lists the names.
  */
+#define QC_EXPERIMENTAL_API /* tests qc_comm_adapt_policies and its structs */
 #include "qc_abi_test.h"
 
 typedef struct name_entry {

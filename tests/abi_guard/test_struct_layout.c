@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#define QC_EXPERIMENTAL_API /* the experimental structs have pinned layouts too */
 #include "qc.h"
 
 static int failures = 0;

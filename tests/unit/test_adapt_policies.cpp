@@ -1,5 +1,6 @@
 // qc_comm_adapt_policies through a local group: statistics collected by real
 // calls, one assignment on every rank, fewer bytes within alpha * E4.
+#define QC_EXPERIMENTAL_API  // tests qc_comm_adapt_policies
 #include <chrono>
 
 #include "test_util.h"

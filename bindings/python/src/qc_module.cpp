@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#define QC_EXPERIMENTAL_API /* Comm.adapt_policies wraps qc_comm_adapt_policies */
 #include "qc.h"
 
 namespace py = pybind11;

@@ -315,21 +315,6 @@ qc_comm_get_layer_policy(comm, layer, policy) =
 qc_comm_apply_preset(comm, name, base) =
     @ccall libqc.qc_comm_apply_preset(comm::qc_comm_t, name::Cstring, base::Ptr{qc_policy_t})::qc_status_t
 
-qc_adapt_method_name(method) =
-    @ccall libqc.qc_adapt_method_name(method::qc_adapt_method_t)::Cstring
-
-qc_adapt_method_from_name(name, method) =
-    @ccall libqc.qc_adapt_method_from_name(name::Cstring, method::Ptr{qc_adapt_method_t})::qc_status_t
-
-qc_adapt_config_init_sized(config, struct_size) =
-    @ccall libqc.qc_adapt_config_init_sized(config::Ptr{qc_adapt_config_t}, struct_size::Csize_t)::qc_status_t
-
-qc_adapt_report_init_sized(report, struct_size) =
-    @ccall libqc.qc_adapt_report_init_sized(report::Ptr{qc_adapt_report_t}, struct_size::Csize_t)::qc_status_t
-
-qc_comm_adapt_policies(comm, config, report) =
-    @ccall libqc.qc_comm_adapt_policies(comm::qc_comm_t, config::Ptr{qc_adapt_config_t}, report::Ptr{qc_adapt_report_t})::qc_status_t
-
 qc_allreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, stream) =
     @ccall libqc.qc_allreduce(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, error_buffer::qc_error_buffer_t, stream::Ptr{Cvoid})::qc_status_t
 
@@ -389,3 +374,18 @@ qc_emulate_allreduce(nranks, sendbufs, recvbufs, count, dtype, op, policy, error
 
 qc_emulate_alltoall(nranks, sendbufs, recvbufs, count_per_rank, dtype, policy) =
     @ccall libqc.qc_emulate_alltoall(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count_per_rank::Csize_t, dtype::qc_dtype_t, policy::Ptr{qc_policy_t})::qc_status_t
+
+qc_adapt_method_name(method) =
+    @ccall libqc.qc_adapt_method_name(method::qc_adapt_method_t)::Cstring
+
+qc_adapt_method_from_name(name, method) =
+    @ccall libqc.qc_adapt_method_from_name(name::Cstring, method::Ptr{qc_adapt_method_t})::qc_status_t
+
+qc_adapt_config_init_sized(config, struct_size) =
+    @ccall libqc.qc_adapt_config_init_sized(config::Ptr{qc_adapt_config_t}, struct_size::Csize_t)::qc_status_t
+
+qc_adapt_report_init_sized(report, struct_size) =
+    @ccall libqc.qc_adapt_report_init_sized(report::Ptr{qc_adapt_report_t}, struct_size::Csize_t)::qc_status_t
+
+qc_comm_adapt_policies(comm, config, report) =
+    @ccall libqc.qc_comm_adapt_policies(comm::qc_comm_t, config::Ptr{qc_adapt_config_t}, report::Ptr{qc_adapt_report_t})::qc_status_t
