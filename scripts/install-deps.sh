@@ -29,6 +29,9 @@
 #   python3-venv                the tools venv below
 #   abigail-tools               abidw/abidiff: the ABI guard (tests/abi_guard)
 #   clang-14 libclang-rt-14-dev libFuzzer targets (tests/fuzz, QC_BUILD_FUZZERS)
+#   python3-clang-14 libclang1-14
+#                               libclang's Python bindings: tools/gen_bindings.py reads
+#                               qc.h with them (bindings.generated, bindings.gen_tool)
 # and, from PyPI (Debian has no tree-sitter-julia), a venv with pinned
 # tree-sitter + tree-sitter-julia for the Julia parse check (julia.parse):
 #   ${QC_TOOLS_VENV:-/opt/qc-tools-venv}
@@ -39,7 +42,7 @@ packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libg
           python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-mpi4py
           python3-torch python3-sklearn python3-matplotlib
           swig openjdk-17-jdk-headless junit4 libhamcrest-java python3-venv
-          abigail-tools clang-14 libclang-rt-14-dev)
+          abigail-tools clang-14 libclang-rt-14-dev python3-clang-14 libclang1-14)
 tools_venv=${QC_TOOLS_VENV:-/opt/qc-tools-venv}
 tools_pip=(tree-sitter==0.26.1 tree-sitter-julia==0.23.1)
 check_only=0

@@ -17,6 +17,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import gen_bindings  # noqa: E402
+from qc_header import HeaderError, MissingLibclang, load_cindex  # noqa: E402
+
+try:
+    load_cindex()
+except MissingLibclang as e:  # as gen_bindings.py: skipped (77), except under CI=true
+    print(f"test_gen_bindings.py: {e}", file=sys.stderr)
+    sys.exit(1 if os.environ.get("CI", "").lower() == "true" else 77)
 
 HEADER = os.path.join(ROOT, "include", "qc.h")
 
@@ -130,6 +137,180 @@ class CheckFailsOnDrift(unittest.TestCase):
         rc, out = run_check(text)
         self.assertEqual(rc, 2, out)
         self.assertIn("qc_comm_apply_preset(base)", out)
+
+
+def trailing_comments_as(text, style):
+    """Rewrite every one-line `/* doc */` after an enumerator or a field in
+    another comment style ('// {}', '/**< {} */', ...)."""
+    return re.sub(r"^(\s+(?:QC_\w+ = \d+,?|[\w ]+\*? ?\w+(?:\[\d+\])?;)\s*)/\* (.*?) \*/$",
+                  lambda m: m.group(1) + style.format(m.group(2)), text, flags=re.M)
+
+
+EXPERIMENTAL_SECTION = """
+#ifdef QC_EXPERIMENTAL_API
+/** Emulated allreduce of call `call_index` of one layer. */
+QC_API qc_status_t qc_emulate_allreduce_layer(int nranks, const void* const* sendbufs,
+                                              void* const* recvbufs, size_t count,
+                                              qc_dtype_t dtype, const qc_policy_t* policy,
+                                              const char* layer, uint64_t call_index);
+#endif /* QC_EXPERIMENTAL_API */
+"""
+
+
+class SturdyAgainstHeaderEdits(unittest.TestCase):
+    """Edits that are coming to qc.h (or are plain C style) and that the
+    regex parser this one replaced could not take: comment styles, the
+    experimental section, spacing, declarations that #if leaves out."""
+
+    def test_comment_styles_give_the_same_bindings(self):
+        for style in ("// {}", "/**< {} */", "///< {}", "/** {} */"):
+            text = trailing_comments_as(read_header(), style)
+            self.assertIn(style.format("IEEE 754 binary16"), text)
+            rc, out = run_check(text)
+            self.assertEqual(rc, 0, f"{style}: {out}")
+
+    def test_layout_and_spelling_give_the_same_bindings(self):
+        text = (read_header()
+                .replace("typedef enum qc_dtype QC_ENUM_BASE {", "typedef enum qc_dtype {")
+                .replace("{ sizeof(qc_stats_t), 0,", "{ sizeof (qc_stats_t), /* calls */ 0,")
+                .replace("  double codec_seconds;\n  double transport_seconds;\n",
+                         "  double codec_seconds, transport_seconds;\n")
+                .replace("QC_CODEC_TOPK = 8", "QC_CODEC_TOPK = 0x8")
+                .replace("const size_t* counts,", "const size_t counts[],")
+                .replace("#ifdef __cplusplus\n}", "#if 0\nQC_API int qc_gone(void);\n#endif\n#ifdef __cplusplus\n}"))
+        self.assertIn("transport_seconds;", text)
+        self.assertEqual(text.count("const size_t counts[],"), 2)
+        rc, out = run_check(text)
+        self.assertEqual(rc, 0, out)
+
+    def test_experimental_section_is_bound_and_marked(self):
+        text = read_header().replace("#ifdef __cplusplus\n}", EXPERIMENTAL_SECTION + "\n#ifdef __cplusplus\n}")
+        h = gen_bindings.parse_header(text)
+        fn = next(f for f in h.functions if f.name == "qc_emulate_allreduce_layer")
+        self.assertTrue(fn.experimental)
+        self.assertEqual([(p.ctype, p.name) for p in fn.params[-2:]],
+                         [("const char*", "layer"), ("uint64_t", "call_index")])
+        self.assertFalse(any(f.experimental for f in h.functions if f is not fn))
+        rc, out = run_check(text)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("+    ! experimental: declared in the QC_EXPERIMENTAL_API section", out)
+        self.assertIn("+    @ccall libqc.qc_emulate_allreduce_layer(", out)
+
+
+SYNTHETIC = """#include <stddef.h>
+#include <stdint.h>
+#define QC_API __attribute__((visibility("default")))
+#define QC_ENUM_BASE
+#define QC_VERSION_MAJOR 2
+#define QC_VERSION_MINOR 1
+#define QC_VERSION_PATCH 7
+#define QC_STATUS_MAP(X) X(SUCCESS, 0, "fine") X(ERROR_BAD, 1, "not fine")
+typedef enum qc_status QC_ENUM_BASE {
+#define ENTRY_(name, value, text) QC_##name = value,
+  QC_STATUS_MAP(ENTRY_)
+#undef ENTRY_
+} qc_status_t;
+"""
+
+
+class WithoutLibclang(unittest.TestCase):
+    def run_without_clang(self, ci):
+        code = ("import sys; sys.modules['clang'] = None; sys.path.insert(0, sys.argv[1]); "
+                "import gen_bindings; sys.exit(gen_bindings.main(['--check', '--root', sys.argv[2]]))")
+        env = dict(os.environ, CI=ci)
+        return subprocess.run([sys.executable, "-c", code, HERE, ROOT], capture_output=True, text=True, env=env)
+
+    def test_says_what_to_install_and_skips_outside_ci(self):
+        p = self.run_without_clang("")
+        self.assertEqual(p.returncode, 77, p.stderr)
+        self.assertIn("apt-get install python3-clang-14", p.stderr)
+        self.assertEqual(self.run_without_clang("true").returncode, 1)
+
+
+class SyntheticHeaders(unittest.TestCase):
+    """Small headers with one feature each, read by parse_header."""
+
+    def parse(self, body):
+        return gen_bindings.parse_header(SYNTHETIC + body)
+
+    def test_version_and_statuses(self):
+        h = self.parse("")
+        self.assertEqual(h.version, {"MAJOR": 2, "MINOR": 1, "PATCH": 7})
+        self.assertEqual([(i.name, i.value, i.doc) for i in h.enums[0].items],
+                         [("QC_SUCCESS", 0, "fine"), ("QC_ERROR_BAD", 1, "not fine")])
+
+    def test_doc_comments_in_every_style(self):
+        h = self.parse("""
+typedef enum qc_mode QC_ENUM_BASE {
+  QC_MODE_A = 0, /* plain */
+  QC_MODE_B = 1, // line
+  QC_MODE_C = 2, /**< doc after */
+  /** doc before */
+  QC_MODE_D = 3,
+  QC_MODE_E = 4, /* runs over
+                    two lines */
+  QC_MODE_F = 5
+} qc_mode_t;
+typedef struct qc_thing {
+  size_t struct_size; ///< bytes
+  /* --- a note on the fields below --- */
+  int late;
+  double x; /* x doc */
+} qc_thing_t;
+""")
+        docs = {i.name: i.doc for i in h.enums[1].items}
+        self.assertEqual(docs, {"QC_MODE_A": "plain", "QC_MODE_B": "line", "QC_MODE_C": "doc after",
+                                "QC_MODE_D": "doc before", "QC_MODE_E": "", "QC_MODE_F": ""})
+        self.assertEqual([(f.name, f.doc) for f in h.struct("qc_thing_t").fields],
+                         [("struct_size", "bytes"), ("late", ""), ("x", "x doc")])
+
+    def test_macros_are_not_functions_and_initializers_are_read(self):
+        h = self.parse("""
+typedef struct qc_knob {
+  size_t struct_size;
+  float ratio;
+  int widths[3];
+} qc_knob_t;
+#define QC_KNOB_INIT { sizeof (qc_knob_t), /* ratio */ 0.5f, {1, 2, 3} }
+QC_API qc_status_t qc_knob_init_sized(qc_knob_t* knob, size_t struct_size);
+#define qc_knob_init(knob) qc_knob_init_sized((knob), sizeof *(knob))
+""")
+        self.assertEqual([f.name for f in h.functions], ["qc_knob_init_sized"])
+        knob = h.struct("qc_knob_t")
+        self.assertEqual(knob.defaults, {"struct_size": "sizeof(qc_knob_t)", "ratio": "0.5f",
+                                         "widths": "{1, 2, 3}"})
+        self.assertEqual((knob.fields[2].ctype, knob.fields[2].array), ("int", 3))
+        self.assertIn("real(c_float) :: ratio = 0.5_c_float", gen_bindings.gen_fortran(h)[0])
+
+    def test_handles_and_experimental_declarations(self):
+        h = self.parse("""
+typedef struct qc_thing_s* qc_thing_t;
+QC_API qc_status_t qc_thing_poke(qc_thing_t thing, const char* layer, uint64_t call_index);
+#ifdef QC_EXPERIMENTAL_API
+typedef struct qc_probe { size_t struct_size; } qc_probe_t;
+QC_API qc_status_t qc_thing_probe(qc_thing_t thing, qc_probe_t* probe);
+#endif
+""")
+        self.assertEqual(h.handles, ["qc_thing_t"])
+        self.assertEqual([(f.name, f.experimental) for f in h.functions],
+                         [("qc_thing_poke", False), ("qc_thing_probe", True)])
+        self.assertTrue(h.struct("qc_probe_t").experimental)
+        julia = gen_bindings.gen_julia(h)
+        self.assertIn("# experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, "
+                      "outside the stable ABI\nqc_thing_probe(", julia)
+        self.assertNotIn("experimental", julia.split("qc_thing_probe(")[0].split("qc_thing_poke(")[1])
+
+    def test_refusals_name_the_problem(self):
+        for body, message in [
+                ("QC_API int qc_f(foo_t* x);", "unknown type name 'foo_t'"),
+                ("int qc_f(int x);", "qc_f is declared without QC_API"),
+                ("QC_API int qc_f();", "qc_f: needs a prototype"),
+                ("QC_API int qc_f(int);", "qc_f: parameter 1 has no name"),
+                ("typedef enum qc_e QC_ENUM_BASE { QC_E_A = 0, QC_E_B } qc_e_t;", "QC_E_B has no explicit value"),
+                ("typedef struct qc_s { int a; } qc_s_t;\n#define QC_S_INIT { 1, 2 }", "QC_S_INIT: 2 values for 1 fields")]:
+            with self.assertRaises(HeaderError, msg=body) as cm:
+                self.parse(body)
+            self.assertIn(message, str(cm.exception))
 
 
 if __name__ == "__main__":
