@@ -554,11 +554,13 @@ module qc_c_api
       type(qc_policy_t), intent(in) :: policy
       integer(c_int) :: res
     end function
+    ! experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
     function qc_adapt_method_name_c(method) bind(c, name="qc_adapt_method_name") result(res)
       import :: c_int, c_ptr
       integer(c_int), value :: method
       type(c_ptr) :: res
     end function
+    ! experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
     function qc_adapt_method_from_name_c(name, method) bind(c, &
         name="qc_adapt_method_from_name") result(res)
       import :: c_int, c_ptr
@@ -566,6 +568,7 @@ module qc_c_api
       integer(c_int), intent(out) :: method
       integer(c_int) :: res
     end function
+    ! experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
     function qc_adapt_config_init_sized_c(config, struct_size) bind(c, &
         name="qc_adapt_config_init_sized") result(res)
       import :: c_int, c_size_t, qc_adapt_config_t
@@ -573,6 +576,7 @@ module qc_c_api
       integer(c_size_t), value :: struct_size
       integer(c_int) :: res
     end function
+    ! experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
     function qc_adapt_report_init_sized_c(report, struct_size) bind(c, &
         name="qc_adapt_report_init_sized") result(res)
       import :: c_int, c_size_t, qc_adapt_report_t
@@ -580,6 +584,7 @@ module qc_c_api
       integer(c_size_t), value :: struct_size
       integer(c_int) :: res
     end function
+    ! experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
     function qc_comm_adapt_policies_c(comm, config, report) bind(c, &
         name="qc_comm_adapt_policies") result(res)
       import :: c_int, c_ptr, qc_adapt_config_t

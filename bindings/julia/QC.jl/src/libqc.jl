@@ -375,17 +375,22 @@ qc_emulate_allreduce(nranks, sendbufs, recvbufs, count, dtype, op, policy, error
 qc_emulate_alltoall(nranks, sendbufs, recvbufs, count_per_rank, dtype, policy) =
     @ccall libqc.qc_emulate_alltoall(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count_per_rank::Csize_t, dtype::qc_dtype_t, policy::Ptr{qc_policy_t})::qc_status_t
 
+# experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_adapt_method_name(method) =
     @ccall libqc.qc_adapt_method_name(method::qc_adapt_method_t)::Cstring
 
+# experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_adapt_method_from_name(name, method) =
     @ccall libqc.qc_adapt_method_from_name(name::Cstring, method::Ptr{qc_adapt_method_t})::qc_status_t
 
+# experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_adapt_config_init_sized(config, struct_size) =
     @ccall libqc.qc_adapt_config_init_sized(config::Ptr{qc_adapt_config_t}, struct_size::Csize_t)::qc_status_t
 
+# experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_adapt_report_init_sized(report, struct_size) =
     @ccall libqc.qc_adapt_report_init_sized(report::Ptr{qc_adapt_report_t}, struct_size::Csize_t)::qc_status_t
 
+# experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_comm_adapt_policies(comm, config, report) =
     @ccall libqc.qc_comm_adapt_policies(comm::qc_comm_t, config::Ptr{qc_adapt_config_t}, report::Ptr{qc_adapt_report_t})::qc_status_t
