@@ -19,7 +19,7 @@ import numpy as np
 
 import qc
 
-# --- snippet: README "Using qc from Python" ---
+# --- snippet: docs/using.md, "Python" ---
 policy = qc.Policy(codec="minmax", bits=4, error_feedback=True)
 comms = qc.Comm.local(3)                       # ranks 0..2 of one group
 rng = np.random.default_rng(0)
