@@ -34,7 +34,8 @@ QC_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-QC_HOST_DEVICE inline RandomStream make_random_stream(uint64_t seed, uint32_t rank, uint64_t stream) {
+QC_HOST_DEVICE inline RandomStream make_random_stream(uint64_t seed, uint32_t rank,
+                                                      uint64_t stream) {
   const uint64_t h =
       splitmix64(seed ^ splitmix64(static_cast<uint64_t>(rank) ^ splitmix64(stream)));
   return {static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};

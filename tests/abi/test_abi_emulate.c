@@ -43,10 +43,10 @@ static void test_emulate_allreduce_bad_nranks(void** state) {
   const char* fn = "qc_emulate_allreduce";
   (void)state;
   ranks_init(&r);
-  QCT_INVALID(qc_emulate_allreduce(0, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL), fn,
-              "nranks");
-  QCT_INVALID(qc_emulate_allreduce(-1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL), fn,
-              "nranks");
+  QCT_INVALID(qc_emulate_allreduce(0, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "nranks");
+  QCT_INVALID(qc_emulate_allreduce(-1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "nranks");
 }
 
 /* More ranks than a local group may have (4096): refused before any thread is
@@ -66,8 +66,9 @@ static void test_emulate_allreduce_too_many_ranks(void** state) {
     send[i] = one;
     recv[i] = out;
   }
-  QCT_INVALID(qc_emulate_allreduce(n, send, (void* const*)recv, 1, F32, QC_OP_SUM, NULL, 0, &p, NULL),
-              "qc_emulate_allreduce", "nranks");
+  QCT_INVALID(
+      qc_emulate_allreduce(n, send, (void* const*)recv, 1, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+      "qc_emulate_allreduce", "nranks");
   free(send);
   free(recv);
 }
@@ -91,12 +92,12 @@ static void test_emulate_allreduce_null_entry(void** state) {
   (void)state;
   ranks_init(&r);
   r.sendp[2] = NULL;
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL), fn,
-              "sendbufs");
+  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "sendbufs");
   ranks_init(&r);
   r.recvp[3] = NULL;
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL), fn,
-              "recvbufs");
+  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "recvbufs");
   /* with count 0, NULL entries are fine */
   QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, 0, F32, QC_OP_SUM, NULL, 0, &p, NULL));
 }
@@ -108,14 +109,14 @@ static void test_emulate_allreduce_bad_count_dtype_op(void** state) {
   (void)state;
   ranks_init(&r);
   QCT_INVALID(
-      qc_emulate_allreduce(R, r.sendp, r.recvp, SIZE_MAX / 2, F32, QC_OP_SUM, NULL, 0, &p, NULL), fn,
-      "count");
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, (qc_dtype_t)7, QC_OP_SUM, NULL, 0, &p,
-                                   NULL),
-              fn, "dtype");
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, (qc_reduce_op_t)5, NULL, 0, &p,
-                                   NULL),
-              fn, "op");
+      qc_emulate_allreduce(R, r.sendp, r.recvp, SIZE_MAX / 2, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+      fn, "count");
+  QCT_INVALID(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, (qc_dtype_t)7, QC_OP_SUM, NULL, 0, &p, NULL),
+      fn, "dtype");
+  QCT_INVALID(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, (qc_reduce_op_t)5, NULL, 0, &p, NULL),
+      fn, "op");
 }
 
 static void test_emulate_allreduce_null_policy(void** state) {
@@ -155,7 +156,8 @@ static void test_emulate_allreduce_wrong_error_buffer_count(void** state) {
   p.error_feedback = 1;
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_create(NULL, i == 1 ? COUNT + 1 : COUNT, &ebs[i]));
   qct_outcome o;
-  o = qct_capture(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
+  o = qct_capture(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_destroy(ebs[i]));
   QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "error_buffers");
 }
@@ -177,9 +179,11 @@ static void test_emulate_allreduce_error_buffers_bind_to_rank(void** state) {
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_create(NULL, COUNT, &ebs[i]));
   QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   for (i = 0; i < R; ++i) swapped[i] = ebs[(i + 1) % R];
-  o = qct_capture(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, swapped));
+  o = qct_capture(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, swapped));
   QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "belongs to rank 1");
-  o = qct_capture(qc_emulate_allreduce(R - 1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
+  o = qct_capture(
+      qc_emulate_allreduce(R - 1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "error_buffers");
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_destroy(ebs[i]));
 }
@@ -334,7 +338,8 @@ static void test_emulate_alltoall_arguments(void** state) {
   QCT_INVALID(qc_emulate_alltoall(-3, t.sendp, t.recvp, CPR, F32, NULL, 0, &p), fn, "nranks");
   QCT_INVALID(qc_emulate_alltoall(A, NULL, t.recvp, CPR, F32, NULL, 0, &p), fn, "sendbufs");
   QCT_INVALID(qc_emulate_alltoall(A, t.sendp, NULL, CPR, F32, NULL, 0, &p), fn, "recvbufs");
-  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, (qc_dtype_t)7, NULL, 0, &p), fn, "dtype");
+  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, (qc_dtype_t)7, NULL, 0, &p), fn,
+              "dtype");
   QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, NULL, 0, NULL), fn, "policy");
   /* count_per_rank x 4 bytes fits, x nranks does not */
   QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, SIZE_MAX / 8, F32, NULL, 0, &p), fn,

@@ -145,7 +145,8 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
   const void* sends[2] = {host.data(), x_dev.data()};
   void* recvs[2] = {out_dev.data(), out_dev.data()};
   qc_policy_t none = QC_POLICY_INIT;
-  EXPECT_EQ(qc_emulate_allreduce(2, sends, recvs, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, 0, &none, nullptr),
+  EXPECT_EQ(qc_emulate_allreduce(2, sends, recvs, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, 0, &none,
+                                 nullptr),
             QC_ERROR_UNSUPPORTED);
   EXPECT_NE(std::strstr(qc_last_error(), "device memory"), nullptr) << qc_last_error();
   qc_error_buffer_t eb = nullptr;
@@ -256,8 +257,8 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
       sp[r] = x[r].data();
       rp[r] = want[r].data();
     }
-    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, c.op, nullptr, 0, &p,
-                                   nullptr),
+    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, c.op, nullptr,
+                                   0, &p, nullptr),
               QC_SUCCESS)
         << qc_last_error();
     std::vector<qc_comm_t> comms;
@@ -302,7 +303,8 @@ TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
       sp[r] = x[r].data();
       rp[r] = want[r].data();
     }
-    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, QC_OP_AVG, nullptr, 0, &p, nullptr),
+    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, QC_OP_AVG, nullptr, 0, &p,
+                                   nullptr),
               QC_SUCCESS)
         << qc_last_error();
     std::vector<qc_comm_t> comms;
@@ -386,8 +388,8 @@ TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
         x[1][5000] = FLT_MAX;
         x[1][5001] = -FLT_MAX;
       }
-      ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, 0,
-                                     &p, emulated.data()),
+      ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                     nullptr, 0, &p, emulated.data()),
                 QC_SUCCESS)
           << qc_last_error();
       const DeviceRanks d = upload_each(x, true);

@@ -219,8 +219,8 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
       check_transport_sum(comm, &p, in, count);
       break;
     }
-    s = qc_emulate_allreduce(n, sp, rp, count, QC_DTYPE_FLOAT32, QC_OP_AVG, "grad", (uint64_t)t,
-                             &p, emu_eb);
+    s = qc_emulate_allreduce(n, sp, rp, count, QC_DTYPE_FLOAT32, QC_OP_AVG, "grad", (uint64_t)t, &p,
+                             emu_eb);
     if (algo == QC_ALGO_NATIVE && cc->codec != QC_CODEC_GLOBAL_LINEAR &&
         cc->codec != QC_CODEC_GLOBAL_EXP) {
       CHECK(s == QC_ERROR_UNSUPPORTED, "emulated native with %s", cc->name);
@@ -239,9 +239,9 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
     }
     /* Another layer's call (same policy) does not move "grad"'s stream. */
     CHECK(qc_comm_set_layer_policy(comm, "other", &p) == QC_SUCCESS, "policy");
-    CHECK(allreduce_here(comm, in + (size_t)g_rank * count, out, count, "other", NULL) ==
-              QC_SUCCESS,
-          "allreduce of another layer");
+    CHECK(
+        allreduce_here(comm, in + (size_t)g_rank * count, out, count, "other", NULL) == QC_SUCCESS,
+        "allreduce of another layer");
   }
   CHECK(qc_comm_destroy(comm) == QC_SUCCESS, "destroy");
   if (cc->error_feedback) {

@@ -94,8 +94,8 @@ TEST_P(LayerStream, EmulationReproducesTheFifthCallOfALayer) {
     if (k % 2 == 0) call_layer(g, "C", inputs(300 + k), kCount);
     call_layer(g, nullptr, inputs(400 + k, 64), 64);
   }
-  const auto emu = allreduce_emulate(kRanks, inputs(100), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                                     pol, nullptr, "A", 4);
+  const auto emu = allreduce_emulate(kRanks, inputs(100), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM, pol,
+                                     nullptr, "A", 4);
   ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_TRUE(bytes_equal(emu.out[static_cast<size_t>(r)], fifth[static_cast<size_t>(r)],
@@ -103,8 +103,8 @@ TEST_P(LayerStream, EmulationReproducesTheFifthCallOfALayer) {
         << "rank " << r;
   }
   for (uint64_t other : {0u, 3u, 5u}) {
-    const auto wrong = allreduce_emulate(kRanks, inputs(100), kCount, QC_DTYPE_FLOAT32,
-                                         QC_OP_SUM, pol, nullptr, "A", other);
+    const auto wrong = allreduce_emulate(kRanks, inputs(100), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                         pol, nullptr, "A", other);
     ASSERT_EQ(wrong.status, QC_SUCCESS) << wrong.error;
     EXPECT_NE(wrong.out[0], fifth[0]) << "call index " << other << " drew call 4's bits";
   }
@@ -138,8 +138,8 @@ TEST_P(LayerStream, EmulationWithResidualsReproducesALaterCall) {
         << qc_last_error();
   }
   const auto fourth = call_layer(g, "A", inputs(503), kCount, ebs.data());
-  const auto emu = allreduce_emulate(kRanks, inputs(503), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                                     pol, emu_ebs.data(), "A", 3);
+  const auto emu = allreduce_emulate(kRanks, inputs(503), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM, pol,
+                                     emu_ebs.data(), "A", 3);
   ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
   for (int r = 0; r < kRanks; ++r) {
     const auto ur = static_cast<size_t>(r);
@@ -205,8 +205,8 @@ TEST(LayerStreams, FusedSegmentsCountForTheirLayers) {
         << qc_last_error();
   });
   const auto second = call_layer(g, "A", inputs(12), kCount);
-  const auto emu = allreduce_emulate(kRanks, inputs(12), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                                     pol, nullptr, "A", 1);
+  const auto emu = allreduce_emulate(kRanks, inputs(12), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM, pol,
+                                     nullptr, "A", 1);
   ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
   EXPECT_EQ(emu.out, second);
   qc_layer_stats_t stats = QC_LAYER_STATS_INIT;
@@ -235,13 +235,13 @@ TEST(LayerStreams, EmulatedAlltoallReproducesALaterCall) {
     sp[r] = in[r].data();
     rp[r] = emu[r].data();
   }
-  ASSERT_EQ(qc_emulate_alltoall(kRanks, sp.data(), rp.data(), kPerRank, QC_DTYPE_FLOAT32,
-                                "experts", 2, &pol),
+  ASSERT_EQ(qc_emulate_alltoall(kRanks, sp.data(), rp.data(), kPerRank, QC_DTYPE_FLOAT32, "experts",
+                                2, &pol),
             QC_SUCCESS)
       << qc_last_error();
   EXPECT_EQ(emu, third.out);
-  ASSERT_EQ(qc_emulate_alltoall(kRanks, sp.data(), rp.data(), kPerRank, QC_DTYPE_FLOAT32,
-                                "experts", 0, &pol),
+  ASSERT_EQ(qc_emulate_alltoall(kRanks, sp.data(), rp.data(), kPerRank, QC_DTYPE_FLOAT32, "experts",
+                                0, &pol),
             QC_SUCCESS);
   EXPECT_NE(emu, third.out) << "call 0 drew call 2's bits";
 }
@@ -287,8 +287,8 @@ TEST(LayerStreams, BadImagesAreRefusedAndChangeNothing) {
   const std::vector<Bytes> one = {encode(std::vector<float>(16, 1.0f), QC_DTYPE_FLOAT32)};
   Bytes out(16 * 4);
   for (const char* layer : {"fc1", "fc2", "fc1"}) {
-    ASSERT_EQ(qc_allreduce(g[0], one[0].data(), out.data(), 16, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                           layer, nullptr, nullptr),
+    ASSERT_EQ(qc_allreduce(g[0], one[0].data(), out.data(), 16, QC_DTYPE_FLOAT32, QC_OP_SUM, layer,
+                           nullptr, nullptr),
               QC_SUCCESS);
   }
   const Bytes image = save_state(g[0]);
@@ -355,8 +355,8 @@ TEST(LayerStreams, StateLoadedOnOneRankOnlyIsAMismatch) {
   const auto in = encode_all(random_inputs(2, 64, 3), QC_DTYPE_FLOAT32);
   std::vector<Bytes> out(2, Bytes(64 * 4));
   run_ranks(2, [&](int r) {
-    EXPECT_EQ(qc_allreduce(g[r], in[r].data(), out[r].data(), 64, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                           "A", nullptr, nullptr),
+    EXPECT_EQ(qc_allreduce(g[r], in[r].data(), out[r].data(), 64, QC_DTYPE_FLOAT32, QC_OP_SUM, "A",
+                           nullptr, nullptr),
               QC_SUCCESS);
   });
   ASSERT_EQ(qc_comm_load_state(g[0], empty.data(), empty.size()), QC_SUCCESS);

@@ -311,8 +311,7 @@ struct EmuResult {
 };
 
 inline EmuResult allreduce_emulate(int n, const std::vector<Bytes>& in, size_t count,
-                                   qc_dtype_t dtype, qc_reduce_op_t op,
-                                   const qc_policy_t& policy,
+                                   qc_dtype_t dtype, qc_reduce_op_t op, const qc_policy_t& policy,
                                    qc_error_buffer_t* error_buffers = nullptr,
                                    const char* layer = nullptr, uint64_t call_index = 0) {
   EmuResult res;

@@ -245,9 +245,9 @@ Row run_row(const Options& o, const CodecSpec& c, const AlgoSpec& a, bool ef,
   for (int t = 1; t <= o.tmax; ++t) {
     policy.seed = o.seed;
     const uint64_t call_index = o.fixed_seed ? 0 : static_cast<uint64_t>(t - 1);
-    const qc_status_t s = qc_emulate_allreduce(n, send.data(), recv.data(), count,
-                                               QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, call_index,
-                                               &policy, ef ? ebs.data() : nullptr);
+    const qc_status_t s =
+        qc_emulate_allreduce(n, send.data(), recv.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                             nullptr, call_index, &policy, ef ? ebs.data() : nullptr);
     if (s != QC_SUCCESS) library_error("qc_emulate_allreduce", s);
     for (int r = 1; r < n; ++r) {
       if (std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), count * 4) != 0) {
