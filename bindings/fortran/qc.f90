@@ -103,6 +103,7 @@ module qc
   public :: qc_comm_create, qc_comm_create_mpi, qc_comm_create_local, qc_comm_create_local_with_config
   public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_async_error, qc_comm_get_stats
   public :: qc_comm_get_layer_stats, qc_comm_layer_count, qc_comm_layer_name
+  public :: qc_comm_save_state, qc_comm_load_state
   public :: qc_comm_set_layer_policy, qc_comm_get_layer_policy, qc_comm_apply_preset, qc_comm_adapt_policies
   public :: qc_allreduce, qc_allreduce_inplace, qc_allreduce_segments, qc_allreduce_segments_inplace
   public :: qc_alltoall
@@ -486,6 +487,32 @@ contains
     end if
     call finish(st, 'qc_comm_layer_name', ierr)
   end subroutine qc_comm_layer_name
+
+  !> Every layer's call count (which keys its stochastic rounding) as an
+  !> image for a checkpoint; qc_comm_load_state on every rank resumes it.
+  subroutine qc_comm_save_state(comm, image, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer(c_int8_t), allocatable, target, intent(out) :: image(:)
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: needed, written
+    integer(c_int) :: st
+    needed = 0
+    st = qc_comm_save_state_c(comm%ptr, c_null_ptr, 0_c_size_t, needed)
+    if (st == QC_SUCCESS) then
+      allocate(image(needed))
+      st = qc_comm_save_state_c(comm%ptr, bytes_ptr(image), needed, written)
+    end if
+    call finish(st, 'qc_comm_save_state', ierr)
+  end subroutine qc_comm_save_state
+
+  !> Restore the layer call counts of an image of qc_comm_save_state.
+  subroutine qc_comm_load_state(comm, image, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer(c_int8_t), contiguous, intent(in), target :: image(:)
+    integer, intent(out), optional :: ierr
+    call finish(qc_comm_load_state_c(comm%ptr, bytes_ptr(image), size(image, kind=c_size_t)), &
+                'qc_comm_load_state', ierr)
+  end subroutine qc_comm_load_state
 
   !> Policy for layers whose name matches pattern (exact, or a glob with
   !> * and ?; "*" is the default). Every rank must set the same policies.

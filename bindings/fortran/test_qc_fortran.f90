@@ -246,6 +246,14 @@ program test_qc_fortran
   call qc_comm_layer_name(solo(1), 0, lname, ierr)
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), '>= 1') > 0, &
              'layer 0: INVALID_ARGUMENT (1-based)')
+  ! The layer call counts as a checkpoint: 24-byte header, 16 bytes and the name per layer.
+  call qc_comm_save_state(solo(1), image, ierr)
+  call check(ierr == QC_SUCCESS .and. size(image) == 24 + 3 * 16 + 1 + 5 + 5, 'qc_comm_save_state size')
+  call qc_comm_load_state(solo(1), image, ierr)
+  call check(ierr == QC_SUCCESS, 'qc_comm_load_state of its own image')
+  image(size(image)) = not(image(size(image)))
+  call qc_comm_load_state(solo(1), image, ierr)
+  call check(ierr == QC_ERROR_CORRUPT_DATA, 'a damaged state image: CORRUPT_DATA')
   ! A bad counts sum fails in Fortran, before C: no call is counted.
   call qc_allreduce_segments(solo(1), x, y, [300, 600], QC_OP_SUM, seg_names, ierr=ierr)
   msg = qc_last_error_message()

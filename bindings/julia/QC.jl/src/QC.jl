@@ -810,6 +810,35 @@ function load!(eb::ErrorBuffer, image::AbstractVector{UInt8})
     return eb
 end
 
+"""
+    QC.save(c::Comm) -> Vector{UInt8}
+
+Every layer's call count (which keys its stochastic rounding), as a
+versioned, checksummed image for a checkpoint (`qc_comm_save_state`);
+restore it with [`load!`](@ref) on every rank of the resumed run.
+"""
+function save(c::Comm)
+    h = _handle(c)
+    nbytes = Ref{Csize_t}(0)
+    check(qc_comm_save_state(h, C_NULL, 0, nbytes))
+    image = Vector{UInt8}(undef, Int(nbytes[]))
+    check(qc_comm_save_state(h, image, length(image), nbytes))
+    return resize!(image, Int(nbytes[]))
+end
+
+"""
+    load!(c::Comm, image::AbstractVector{UInt8}) -> c
+
+Restore the layer call counts saved by [`QC.save`](@ref)`(c)`
+(`qc_comm_load_state`). A damaged or foreign image throws
+`QC_ERROR_CORRUPT_DATA`; the communicator is unchanged on failure.
+"""
+function load!(c::Comm, image::AbstractVector{UInt8})
+    bytes = image isa Vector{UInt8} ? image : Vector{UInt8}(image)
+    check(qc_comm_load_state(_handle(c), bytes, length(bytes)))
+    return c
+end
+
 # ---------------------------------------------------------------------------
 # Collectives
 # ---------------------------------------------------------------------------
