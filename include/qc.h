@@ -466,6 +466,25 @@ QC_API qc_status_t qc_comm_layer_name(qc_comm_t comm, size_t index, char* name, 
                                       size_t* length);
 
 /**
+ * Serialise the communicator's state for a checkpoint into dst: how many
+ * calls each layer has run, which keys its stochastic rounding (call k of a
+ * layer draws the bits of qc_emulate_allreduce's call_index k). With dst
+ * NULL only *size is set to the bytes needed. The image is versioned and
+ * checksummed; QC_ERROR_INVALID_ARGUMENT if capacity is too small. Waits for
+ * the requests started before it. Every rank holds the same counts.
+ */
+QC_API qc_status_t qc_comm_save_state(qc_comm_t comm, void* dst, size_t capacity, size_t* size);
+/**
+ * Restore the state saved by qc_comm_save_state (any rank's, any
+ * communicator's) into comm, replacing its counts: the next call of each
+ * layer draws the bits the saved run's next call would have. Load it on
+ * every rank (ranks whose counts differ fail their next call of the layer
+ * with QC_ERROR_MISMATCH). QC_ERROR_CORRUPT_DATA for a damaged, truncated or
+ * foreign image; comm is unchanged on failure.
+ */
+QC_API qc_status_t qc_comm_load_state(qc_comm_t comm, const void* src, size_t size);
+
+/**
  * Set the policy for layers whose name matches `pattern`.
  * Patterns are exact names or globs with `*` (any run of characters) and `?`
  * (one character). For a given name, an exact pattern wins over every glob;
@@ -825,21 +844,26 @@ QC_API qc_status_t qc_codec_decode(const void* src, size_t size, void* dst, size
  * each, with `policy` for every rank. sendbufs[i] / recvbufs[i] are rank i's
  * buffers. error_buffers is NULL or an array of nranks error buffers (each
  * created with comm NULL, or for rank i of a group of nranks; entries may be
- * NULL). The result is bit-identical to a real run of the same inputs and
- * policy on any transport, as that run's first call: every emulation is a
- * fresh group, so stochastic rounding draws the same random bits on each
- * emulated call. Change policy->seed between calls for new ones.
+ * NULL). The result is bit-identical to call `call_index` (0: the first) of
+ * layer `layer` (NULL means "*") in a real run of the same inputs, policy
+ * and residuals on any transport: stochastic rounding draws the bits of
+ * that layer's call, whatever other layers did in between. With
+ * scale_update_period > 1 the emulated call computes its scales (as a
+ * layer's first call does).
  */
 QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
                                         void* const* recvbufs, size_t count,
                                         qc_dtype_t dtype, qc_reduce_op_t op,
+                                        const char* layer, uint64_t call_index,
                                         const qc_policy_t* policy,
                                         qc_error_buffer_t* error_buffers);
 
-/** Run an alltoall over `nranks` virtual ranks; see qc_alltoall. */
+/** Run an alltoall over `nranks` virtual ranks, as call `call_index` of
+ *  `layer` (NULL means "*"); see qc_alltoall and qc_emulate_allreduce. */
 QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
                                        void* const* recvbufs, size_t count_per_rank,
-                                       qc_dtype_t dtype, const qc_policy_t* policy);
+                                       qc_dtype_t dtype, const char* layer,
+                                       uint64_t call_index, const qc_policy_t* policy);
 
 /* ======================================================================== */
 /* 10. Experimental: QC_EXPERIMENTAL_API                                      */

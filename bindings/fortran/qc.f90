@@ -103,6 +103,7 @@ module qc
   public :: qc_comm_create, qc_comm_create_mpi, qc_comm_create_local, qc_comm_create_local_with_config
   public :: qc_comm_destroy, qc_comm_rank, qc_comm_size, qc_comm_get_async_error, qc_comm_get_stats
   public :: qc_comm_get_layer_stats, qc_comm_layer_count, qc_comm_layer_name
+  public :: qc_comm_save_state, qc_comm_load_state
   public :: qc_comm_set_layer_policy, qc_comm_get_layer_policy, qc_comm_apply_preset, qc_comm_adapt_policies
   public :: qc_allreduce, qc_allreduce_inplace, qc_allreduce_segments, qc_allreduce_segments_inplace
   public :: qc_alltoall
@@ -486,6 +487,32 @@ contains
     end if
     call finish(st, 'qc_comm_layer_name', ierr)
   end subroutine qc_comm_layer_name
+
+  !> Every layer's call count (which keys its stochastic rounding) as an
+  !> image for a checkpoint; qc_comm_load_state on every rank resumes it.
+  subroutine qc_comm_save_state(comm, image, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer(c_int8_t), allocatable, target, intent(out) :: image(:)
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: needed, written
+    integer(c_int) :: st
+    needed = 0
+    st = qc_comm_save_state_c(comm%ptr, c_null_ptr, 0_c_size_t, needed)
+    if (st == QC_SUCCESS) then
+      allocate(image(needed))
+      st = qc_comm_save_state_c(comm%ptr, bytes_ptr(image), needed, written)
+    end if
+    call finish(st, 'qc_comm_save_state', ierr)
+  end subroutine qc_comm_save_state
+
+  !> Restore the layer call counts of an image of qc_comm_save_state.
+  subroutine qc_comm_load_state(comm, image, ierr)
+    type(qc_comm), intent(in) :: comm
+    integer(c_int8_t), contiguous, intent(in), target :: image(:)
+    integer, intent(out), optional :: ierr
+    call finish(qc_comm_load_state_c(comm%ptr, bytes_ptr(image), size(image, kind=c_size_t)), &
+                'qc_comm_load_state', ierr)
+  end subroutine qc_comm_load_state
 
   !> Policy for layers whose name matches pattern (exact, or a glob with
   !> * and ?; "*" is the default). Every rank must set the same policies.
@@ -933,19 +960,29 @@ contains
   !> Allreduce over size(sendbufs, 2) virtual ranks in one call: column i
   !> of sendbufs / recvbufs is rank i-1's buffer. error_buffers, if present,
   !> holds one buffer per rank (each created with qc_comm() or for that
-  !> rank; a NULL entry is allowed). Bit-identical to a real run's first call.
-  subroutine qc_emulate_allreduce(sendbufs, recvbufs, op, policy, error_buffers, ierr)
+  !> rank; a NULL entry is allowed). Bit-identical to call call_index (0,
+  !> the default: the first) of layer `layer` (absent: "*") in a real run.
+  subroutine qc_emulate_allreduce(sendbufs, recvbufs, op, policy, error_buffers, ierr, layer, &
+                                  call_index)
     real(c_float), contiguous, intent(in), target :: sendbufs(:, :)
     real(c_float), contiguous, intent(inout), target :: recvbufs(:, :)
     integer, intent(in) :: op
     type(qc_policy_t), intent(in) :: policy
     type(qc_error_buffer), intent(in), optional :: error_buffers(:)
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: layer
+    integer(c_int64_t), intent(in), optional :: call_index
     type(c_ptr) :: sp(size(sendbufs, 2)), rp(size(sendbufs, 2))
     type(c_ptr), target :: ebs(size(sendbufs, 2))
     type(c_ptr) :: pebs
+    character(kind=c_char), allocatable, target :: clayer(:)
+    type(c_ptr) :: player
+    integer(c_int64_t) :: cindex
     integer :: r, n
     n = size(sendbufs, 2)
+    player = optional_c_string(layer, clayer)
+    cindex = 0
+    if (present(call_index)) cindex = call_index
     if (any(shape(recvbufs) /= shape(sendbufs))) then
       call fail_here('qc_emulate_allreduce', 'recvbufs has a different shape than sendbufs', ierr)
       return
@@ -964,20 +1001,30 @@ contains
       rp(r) = buf_ptr(recvbufs(:, r))
     end do
     call finish(qc_emulate_allreduce_c(int(n, c_int), sp, rp, size(sendbufs, 1, kind=c_size_t), &
-                                       QC_DTYPE_FLOAT32, int(op, c_int), sized_policy(policy), pebs), &
+                                       QC_DTYPE_FLOAT32, int(op, c_int), player, cindex, &
+                                       sized_policy(policy), pebs), &
                 'qc_emulate_allreduce', ierr)
   end subroutine qc_emulate_allreduce
 
   !> Alltoall over size(sendbufs, 2) virtual ranks: column i is rank i-1's
-  !> buffer, its size a multiple of the number of ranks.
-  subroutine qc_emulate_alltoall(sendbufs, recvbufs, policy, ierr)
+  !> buffer, its size a multiple of the number of ranks. layer and
+  !> call_index as for qc_emulate_allreduce.
+  subroutine qc_emulate_alltoall(sendbufs, recvbufs, policy, ierr, layer, call_index)
     real(c_float), contiguous, intent(in), target :: sendbufs(:, :)
     real(c_float), contiguous, intent(inout), target :: recvbufs(:, :)
     type(qc_policy_t), intent(in) :: policy
     integer, intent(out), optional :: ierr
+    character(len=*), intent(in), optional :: layer
+    integer(c_int64_t), intent(in), optional :: call_index
     type(c_ptr) :: sp(size(sendbufs, 2)), rp(size(sendbufs, 2))
+    character(kind=c_char), allocatable, target :: clayer(:)
+    type(c_ptr) :: player
+    integer(c_int64_t) :: cindex
     integer :: r, n
     n = size(sendbufs, 2)
+    player = optional_c_string(layer, clayer)
+    cindex = 0
+    if (present(call_index)) cindex = call_index
     if (any(shape(recvbufs) /= shape(sendbufs))) then
       call fail_here('qc_emulate_alltoall', 'recvbufs has a different shape than sendbufs', ierr)
       return
@@ -994,7 +1041,7 @@ contains
     end do
     call finish(qc_emulate_alltoall_c(int(n, c_int), sp, rp, &
                                       size(sendbufs, 1, kind=c_size_t) / int(max(n, 1), c_size_t), &
-                                      QC_DTYPE_FLOAT32, sized_policy(policy)), &
+                                      QC_DTYPE_FLOAT32, player, cindex, sized_policy(policy)), &
                 'qc_emulate_alltoall', ierr)
   end subroutine qc_emulate_alltoall
 

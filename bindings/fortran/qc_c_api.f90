@@ -335,6 +335,22 @@ module qc_c_api
       integer(c_size_t), intent(out) :: length
       integer(c_int) :: res
     end function
+    function qc_comm_save_state_c(comm, dst, capacity, size) bind(c, &
+        name="qc_comm_save_state") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: dst
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: size
+      integer(c_int) :: res
+    end function
+    function qc_comm_load_state_c(comm, src, size) bind(c, name="qc_comm_load_state") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: src
+      integer(c_size_t), value :: size
+      integer(c_int) :: res
+    end function
     function qc_comm_set_layer_policy_c(comm, pattern, policy) bind(c, &
         name="qc_comm_set_layer_policy") result(res)
       import :: c_int, c_ptr, qc_policy_t
@@ -530,27 +546,31 @@ module qc_c_api
       integer(c_int), value :: dtype
       integer(c_int) :: res
     end function
-    function qc_emulate_allreduce_c(nranks, sendbufs, recvbufs, count, dtype, op, policy, &
-        error_buffers) bind(c, name="qc_emulate_allreduce") result(res)
-      import :: c_int, c_ptr, c_size_t, qc_policy_t
+    function qc_emulate_allreduce_c(nranks, sendbufs, recvbufs, count, dtype, op, layer, &
+        call_index, policy, error_buffers) bind(c, name="qc_emulate_allreduce") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t, qc_policy_t
       integer(c_int), value :: nranks
       type(c_ptr), intent(in) :: sendbufs(*)
       type(c_ptr), intent(in) :: recvbufs(*)
       integer(c_size_t), value :: count
       integer(c_int), value :: dtype
       integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: call_index
       type(qc_policy_t), intent(in) :: policy
       type(c_ptr), value :: error_buffers
       integer(c_int) :: res
     end function
-    function qc_emulate_alltoall_c(nranks, sendbufs, recvbufs, count_per_rank, dtype, &
-        policy) bind(c, name="qc_emulate_alltoall") result(res)
-      import :: c_int, c_ptr, c_size_t, qc_policy_t
+    function qc_emulate_alltoall_c(nranks, sendbufs, recvbufs, count_per_rank, dtype, layer, &
+        call_index, policy) bind(c, name="qc_emulate_alltoall") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t, qc_policy_t
       integer(c_int), value :: nranks
       type(c_ptr), intent(in) :: sendbufs(*)
       type(c_ptr), intent(in) :: recvbufs(*)
       integer(c_size_t), value :: count_per_rank
       integer(c_int), value :: dtype
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: call_index
       type(qc_policy_t), intent(in) :: policy
       integer(c_int) :: res
     end function
@@ -614,12 +634,12 @@ module qc_c_api
   public :: qc_comm_config_init_sized_c, qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c
   public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
   public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c
-  public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c
-  public :: qc_comm_apply_preset_c, qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c
-  public :: qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c, qc_request_test_c
-  public :: qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c
-  public :: qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c
-  public :: qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c
-  public :: qc_emulate_alltoall_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
-  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
+  public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c
+  public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, qc_allreduce_c
+  public :: qc_allreduce_segments_c, qc_alltoall_c, qc_iallreduce_c, qc_iallreduce_segments_c
+  public :: qc_ialltoall_c, qc_request_test_c, qc_request_wait_c, qc_request_free_c
+  public :: qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c
+  public :: qc_error_buffer_save_c, qc_error_buffer_load_c, qc_codec_encoded_size_c, qc_codec_encode_c
+  public :: qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c, qc_adapt_method_name_c
+  public :: qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
 end module qc_c_api

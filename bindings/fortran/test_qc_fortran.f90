@@ -29,7 +29,7 @@ program test_qc_fortran
   character(len=8), parameter :: seg_names(2) = [character(len=8) :: 'seg.a', 'seg.b']
   character(len=:), allocatable :: lname
   integer :: nlayers
-  real(c_float), allocatable :: x(:), y(:), sends(:, :), recvs(:, :)
+  real(c_float), allocatable :: x(:), y(:), sends(:, :), recvs(:, :), recvs2(:, :)
   integer(c_int8_t), allocatable :: message(:), image(:)
   integer(int64) :: max_bytes
   real(c_double) :: norm, norm2
@@ -135,6 +135,15 @@ program test_qc_fortran
   call qc_emulate_alltoall(sends, recvs, qc_policy_t(), ierr)
   call check(ierr == QC_SUCCESS .and. all(recvs(1:n / nranks, 2) == sends(n / nranks + 1:2 * n / nranks, 1)), &
              'emulated alltoall, codec none')
+  ! A layer's call index keys stochastic rounding: call 3 of "fc1" is not its call 0.
+  allocate(recvs2(n, nranks))
+  p = qc_policy_t(codec=QC_CODEC_QSGD, bits=4, rounding=QC_ROUND_STOCHASTIC, min_compress_bytes=0_c_size_t)
+  call qc_emulate_allreduce(sends, recvs, QC_OP_SUM, p, ierr=ierr, layer='fc1')
+  call check(ierr == QC_SUCCESS, 'qc_emulate_allreduce, layer fc1, call 0')
+  call qc_emulate_allreduce(sends, recvs2, QC_OP_SUM, p, ierr=ierr, layer='fc1', call_index=3_c_int64_t)
+  call check(ierr == QC_SUCCESS .and. any(recvs2 /= recvs), 'call_index 3 draws other bits than call 0')
+  call qc_emulate_allreduce(sends, recvs2, QC_OP_SUM, p, ierr=ierr, layer='fc1', call_index=0_c_int64_t)
+  call check(ierr == QC_SUCCESS .and. all(recvs2 == recvs), 'call_index 0 is the default')
 
   ! --- a one-rank local group: collectives, policies, stats -------------
   call qc_comm_create_local(comms, ierr)
@@ -237,6 +246,14 @@ program test_qc_fortran
   call qc_comm_layer_name(solo(1), 0, lname, ierr)
   call check(ierr == QC_ERROR_INVALID_ARGUMENT .and. index(qc_last_error_message(), '>= 1') > 0, &
              'layer 0: INVALID_ARGUMENT (1-based)')
+  ! The layer call counts as a checkpoint: 24-byte header, 16 bytes and the name per layer.
+  call qc_comm_save_state(solo(1), image, ierr)
+  call check(ierr == QC_SUCCESS .and. size(image) == 24 + 3 * 16 + 1 + 5 + 5, 'qc_comm_save_state size')
+  call qc_comm_load_state(solo(1), image, ierr)
+  call check(ierr == QC_SUCCESS, 'qc_comm_load_state of its own image')
+  image(size(image)) = not(image(size(image)))
+  call qc_comm_load_state(solo(1), image, ierr)
+  call check(ierr == QC_ERROR_CORRUPT_DATA, 'a damaged state image: CORRUPT_DATA')
   ! A bad counts sum fails in Fortran, before C: no call is counted.
   call qc_allreduce_segments(solo(1), x, y, [300, 600], QC_OP_SUM, seg_names, ierr=ierr)
   msg = qc_last_error_message()

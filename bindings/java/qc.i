@@ -570,8 +570,8 @@ qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, 
   int i;
   if (nranks < 1 || (handles != NULL && nhandles != nranks)) {
     /* qc words the message for a bad nranks; Java checks the array lengths */
-    return alltoall ? qc_emulate_alltoall(nranks, NULL, NULL, count, dtype, policy)
-                    : qc_emulate_allreduce(nranks, NULL, NULL, count, dtype, op, policy, NULL);
+    return alltoall ? qc_emulate_alltoall(nranks, NULL, NULL, count, dtype, NULL, 0, policy)
+                    : qc_emulate_allreduce(nranks, NULL, NULL, count, dtype, op, NULL, 0, policy, NULL);
   }
   sends = (const void**)calloc((size_t)nranks, sizeof(void*));
   recvs = (void**)calloc((size_t)nranks, sizeof(void*));
@@ -587,8 +587,8 @@ qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, 
     recvs[i] = recvbuf == NULL ? NULL : (char*)recvbuf + (size_t)i * bytes;
     if (ebs != NULL) ebs[i] = (qc_error_buffer_t)(intptr_t)handles[i];
   }
-  st = alltoall ? qc_emulate_alltoall(nranks, sends, recvs, count, dtype, policy)
-                : qc_emulate_allreduce(nranks, sends, recvs, count, dtype, op, policy, ebs);
+  st = alltoall ? qc_emulate_alltoall(nranks, sends, recvs, count, dtype, NULL, 0, policy)
+                : qc_emulate_allreduce(nranks, sends, recvs, count, dtype, op, NULL, 0, policy, ebs);
   free((void*)sends);
   free(recvs);
   free(ebs);

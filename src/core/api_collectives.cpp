@@ -174,11 +174,13 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
 
 QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
                                         void* const* recvbufs, size_t count, qc_dtype_t dtype,
-                                        qc_reduce_op_t op, const qc_policy_t* policy,
+                                        qc_reduce_op_t op, const char* layer,
+                                        uint64_t call_index, const qc_policy_t* policy,
                                         qc_error_buffer_t* error_buffers) {
   return QC_API_CALL({
     EmulationArgs args;
-    QC_RETURN_IF_ERROR(check_emulation_args(nranks, sendbufs, recvbufs, policy, &args));
+    QC_RETURN_IF_ERROR(
+        check_emulation_args(nranks, sendbufs, recvbufs, layer, call_index, policy, &args));
     // One exclusive lease per rank's error buffer: an entry that repeats an
     // earlier rank's is refused as busy, by the lease itself.
     std::vector<ErrorBufferLease> leases(static_cast<size_t>(nranks));
@@ -208,10 +210,12 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
 
 QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
                                        void* const* recvbufs, size_t count_per_rank,
-                                       qc_dtype_t dtype, const qc_policy_t* policy) {
+                                       qc_dtype_t dtype, const char* layer, uint64_t call_index,
+                                       const qc_policy_t* policy) {
   return QC_API_CALL({
     EmulationArgs args;
-    QC_RETURN_IF_ERROR(check_emulation_args(nranks, sendbufs, recvbufs, policy, &args));
+    QC_RETURN_IF_ERROR(
+        check_emulation_args(nranks, sendbufs, recvbufs, layer, call_index, policy, &args));
     for (int r = 0; r < nranks; ++r) {
       QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count_per_rank));
       Status s = validate_alltoall(nranks, sendbufs[r], recvbufs[r], count_per_rank, dtype);

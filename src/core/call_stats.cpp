@@ -1,7 +1,11 @@
 #include "core/call_stats.h"
 
 #include <cmath>
+#include <map>
 #include <mutex>
+
+#include "core/fnv1a.h"
+#include "cpu/random.h"
 
 namespace qc {
 
@@ -13,6 +17,24 @@ std::vector<LayerShare> one_layer(const char* layer, size_t count, size_t logica
   share.logical_bytes = logical_bytes;
   share.sq_norm = sq_norm;
   return {share};
+}
+
+uint64_t layer_stream(const std::string& layer, uint64_t call_index) {
+  const uint64_t name = fnv1a64(layer.data(), layer.size());
+  return cpu::splitmix64(name ^ cpu::splitmix64(call_index));
+}
+
+std::vector<uint64_t> next_layer_streams(const Communicator& comm,
+                                         const std::vector<LayerShare>& layers) {
+  std::map<std::string, uint64_t> taken;  // by earlier shares of this call
+  std::vector<uint64_t> streams;
+  streams.reserve(layers.size());
+  for (const LayerShare& share : layers) {
+    const auto it = comm.layer_calls.find(share.name);
+    const uint64_t before = it != comm.layer_calls.end() ? it->second : 0;
+    streams.push_back(layer_stream(share.name, before + taken[share.name]++));
+  }
+  return streams;
 }
 
 void book_call(Communicator* comm, const Codec& codec, const CollectiveContext& ctx,

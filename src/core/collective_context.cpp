@@ -147,7 +147,7 @@ RandomKey CollectiveContext::random_key(uint64_t element_offset) const {
   RandomKey key;
   key.seed = seed_;
   key.rank = static_cast<uint32_t>(rank_);
-  key.call = sequence_;
+  key.stream = stream_;
   key.element_offset = element_offset;
   return key;
 }
@@ -381,7 +381,8 @@ Status CollectiveContext::check_envelope(const Message& msg, size_t received, in
   if (load_le64(env + 16) != signature_) {
     return mismatch("message" + from +
                     " comes from a different collective: the ranks disagree on the count, "
-                    "dtype, op, layer or policy of this call");
+                    "dtype, op, layer, policy or layer call index (qc_comm_load_state) of "
+                    "this call");
   }
   // The transport matched the tag, but a transport may keep fewer tag bits
   // than qc's 64 (MPI: a 15-bit hash), so the envelope's step is compared

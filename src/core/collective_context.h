@@ -5,7 +5,8 @@
 //
 // Every message starts with an envelope (24 bytes): magic "QCMG", the step
 // within the call, the call's sequence number, and the call's signature (a
-// hash of collective, count, dtype, op, layer and policy). A receiver whose
+// hash of collective, count, dtype, op, layer, policy and the layers' call
+// indices). A receiver whose
 // own signature differs knows the ranks disagree: QC_ERROR_MISMATCH.
 #pragma once
 
@@ -132,6 +133,9 @@ class CollectiveContext {
   // sends z = src + residual[offset..] and leaves z - decode(z) there.
   // The policy's seed for stochastic rounding (part of every RandomKey).
   void set_seed(uint64_t seed) { seed_ = seed; }
+  // The random stream of the call's layer (RandomKey::stream; run_collective
+  // sets it for a call on one layer).
+  void set_stream(uint64_t stream) { stream_ = stream; }
 
   void set_residual(float* residual, size_t count) {
     residual_ = residual;
@@ -298,6 +302,7 @@ class CollectiveContext {
   int size_;
   CallCounters counters_;
   uint64_t seed_ = 0;
+  uint64_t stream_ = 0;
   float* residual_ = nullptr;
   size_t residual_count_ = 0;
   const float* residual_source_ = nullptr;  // set_residual_source's; null: loaded

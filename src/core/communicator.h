@@ -61,6 +61,10 @@ struct Communicator {
   // buffers instead of running the codec on the device.
   bool device_codec = true;
   uint64_t next_sequence = 1;
+  // Per layer name: the calls run so far, i.e. the index of its next call,
+  // which keys the layer's random bits (call_stats.h: layer_stream). Saved
+  // and restored by qc_comm_save_state / qc_comm_load_state.
+  std::map<std::string, uint64_t> layer_calls;
   // The non-blocking calls (request_queue.h), run by a progress thread, or
   // inline (QC_PROGRESS_THREAD=0, or a transport that may not be called
   // from another thread).

@@ -21,7 +21,12 @@ Status run_ranks(const EmulationArgs& args,
   const int n = args.nranks;
   std::vector<std::unique_ptr<Communicator>> comms;
   QC_RETURN_IF_ERROR(create_local_group(n, default_comm_config().timeout_seconds, &comms));
-  for (auto& c : comms) c->policies.set("*", args.policy);
+  // Every name resolves to "*"; the layer's earlier calls are counted as
+  // if they had run, so its random stream is that of call `call_index`.
+  for (auto& c : comms) {
+    c->policies.set("*", args.policy);
+    c->layer_calls[args.layer != nullptr ? args.layer : "*"] = args.call_index;
+  }
 
   std::vector<Status> results(n);
   std::vector<std::thread> threads;
@@ -50,7 +55,8 @@ Status run_ranks(const EmulationArgs& args,
 }  // namespace
 
 Status check_emulation_args(int nranks, const void* const* sendbufs, void* const* recvbufs,
-                            const qc_policy_t* policy, EmulationArgs* args) {
+                            const char* layer, uint64_t call_index, const qc_policy_t* policy,
+                            EmulationArgs* args) {
   if (nranks < 1 || nranks > kMaxLocalRanks) {
     return invalid_argument("argument 'nranks' is " + std::to_string(nranks) + "; expected 1.." +
                             std::to_string(kMaxLocalRanks));
@@ -61,6 +67,8 @@ Status check_emulation_args(int nranks, const void* const* sendbufs, void* const
   args->nranks = nranks;
   args->sendbufs = sendbufs;
   args->recvbufs = recvbufs;
+  args->layer = layer;
+  args->call_index = call_index;
   return Status::ok();
 }
 
@@ -68,13 +76,15 @@ Status emulate_allreduce(const EmulationArgs& args, size_t count, qc_dtype_t dty
                          qc_reduce_op_t op, ErrorBuffer* const* error_buffers) {
   return run_ranks(args, [&](int r, Communicator* comm) {
     ErrorBuffer* eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
-    return comm_allreduce(comm, args.sendbufs[r], args.recvbufs[r], count, dtype, op, nullptr, eb);
+    return comm_allreduce(comm, args.sendbufs[r], args.recvbufs[r], count, dtype, op, args.layer,
+                          eb);
   });
 }
 
 Status emulate_alltoall(const EmulationArgs& args, size_t count_per_rank, qc_dtype_t dtype) {
   return run_ranks(args, [&](int r, Communicator* comm) {
-    return comm_alltoall(comm, args.sendbufs[r], args.recvbufs[r], count_per_rank, dtype, nullptr);
+    return comm_alltoall(comm, args.sendbufs[r], args.recvbufs[r], count_per_rank, dtype,
+                         args.layer);
   });
 }
 

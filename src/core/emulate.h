@@ -10,11 +10,14 @@ struct EmulationArgs {
   int nranks = 0;
   const void* const* sendbufs = nullptr;
   void* const* recvbufs = nullptr;
+  const char* layer = nullptr;  // NULL: "*"
+  uint64_t call_index = 0;      // which call of the layer is emulated
   qc_policy_t policy{};
 };
 
 Status check_emulation_args(int nranks, const void* const* sendbufs, void* const* recvbufs,
-                            const qc_policy_t* policy, EmulationArgs* args);
+                            const char* layer, uint64_t call_index, const qc_policy_t* policy,
+                            EmulationArgs* args);
 struct ErrorBuffer;
 
 // error_buffers: NULL, or one per rank (entries may be NULL).

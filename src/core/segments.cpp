@@ -53,6 +53,10 @@ Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* re
     shares[i].logical_bytes = counts[i] * item;
     total += counts[i];
   }
+  // The streams run_collective gives this call's layers (it counts the
+  // calls): each segment rounds with its own layer's.
+  const std::vector<uint64_t> streams = next_layer_streams(*comm, shares);
+  for (size_t i = 0; i < nsegments; ++i) segments[i].stream = streams[i];
   // One algorithm for the whole buffer (the planner's rule for fused calls).
   const qc_algorithm_t algorithm = fused_allreduce_algorithm(policies, n, total * item);
   const int group_size = nsegments > 0 ? policies[0].group_size : 8;

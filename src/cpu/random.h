@@ -5,7 +5,8 @@
 // makes a rerun with the same seed bit-identical (DESIGN.md promise 4) and
 // lets scalar, AVX2, AVX-512 and CUDA kernels agree.
 //
-//   stream key (k0, k1) = split of mix64(seed, rank, call)
+//   stream key (k0, k1) = split of mix64(seed, rank, stream)
+// where `stream` names a layer's call (core/call_stats.h: layer_stream).
 //   bits(i) = lowbias32(lowbias32(lo32(i) ^ k0) ^ (hi32(i) ^ k1))
 //   uniform(i) = (bits(i) >> 8) * 2^-24, in [0, 1)
 //
@@ -33,8 +34,10 @@ QC_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-QC_HOST_DEVICE inline RandomStream make_random_stream(uint64_t seed, uint32_t rank, uint64_t call) {
-  const uint64_t h = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(rank) ^ splitmix64(call)));
+QC_HOST_DEVICE inline RandomStream make_random_stream(uint64_t seed, uint32_t rank,
+                                                      uint64_t stream) {
+  const uint64_t h =
+      splitmix64(seed ^ splitmix64(static_cast<uint64_t>(rank) ^ splitmix64(stream)));
   return {static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
 }
 

@@ -43,10 +43,10 @@ static void test_emulate_allreduce_bad_nranks(void** state) {
   const char* fn = "qc_emulate_allreduce";
   (void)state;
   ranks_init(&r);
-  QCT_INVALID(qc_emulate_allreduce(0, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL), fn,
-              "nranks");
-  QCT_INVALID(qc_emulate_allreduce(-1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL), fn,
-              "nranks");
+  QCT_INVALID(qc_emulate_allreduce(0, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "nranks");
+  QCT_INVALID(qc_emulate_allreduce(-1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "nranks");
 }
 
 /* More ranks than a local group may have (4096): refused before any thread is
@@ -66,8 +66,9 @@ static void test_emulate_allreduce_too_many_ranks(void** state) {
     send[i] = one;
     recv[i] = out;
   }
-  QCT_INVALID(qc_emulate_allreduce(n, send, (void* const*)recv, 1, F32, QC_OP_SUM, &p, NULL),
-              "qc_emulate_allreduce", "nranks");
+  QCT_INVALID(
+      qc_emulate_allreduce(n, send, (void* const*)recv, 1, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+      "qc_emulate_allreduce", "nranks");
   free(send);
   free(recv);
 }
@@ -78,9 +79,9 @@ static void test_emulate_allreduce_null_arrays(void** state) {
   const char* fn = "qc_emulate_allreduce";
   (void)state;
   ranks_init(&r);
-  QCT_INVALID(qc_emulate_allreduce(R, NULL, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL), fn,
+  QCT_INVALID(qc_emulate_allreduce(R, NULL, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL), fn,
               "sendbufs");
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, NULL, COUNT, F32, QC_OP_SUM, &p, NULL), fn,
+  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, NULL, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL), fn,
               "recvbufs");
 }
 
@@ -91,14 +92,14 @@ static void test_emulate_allreduce_null_entry(void** state) {
   (void)state;
   ranks_init(&r);
   r.sendp[2] = NULL;
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL), fn,
-              "sendbufs");
+  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "sendbufs");
   ranks_init(&r);
   r.recvp[3] = NULL;
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL), fn,
-              "recvbufs");
+  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+              fn, "recvbufs");
   /* with count 0, NULL entries are fine */
-  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, 0, F32, QC_OP_SUM, &p, NULL));
+  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, 0, F32, QC_OP_SUM, NULL, 0, &p, NULL));
 }
 
 static void test_emulate_allreduce_bad_count_dtype_op(void** state) {
@@ -108,27 +109,27 @@ static void test_emulate_allreduce_bad_count_dtype_op(void** state) {
   (void)state;
   ranks_init(&r);
   QCT_INVALID(
-      qc_emulate_allreduce(R, r.sendp, r.recvp, SIZE_MAX / 2, F32, QC_OP_SUM, &p, NULL), fn,
-      "count");
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, (qc_dtype_t)7, QC_OP_SUM, &p,
-                                   NULL),
-              fn, "dtype");
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, (qc_reduce_op_t)5, &p,
-                                   NULL),
-              fn, "op");
+      qc_emulate_allreduce(R, r.sendp, r.recvp, SIZE_MAX / 2, F32, QC_OP_SUM, NULL, 0, &p, NULL),
+      fn, "count");
+  QCT_INVALID(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, (qc_dtype_t)7, QC_OP_SUM, NULL, 0, &p, NULL),
+      fn, "dtype");
+  QCT_INVALID(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, (qc_reduce_op_t)5, NULL, 0, &p, NULL),
+      fn, "op");
 }
 
 static void test_emulate_allreduce_null_policy(void** state) {
   ranks r;
   (void)state;
   ranks_init(&r);
-  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, NULL),
+  QCT_INVALID(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, NULL, NULL),
               "qc_emulate_allreduce", "policy");
 }
 
 static qc_status_t call_emulate_allreduce(qc_policy_t* p, void* ctx) {
   ranks* r = (ranks*)ctx;
-  return qc_emulate_allreduce(R, r->sendp, r->recvp, COUNT, F32, QC_OP_SUM, p, NULL);
+  return qc_emulate_allreduce(R, r->sendp, r->recvp, COUNT, F32, QC_OP_SUM, NULL, 0, p, NULL);
 }
 
 static void test_emulate_allreduce_policy_struct_size(void** state) {
@@ -155,7 +156,8 @@ static void test_emulate_allreduce_wrong_error_buffer_count(void** state) {
   p.error_feedback = 1;
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_create(NULL, i == 1 ? COUNT + 1 : COUNT, &ebs[i]));
   qct_outcome o;
-  o = qct_capture(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  o = qct_capture(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_destroy(ebs[i]));
   QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "error_buffers");
 }
@@ -175,11 +177,13 @@ static void test_emulate_allreduce_error_buffers_bind_to_rank(void** state) {
   p.bits = 2;
   p.error_feedback = 1;
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_create(NULL, COUNT, &ebs[i]));
-  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   for (i = 0; i < R; ++i) swapped[i] = ebs[(i + 1) % R];
-  o = qct_capture(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, swapped));
+  o = qct_capture(
+      qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, swapped));
   QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "belongs to rank 1");
-  o = qct_capture(qc_emulate_allreduce(R - 1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  o = qct_capture(
+      qc_emulate_allreduce(R - 1, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   QCT_CHECK_OUTCOME(o, QC_ERROR_MISMATCH, "qc_emulate_allreduce", "error_buffers");
   for (i = 0; i < R; ++i) QCT_OK(qc_error_buffer_destroy(ebs[i]));
 }
@@ -192,7 +196,7 @@ static void test_emulate_allreduce_unsupported(void** state) {
   ranks_init(&r);
   p = (qc_policy_t)QC_POLICY_INIT;
   p.algorithm = QC_ALGO_NATIVE;
-  QCT_FAILS(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL),
+  QCT_FAILS(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL),
             QC_ERROR_UNSUPPORTED, "qc_emulate_allreduce", NULL);
 }
 
@@ -205,7 +209,7 @@ static void test_emulate_allreduce_sum_is_exact(void** state) {
   int k;
   (void)state;
   ranks_init(&r);
-  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL));
+  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL));
   for (i = 0; i < R; ++i)
     for (k = 0; k < COUNT; ++k) assert_true(r.recv[i][k] == exact_sum(&r, k));
 }
@@ -217,7 +221,7 @@ static void test_emulate_allreduce_avg(void** state) {
   int k;
   (void)state;
   ranks_init(&r);
-  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_AVG, &p, NULL));
+  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_AVG, NULL, 0, &p, NULL));
   for (i = 0; i < R; ++i)
     for (k = 0; k < COUNT; ++k) assert_true(r.recv[i][k] == exact_sum(&r, k) * 0.25f);
 }
@@ -234,7 +238,7 @@ static void test_emulate_allreduce_every_algorithm(void** state) {
   for (a = 0; a < sizeof algos / sizeof algos[0]; ++a) {
     ranks_init(&r);
     p.algorithm = algos[a];
-    QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, NULL));
+    QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, NULL));
     for (i = 0; i < R; ++i) {
       for (k = 0; k < COUNT; ++k) {
         if (r.recv[i][k] != exact_sum(&r, k)) {
@@ -258,10 +262,10 @@ static void test_emulate_allreduce_error_buffers(void** state) {
   (void)state;
   ranks_init(&r);
   p.error_feedback = 1;
-  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   QCT_OK(qc_error_buffer_create(NULL, COUNT, &ebs[0]));
   QCT_OK(qc_error_buffer_create(NULL, COUNT, &ebs[2]));
-  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, &p, ebs));
+  QCT_OK(qc_emulate_allreduce(R, r.sendp, r.recvp, COUNT, F32, QC_OP_SUM, NULL, 0, &p, ebs));
   for (i = 0; i < R; ++i)
     for (k = 0; k < COUNT; ++k) assert_true(r.recv[i][k] == exact_sum(&r, k));
   for (i = 0; i < R; ++i) {
@@ -282,7 +286,7 @@ static void test_emulate_allreduce_one_rank(void** state) {
   (void)state;
   s[0] = x;
   d[0] = y;
-  QCT_OK(qc_emulate_allreduce(1, s, d, 3, F32, QC_OP_AVG, &p, NULL));
+  QCT_OK(qc_emulate_allreduce(1, s, d, 3, F32, QC_OP_AVG, NULL, 0, &p, NULL));
   assert_memory_equal(y, x, sizeof x);
 }
 
@@ -317,7 +321,7 @@ static void test_emulate_alltoall_exchanges_blocks(void** state) {
   int j;
   (void)state;
   a2a_init(&t);
-  QCT_OK(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, &p));
+  QCT_OK(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, NULL, 0, &p));
   /* recv[i] block j == send[j] block i */
   for (i = 0; i < A; ++i)
     for (j = 0; j < A; ++j)
@@ -330,25 +334,26 @@ static void test_emulate_alltoall_arguments(void** state) {
   const char* fn = "qc_emulate_alltoall";
   (void)state;
   a2a_init(&t);
-  QCT_INVALID(qc_emulate_alltoall(0, t.sendp, t.recvp, CPR, F32, &p), fn, "nranks");
-  QCT_INVALID(qc_emulate_alltoall(-3, t.sendp, t.recvp, CPR, F32, &p), fn, "nranks");
-  QCT_INVALID(qc_emulate_alltoall(A, NULL, t.recvp, CPR, F32, &p), fn, "sendbufs");
-  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, NULL, CPR, F32, &p), fn, "recvbufs");
-  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, (qc_dtype_t)7, &p), fn, "dtype");
-  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, NULL), fn, "policy");
+  QCT_INVALID(qc_emulate_alltoall(0, t.sendp, t.recvp, CPR, F32, NULL, 0, &p), fn, "nranks");
+  QCT_INVALID(qc_emulate_alltoall(-3, t.sendp, t.recvp, CPR, F32, NULL, 0, &p), fn, "nranks");
+  QCT_INVALID(qc_emulate_alltoall(A, NULL, t.recvp, CPR, F32, NULL, 0, &p), fn, "sendbufs");
+  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, NULL, CPR, F32, NULL, 0, &p), fn, "recvbufs");
+  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, (qc_dtype_t)7, NULL, 0, &p), fn,
+              "dtype");
+  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, NULL, 0, NULL), fn, "policy");
   /* count_per_rank x 4 bytes fits, x nranks does not */
-  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, SIZE_MAX / 8, F32, &p), fn,
+  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, SIZE_MAX / 8, F32, NULL, 0, &p), fn,
               "count_per_rank");
   t.sendp[1] = NULL;
-  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, &p), fn, "sendbufs");
+  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, NULL, 0, &p), fn, "sendbufs");
   a2a_init(&t);
   t.recvp[0] = NULL;
-  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, &p), fn, "recvbufs");
+  QCT_INVALID(qc_emulate_alltoall(A, t.sendp, t.recvp, CPR, F32, NULL, 0, &p), fn, "recvbufs");
 }
 
 static qc_status_t call_emulate_alltoall(qc_policy_t* p, void* ctx) {
   a2a* t = (a2a*)ctx;
-  return qc_emulate_alltoall(A, t->sendp, t->recvp, CPR, F32, p);
+  return qc_emulate_alltoall(A, t->sendp, t->recvp, CPR, F32, NULL, 0, p);
 }
 
 static void test_emulate_alltoall_policy_struct_size(void** state) {

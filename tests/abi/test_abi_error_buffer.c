@@ -49,7 +49,7 @@ static int make_nonzero_residuals(qc_error_buffer_t eb) {
   p.codec = QC_CODEC_FP16;
   p.error_feedback = 1;
   p.min_compress_bytes = 0; /* COUNT floats: below the default threshold */
-  st = qc_emulate_allreduce(1, send, recv, COUNT, QC_DTYPE_FLOAT32, QC_OP_SUM, &p, ebs);
+  st = qc_emulate_allreduce(1, send, recv, COUNT, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, 0, &p, ebs);
   if (st == QC_ERROR_UNSUPPORTED) return 0;
   QCT_STATUS(st, QC_SUCCESS);
   return 1;

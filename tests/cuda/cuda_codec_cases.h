@@ -383,7 +383,7 @@ void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const st
   qc::RandomKey key;
   key.seed = seed;
   key.rank = static_cast<uint32_t>(seed % 3);
-  key.call = seed % 5;
+  key.stream = seed % 5;
   key.element_offset = index_base;
   std::vector<float> e_cpu = make_data(n, Data::kPlain, seed + 7);
   for (float& v : e_cpu) v *= 0.01f;
@@ -400,9 +400,10 @@ void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const st
   x_dev.upload(x.data(), 4 * n);
   e_dev.upload(e_in.data(), 4 * n);
   const qc::Status gs = qc::cuda::global_encode(
-      codec, bits, stochastic, qc::cpu::make_random_stream(key.seed, key.rank, key.call), index_base,
-      reinterpret_cast<float*>(x_dev.data()), ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n,
-      payload.data(), payload.data() + 4, nullptr);
+      codec, bits, stochastic, qc::cpu::make_random_stream(key.seed, key.rank, key.stream),
+      index_base, reinterpret_cast<float*>(x_dev.data()),
+      ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n, payload.data(), payload.data() + 4,
+      nullptr);
   ASSERT_TRUE(gs.is_ok()) << gs.message();
   sync();
   const std::vector<uint8_t> got = payload.contents();

@@ -145,7 +145,8 @@ TEST(CudaApi, DeviceMemoryErrorsAreClear) {
   const void* sends[2] = {host.data(), x_dev.data()};
   void* recvs[2] = {out_dev.data(), out_dev.data()};
   qc_policy_t none = QC_POLICY_INIT;
-  EXPECT_EQ(qc_emulate_allreduce(2, sends, recvs, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, &none, nullptr),
+  EXPECT_EQ(qc_emulate_allreduce(2, sends, recvs, 4, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, 0, &none,
+                                 nullptr),
             QC_ERROR_UNSUPPORTED);
   EXPECT_NE(std::strstr(qc_last_error(), "device memory"), nullptr) << qc_last_error();
   qc_error_buffer_t eb = nullptr;
@@ -256,8 +257,8 @@ TEST(CudaStaging, LocalGroupOnDeviceBuffersMatchesTheEmulation) {
       sp[r] = x[r].data();
       rp[r] = want[r].data();
     }
-    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, c.op, &p,
-                                   nullptr),
+    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, c.op, nullptr,
+                                   0, &p, nullptr),
               QC_SUCCESS)
         << qc_last_error();
     std::vector<qc_comm_t> comms;
@@ -302,7 +303,8 @@ TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
       sp[r] = x[r].data();
       rp[r] = want[r].data();
     }
-    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, QC_OP_AVG, &p, nullptr),
+    ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, QC_OP_AVG, nullptr, 0, &p,
+                                   nullptr),
               QC_SUCCESS)
         << qc_last_error();
     std::vector<qc_comm_t> comms;
@@ -323,7 +325,7 @@ TEST(CudaStaging, HalfDataOnDeviceBuffersMatchesTheEmulation) {
     for (auto comm : comms) EXPECT_EQ(qc_comm_destroy(comm), QC_SUCCESS);
     ASSERT_TRUE(local_group(n, p, &comms));
     const size_t cpr = count / n;
-    ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, dtype, &p), QC_SUCCESS)
+    ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, dtype, nullptr, 0, &p), QC_SUCCESS)
         << qc_last_error();
     const std::vector<qc_status_t> all = on_each_rank(n, [&](int r) {
       return qc_alltoall(comms[r], d.in[r]->data(), d.out[r]->data(), cpr, dtype, nullptr,
@@ -387,7 +389,7 @@ TEST(CudaStaging, ErrorFeedbackOnDeviceBuffersMatchesTheEmulation) {
         x[1][5001] = -FLT_MAX;
       }
       ASSERT_EQ(qc_emulate_allreduce(n, sp.data(), rp.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                                     &p, emulated.data()),
+                                     nullptr, 0, &p, emulated.data()),
                 QC_SUCCESS)
           << qc_last_error();
       const DeviceRanks d = upload_each(x, true);
@@ -450,7 +452,7 @@ TEST(CudaStaging, AlltoallOnDeviceBuffersMatchesTheEmulation) {
       sp[r] = x[r].data();
       rp[r] = want[r].data();
     }
-    ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &p),
+    ASSERT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, nullptr, 0, &p),
               QC_SUCCESS);
     std::vector<qc_comm_t> comms;
     ASSERT_TRUE(local_group(n, p, &comms));

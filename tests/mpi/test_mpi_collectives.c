@@ -189,6 +189,7 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
   void** rp = malloc(sizeof(void*) * (size_t)n);
   qc_error_buffer_t* emu_eb = calloc((size_t)n, sizeof(qc_error_buffer_t));
   qc_error_buffer_t eb = NULL;
+  qc_comm_t comm;
   int r, t;
   size_t i;
   p.codec = cc->codec;
@@ -201,30 +202,31 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
   p.min_compress_bytes = 0; /* small counts too go through the codec */
   for (r = 0; r < n; ++r) CHECK(qc_error_buffer_create(NULL, count, &emu_eb[r]) == QC_SUCCESS, "eb");
   CHECK(qc_error_buffer_create(NULL, count, &eb) == QC_SUCCESS, "eb");
+  /* One communicator for both calls of layer "grad", another layer called
+   * in between: call t of "grad" is the emulation's call_index t. */
+  comm = make_comm(60.0);
+  CHECK(qc_comm_set_layer_policy(comm, "grad", &p) == QC_SUCCESS, "policy");
   for (t = 0; t < 2; ++t) {
-    qc_comm_t comm = make_comm(60.0);
     qc_status_t s;
     for (r = 0; r < n; ++r) {
       fill_input(in + (size_t)r * count, count, r, t);
       sp[r] = in + (size_t)r * count;
       rp[r] = emu + (size_t)r * count;
     }
-    CHECK(qc_comm_set_layer_policy(comm, "grad", &p) == QC_SUCCESS, "policy");
     if (cc->codec == QC_CODEC_NONE && n > 1 &&
         (algo == QC_ALGO_NATIVE || algo == QC_ALGO_AUTO)) {
       /* Uncompressed: MPI_Allreduce sums, in its own order. */
       check_transport_sum(comm, &p, in, count);
-      qc_comm_destroy(comm);
       break;
     }
-    s = qc_emulate_allreduce(n, sp, rp, count, QC_DTYPE_FLOAT32, QC_OP_AVG, &p, emu_eb);
+    s = qc_emulate_allreduce(n, sp, rp, count, QC_DTYPE_FLOAT32, QC_OP_AVG, "grad", (uint64_t)t, &p,
+                             emu_eb);
     if (algo == QC_ALGO_NATIVE && cc->codec != QC_CODEC_GLOBAL_LINEAR &&
         cc->codec != QC_CODEC_GLOBAL_EXP) {
       CHECK(s == QC_ERROR_UNSUPPORTED, "emulated native with %s", cc->name);
       CHECK(allreduce_here(comm, in + (size_t)g_rank * count, out, count, "grad", eb) ==
                 QC_ERROR_UNSUPPORTED,
             "MPI native with %s", cc->name);
-      qc_comm_destroy(comm);
       break;
     }
     CHECK(s == QC_SUCCESS, "emulation %s", cc->name);
@@ -235,8 +237,13 @@ static void check_allreduce_equals_emulation(const codec_case* cc, qc_algorithm_
             "codec %s algorithm %d count %zu call %d: element %zu is %.9g over MPI, %.9g emulated",
             cc->name, (int)algo, count, t, i, out[i], emu[(size_t)g_rank * count + i]);
     }
-    CHECK(qc_comm_destroy(comm) == QC_SUCCESS, "destroy");
+    /* Another layer's call (same policy) does not move "grad"'s stream. */
+    CHECK(qc_comm_set_layer_policy(comm, "other", &p) == QC_SUCCESS, "policy");
+    CHECK(
+        allreduce_here(comm, in + (size_t)g_rank * count, out, count, "other", NULL) == QC_SUCCESS,
+        "allreduce of another layer");
   }
+  CHECK(qc_comm_destroy(comm) == QC_SUCCESS, "destroy");
   if (cc->error_feedback) {
     double a = 0, b = 0;
     qc_error_buffer_norm(eb, &a);
@@ -278,7 +285,8 @@ static void check_alltoall_layers(void) {
       sp[r] = in + (size_t)r * total;
       rp[r] = emu + (size_t)r * total;
     }
-    CHECK(qc_emulate_alltoall(n, sp, rp, cpr, QC_DTYPE_FLOAT32, pass ? &bwd : &fwd) == QC_SUCCESS,
+    CHECK(qc_emulate_alltoall(n, sp, rp, cpr, QC_DTYPE_FLOAT32, pass ? "emb_bwd" : "emb_fwd", 0,
+                              pass ? &bwd : &fwd) == QC_SUCCESS,
           "emulated alltoall");
     CHECK(alltoall_here(comm, in + (size_t)g_rank * total, out, cpr,
                         pass ? "emb_bwd" : "emb_fwd") == QC_SUCCESS,

@@ -58,7 +58,8 @@ TEST_P(Alltoall, BlocksArriveExactlyAndEmulationMatches) {
     rp[r] = emu[r].data();
   }
   const qc_policy_t pol = make_policy();
-  ASSERT_EQ(qc_emulate_alltoall(c.n, sp.data(), rp.data(), c.cpr, c.dtype, &pol), QC_SUCCESS)
+  ASSERT_EQ(qc_emulate_alltoall(c.n, sp.data(), rp.data(), c.cpr, c.dtype, nullptr, 0, &pol),
+            QC_SUCCESS)
       << qc_last_error();
   for (int r = 0; r < c.n; ++r)
     EXPECT_TRUE(bytes_equal(emu[r], res.out[r], "emulated vs threads")) << "rank " << r;
@@ -120,7 +121,8 @@ TEST(AlltoallLossy, EmulationMatchesThreads) {
       sp[r] = in[r].data();
       rp[r] = emu[r].data();
     }
-    const qc_status_t s = qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &pol);
+    const qc_status_t s =
+        qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, nullptr, 0, &pol);
     if (s == QC_ERROR_UNSUPPORTED) continue;
     ASSERT_EQ(s, QC_SUCCESS) << qc_last_error();
     Group g(n);
@@ -159,7 +161,7 @@ TEST(AlltoallLossy, StochasticRoundingFollowsThePolicySeed) {
       sp[r] = in[r].data();
       rp[r] = emu[r].data();
     }
-    EXPECT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, &pol),
+    EXPECT_EQ(qc_emulate_alltoall(n, sp.data(), rp.data(), cpr, QC_DTYPE_FLOAT32, nullptr, 0, &pol),
               QC_SUCCESS);
     for (int r = 0; r < n; ++r) EXPECT_EQ(emu[r], res.out[r]) << "seed " << seed << " rank " << r;
     return res.out;

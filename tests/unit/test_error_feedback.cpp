@@ -165,23 +165,21 @@ TEST_P(CodecAlgorithm, EmulationEqualsThreadsWithResiduals) {
 
   Buffers emu_eb(n, count);
   std::vector<Bytes> emu_out;
-  for (const Matrix& step : in) {
-    const auto emu = allreduce_emulate(n, encode_all(step, QC_DTYPE_FLOAT32), count,
-                                       QC_DTYPE_FLOAT32, QC_OP_SUM, pol, emu_eb.data());
+  for (size_t t = 0; t < in.size(); ++t) {
+    // Call t of the layer ("*"), as the real run's call t below.
+    const auto emu = allreduce_emulate(n, encode_all(in[t], QC_DTYPE_FLOAT32), count,
+                                       QC_DTYPE_FLOAT32, QC_OP_SUM, pol, emu_eb.data(), nullptr, t);
     ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
     emu_out = emu.out;
   }
-  // One group per call, as the emulation does: stochastic rounding is keyed
-  // by the call's sequence number within its group.
+  // Both calls in one group: stochastic rounding is keyed by the layer's
+  // call index, which the emulation takes.
   Buffers thr_eb(n, count);
-  std::vector<Matrix> out;
-  for (const Matrix& step : in) {
-    std::string failure;
-    out = allreduce_calls(n, pol, {step}, count, thr_eb.data(), &failure);
-    ASSERT_TRUE(failure.empty()) << failure;
-  }
+  std::string failure;
+  const std::vector<Matrix> out = allreduce_calls(n, pol, in, count, thr_eb.data(), &failure);
+  ASSERT_TRUE(failure.empty()) << failure;
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(encode(out[0][static_cast<size_t>(r)], QC_DTYPE_FLOAT32),
+    EXPECT_EQ(encode(out.back()[static_cast<size_t>(r)], QC_DTYPE_FLOAT32),
               emu_out[static_cast<size_t>(r)])
         << "rank " << r;
     EXPECT_EQ(residuals(thr_eb[r]), residuals(emu_eb[r])) << "rank " << r;

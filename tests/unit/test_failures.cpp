@@ -550,13 +550,17 @@ TEST(InvalidArguments, GroupAndEmulationArguments) {
   float x = 1, y = 0;
   const void* sp[1] = {&x};
   void* rp[1] = {&y};
-  EXPECT_EQ(qc_emulate_allreduce(0, sp, rp, 1, QC_DTYPE_FLOAT32, QC_OP_SUM, &pol, nullptr),
+  EXPECT_EQ(
+      qc_emulate_allreduce(0, sp, rp, 1, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, 0, &pol, nullptr),
+      QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(qc_emulate_allreduce(1, nullptr, rp, 1, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, 0, &pol,
+                                 nullptr),
             QC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(qc_emulate_allreduce(1, nullptr, rp, 1, QC_DTYPE_FLOAT32, QC_OP_SUM, &pol, nullptr),
+  EXPECT_EQ(qc_emulate_alltoall(0, sp, rp, 1, QC_DTYPE_FLOAT32, nullptr, 0, &pol),
             QC_ERROR_INVALID_ARGUMENT);
-  EXPECT_EQ(qc_emulate_alltoall(0, sp, rp, 1, QC_DTYPE_FLOAT32, &pol), QC_ERROR_INVALID_ARGUMENT);
-  ASSERT_EQ(qc_emulate_allreduce(1, sp, rp, 1, QC_DTYPE_FLOAT32, QC_OP_SUM, &pol, nullptr),
-            QC_SUCCESS)
+  ASSERT_EQ(
+      qc_emulate_allreduce(1, sp, rp, 1, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, 0, &pol, nullptr),
+      QC_SUCCESS)
       << qc_last_error();
   EXPECT_EQ(y, 1.0f);
 }

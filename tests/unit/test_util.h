@@ -311,9 +311,9 @@ struct EmuResult {
 };
 
 inline EmuResult allreduce_emulate(int n, const std::vector<Bytes>& in, size_t count,
-                                   qc_dtype_t dtype, qc_reduce_op_t op,
-                                   const qc_policy_t& policy,
-                                   qc_error_buffer_t* error_buffers = nullptr) {
+                                   qc_dtype_t dtype, qc_reduce_op_t op, const qc_policy_t& policy,
+                                   qc_error_buffer_t* error_buffers = nullptr,
+                                   const char* layer = nullptr, uint64_t call_index = 0) {
   EmuResult res;
   res.out.assign(static_cast<size_t>(n), Bytes(count * dtype_size(dtype), 0x5A));
   std::vector<const void*> sp(static_cast<size_t>(n));
@@ -322,8 +322,8 @@ inline EmuResult allreduce_emulate(int n, const std::vector<Bytes>& in, size_t c
     sp[static_cast<size_t>(r)] = in[static_cast<size_t>(r)].data();
     rp[static_cast<size_t>(r)] = res.out[static_cast<size_t>(r)].data();
   }
-  res.status = qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, op, &policy,
-                                    error_buffers);
+  res.status = qc_emulate_allreduce(n, sp.data(), rp.data(), count, dtype, op, layer, call_index,
+                                    &policy, error_buffers);
   if (res.status != QC_SUCCESS) res.error = qc_last_error();
   return res;
 }

@@ -475,10 +475,10 @@ TEST(PolicyCheck, EveryEntryRefusesEveryInvalidPolicy) {
     expect_refused(qc_codec_encoded_size(&p, kCount, &size), "qc_codec_encoded_size", "policy");
     expect_refused(qc_codec_encode(&p, x.data(), kCount, QC_DTYPE_FLOAT32, msg.data(), msg.size(), &size),
                    "qc_codec_encode", "policy");
-    expect_refused(qc_emulate_allreduce(2, sends, recvs, kCount, QC_DTYPE_FLOAT32, QC_OP_SUM, &p,
-                                        nullptr),
+    expect_refused(qc_emulate_allreduce(2, sends, recvs, kCount, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                        nullptr, 0, &p, nullptr),
                    "qc_emulate_allreduce", "policy");
-    expect_refused(qc_emulate_alltoall(2, sends2, recvs2, kCount, QC_DTYPE_FLOAT32, &p),
+    expect_refused(qc_emulate_alltoall(2, sends2, recvs2, kCount, QC_DTYPE_FLOAT32, nullptr, 0, &p),
                    "qc_emulate_alltoall", "policy");
   }
   // Nothing was set: "x" still resolves to the default.

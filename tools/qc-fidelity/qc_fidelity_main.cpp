@@ -76,10 +76,10 @@ void print_help() {
       "      --ef on|off|both  error feedback rows (default both)\n"
       "      --bucket N      bucket size (default 128)\n"
       "      --topk-ratio R  (default 0.01)\n"
-      "      --seed N        stochastic-rounding seed of call 0 (default 1); call t uses\n"
-      "                      seed+t so that the random bits change from call to call, as\n"
-      "                      they do on a real communicator\n"
-      "      --fixed-seed    use the same seed for every call instead\n"
+      "      --seed N        stochastic-rounding seed (default 1); call t is emulated as\n"
+      "                      call t of its layer, so the random bits change from call to\n"
+      "                      call as they do on a real communicator\n"
+      "      --fixed-seed    emulate every call as the layer's first (the same bits) instead\n"
       "  -h, --help\n"
       "Exit status: 0 ok, 1 a bookkeeping or replica check failed, 2 usage or library error.\n");
 }
@@ -243,10 +243,11 @@ Row run_row(const Options& o, const CodecSpec& c, const AlgoSpec& a, bool ef,
   const auto t0 = std::chrono::steady_clock::now();
   int next_report = 1;
   for (int t = 1; t <= o.tmax; ++t) {
-    policy.seed = o.fixed_seed ? o.seed : o.seed + static_cast<uint64_t>(t - 1);
-    const qc_status_t s = qc_emulate_allreduce(n, send.data(), recv.data(), count,
-                                               QC_DTYPE_FLOAT32, QC_OP_SUM, &policy,
-                                               ef ? ebs.data() : nullptr);
+    policy.seed = o.seed;
+    const uint64_t call_index = o.fixed_seed ? 0 : static_cast<uint64_t>(t - 1);
+    const qc_status_t s =
+        qc_emulate_allreduce(n, send.data(), recv.data(), count, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                             nullptr, call_index, &policy, ef ? ebs.data() : nullptr);
     if (s != QC_SUCCESS) library_error("qc_emulate_allreduce", s);
     for (int r = 1; r < n; ++r) {
       if (std::memcmp(out[0].data(), out[static_cast<size_t>(r)].data(), count * 4) != 0) {
@@ -320,7 +321,7 @@ int main(int argc, char** argv) {
               qc_version_string(), norm);
   std::printf("# ranks %d, count %zu per rank, float32, sum, bucket %d, topk ratio %g, seed %s\n",
               n, o.count, o.bucket, static_cast<double>(o.topk_ratio),
-              o.fixed_seed ? "fixed" : "seed+t");
+              o.fixed_seed ? "call 0 every time" : "call t of the layer");
   std::printf("# bookkeeping: max over T and i of |sum_t out_t,i + sum_r e_r,i(T) - T sum_r "
               "x_r,i| / (T max_i sum_r |x_r,i|)\n\n");
 

@@ -945,6 +945,21 @@ class Comm:
             return {name: self._h.layer_stats(name) for name in self._h.layer_names()}
         return self._h.layer_stats(_layer(layer))
 
+    # ---- checkpoints ----
+    def save_state(self) -> bytes:
+        """How many calls each layer has run, as bytes, for a checkpoint
+        (qc_comm_save_state): call k of a layer draws the stochastic-rounding
+        bits of emulate_allreduce(..., call_index=k). Waits for the requests
+        started before it."""
+        return self._h.save_state()
+
+    def load_state(self, data: Union[bytes, bytearray, memoryview]) -> None:
+        """Restore save_state()'s counts (qc_comm_load_state), on every rank
+        of a resumed run, so its next calls draw the bits the saved run's
+        would have. qc.CorruptDataError for a damaged or foreign image; the
+        communicator is unchanged on failure."""
+        self._h.load_state(data)
+
 
 def _host_only(buf: _Buffer, what: str) -> None:
     if buf.cuda_device is not None:
@@ -1190,13 +1205,15 @@ def emulate_allreduce(
     policy: Policy,
     op: str = "sum",
     error_buffers: Optional[Sequence[Optional[ErrorBuffer]]] = None,
+    layer: Optional[str] = None,
+    call_index: int = 0,
 ) -> List[ArrayLike]:
     """Run one allreduce over len(arrays) virtual ranks in this process
     (qc_emulate_allreduce): rank i's input is arrays[i]. Returns the outputs,
     one per rank, new arrays of the inputs' kind (numpy arrays for numpy
-    input). Bit-identical to a real run of the same inputs and policy as that
-    run's first call. error_buffers: None or one ErrorBuffer (or None) per
-    rank."""
+    input). Bit-identical to call `call_index` (0: the first) of `layer`
+    (None: "*") in a real run of the same inputs, policy and residuals.
+    error_buffers: None or one ErrorBuffer (or None) per rank."""
     bufs = _same_buffers(arrays, "arrays")
     outs = [_empty_like(b) for b in bufs]
     dsts = [_as_buffer(o, "out") for o in outs]
@@ -1213,15 +1230,20 @@ def emulate_allreduce(
         bufs[0].count,
         bufs[0].dtype,
         _op(op),
+        _layer(layer),
+        call_index,
         _policy_tuple(policy),
         ebs,
     )
     return outs
 
 
-def emulate_alltoall(arrays: Sequence[ArrayLike], policy: Policy) -> List[ArrayLike]:
-    """Run one alltoall over len(arrays) virtual ranks (qc_emulate_alltoall);
-    each array holds len(arrays) equal blocks. Returns the outputs."""
+def emulate_alltoall(
+    arrays: Sequence[ArrayLike], policy: Policy, layer: Optional[str] = None, call_index: int = 0
+) -> List[ArrayLike]:
+    """Run one alltoall over len(arrays) virtual ranks (qc_emulate_alltoall),
+    as call `call_index` of `layer` (see emulate_allreduce); each array holds
+    len(arrays) equal blocks. Returns the outputs."""
     bufs = _same_buffers(arrays, "arrays")
     n = len(bufs)
     if bufs[0].count % n:
@@ -1229,5 +1251,5 @@ def emulate_alltoall(arrays: Sequence[ArrayLike], policy: Policy) -> List[ArrayL
     outs = [_empty_like(b) for b in bufs]
     dsts = [_as_buffer(o, "out") for o in outs]
     _qc.emulate_alltoall(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count // n, bufs[0].dtype,
-                         _policy_tuple(policy))
+                         _layer(layer), call_index, _policy_tuple(policy))
     return outs

@@ -1044,6 +1044,24 @@ PYBIND11_MODULE(_qc, m) {
              }
              return names;
            })
+      .def("save_state",
+           [](Comm& c) {
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             size_t size = 0;
+             call_nogil([&] { return qc_comm_save_state(h, nullptr, 0, &size); });
+             std::string out(size, '\0');
+             call_nogil([&] { return qc_comm_save_state(h, out.data(), out.size(), &size); });
+             return py::bytes(out.data(), size);
+           })
+      .def("load_state",
+           [](Comm& c, py::handle data) {
+             const BytesArg image(data, "argument 'data'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             call_nogil([&] { return qc_comm_load_state(h, image.data(), image.size()); });
+           },
+           py::arg("data"))
       .def("adapt_policies",
            [](Comm& c, py::handle method, py::handle alpha, py::handle allowed_bits) {
              qc_adapt_config_t cfg = QC_ADAPT_CONFIG_INIT;
@@ -1074,8 +1092,10 @@ PYBIND11_MODULE(_qc, m) {
   // ---- emulation ----
   m.def("emulate_allreduce",
         [](py::handle nranks, py::handle sends, py::handle recvs, py::handle count, py::handle dtype, py::handle op,
-           py::handle policy, py::handle error_buffers) {
+           py::handle layer, py::handle call_index, py::handle policy, py::handle error_buffers) {
           const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
           const std::vector<std::uintptr_t> send_addresses = addresses_arg(sends, "argument 'sends'");
           const std::vector<std::uintptr_t> recv_addresses = addresses_arg(recvs, "argument 'recvs'");
           const size_t elements = int_arg<size_t>(count, "argument 'count'");
@@ -1107,16 +1127,18 @@ PYBIND11_MODULE(_qc, m) {
           }
           call_nogil([&] {
             return qc_emulate_allreduce(n, s.data(), r.data(), elements, static_cast<qc_dtype_t>(type),
-                                        static_cast<qc_reduce_op_t>(reduce), &p,
+                                        static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), index, &p,
                                         error_buffers.is_none() ? nullptr : eb_handles.data());
           });
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count"), py::arg("dtype"), py::arg("op"),
-        py::arg("policy"), py::arg("error_buffers").none(true));
+        py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"), py::arg("error_buffers").none(true));
   m.def("emulate_alltoall",
         [](py::handle nranks, py::handle sends, py::handle recvs, py::handle count_per_rank, py::handle dtype,
-           py::handle policy) {
+           py::handle layer, py::handle call_index, py::handle policy) {
           const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
           const std::vector<std::uintptr_t> send_addresses = addresses_arg(sends, "argument 'sends'");
           const std::vector<std::uintptr_t> recv_addresses = addresses_arg(recvs, "argument 'recvs'");
           const size_t elements = int_arg<size_t>(count_per_rank, "argument 'count_per_rank'");
@@ -1131,9 +1153,10 @@ PYBIND11_MODULE(_qc, m) {
           for (size_t i = 0; i < s.size(); ++i) s[i] = ptr<const void>(send_addresses[i]);
           for (size_t i = 0; i < r.size(); ++i) r[i] = ptr<void>(recv_addresses[i]);
           call_nogil([&] {
-            return qc_emulate_alltoall(n, s.data(), r.data(), elements, static_cast<qc_dtype_t>(type), &p);
+            return qc_emulate_alltoall(n, s.data(), r.data(), elements, static_cast<qc_dtype_t>(type),
+                                       opt_cstr(name), index, &p);
           });
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count_per_rank"), py::arg("dtype"),
-        py::arg("policy"));
+        py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"));
 }

@@ -175,6 +175,49 @@ def test_emulate_equals_local_bit_for_bit(algorithm, dtype):
     assert 0 < np.abs(outs[0].astype(np.float32) - exact).max() < 0.5  # compressed, but close
 
 
+def test_emulate_reproduces_a_layers_later_call_and_state_resumes_it():
+    """Call 2 of layer "A", other layers called in between, is
+    emulate_allreduce(layer="A", call_index=2); a fresh group that loads the
+    saved state draws the same bits for A's next call."""
+    rng = np.random.default_rng(3)
+    policy = COMPRESSED.replace(rounding="stochastic", seed=5)
+    x = [rng.standard_normal(2000).astype(np.float32) for _ in range(2)]
+
+    def group():
+        comms = qc.Comm.local(2, timeout=30.0)
+        for c in comms:
+            c.set_layer_policy("*", policy)
+        return comms
+
+    comms = group()
+    try:
+        for _ in range(2):
+            check_ok(run_ranks(comms, lambda c: c.allreduce(x[c.rank], layer="A")))
+            check_ok(run_ranks(comms, lambda c: c.allreduce(x[c.rank], layer="B")))
+        states = [c.save_state() for c in comms]
+        third = check_ok(run_ranks(comms, lambda c: c.allreduce(x[c.rank], layer="A")))
+    finally:
+        for c in comms:
+            c.close()
+    assert states[0] == states[1]
+    emulated = qc.emulate_allreduce(x, policy, layer="A", call_index=2)
+    assert all(e.tobytes() == o.tobytes() for e, o in zip(emulated, third))
+    first = qc.emulate_allreduce(x, policy, layer="A")
+    assert first[0].tobytes() != third[0].tobytes()
+
+    resumed = group()
+    try:
+        for c in resumed:
+            c.load_state(states[0])
+        again = check_ok(run_ranks(resumed, lambda c: c.allreduce(x[c.rank], layer="A")))
+        with pytest.raises(qc.CorruptDataError):
+            resumed[0].load_state(states[0][:-1])
+    finally:
+        for c in resumed:
+            c.close()
+    assert all(a.tobytes() == o.tobytes() for a, o in zip(again, third))
+
+
 def test_compressed_allreduce_sends_fewer_bytes():
     n = 1 << 15
 

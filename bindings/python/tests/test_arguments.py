@@ -202,6 +202,12 @@ CASES = [
     ("emulate.error_buffers.len",
      lambda e: qc.emulate_allreduce([e.x, e.x], P, error_buffers=[None]), BAD_VALUE),
     ("emulate.policy.type", lambda e: qc.emulate_alltoall([e.x, e.x], "minmax"), BAD_TYPE),
+    ("emulate.layer.type", lambda e: qc.emulate_allreduce([e.x, e.x], P, layer=3), BAD_TYPE),
+    ("emulate.layer.nul", lambda e: qc.emulate_alltoall([e.x, e.x], P, layer="a\0b"), BAD_VALUE),
+    ("emulate.call_index.-1", lambda e: qc.emulate_allreduce([e.x, e.x], P, call_index=-1), BAD_VALUE),
+    ("emulate.call_index.str", lambda e: qc.emulate_alltoall([e.x, e.x], P, call_index="4"), BAD_TYPE),
+    ("load_state.int", lambda e: e.comm.load_state(10), BAD_TYPE),
+    ("load_state.strided", lambda e: e.comm.load_state(memoryview(e.image + e.image)[::2]), BAD_VALUE),
     ("Comm.handle.type", lambda e: qc.Comm(1, "local"), BAD_TYPE),
     # ---- keyword misuse the package sees (an unknown keyword of a def is Python's own TypeError) ----
     ("Policy.replace.unknown", lambda e: P.replace(bitz=2), BAD_TYPE),
@@ -245,7 +251,7 @@ def test_every_entry_point_has_a_case():
     covered = " ".join(c[0] for c in CASES)
     names = ["Comm.local", "set_layer_policy", "get_layer_policy", "policy_preset", "layer_stats",
              "allreduce", "segments", "alltoall", "adapt_policies", "ErrorBuffer", "encoded_size",
-             "decode", "emulate", "Policy", "error_class", "pickle", "copy"]
+             "decode", "emulate", "Policy", "error_class", "pickle", "copy", "load_state"]
     for name in names:
         assert name in covered, name
     public = {n for n in qc.__all__ if callable(getattr(qc, n)) and not isinstance(getattr(qc, n), type)}

@@ -15,10 +15,12 @@ namespace qc {
 
 // Where the random bits of stochastic rounding come from: a counter-based
 // generator keyed by these, so a rerun with the same seed is bit-identical.
+// `stream` names the layer and that layer's call index (layer_stream in
+// call_stats.h), so a layer draws the same bits whatever other layers did.
 struct RandomKey {
   uint64_t seed = 0;
   uint32_t rank = 0;
-  uint64_t call = 0;
+  uint64_t stream = 0;
   uint64_t element_offset = 0;
 };
 

@@ -115,7 +115,7 @@ Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const 
   const uint32_t sign_bit = 1u << (bits_ - 1);
   const int Mi = static_cast<int>(sign_bit - 1u);
   const float M = static_cast<float>(Mi);
-  const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.call);
+  const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.stream);
   BitWriter out(codes);
   if (codec_ == QC_CODEC_GLOBAL_LINEAR) {
     const float inv = norm > 0 ? M / norm : 0.0f;

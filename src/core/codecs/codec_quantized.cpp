@@ -68,7 +68,7 @@ Status QuantizedCodec::encode_impl(const void* src, qc_dtype_t dtype, float* e, 
   args.bits = bits_;
   args.bucket = bucket_;
   args.stochastic = stochastic_;
-  args.rng = cpu::make_random_stream(key.seed, key.rank, key.call);
+  args.rng = cpu::make_random_stream(key.seed, key.rank, key.stream);
   args.index_base = key.element_offset;
   args.input_dtype = dtype;  // the kernel widens 16-bit input as it reads it
   args.reuse_meta = reuse_meta;

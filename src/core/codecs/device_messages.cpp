@@ -64,7 +64,7 @@ Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const voi
   const float* src32 = static_cast<const float*>(src);
   const bool stochastic = (h.flags & kWireFlagStochastic) != 0;
   // The CPU codecs' random stream and element index (codec_quantized.cpp).
-  const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.call);
+  const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.stream);
   if (residual != nullptr && (c == QC_CODEC_NONE || dtype != QC_DTYPE_FLOAT32)) {
     return internal_error(std::string("no error-compensated device encode for codec ") +
                           codec_name(c) + " on " + dtype_name(dtype) + " input");
@@ -129,7 +129,7 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
   uint8_t header[kWireHeaderBytes];
   write_wire_header(h, header);
   QC_RETURN_IF_ERROR(cuda::copy_to_device(dst, header, kWireHeaderBytes));
-  RandomKey key;  // as qc_codec_encode on the CPU: rank 0, call 0, offset 0
+  RandomKey key;  // as qc_codec_encode on the CPU: rank 0, stream 0, offset 0
   key.seed = policy.seed;
   QC_RETURN_IF_ERROR(
       encode_payload_on_device(h, dtype, src, key, /*residual=*/nullptr, dst + kWireHeaderBytes,

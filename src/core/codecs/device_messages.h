@@ -25,7 +25,7 @@ namespace qc {
 // into `dst` (added to it, with accumulate); device memory, enqueued on
 // `stream` (a cudaStream_t, NULL: the default stream) and not waited for.
 // Random bits are keyed as the CPU codecs key them (key.seed, key.rank,
-// key.call; key.element_offset is the index of element 0), so the bytes are
+// key.stream; key.element_offset is the index of element 0), so the bytes are
 // the CPU's. With `residual` (float32 input, any codec but none) the encode
 // is error-compensated in the same pass (z = src + residual encoded,
 // residual = z - decode(z)); codec none refuses it.

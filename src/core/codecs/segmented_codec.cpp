@@ -57,7 +57,9 @@ Status SegmentedCodec::encode_parts(const float* src, float* residual, size_t co
     out += kSegmentPartHeaderBytes;
     RandomKey part_key = key;
     part_key.seed = s.seed;
-    part_key.element_offset = pos;
+    part_key.stream = s.stream;
+    // Indexed within the layer: its bits are those of its own stream.
+    part_key.element_offset = pos - s.begin;
     size_t part_bytes = 0;
     const float* from = src + (pos - start);
     Status st = residual != nullptr && s.feedback

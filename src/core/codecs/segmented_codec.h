@@ -12,7 +12,9 @@
 //
 // The algorithms pass the range's position in the buffer as the random
 // key's element_offset (collective_context.cpp), which is how encode knows
-// where it is; decode learns it from the first part.
+// where it is; decode learns it from the first part. Each part draws its
+// random bits from its segment's own stream, indexed from the segment's
+// first element, as a call of that layer alone would.
 #pragma once
 
 #include <memory>
@@ -29,6 +31,7 @@ struct CodecSegment {
   size_t count = 0;
   std::unique_ptr<Codec> codec;
   uint64_t seed = 0;      // the segment policy's stochastic rounding seed
+  uint64_t stream = 0;    // its layer's call (layer_stream, call_stats.h)
   bool feedback = false;  // error-compensated encodes for this segment
 };
 

@@ -128,8 +128,9 @@ Status MpiTransport::agree(uint64_t value, Deadline deadline) {
   std::memcpy(lanes, block.bytes.get(), sizeof lanes);
   give_back_block(std::move(block));
   if (lanes[0] != value || lanes[1] != ~value) {
-    return mismatch("the ranks disagree on the count, dtype, op, layer or policy of this call "
-                    "(checked before the transport's own allreduce)");
+    return mismatch("the ranks disagree on the count, dtype, op, layer, policy or layer call "
+                    "index (qc_comm_load_state) of this call (checked before the transport's "
+                    "own allreduce)");
   }
   return Status::ok();
 }

@@ -212,8 +212,9 @@ Status NcclTransport::agree(uint64_t value, Deadline deadline) {
   QC_RETURN_IF_ERROR(native_allreduce(lanes, 2, NcclReduction::kMinUint64, deadline,
                                       "the NCCL call agreement"));
   if (lanes[0] != value || lanes[1] != ~value) {
-    return mismatch("the ranks disagree on the count, dtype, op, layer or policy of this call "
-                    "(checked before NCCL's own allreduce)");
+    return mismatch("the ranks disagree on the count, dtype, op, layer, policy or layer call "
+                    "index (qc_comm_load_state) of this call (checked before NCCL's own "
+                    "allreduce)");
   }
   return Status::ok();
 }

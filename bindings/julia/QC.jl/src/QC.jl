@@ -810,6 +810,35 @@ function load!(eb::ErrorBuffer, image::AbstractVector{UInt8})
     return eb
 end
 
+"""
+    QC.save(c::Comm) -> Vector{UInt8}
+
+Every layer's call count (which keys its stochastic rounding), as a
+versioned, checksummed image for a checkpoint (`qc_comm_save_state`);
+restore it with [`load!`](@ref) on every rank of the resumed run.
+"""
+function save(c::Comm)
+    h = _handle(c)
+    nbytes = Ref{Csize_t}(0)
+    check(qc_comm_save_state(h, C_NULL, 0, nbytes))
+    image = Vector{UInt8}(undef, Int(nbytes[]))
+    check(qc_comm_save_state(h, image, length(image), nbytes))
+    return resize!(image, Int(nbytes[]))
+end
+
+"""
+    load!(c::Comm, image::AbstractVector{UInt8}) -> c
+
+Restore the layer call counts saved by [`QC.save`](@ref)`(c)`
+(`qc_comm_load_state`). A damaged or foreign image throws
+`QC_ERROR_CORRUPT_DATA`; the communicator is unchanged on failure.
+"""
+function load!(c::Comm, image::AbstractVector{UInt8})
+    bytes = image isa Vector{UInt8} ? image : Vector{UInt8}(image)
+    check(qc_comm_load_state(_handle(c), bytes, length(bytes)))
+    return c
+end
+
 # ---------------------------------------------------------------------------
 # Collectives
 # ---------------------------------------------------------------------------
@@ -1027,18 +1056,24 @@ function _same_shape(sendbufs::AbstractVector, what::AbstractString)
 end
 
 """
-    emulate_allreduce(policy, sendbufs; op=:sum, error_buffers=nothing) -> Vector
+    emulate_allreduce(policy, sendbufs; op=:sum, error_buffers=nothing, layer=nothing,
+                      call_index=0) -> Vector
 
 Run one allreduce over `length(sendbufs)` virtual ranks in this process
 (`qc_emulate_allreduce`): rank `i`'s input is `sendbufs[i]` (contiguous
 arrays of `Float32` or `Float16`, one element type and length for all). Returns the outputs, one new
-array per rank. The result is bit-identical to a real run of the same
-inputs and policy, as that run's first call. `error_buffers`: `nothing`, or
-one [`ErrorBuffer`](@ref) (or `nothing`) per rank.
+array per rank. The result is bit-identical to call `call_index` (0: the
+first) of `layer` (`nothing`: "*") in a real run of the same inputs, policy
+and residuals. `error_buffers`: `nothing`, or one [`ErrorBuffer`](@ref) (or
+`nothing`) per rank.
 """
 function emulate_allreduce(policy::Policy, sendbufs::AbstractVector;
-                           op = :sum, error_buffers::Union{Nothing,AbstractVector} = nothing)
+                           op = :sum, error_buffers::Union{Nothing,AbstractVector} = nothing,
+                           layer::Union{Nothing,AbstractString,Symbol} = nothing,
+                           call_index::Integer = 0)
     n, T = _same_shape(sendbufs, "emulate_allreduce")
+    name = _layer_arg(layer, "emulate_allreduce: layer")
+    index = UInt64(call_index)
     nr = length(sendbufs)
     opc = _op(op)
     ehs = if error_buffers === nothing
@@ -1064,21 +1099,27 @@ function emulate_allreduce(policy::Policy, sendbufs::AbstractVector;
         rpp = pointer(rps)
         nranks_c = Cint(nr)
         count = Csize_t(n)
-        @gc_safe @inline qc_emulate_allreduce(nranks_c, spp, rpp, count, dtype, opc, pp, ep)
+        lp = _cstring_or_null(name)
+        @gc_safe @inline qc_emulate_allreduce(nranks_c, spp, rpp, count, dtype, opc, lp, index, pp, ep)
     end
     check(rc)
     return outs
 end
 
 """
-    emulate_alltoall(policy, sendbufs) -> Vector
+    emulate_alltoall(policy, sendbufs; layer=nothing, call_index=0) -> Vector
 
 Run one alltoall over `length(sendbufs)` virtual ranks
-(`qc_emulate_alltoall`); each buffer holds one equal block per rank.
+(`qc_emulate_alltoall`), as call `call_index` of `layer` (see
+[`emulate_allreduce`](@ref)); each buffer holds one equal block per rank.
 Returns the outputs, one new array per rank.
 """
-function emulate_alltoall(policy::Policy, sendbufs::AbstractVector)
+function emulate_alltoall(policy::Policy, sendbufs::AbstractVector;
+                          layer::Union{Nothing,AbstractString,Symbol} = nothing,
+                          call_index::Integer = 0)
     n, T = _same_shape(sendbufs, "emulate_alltoall")
+    name = _layer_arg(layer, "emulate_alltoall: layer")
+    index = UInt64(call_index)
     nr = length(sendbufs)
     n % nr == 0 ||
         throw(DimensionMismatch("emulate_alltoall: $n elements are not a multiple of the $nr ranks"))
@@ -1097,7 +1138,8 @@ function emulate_alltoall(policy::Policy, sendbufs::AbstractVector)
         rpp = pointer(rps)
         nranks_c = Cint(nr)
         per_rank = Csize_t(div(n, nr))
-        @gc_safe @inline qc_emulate_alltoall(nranks_c, spp, rpp, per_rank, dtype, pp)
+        lp = _cstring_or_null(name)
+        @gc_safe @inline qc_emulate_alltoall(nranks_c, spp, rpp, per_rank, dtype, lp, index, pp)
     end
     check(rc)
     return outs

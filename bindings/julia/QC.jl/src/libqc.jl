@@ -306,6 +306,12 @@ qc_comm_layer_count(comm, count) =
 qc_comm_layer_name(comm, index, name, capacity, length) =
     @ccall libqc.qc_comm_layer_name(comm::qc_comm_t, index::Csize_t, name::Ptr{UInt8}, capacity::Csize_t, length::Ptr{Csize_t})::qc_status_t
 
+qc_comm_save_state(comm, dst, capacity, size) =
+    @ccall libqc.qc_comm_save_state(comm::qc_comm_t, dst::Ptr{Cvoid}, capacity::Csize_t, size::Ptr{Csize_t})::qc_status_t
+
+qc_comm_load_state(comm, src, size) =
+    @ccall libqc.qc_comm_load_state(comm::qc_comm_t, src::Ptr{Cvoid}, size::Csize_t)::qc_status_t
+
 qc_comm_set_layer_policy(comm, pattern, policy) =
     @ccall libqc.qc_comm_set_layer_policy(comm::qc_comm_t, pattern::Cstring, policy::Ptr{qc_policy_t})::qc_status_t
 
@@ -369,11 +375,11 @@ qc_codec_encode(policy, src, count, dtype, dst, capacity, written) =
 qc_codec_decode(src, size, dst, count, dtype) =
     @ccall libqc.qc_codec_decode(src::Ptr{Cvoid}, size::Csize_t, dst::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t)::qc_status_t
 
-qc_emulate_allreduce(nranks, sendbufs, recvbufs, count, dtype, op, policy, error_buffers) =
-    @ccall libqc.qc_emulate_allreduce(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, policy::Ptr{qc_policy_t}, error_buffers::Ptr{qc_error_buffer_t})::qc_status_t
+qc_emulate_allreduce(nranks, sendbufs, recvbufs, count, dtype, op, layer, call_index, policy, error_buffers) =
+    @ccall libqc.qc_emulate_allreduce(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t}, error_buffers::Ptr{qc_error_buffer_t})::qc_status_t
 
-qc_emulate_alltoall(nranks, sendbufs, recvbufs, count_per_rank, dtype, policy) =
-    @ccall libqc.qc_emulate_alltoall(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count_per_rank::Csize_t, dtype::qc_dtype_t, policy::Ptr{qc_policy_t})::qc_status_t
+qc_emulate_alltoall(nranks, sendbufs, recvbufs, count_per_rank, dtype, layer, call_index, policy) =
+    @ccall libqc.qc_emulate_alltoall(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count_per_rank::Csize_t, dtype::qc_dtype_t, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t})::qc_status_t
 
 # experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_adapt_method_name(method) =

@@ -137,7 +137,7 @@ public final class Qc {
    * Run an allreduce over {@code sendbufs.length} virtual ranks, one thread each,
    * with {@code policy} for every rank; rank i's input is {@code sendbufs[i]} (all
    * of one length). The result is bit-identical to a real run of the same inputs
-   * and policy as that run's first call. Copies the inputs and outputs.
+   * and policy as the first call of layer "*" (null). Copies the inputs and outputs.
    *
    * @param errorBuffers null, or one per rank (entries may be null)
    * @return the outputs, one array per rank
