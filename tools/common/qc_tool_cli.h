@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 
+#include "qc_tool_names.h"
 #include "qc_tool_parse.h"
 
 namespace qctool {
@@ -73,5 +74,27 @@ CLI::Option* add_integer(CLI::App& app, const std::string& names, T* out, T lo, 
 CLI::Option* add_real(CLI::App& app, const std::string& names, double* out,
                       std::function<bool(double)> in_range, const std::string& range,
                       const std::string& help);
+
+// The value of a library enum named `text`, through its qc_*_from_name (any
+// case, '-' as '_'); false if the library knows no such name.
+template <typename E>
+bool enum_from_name(qc_status_t (*from_name)(const char*, E*), const std::string& text, E* out) {
+  return from_name(normalize_name(text).c_str(), out) == QC_SUCCESS;
+}
+
+// As enum_from_name, or a usage error "unknown WHAT 'TEXT' for FLAG (the
+// library's names MORE)": enum_value(app, "codec", "-c", text, qc_codec_from_name,
+// qc_codec_name).
+template <typename E>
+E enum_value(const CLI::App& app, const std::string& what, const std::string& flag,
+             const std::string& text, qc_status_t (*from_name)(const char*, E*),
+             const char* (*name_of)(E), const std::string& more = "") {
+  E value{};
+  if (!enum_from_name(from_name, text, &value)) {
+    usage_error(app, "unknown " + what + " '" + text + "' for " + flag + " (" +
+                         names_of(name_of) + more + ")");
+  }
+  return value;
+}
 
 }  // namespace qctool

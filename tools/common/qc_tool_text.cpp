@@ -14,6 +14,12 @@ std::string human_bytes(uint64_t bytes) {
   return std::to_string(bytes) + " " + units[u];
 }
 
+std::string command_line(int argc, char** argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) out += std::string(i ? " " : "") + argv[i];
+  return out;
+}
+
 std::string iso_date_utc() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};

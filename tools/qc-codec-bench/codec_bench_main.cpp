@@ -30,7 +30,6 @@
 #include "qc.h"
 #include "qc_tool_cli.h"
 #include "qc_tool_json.h"
-#include "qc_tool_names.h"
 #include "qc_tool_text.h"
 
 #ifndef QC_CODEC_BENCH_BUILD_TYPE
@@ -86,13 +85,10 @@ std::vector<int> parse_int_list(const CLI::App& app, const std::string& flag,
 std::vector<qc_codec_t> parse_codecs(const CLI::App& app, const std::string& s) {
   std::vector<qc_codec_t> out;
   for (const std::string& raw : qctool::split_list(s)) {
-    qc_codec_t c = QC_CODEC_NONE;
+    const qc_codec_t c =
+        qctool::enum_value(app, "codec", "-c", raw, qc_codec_from_name, qc_codec_name);
     // Codec none has no encoder to measure.
-    if (qc_codec_from_name(qctool::normalize_name(raw).c_str(), &c) != QC_SUCCESS ||
-        c == QC_CODEC_NONE) {
-      qctool::usage_error(app, "unknown codec '" + raw + "' for -c (" +
-                                   qctool::names_of(qc_codec_name) + "; not none)");
-    }
+    if (c == QC_CODEC_NONE) qctool::usage_error(app, "-c none: codec none has no encoder");
     add_unique(&out, c);
   }
   return out;
@@ -119,7 +115,7 @@ std::vector<IsaSel> parse_isas(const CLI::App& app, const std::string& s) {
 
 Options parse_args(int argc, char** argv) {
   Options opt;
-  for (int i = 0; i < argc; ++i) opt.command_line += std::string(i ? " " : "") + argv[i];
+  opt.command_line = qctool::command_line(argc, argv);
   CLI::App app{"Single-thread input GB/s of each codec kernel (encode, decode, decode-accumulate,\n"
                "fused error-compensated encode = DQE) per ISA, next to memcpy GB/s measured in\n"
                "the same run, with the compression ratio and the error (NMSE, max abs error).",
@@ -161,12 +157,9 @@ Options parse_args(int argc, char** argv) {
   }
   if (app.count("--isa") > 0) opt.isas = parse_isas(app, isas);
   if (app.count("--rounding") > 0) {
-    qc_rounding_t r = QC_ROUND_NEAREST_EVEN;
-    if (qc_rounding_from_name(qctool::normalize_name(rounding).c_str(), &r) != QC_SUCCESS) {
-      qctool::usage_error(app, "unknown rounding '" + rounding + "' for --rounding (" +
-                                   qctool::names_of(qc_rounding_name) + ")");
-    }
-    opt.stochastic = r == QC_ROUND_STOCHASTIC;
+    opt.stochastic = qctool::enum_value(app, "rounding", "--rounding", rounding,
+                                        qc_rounding_from_name,
+                                        qc_rounding_name) == QC_ROUND_STOCHASTIC;
   }
   if (app.count("--json") > 0 && opt.json_path.empty())
     qctool::usage_error(app, "--json needs a file name");

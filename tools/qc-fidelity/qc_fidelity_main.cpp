@@ -29,7 +29,7 @@
 #include "qc.h"
 #include "qc_tool_cli.h"
 #include "qc_tool_json.h"
-#include "qc_tool_names.h"
+#include "qc_tool_text.h"
 
 namespace {
 
@@ -72,32 +72,22 @@ CodecSpec parse_codec(const CLI::App& app, const std::string& s) {
     c.stochastic = true;
     base.pop_back();
   }
-  if (qc_codec_from_name(qctool::normalize_name(base).c_str(), &c.codec) == QC_SUCCESS) return c;
+  if (qctool::enum_from_name(qc_codec_from_name, base, &c.codec)) return c;
   size_t d = base.size();
   while (d > 0 && std::isdigit(static_cast<unsigned char>(base[d - 1]))) --d;
   const std::string bits = base.substr(d);
   if (!bits.empty() && !qctool::parse_integer(bits, 1, 8, &c.bits))
     qctool::usage_error(app, qctool::bad_integer_message("-c " + s, bits, "1", "8"));
-  if (qc_codec_from_name(qctool::normalize_name(base.substr(0, d)).c_str(), &c.codec) !=
-      QC_SUCCESS) {
+  if (!qctool::enum_from_name(qc_codec_from_name, base.substr(0, d), &c.codec)) {
     qctool::usage_error(app, "unknown codec '" + s + "' for -c (" +
                                  qctool::names_of(qc_codec_name) + ")");
   }
   return c;
 }
 
-AlgoSpec parse_algo(const CLI::App& app, const std::string& s) {
-  qc_algorithm_t a = QC_ALGO_AUTO;
-  if (qc_algorithm_from_name(qctool::normalize_name(s).c_str(), &a) != QC_SUCCESS) {
-    qctool::usage_error(app, "unknown algorithm '" + s + "' for -a (" +
-                                 qctool::names_of(qc_algorithm_name) + ", rd)");
-  }
-  return AlgoSpec{s, a};
-}
-
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 0; i < argc; ++i) o.command_line += std::string(i ? " " : "") + argv[i];
+  o.command_line = qctool::command_line(argc, argv);
   CLI::App app{"The error-feedback convergence table of docs/fidelity.md: the error of the mean\n"
                "output of T allreduce calls on the same inputs, with and without error feedback.\n"
                "Markdown on stdout (--json: JSON instead); progress on stderr.",
@@ -138,7 +128,10 @@ Options parse_args(int argc, char** argv) {
   if (o.ef != "on" && o.ef != "off" && o.ef != "both")
     qctool::usage_error(app, "bad value '" + o.ef + "' for --ef (on, off, both)");
   for (const std::string& s : qctool::split_list(codecs)) o.codecs.push_back(parse_codec(app, s));
-  for (const std::string& s : qctool::split_list(algos)) o.algos.push_back(parse_algo(app, s));
+  for (const std::string& s : qctool::split_list(algos)) {
+    o.algos.push_back({s, qctool::enum_value(app, "algorithm", "-a", s, qc_algorithm_from_name,
+                                             qc_algorithm_name, ", rd")});
+  }
   return o;
 }
 

@@ -3,7 +3,6 @@
 // other options.
 #include "perf.h"
 #include "qc_tool_cli.h"
-#include "qc_tool_names.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -37,24 +36,11 @@ std::vector<qc_algorithm_t> parse_algos(const CLI::App& app, const std::string& 
                                QC_ALGO_TREE, QC_ALGO_NATIVE, QC_ALGO_AUTO})
         add(a);
     } else {
-      qc_algorithm_t a = QC_ALGO_AUTO;
-      if (qc_algorithm_from_name(t.c_str(), &a) != QC_SUCCESS) {
-        qctool::usage_error(app, "unknown algorithm '" + raw + "' for -a (" +
-                                     qctool::names_of(qc_algorithm_name) + ", rd, all)");
-      }
-      add(a);
+      add(qctool::enum_value(app, "algorithm", "-a", raw, qc_algorithm_from_name,
+                             qc_algorithm_name, ", rd, all"));
     }
   }
   return out;
-}
-
-qc_codec_t parse_codec(const CLI::App& app, const std::string& s) {
-  qc_codec_t c = QC_CODEC_NONE;
-  if (qc_codec_from_name(qctool::normalize_name(s).c_str(), &c) != QC_SUCCESS) {
-    qctool::usage_error(app, "unknown codec '" + s + "' for -c (" +
-                                 qctool::names_of(qc_codec_name) + ")");
-  }
-  return c;
 }
 
 // Codec list entries: NAME, NAME:BITS (bits for that entry only), and a
@@ -91,17 +77,8 @@ void parse_codecs(const CLI::App& app, const std::string& s, Options* opt) {
         qctool::usage_error(app, qctool::bad_integer_message("-c " + raw, text, "1", "8"));
       name = name.substr(0, colon);
     }
-    add(parse_codec(app, name), bits, ef);
+    add(qctool::enum_value(app, "codec", "-c", name, qc_codec_from_name, qc_codec_name), bits, ef);
   }
-}
-
-qc_dtype_t parse_dtype(const CLI::App& app, const std::string& s) {
-  qc_dtype_t d = QC_DTYPE_FLOAT32;
-  if (qc_dtype_from_name(qctool::normalize_name(s).c_str(), &d) != QC_SUCCESS) {
-    qctool::usage_error(app, "unknown dtype '" + s + "' for -d (" +
-                                 qctool::names_of(qc_dtype_name) + "; float, half, bf16)");
-  }
-  return d;
 }
 
 // The options, with the help text of `qc-perf --help`.
@@ -211,13 +188,14 @@ void apply_raw_values(const CLI::App& app, const Parsed& p, const RawValues& raw
   if (p.topk_ratio->count() > 0) opt->policy.topk_ratio = static_cast<float>(raw.topk_ratio);
   if (p.timeout->count() > 0) opt->timeout = raw.timeout;
   if (raw.ef) opt->policy.error_feedback = 1;
-  if (!raw.rounding.empty() &&
-      qc_rounding_from_name(qctool::normalize_name(raw.rounding).c_str(),
-                            &opt->policy.rounding) != QC_SUCCESS) {
-    qctool::usage_error(app, "unknown rounding '" + raw.rounding + "' for --rounding (" +
-                                 qctool::names_of(qc_rounding_name) + ")");
+  if (!raw.rounding.empty()) {
+    opt->policy.rounding = qctool::enum_value(app, "rounding", "--rounding", raw.rounding,
+                                              qc_rounding_from_name, qc_rounding_name);
   }
-  if (!raw.dtype.empty()) opt->dtype = parse_dtype(app, raw.dtype);
+  if (!raw.dtype.empty()) {
+    opt->dtype = qctool::enum_value(app, "dtype", "-d", raw.dtype, qc_dtype_from_name,
+                                    qc_dtype_name, "; float, half, bf16");
+  }
   if (!raw.redop.empty()) {
     const std::string t = qctool::normalize_name(raw.redop);
     if (t == "sum") opt->redop = QC_OP_SUM;
@@ -264,7 +242,7 @@ Options parse_args(int argc, char** argv) {
   }
   // A benchmark of codecs compresses every size unless told otherwise.
   opt.policy.min_compress_bytes = 0;
-  for (int i = 0; i < argc; ++i) opt.command_line += std::string(i ? " " : "") + argv[i];
+  opt.command_line = qctool::command_line(argc, argv);
 
   CLI::App app{"Sweeps message sizes of qc collectives on the local transport (ranks are\n"
                "threads), prints an nccl-tests-like table and checks every result.",
