@@ -6,15 +6,11 @@
 // kernel table directly (cpu::kernels_for) and, for codecs without kernel-table
 // entries, the Codec class (make_codec), labelled ISA "auto".
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -43,6 +39,13 @@ using qc::cpu::Isa;
 using qc::cpu::KernelTable;
 
 constexpr const char* kProg = "qc-codec-bench";
+constexpr const char* kAbout =
+    "Single-thread input GB/s of each codec kernel (encode, decode, decode-accumulate,\n"
+    "fused error-compensated encode = DQE) per ISA, next to memcpy GB/s measured in\n"
+    "the same run, with the compression ratio and the error (NMSE, max abs error).";
+constexpr const char* kExitStatus =
+    "Exit status: 0 (speed targets are reported, never asserted), 2 bad usage or an\n"
+    "unwritable --json file.";
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- command line --------------------------------------------------------------
@@ -116,13 +119,8 @@ std::vector<IsaSel> parse_isas(const CLI::App& app, const std::string& s) {
 Options parse_args(int argc, char** argv) {
   Options opt;
   opt.command_line = qctool::command_line(argc, argv);
-  CLI::App app{"Single-thread input GB/s of each codec kernel (encode, decode, decode-accumulate,\n"
-               "fused error-compensated encode = DQE) per ISA, next to memcpy GB/s measured in\n"
-               "the same run, with the compression ratio and the error (NMSE, max abs error).",
-               kProg};
-  qctool::init_app(app,
-                   "Exit status: 0 (speed targets are reported, never asserted), 2 bad usage or an\n"
-                   "unwritable --json file.");
+  CLI::App app{kAbout, kProg};
+  qctool::init_app(app, kExitStatus);
   std::string codecs, bits, buckets, isas, rounding;
   qctool::add_size(app, "--size", &opt.size, "input bytes (fp32), K/M/G = 1024^1..3 (default 64M)");
   app.add_option("-c,--codec", codecs,

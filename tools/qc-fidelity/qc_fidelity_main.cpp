@@ -35,6 +35,13 @@ namespace {
 
 constexpr size_t kErrorBufferHeaderBytes = 56;  // qc_error_buffer_save's header
 
+constexpr const char* kAbout =
+    "The error-feedback convergence table of docs/fidelity.md: the error of the mean\n"
+    "output of T allreduce calls on the same inputs, with and without error feedback.\n"
+    "Markdown on stdout (--json: JSON instead); progress on stderr.";
+constexpr const char* kExitStatus =
+    "Exit status: 0 ok, 1 a bookkeeping or replica check failed, 2 usage or library error.";
+
 struct CodecSpec {
   std::string name;  // as given on the command line
   qc_codec_t codec = QC_CODEC_NONE;
@@ -88,12 +95,8 @@ CodecSpec parse_codec(const CLI::App& app, const std::string& s) {
 Options parse_args(int argc, char** argv) {
   Options o;
   o.command_line = qctool::command_line(argc, argv);
-  CLI::App app{"The error-feedback convergence table of docs/fidelity.md: the error of the mean\n"
-               "output of T allreduce calls on the same inputs, with and without error feedback.\n"
-               "Markdown on stdout (--json: JSON instead); progress on stderr.",
-               "qc-fidelity"};
-  qctool::init_app(app, "Exit status: 0 ok, 1 a bookkeeping or replica check failed, 2 usage or "
-                        "library error.");
+  CLI::App app{kAbout, "qc-fidelity"};
+  qctool::init_app(app, kExitStatus);
   std::string codecs = "minmax2,minmax4,onebit,topk,qsgd4~";
   std::string algos = "ring,sra";
   qctool::add_integer(app, "-n,--nranks", &o.nranks, 1, 1024, "virtual ranks (default 8)");

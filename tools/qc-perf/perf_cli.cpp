@@ -81,7 +81,7 @@ void parse_codecs(const CLI::App& app, const std::string& s, Options* opt) {
   }
 }
 
-// The options, with the help text of `qc-perf --help`.
+// The options whose presence (count() > 0) matters after parsing.
 struct Parsed {
   CLI::Option* nranks;
   CLI::Option* maxbytes;
@@ -91,6 +91,7 @@ struct Parsed {
   CLI::Option* timeout;
 };
 
+// Every option, with its text of `qc-perf --help`.
 Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
   using qctool::with_both_spellings;
   Parsed p;
