@@ -13,6 +13,8 @@
 #   binutils                    nm, readelf (consumer/abi_exports test)
 #   libgtest-dev libgmock-dev   tests/unit (GoogleTest; CMake config GTest::gtest/gmock)
 #   libcmocka-dev               tests/abi (cmocka)
+#   libcli11-dev nlohmann-json3-dev
+#                               the tools' command line (CLI11) and JSON output (tools/common)
 #   file                        build/test diagnostics
 #   libopenmpi-dev openmpi-bin  the MPI transport and tests/mpi (mpirun)
 #   gfortran                    the Fortran module and example
@@ -38,6 +40,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build gcc g++ libc6-dev pkgconf binutils libgtest-dev libgmock-dev libcmocka-dev file
+          libcli11-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin gfortran
           python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-mpi4py
           python3-torch python3-sklearn python3-matplotlib

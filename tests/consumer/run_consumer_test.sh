@@ -9,6 +9,9 @@
 #            find_package  configure tests/consumer/find_package against the prefix, build, run
 #            fortran       compile examples/fortran_emulate.f90 against the installed
 #                          module and libqc_fortran with \$QC_CONSUMER_FC, run it
+#            tools         every tool in \$QC_CONSUMER_TOOLS is in the prefix's bin/,
+#                          has a RUNPATH into the prefix (not the build tree) and
+#                          runs `--version` with no environment at all
 #            all           install, pkgconfig, find_package in order (for use without ctest)
 #   CONFIG   build configuration for multi-config generators (optional)
 #
@@ -17,6 +20,7 @@
 #   QC_CONSUMER_CFLAGS    extra compile flags for the consumers (e.g. sanitizers
 #   QC_CONSUMER_LDFLAGS   and link flags, so a sanitized libqc can be loaded)
 #   QC_CONSUMER_FC        the Fortran compiler (mode fortran)
+#   QC_CONSUMER_TOOLS     the tools the build made, space separated (mode tools)
 set -euo pipefail
 
 if [[ $# -lt 7 ]]; then
@@ -213,12 +217,29 @@ do_fortran() {
   "$out/fortran_emulate"
 }
 
+do_tools() {
+  require_prefix
+  local tools=${QC_CONSUMER_TOOLS:-} tool exe runpath out
+  [[ -n $tools ]] || fail "mode tools needs QC_CONSUMER_TOOLS"
+  for tool in $tools; do
+    exe=$prefix/bin/$tool
+    [[ -x $exe ]] || fail "$tool was not installed in $prefix/bin"
+    runpath=$(readelf -d "$exe" | sed -n 's/.*(\(RPATH\|RUNPATH\)).*\[\(.*\)\].*/\2/p')
+    [[ $runpath != *"$build_dir"* ]] || fail "$tool has a RUNPATH into the build tree: $runpath"
+    step "env -i $exe --version (RUNPATH ${runpath:-none})"
+    out=$(cd / && env -i "$exe" --version) || fail "$tool --version failed with no environment set"
+    [[ $out == "$tool $version" ]] || fail "$tool --version printed '$out', expected '$tool $version'"
+    echo "$out"
+  done
+}
+
 case $mode in
   install) do_install ;;
+  tools) do_tools ;;
   fortran) do_fortran ;;
   pkgconfig) do_pkgconfig ;;
   find_package) do_find_package ;;
   all) do_install; do_pkgconfig; do_find_package ;;
-  *) fail "unknown mode '$mode' (install, pkgconfig, find_package, fortran, all)" ;;
+  *) fail "unknown mode '$mode' (install, pkgconfig, find_package, fortran, tools, all)" ;;
 esac
 echo "PASS: consumer $mode"

@@ -6,15 +6,11 @@
 // kernel table directly (cpu::kernels_for) and, for codecs without kernel-table
 // entries, the Codec class (make_codec), labelled ISA "auto".
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -28,7 +24,9 @@
 #include "core/policy.h"
 #include "cpu/codec_kernels.h"
 #include "qc.h"
-#include "qc_tool_names.h"
+#include "qc_tool_cli.h"
+#include "qc_tool_json.h"
+#include "qc_tool_text.h"
 
 #ifndef QC_CODEC_BENCH_BUILD_TYPE
 #define QC_CODEC_BENCH_BUILD_TYPE "unknown"
@@ -41,6 +39,13 @@ using qc::cpu::Isa;
 using qc::cpu::KernelTable;
 
 constexpr const char* kProg = "qc-codec-bench";
+constexpr const char* kAbout =
+    "Single-thread input GB/s of each codec kernel (encode, decode, decode-accumulate,\n"
+    "fused error-compensated encode = DQE) per ISA, next to memcpy GB/s measured in\n"
+    "the same run, with the compression ratio and the error (NMSE, max abs error).";
+constexpr const char* kExitStatus =
+    "Exit status: 0 (speed targets are reported, never asserted), 2 bad usage or an\n"
+    "unwritable --json file.";
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- command line --------------------------------------------------------------
@@ -60,118 +65,42 @@ struct Options {
   std::string command_line;
 };
 
-void usage(std::FILE* out) {
-  std::fprintf(out,
-"usage: qc-codec-bench [options]\n"
-"Single-thread input GB/s of each codec kernel (encode, decode, decode-accumulate,\n"
-"fused error-compensated encode = DQE) per ISA, next to memcpy GB/s measured in\n"
-"the same run, with the compression ratio and the error (NMSE, max abs error).\n"
-"\n"
-"      --size SIZE        input bytes (fp32), K/M/G = 1024^1..3 (default 64M)\n"
-"  -c, --codec LIST       comma separated: minmax, qsgd, onebit, fp16, bf16,\n"
-"                         global_linear, global_exp, topk\n"
-"                         (default minmax,qsgd,onebit,fp16,bf16)\n"
-"      --bits LIST        code widths (default 8,4,2,1 where valid; qsgd 8,4,2;\n"
-"                         onebit is always 1, fp16/bf16 16)\n"
-"      --bucket LIST      elements per bucket (default 128)\n"
-"      --isa LIST         scalar, avx2, avx512, auto (the library's dispatch,\n"
-"                         through the Codec class), all (default scalar,avx2,avx512)\n"
-"      --rounding MODE    nearest | stochastic (default nearest)\n"
-"  -i, --iters N          timed runs per measurement, after 1 warmup; the median\n"
-"                         is reported (default 5)\n"
-"  -J, --json FILE        also write the results as JSON to FILE\n"
-"  -h, --help             this text\n"
-"\n"
-"Exit status: 0 (speed targets are reported, never asserted), 2 bad usage or an\n"
-"unwritable --json file.\n");
-}
-
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "%s: %s\n(try '%s --help')\n", kProg, msg.c_str(), kProg);
-  std::exit(2);
-}
-
-bool parse_u64(const std::string& s, uint64_t* out) {
-  if (s.empty() || !(s[0] >= '0' && s[0] <= '9')) return false;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos - start));
-    if (pos == std::string::npos) return out;
-    start = pos + 1;
-  }
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::replace(s.begin(), s.end(), '-', '_');
-  return s;
-}
-
-// "8", "64K", "128M", "1G" (also "64KB", "64KiB"); powers of 1024.
-uint64_t parse_size(const std::string& flag, const std::string& s) {
-  size_t i = 0;
-  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-  uint64_t v;
-  if (i == 0 || !parse_u64(s.substr(0, i), &v)) usage_error("bad size '" + s + "' for " + flag);
-  std::string suf = s.substr(i);
-  for (char& c : suf) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (suf.empty() || suf == "B") shift = 0;
-  else if (suf == "K" || suf == "KB" || suf == "KIB") shift = 10;
-  else if (suf == "M" || suf == "MB" || suf == "MIB") shift = 20;
-  else if (suf == "G" || suf == "GB" || suf == "GIB") shift = 30;
-  else usage_error("bad size '" + s + "' for " + flag + " (suffixes: K, M, G)");
-  if (shift && v > (UINT64_MAX >> shift)) usage_error("size '" + s + "' is too large");
-  return v << shift;
-}
-
 template <class T>
 void add_unique(std::vector<T>* v, T x) {
   if (std::find(v->begin(), v->end(), x) == v->end()) v->push_back(x);
 }
 
-std::vector<int> parse_int_list(const std::string& flag, const std::string& s, int lo, int hi) {
+std::vector<int> parse_int_list(const CLI::App& app, const std::string& flag,
+                                const std::string& s, int lo, int hi) {
   std::vector<int> out;
-  for (const std::string& t : split(s, ',')) {
-    uint64_t v;
-    if (!parse_u64(t, &v) || v < uint64_t(lo) || v > uint64_t(hi))
-      usage_error("bad value '" + t + "' for " + flag + " (integers in " + std::to_string(lo) +
-                  ".." + std::to_string(hi) + ", comma separated)");
-    add_unique(&out, static_cast<int>(v));
+  for (const std::string& t : qctool::split_list(s)) {
+    int v = 0;
+    if (!qctool::parse_integer(t, lo, hi, &v)) {
+      qctool::usage_error(app, "bad value '" + t + "' for " + flag + " (integers in " +
+                                   std::to_string(lo) + ".." + std::to_string(hi) +
+                                   ", comma separated)");
+    }
+    add_unique(&out, v);
   }
   return out;
 }
 
-std::vector<qc_codec_t> parse_codecs(const std::string& s) {
+std::vector<qc_codec_t> parse_codecs(const CLI::App& app, const std::string& s) {
   std::vector<qc_codec_t> out;
-  for (const std::string& raw : split(s, ',')) {
-    const std::string t = lower(raw);
-    qc_codec_t c = QC_CODEC_NONE;
+  for (const std::string& raw : qctool::split_list(s)) {
+    const qc_codec_t c =
+        qctool::enum_value(app, "codec", "-c", raw, qc_codec_from_name, qc_codec_name);
     // Codec none has no encoder to measure.
-    if (qc_codec_from_name(t.c_str(), &c) != QC_SUCCESS || c == QC_CODEC_NONE) {
-      usage_error("unknown codec '" + raw + "' for -c (" + qctool::names_of(qc_codec_name) +
-                  "; not none)");
-    }
+    if (c == QC_CODEC_NONE) qctool::usage_error(app, "-c none: codec none has no encoder");
     add_unique(&out, c);
   }
   return out;
 }
 
-std::vector<IsaSel> parse_isas(const std::string& s) {
+std::vector<IsaSel> parse_isas(const CLI::App& app, const std::string& s) {
   std::vector<IsaSel> out;
-  for (const std::string& raw : split(s, ',')) {
-    const std::string t = lower(raw);
+  for (const std::string& raw : qctool::split_list(s)) {
+    const std::string t = qctool::normalize_name(raw);
     if (t == "scalar") add_unique(&out, IsaSel::kScalar);
     else if (t == "avx2") add_unique(&out, IsaSel::kAvx2);
     else if (t == "avx512") add_unique(&out, IsaSel::kAvx512);
@@ -180,7 +109,8 @@ std::vector<IsaSel> parse_isas(const std::string& s) {
       for (IsaSel i : {IsaSel::kScalar, IsaSel::kAvx2, IsaSel::kAvx512, IsaSel::kAuto})
         add_unique(&out, i);
     } else {
-      usage_error("unknown ISA '" + raw + "' for --isa (scalar, avx2, avx512, auto, all)");
+      qctool::usage_error(app, "unknown ISA '" + raw +
+                                   "' for --isa (scalar, avx2, avx512, auto, all)");
     }
   }
   return out;
@@ -188,84 +118,52 @@ std::vector<IsaSel> parse_isas(const std::string& s) {
 
 Options parse_args(int argc, char** argv) {
   Options opt;
-  for (int i = 0; i < argc; ++i) opt.command_line += std::string(i ? " " : "") + argv[i];
-  struct Flag {
-    char short_name;
-    const char* long_name;
-    bool takes_value;
-  };
-  static const Flag flags[] = {
-      {0, "size", true},     {'c', "codec", true},    {0, "bits", true},
-      {0, "bucket", true},   {0, "isa", true},        {0, "rounding", true},
-      {'i', "iters", true},  {'J', "json", true},     {'h', "help", false},
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const Flag* flag = nullptr;
-    std::string value;
-    bool has_value = false;
-    if (arg.size() > 2 && arg[0] == '-' && arg[1] == '-') {
-      std::string name = arg.substr(2);
-      const size_t eq = name.find('=');
-      if (eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        has_value = true;
-      }
-      std::replace(name.begin(), name.end(), '_', '-');
-      for (const Flag& f : flags)
-        if (name == f.long_name) flag = &f;
-    } else if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') {
-      for (const Flag& f : flags)
-        if (f.short_name == arg[1]) flag = &f;
-      if (flag && arg.size() > 2) {  // -i3 form
-        value = arg.substr(2);
-        has_value = true;
-      }
-    }
-    if (!flag) usage_error("unknown option '" + arg + "'");
-    const std::string name = flag->short_name ? std::string("-") + flag->short_name
-                                              : std::string("--") + flag->long_name;
-    if (flag->takes_value && !has_value) {
-      if (i + 1 >= argc) usage_error("option " + name + " needs a value");
-      value = argv[++i];
-    } else if (!flag->takes_value && has_value) {
-      usage_error("option " + name + " takes no value");
-    }
-    const std::string ln = flag->long_name;
-    if (ln == "help") {
-      usage(stdout);
-      std::exit(0);
-    } else if (ln == "size") {
-      opt.size = parse_size(name, value);
-    } else if (ln == "codec") {
-      opt.codecs = parse_codecs(value);
-    } else if (ln == "bits") {
-      opt.bits = parse_int_list(name, value, 1, 8);
-    } else if (ln == "bucket") {
-      opt.buckets.clear();
-      for (int b : parse_int_list(name, value, 1, 1 << 30)) opt.buckets.push_back(size_t(b));
-    } else if (ln == "isa") {
-      opt.isas = parse_isas(value);
-    } else if (ln == "rounding") {
-      qc_rounding_t r = QC_ROUND_NEAREST_EVEN;
-      if (qc_rounding_from_name(lower(value).c_str(), &r) != QC_SUCCESS) {
-        usage_error("unknown rounding '" + value + "' for --rounding (" +
-                    qctool::names_of(qc_rounding_name) + ")");
-      }
-      opt.stochastic = r == QC_ROUND_STOCHASTIC;
-    } else if (ln == "iters") {
-      uint64_t v;
-      if (!parse_u64(value, &v) || v < 1 || v > 1000000)
-        usage_error("bad value '" + value + "' for " + name + " (an integer in 1..1000000)");
-      opt.iters = static_cast<int>(v);
-    } else if (ln == "json") {
-      if (value.empty()) usage_error("--json needs a file name");
-      opt.json_path = value;
-    }
+  opt.command_line = qctool::command_line(argc, argv);
+  CLI::App app{kAbout, kProg};
+  qctool::init_app(app, kExitStatus);
+  std::string codecs, bits, buckets, isas, rounding;
+  qctool::add_size(app, "--size", &opt.size, "input bytes (fp32), K/M/G = 1024^1..3 (default 64M)");
+  app.add_option("-c,--codec", codecs,
+                 "comma separated: minmax, qsgd, onebit, fp16, bf16,\n"
+                 "global_linear, global_exp, topk\n"
+                 "(default minmax,qsgd,onebit,fp16,bf16)")
+      ->type_name("LIST");
+  app.add_option("--bits", bits,
+                 "code widths (default 8,4,2,1 where valid; qsgd 8,4,2;\n"
+                 "onebit is always 1, fp16/bf16 16)")
+      ->type_name("LIST");
+  app.add_option("--bucket", buckets, "elements per bucket (default 128)")->type_name("LIST");
+  app.add_option("--isa", isas,
+                 "scalar, avx2, avx512, auto (the library's dispatch,\n"
+                 "through the Codec class), all (default scalar,avx2,avx512)")
+      ->type_name("LIST");
+  app.add_option("--rounding", rounding, "nearest | stochastic (default nearest)")
+      ->type_name("MODE");
+  qctool::add_integer(app, "-i,--iters", &opt.iters, 1, 1000000,
+                      "timed runs per measurement, after 1 warmup; the median\n"
+                      "is reported (default 5)");
+  app.add_option("-J,--json", opt.json_path, "also write the results as JSON to FILE")
+      ->type_name("FILE");
+  qctool::parse_or_exit(app, argc, argv);
+
+  if (app.count("--codec") > 0) opt.codecs = parse_codecs(app, codecs);
+  if (app.count("--bits") > 0) opt.bits = parse_int_list(app, "--bits", bits, 1, 8);
+  if (app.count("--bucket") > 0) {
+    opt.buckets.clear();
+    for (int b : parse_int_list(app, "--bucket", buckets, 1, 1 << 30))
+      opt.buckets.push_back(size_t(b));
   }
-  if (opt.size < 4) usage_error("--size must be at least 4 bytes (one float)");
-  if (opt.size / 4 > (size_t(1) << 34)) usage_error("--size is too large (at most 64G)");
+  if (app.count("--isa") > 0) opt.isas = parse_isas(app, isas);
+  if (app.count("--rounding") > 0) {
+    opt.stochastic = qctool::enum_value(app, "rounding", "--rounding", rounding,
+                                        qc_rounding_from_name,
+                                        qc_rounding_name) == QC_ROUND_STOCHASTIC;
+  }
+  if (app.count("--json") > 0 && opt.json_path.empty())
+    qctool::usage_error(app, "--json needs a file name");
+  if (opt.size < 4) qctool::usage_error(app, "--size must be at least 4 bytes (one float)");
+  if (opt.size / 4 > (size_t(1) << 34))
+    qctool::usage_error(app, "--size is too large (at most 64G)");
   return opt;
 }
 
@@ -328,15 +226,6 @@ double time_median(int iters, F&& f) {
   return median(t);
 }
 
-std::string iso_date_utc() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -379,15 +268,6 @@ std::string compiler_string() {
 #else
   return "unknown";
 #endif
-}
-
-std::string human_bytes(uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 30) && b % (1ull << 30) == 0) std::snprintf(buf, sizeof buf, "%" PRIu64 " GiB", b >> 30);
-  else if (b >= (1ull << 20) && b % (1ull << 20) == 0) std::snprintf(buf, sizeof buf, "%" PRIu64 " MiB", b >> 20);
-  else if (b >= (1ull << 10) && b % (1ull << 10) == 0) std::snprintf(buf, sizeof buf, "%" PRIu64 " KiB", b >> 10);
-  else std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
-  return buf;
 }
 
 // ---- the sweep plan ----------------------------------------------------------------
@@ -790,39 +670,13 @@ std::vector<TargetCheck> check_targets(const std::vector<Row>& rows, double memc
   return out;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";  // JSON has no NaN / Infinity
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.12g", v);
-  return buf;
-}
-
-std::string json_op(const OpResult& r, double memcpy_gbps) {
-  if (!r.ran) return "null";
-  return "{\"seconds\": " + json_number(r.seconds) + ", \"gbps\": " + json_number(r.gbps) +
-         ", \"x_memcpy\": " + json_number(r.gbps / memcpy_gbps) + "}";
+qctool::Json json_op(const OpResult& r, double memcpy_gbps) {
+  if (!r.ran) return nullptr;
+  qctool::Json j;
+  j["seconds"] = r.seconds;
+  j["gbps"] = r.gbps;
+  j["x_memcpy"] = r.gbps / memcpy_gbps;
+  return j;
 }
 
 struct RunInfo {
@@ -830,74 +684,74 @@ struct RunInfo {
   bool cpu_avx2 = false, cpu_avx512 = false;
 };
 
+qctool::Json json_row(const Row& r, double memcpy_gbps) {
+  qctool::Json j;
+  j["codec"] = qc::codec_name(r.cfg.codec);
+  j["bits"] = r.cfg.bits > 0 ? qctool::Json(r.cfg.bits) : qctool::Json(nullptr);
+  j["bucket"] = r.cfg.bucket > 0 ? qctool::Json(r.cfg.bucket) : qctool::Json(nullptr);
+  j["isa"] = r.isa;
+  j["ran"] = r.ran;
+  if (!r.ran) {
+    j["why"] = r.why;
+    return j;
+  }
+  j["encode"] = json_op(r.enc, memcpy_gbps);
+  j["decode"] = json_op(r.dec, memcpy_gbps);
+  j["decode_accumulate"] = json_op(r.acc, memcpy_gbps);
+  j["dqe"] = json_op(r.dqe, memcpy_gbps);
+  j["wire_bytes"] = r.wire;
+  j["compression_ratio"] = r.comp;
+  j["nmse"] = r.nmse;
+  j["max_abs_error"] = r.maxerr;
+  j["bound"] = r.bound;
+  j["over_bound"] = r.over_bound;
+  j["differs_from_scalar"] = r.differs_from_scalar;
+  j["row_memcpy_gbps"] = r.memcpy_gbps;
+  return j;
+}
+
+qctool::Json json_target(const TargetCheck& t) {
+  qctool::Json j;
+  j["codec"] = "minmax";
+  j["bits"] = 4;
+  j["bucket"] = 128;
+  j["isa"] = t.isa;
+  j["op"] = t.op;
+  j["target_x_memcpy"] = t.target;
+  j["x_memcpy"] = t.ratio;
+  j["result"] = t.measured ? (t.pass() ? "PASS" : "MISS") : "n/a";
+  return j;
+}
+
+// The -J document; README.md ("JSON") lists its fields.
 bool write_json(const std::string& path, const Options& opt, const RunInfo& info,
                 const Bench& b, double memcpy_gbps, const std::vector<Row>& rows,
                 const std::vector<TargetCheck>& targets) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "%s: error: cannot write --json file '%s'\n", kProg, path.c_str());
-    return false;
-  }
-  std::fprintf(f, "{\n  \"tool\": \"qc-codec-bench\",\n  \"command\": %s,\n",
-               json_string(opt.command_line).c_str());
-  std::fprintf(f, "  \"date\": %s,\n  \"qc_version\": %s,\n  \"cpu\": %s,\n",
-               json_string(info.date).c_str(), json_string(qc_version_string()).c_str(),
-               json_string(info.cpu).c_str());
-  std::fprintf(f, "  \"cpu_avx2\": %s,\n  \"cpu_avx512\": %s,\n  \"compiler\": %s,\n",
-               info.cpu_avx2 ? "true" : "false", info.cpu_avx512 ? "true" : "false",
-               json_string(info.compiler).c_str());
-  std::fprintf(f, "  \"build_type\": %s,\n  \"auto_isa\": %s,\n",
-               json_string(info.build_type).c_str(), json_string(info.auto_isa).c_str());
-  std::fprintf(f,
-               "  \"bytes\": %zu,\n  \"count\": %zu,\n  \"threads\": 1,\n  \"iters\": %d,\n"
-               "  \"warmup\": 1,\n  \"statistic\": \"median\",\n  \"rounding\": %s,\n",
-               b.bytes(), b.in.count, opt.iters,
-               json_string(opt.stochastic ? "stochastic" : "nearest").c_str());
-  std::fprintf(f, "  \"memcpy_gbps\": %s,\n  \"memcpy_samples_seconds\": [",
-               json_number(memcpy_gbps).c_str());
-  for (size_t i = 0; i < b.memcpy_samples.size(); ++i)
-    std::fprintf(f, "%s%s", i ? ", " : "", json_number(b.memcpy_samples[i]).c_str());
-  std::fprintf(f, "],\n  \"rows\": [\n");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    std::fprintf(f, "    {\"codec\": %s, \"bits\": %s, \"bucket\": %s, \"isa\": %s, \"ran\": %s",
-                 json_string(qc::codec_name(r.cfg.codec)).c_str(),
-                 r.cfg.bits > 0 ? std::to_string(r.cfg.bits).c_str() : "null",
-                 r.cfg.bucket > 0 ? std::to_string(r.cfg.bucket).c_str() : "null",
-                 json_string(r.isa).c_str(), r.ran ? "true" : "false");
-    if (!r.ran) {
-      std::fprintf(f, ", \"why\": %s}", json_string(r.why).c_str());
-    } else {
-      std::fprintf(f, ",\n     \"encode\": %s,\n     \"decode\": %s,\n",
-                   json_op(r.enc, memcpy_gbps).c_str(), json_op(r.dec, memcpy_gbps).c_str());
-      std::fprintf(f, "     \"decode_accumulate\": %s,\n     \"dqe\": %s,\n",
-                   json_op(r.acc, memcpy_gbps).c_str(), json_op(r.dqe, memcpy_gbps).c_str());
-      std::fprintf(f,
-                   "     \"wire_bytes\": %zu, \"compression_ratio\": %s, \"nmse\": %s, "
-                   "\"max_abs_error\": %s, \"bound\": %s, \"over_bound\": %s, "
-                   "\"differs_from_scalar\": %s, \"row_memcpy_gbps\": %s}",
-                   r.wire, json_number(r.comp).c_str(), json_number(r.nmse).c_str(),
-                   json_number(r.maxerr).c_str(), json_number(r.bound).c_str(),
-                   r.over_bound ? "true" : "false", r.differs_from_scalar ? "true" : "false",
-                   json_number(r.memcpy_gbps).c_str());
-    }
-    std::fprintf(f, "%s\n", i + 1 < rows.size() ? "," : "");
-  }
-  std::fprintf(f, "  ],\n  \"targets\": [\n");
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const TargetCheck& t = targets[i];
-    std::fprintf(f,
-                 "    {\"codec\": \"minmax\", \"bits\": 4, \"bucket\": 128, \"isa\": %s, "
-                 "\"op\": %s, \"target_x_memcpy\": %s, \"x_memcpy\": %s, \"result\": %s}%s\n",
-                 json_string(t.isa).c_str(), json_string(t.op).c_str(),
-                 json_number(t.target).c_str(), json_number(t.ratio).c_str(),
-                 json_string(t.measured ? (t.pass() ? "PASS" : "MISS") : "n/a").c_str(),
-                 i + 1 < targets.size() ? "," : "");
-  }
-  std::fprintf(f, "  ]\n}\n");
-  const bool ok = std::fclose(f) == 0;
-  if (!ok) std::fprintf(stderr, "%s: error: writing --json file '%s' failed\n", kProg, path.c_str());
-  return ok;
+  qctool::Json doc;
+  doc["tool"] = kProg;
+  doc["command"] = opt.command_line;
+  doc["date"] = info.date;
+  doc["qc_version"] = qc_version_string();
+  doc["cpu"] = info.cpu;
+  doc["cpu_avx2"] = info.cpu_avx2;
+  doc["cpu_avx512"] = info.cpu_avx512;
+  doc["compiler"] = info.compiler;
+  doc["build_type"] = info.build_type;
+  doc["auto_isa"] = info.auto_isa;
+  doc["bytes"] = b.bytes();
+  doc["count"] = b.in.count;
+  doc["threads"] = 1;
+  doc["iters"] = opt.iters;
+  doc["warmup"] = 1;
+  doc["statistic"] = "median";
+  doc["rounding"] = opt.stochastic ? "stochastic" : "nearest";
+  doc["memcpy_gbps"] = memcpy_gbps;
+  doc["memcpy_samples_seconds"] = b.memcpy_samples;
+  doc["rows"] = qctool::Json::array();
+  for (const Row& r : rows) doc["rows"].push_back(json_row(r, memcpy_gbps));
+  doc["targets"] = qctool::Json::array();
+  for (const TargetCheck& t : targets) doc["targets"].push_back(json_target(t));
+  return qctool::write_json_file(kProg, path, doc);
 }
 
 Isa to_isa(IsaSel s) {
@@ -906,7 +760,7 @@ Isa to_isa(IsaSel s) {
 
 int run(const Options& opt) {
   RunInfo info;
-  info.date = iso_date_utc();
+  info.date = qctool::iso_date_utc();
   info.cpu = cpu_model();
   info.compiler = compiler_string();
   info.build_type = QC_CODEC_BENCH_BUILD_TYPE;
@@ -936,7 +790,7 @@ int run(const Options& opt) {
 
   std::printf("# %s: %s fp32 (%zu elements), 1 thread, per measurement 1 warmup + %d timed "
               "runs, median\n",
-              kProg, human_bytes(b.bytes()).c_str(), b.in.count, opt.iters);
+              kProg, qctool::human_bytes(b.bytes()).c_str(), b.in.count, opt.iters);
   std::printf("# date %s; cpu %s (avx2 %s, avx512 %s); %s, %s build\n", info.date.c_str(),
               info.cpu.c_str(), info.cpu_avx2 ? "yes" : "no", info.cpu_avx512 ? "yes" : "no",
               info.compiler.c_str(), info.build_type.c_str());
@@ -998,7 +852,7 @@ int run(const Options& opt) {
   if (any_over)
     std::printf("# ! marks a max error beyond the bound (plus 2^-21 max|x| of decode rounding)\n");
   std::printf("# memcpy: %.3f GB/s (median of %zu runs of a %s memcpy, interleaved with the rows)\n",
-              memcpy_gbps, b.memcpy_samples.size(), human_bytes(b.bytes()).c_str());
+              memcpy_gbps, b.memcpy_samples.size(), qctool::human_bytes(b.bytes()).c_str());
 
   const std::vector<TargetCheck> targets = check_targets(rows, memcpy_gbps);
   for (const TargetCheck& t : targets) {

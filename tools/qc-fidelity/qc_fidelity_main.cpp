@@ -16,6 +16,7 @@
 //
 // Uses only the public header qc.h.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -26,11 +27,20 @@
 #include <vector>
 
 #include "qc.h"
-#include "qc_tool_names.h"
+#include "qc_tool_cli.h"
+#include "qc_tool_json.h"
+#include "qc_tool_text.h"
 
 namespace {
 
 constexpr size_t kErrorBufferHeaderBytes = 56;  // qc_error_buffer_save's header
+
+constexpr const char* kAbout =
+    "The error-feedback convergence table of docs/fidelity.md: the error of the mean\n"
+    "output of T allreduce calls on the same inputs, with and without error feedback.\n"
+    "Markdown on stdout (--json: JSON instead); progress on stderr.";
+constexpr const char* kExitStatus =
+    "Exit status: 0 ok, 1 a bookkeeping or replica check failed, 2 usage or library error.";
 
 struct CodecSpec {
   std::string name;  // as given on the command line
@@ -49,62 +59,19 @@ struct Options {
   size_t count = 65536;
   int tmax = 256;
   int bucket = 128;
-  float topk_ratio = 0.01f;
+  double topk_ratio = 0.01;
   uint64_t seed = 1;
   bool fixed_seed = false;
+  bool json = false;  // --json: the results as JSON on stdout, no markdown
   std::vector<CodecSpec> codecs;
   std::vector<AlgoSpec> algos;
   std::string ef = "both";  // on, off, both
+  std::string command_line;
 };
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "qc-fidelity: %s (try --help)\n", msg.c_str());
-  std::exit(2);
-}
-
-void print_help() {
-  std::printf(
-      "usage: qc-fidelity [options]\n"
-      "  -n, --nranks N      virtual ranks (default 8)\n"
-      "      --count N       elements per rank (default 65536)\n"
-      "  -T, --tmax N        largest T, a power of two (default 256)\n"
-      "  -c, --codecs LIST   comma separated: NAME[BITS][~], NAME one of minmax, qsgd,\n"
-      "                      onebit, topk, global_linear, global_exp, fp16, bf16, none;\n"
-      "                      '~' = stochastic rounding\n"
-      "                      (default minmax2,minmax4,onebit,topk,qsgd4~)\n"
-      "  -a, --algos LIST    ring, rd, sra, tree, native, auto (default ring,sra)\n"
-      "      --ef on|off|both  error feedback rows (default both)\n"
-      "      --bucket N      bucket size (default 128)\n"
-      "      --topk-ratio R  (default 0.01)\n"
-      "      --seed N        stochastic-rounding seed (default 1); call t is emulated as\n"
-      "                      call t of its layer, so the random bits change from call to\n"
-      "                      call as they do on a real communicator\n"
-      "      --fixed-seed    emulate every call as the layer's first (the same bits) instead\n"
-      "  -h, --help\n"
-      "Exit status: 0 ok, 1 a bookkeeping or replica check failed, 2 usage or library error.\n");
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    size_t e = s.find(',', b);
-    if (e == std::string::npos) e = s.size();
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
-long long parse_int(const std::string& v, const char* flag, long long lo, long long hi) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < lo || x > hi)
-    usage_error(std::string("bad value '") + v + "' for " + flag);
-  return x;
-}
-
-CodecSpec parse_codec(const std::string& s) {
+// NAME, NAME<BITS>, either with '~' for stochastic rounding: minmax4, qsgd4~.
+// A name that itself ends in digits (fp16) is taken whole.
+CodecSpec parse_codec(const CLI::App& app, const std::string& s) {
   CodecSpec c;
   c.name = s;
   std::string base = s;
@@ -112,79 +79,62 @@ CodecSpec parse_codec(const std::string& s) {
     c.stochastic = true;
     base.pop_back();
   }
+  if (qctool::enum_from_name(qc_codec_from_name, base, &c.codec)) return c;
   size_t d = base.size();
   while (d > 0 && std::isdigit(static_cast<unsigned char>(base[d - 1]))) --d;
-  const std::string name = base.substr(0, d);
-  if (d < base.size()) c.bits = static_cast<int>(parse_int(base.substr(d), "--codecs", 1, 8));
-  if (qc_codec_from_name(name.c_str(), &c.codec) != QC_SUCCESS) {
-    usage_error("unknown codec '" + s + "' (" + qctool::names_of(qc_codec_name) + ")");
+  const std::string bits = base.substr(d);
+  if (!bits.empty() && !qctool::parse_integer(bits, 1, 8, &c.bits))
+    qctool::usage_error(app, qctool::bad_integer_message("-c " + s, bits, "1", "8"));
+  if (!qctool::enum_from_name(qc_codec_from_name, base.substr(0, d), &c.codec)) {
+    qctool::usage_error(app, "unknown codec '" + s + "' for -c (" +
+                                 qctool::names_of(qc_codec_name) + ")");
   }
   return c;
 }
 
-AlgoSpec parse_algo(const std::string& s) {
-  qc_algorithm_t a = QC_ALGO_AUTO;
-  if (qc_algorithm_from_name(s.c_str(), &a) != QC_SUCCESS) {
-    usage_error("unknown algorithm '" + s + "' (" + qctool::names_of(qc_algorithm_name) + ", rd)");
-  }
-  return AlgoSpec{s, a};
-}
-
 Options parse_args(int argc, char** argv) {
   Options o;
+  o.command_line = qctool::command_line(argc, argv);
+  CLI::App app{kAbout, "qc-fidelity"};
+  qctool::init_app(app, kExitStatus);
   std::string codecs = "minmax2,minmax4,onebit,topk,qsgd4~";
   std::string algos = "ring,sra";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string v;
-    const size_t eq = a.find('=');
-    const bool has_eq = a.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_eq) {
-      v = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    }
-    auto value = [&]() -> std::string {
-      if (has_eq) return v;
-      if (i + 1 >= argc) usage_error("missing value for " + a);
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      print_help();
-      std::exit(0);
-    } else if (a == "-n" || a == "--nranks") {
-      o.nranks = static_cast<int>(parse_int(value(), "-n", 1, 1024));
-    } else if (a == "--count") {
-      o.count = static_cast<size_t>(parse_int(value(), "--count", 1, 1LL << 30));
-    } else if (a == "-T" || a == "--tmax") {
-      o.tmax = static_cast<int>(parse_int(value(), "--tmax", 1, 1 << 20));
-      if ((o.tmax & (o.tmax - 1)) != 0) usage_error("--tmax must be a power of two");
-    } else if (a == "-c" || a == "--codecs") {
-      codecs = value();
-    } else if (a == "-a" || a == "--algos") {
-      algos = value();
-    } else if (a == "--ef") {
-      o.ef = value();
-      if (o.ef != "on" && o.ef != "off" && o.ef != "both") usage_error("bad value for --ef");
-    } else if (a == "--bucket") {
-      o.bucket = static_cast<int>(parse_int(value(), "--bucket", 1, 1 << 30));
-    } else if (a == "--topk-ratio") {
-      const std::string s = value();
-      char* end = nullptr;
-      o.topk_ratio = std::strtof(s.c_str(), &end);
-      if (s.empty() || *end != '\0' || !(o.topk_ratio > 0.0f) || o.topk_ratio > 1.0f)
-        usage_error("bad value '" + s + "' for --topk-ratio");
-    } else if (a == "--seed") {
-      o.seed = static_cast<uint64_t>(parse_int(value(), "--seed", 0, 1LL << 62));
-    } else if (a == "--fixed-seed") {
-      o.fixed_seed = true;
-    } else {
-      usage_error("unknown option '" + a + "'");
-    }
+  qctool::add_integer(app, "-n,--nranks", &o.nranks, 1, 1024, "virtual ranks (default 8)");
+  qctool::add_integer(app, "--count", &o.count, size_t{1}, size_t{1} << 30,
+                      "elements per rank (default 65536)");
+  qctool::add_integer(app, "-T,--tmax", &o.tmax, 1, 1 << 20,
+                      "largest T, a power of two (default 256)");
+  app.add_option("-c,--codecs", codecs,
+                 "comma separated: NAME[BITS][~], NAME one of minmax, qsgd,\n"
+                 "onebit, topk, global_linear, global_exp, fp16, bf16, none;\n"
+                 "'~' = stochastic rounding\n"
+                 "(default minmax2,minmax4,onebit,topk,qsgd4~)")
+      ->type_name("LIST");
+  app.add_option("-a,--algos", algos, "ring, rd, sra, tree, native, auto (default ring,sra)")
+      ->type_name("LIST");
+  app.add_option("--ef", o.ef, "error feedback rows: on, off or both (default both)")
+      ->type_name("on|off|both");
+  qctool::add_integer(app, "--bucket", &o.bucket, 1, 1 << 30, "bucket size (default 128)");
+  qctool::add_real(
+      app, "--topk-ratio", &o.topk_ratio, [](double r) { return r > 0 && r <= 1; }, "0 < R <= 1",
+      "fraction kept by topk (default 0.01)");
+  qctool::add_integer(app, "--seed", &o.seed, uint64_t{0}, uint64_t{1} << 62,
+                      "stochastic-rounding seed (default 1); call t is emulated as\n"
+                      "call t of its layer, so the random bits change from call to\n"
+                      "call as they do on a real communicator");
+  app.add_flag("--fixed-seed", o.fixed_seed, "emulate every call as the layer's first (the same bits) instead");
+  app.add_flag("--json", o.json, "write the results as one JSON document on stdout\n"
+                                 "instead of the markdown tables");
+  qctool::parse_or_exit(app, argc, argv);
+
+  if ((o.tmax & (o.tmax - 1)) != 0) qctool::usage_error(app, "-T must be a power of two");
+  if (o.ef != "on" && o.ef != "off" && o.ef != "both")
+    qctool::usage_error(app, "bad value '" + o.ef + "' for --ef (on, off, both)");
+  for (const std::string& s : qctool::split_list(codecs)) o.codecs.push_back(parse_codec(app, s));
+  for (const std::string& s : qctool::split_list(algos)) {
+    o.algos.push_back({s, qctool::enum_value(app, "algorithm", "-a", s, qc_algorithm_from_name,
+                                             qc_algorithm_name, ", rd")});
   }
-  for (const std::string& s : split(codecs)) o.codecs.push_back(parse_codec(s));
-  for (const std::string& s : split(algos)) o.algos.push_back(parse_algo(s));
-  if (o.codecs.empty()) usage_error("no codec given");
-  if (o.algos.empty()) usage_error("no algorithm given");
   return o;
 }
 
@@ -206,6 +156,9 @@ struct Row {
   double bookkeeping = 0.0;   // worst over the T's (EF only)
   size_t replica_mismatch = 0;
   double seconds = 0.0;
+  // float32 rounding of partial sums and residuals: far below 1e-4.
+  bool bookkeeping_ok(bool ef) const { return !ef || bookkeeping < 1e-4; }
+  bool passed(bool ef) const { return replica_mismatch == 0 && bookkeeping_ok(ef); }
 };
 
 Row run_row(const Options& o, const CodecSpec& c, const AlgoSpec& a, bool ef,
@@ -220,7 +173,7 @@ Row run_row(const Options& o, const CodecSpec& c, const AlgoSpec& a, bool ef,
   policy.rounding = c.stochastic ? QC_ROUND_STOCHASTIC : QC_ROUND_NEAREST_EVEN;
   policy.algorithm = a.algo;
   policy.error_feedback = ef ? 1 : 0;
-  policy.topk_ratio = o.topk_ratio;
+  policy.topk_ratio = static_cast<float>(o.topk_ratio);
 
   std::vector<qc_error_buffer_t> ebs(static_cast<size_t>(n), nullptr);
   if (ef) {
@@ -296,6 +249,84 @@ Row run_row(const Options& o, const CodecSpec& c, const AlgoSpec& a, bool ef,
   return row;
 }
 
+// ---- output: markdown tables, or --json ---------------------------------------------
+
+void print_preamble(const Options& o, double norm) {
+  std::printf("# qc-fidelity %s: error of the mean output over the first T calls,\n"
+              "# max_i |mean_t out_t,i - sum_r x_r,i| / max_i sum_r |x_r,i| (= %.4f)\n",
+              qc_version_string(), norm);
+  std::printf("# ranks %d, count %zu per rank, float32, sum, bucket %d, topk ratio %g, seed %s\n",
+              o.nranks, o.count, o.bucket, o.topk_ratio,
+              o.fixed_seed ? "call 0 every time" : "call t of the layer");
+  std::printf("# bookkeeping: max over T and i of |sum_t out_t,i + sum_r e_r,i(T) - T sum_r "
+              "x_r,i| / (T max_i sum_r |x_r,i|)\n\n");
+}
+
+void print_table_header(const Options& o, const AlgoSpec& a) {
+  std::printf("## %s, n = %d\n\n| codec | EF |", a.name.c_str(), o.nranks);
+  for (int t = 1; t <= o.tmax; t *= 2) std::printf(" T=%d |", t);
+  std::printf(" bookkeeping |\n| --- | --- |");
+  for (int t = 1; t <= o.tmax; t *= 2) std::printf(" ---: |");
+  std::printf(" ---: |\n");
+  std::fflush(stdout);
+}
+
+void print_table_row(const CodecSpec& c, bool ef, const Row& row) {
+  std::printf("| %s | %s |", c.name.c_str(), ef ? "on" : "off");
+  for (double e : row.error) std::printf(" %.3g |", e);
+  if (ef) std::printf(" %.1e |", row.bookkeeping);
+  else std::printf(" – |");
+  std::printf("\n");
+  if (row.replica_mismatch > 0)
+    std::printf("# ^ ranks' outputs differ at %zu element-calls\n", row.replica_mismatch);
+  if (!row.bookkeeping_ok(ef)) std::printf("# ^ bookkeeping identity violated\n");
+  std::fflush(stdout);
+}
+
+bool uses_bits(qc_codec_t c) {
+  return c == QC_CODEC_MINMAX || c == QC_CODEC_QSGD || c == QC_CODEC_GLOBAL_LINEAR ||
+         c == QC_CODEC_GLOBAL_EXP;
+}
+
+// One row of --json; docs/fidelity.md lists the fields.
+qctool::Json json_row(const AlgoSpec& a, const CodecSpec& c, bool ef, const Row& row) {
+  qctool::Json j;
+  j["algo"] = a.name;
+  j["algorithm"] = qc_algorithm_name(a.algo);
+  j["codec"] = c.name;
+  j["codec_name"] = qc_codec_name(c.codec);
+  j["bits"] = uses_bits(c.codec) ? qctool::Json(c.bits) : qctool::Json(nullptr);
+  j["rounding"] = c.stochastic ? "stochastic" : "nearest";
+  j["error_feedback"] = ef;
+  j["error"] = row.error;
+  j["bookkeeping"] = ef ? qctool::Json(row.bookkeeping) : qctool::Json(nullptr);
+  j["replica_mismatch"] = row.replica_mismatch;
+  j["passed"] = row.passed(ef);
+  j["seconds"] = row.seconds;
+  return j;
+}
+
+qctool::Json json_document(const Options& o, double norm, const qctool::Json& rows, bool passed) {
+  qctool::Json doc;
+  doc["tool"] = "qc-fidelity";
+  doc["qc_version"] = qc_version_string();
+  doc["command"] = o.command_line;
+  doc["nranks"] = o.nranks;
+  doc["count"] = o.count;
+  doc["dtype"] = "float32";
+  doc["redop"] = "sum";
+  doc["bucket"] = o.bucket;
+  doc["topk_ratio"] = o.topk_ratio;
+  doc["seed"] = o.seed;
+  doc["seed_per_call"] = o.fixed_seed ? "call 0" : "call t";
+  doc["norm"] = norm;
+  doc["T"] = qctool::Json::array();
+  for (int t = 1; t <= o.tmax; t *= 2) doc["T"].push_back(t);
+  doc["rows"] = rows;
+  doc["passed"] = passed;
+  return doc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -316,49 +347,27 @@ int main(int argc, char** argv) {
   }
   const double norm = *std::max_element(mag.begin(), mag.end());
 
-  std::printf("# qc-fidelity %s: error of the mean output over the first T calls,\n"
-              "# max_i |mean_t out_t,i - sum_r x_r,i| / max_i sum_r |x_r,i| (= %.4f)\n",
-              qc_version_string(), norm);
-  std::printf("# ranks %d, count %zu per rank, float32, sum, bucket %d, topk ratio %g, seed %s\n",
-              n, o.count, o.bucket, static_cast<double>(o.topk_ratio),
-              o.fixed_seed ? "call 0 every time" : "call t of the layer");
-  std::printf("# bookkeeping: max over T and i of |sum_t out_t,i + sum_r e_r,i(T) - T sum_r "
-              "x_r,i| / (T max_i sum_r |x_r,i|)\n\n");
-
   std::vector<bool> efs;
   if (o.ef != "on") efs.push_back(false);
   if (o.ef != "off") efs.push_back(true);
 
+  qctool::Json rows = qctool::Json::array();
+  if (!o.json) print_preamble(o, norm);
   bool failed = false;
   for (const AlgoSpec& a : o.algos) {
-    std::printf("## %s, n = %d\n\n| codec | EF |", a.name.c_str(), n);
-    for (int t = 1; t <= o.tmax; t *= 2) std::printf(" T=%d |", t);
-    std::printf(" bookkeeping |\n| --- | --- |");
-    for (int t = 1; t <= o.tmax; t *= 2) std::printf(" ---: |");
-    std::printf(" ---: |\n");
-    std::fflush(stdout);
+    if (!o.json) print_table_header(o, a);
     for (const CodecSpec& c : o.codecs) {
       for (bool ef : efs) {
         const Row row = run_row(o, c, a, ef, x, exact, norm);
-        std::printf("| %s | %s |", c.name.c_str(), ef ? "on" : "off");
-        for (double e : row.error) std::printf(" %.3g |", e);
-        if (ef) std::printf(" %.1e |", row.bookkeeping); else std::printf(" – |");
-        std::printf("\n");
-        if (row.replica_mismatch > 0) {
-          std::printf("# ^ ranks' outputs differ at %zu element-calls\n", row.replica_mismatch);
-          failed = true;
-        }
-        // float32 rounding of partial sums and residuals: far below 1e-4.
-        if (ef && !(row.bookkeeping < 1e-4)) {
-          std::printf("# ^ bookkeeping identity violated\n");
-          failed = true;
-        }
+        failed = failed || !row.passed(ef);
+        if (o.json) rows.push_back(json_row(a, c, ef, row));
+        else print_table_row(c, ef, row);
         std::fprintf(stderr, "qc-fidelity: %s %s ef=%s: %.1f s\n", a.name.c_str(),
                      c.name.c_str(), ef ? "on" : "off", row.seconds);
-        std::fflush(stdout);
       }
     }
-    std::printf("\n");
+    if (!o.json) std::printf("\n");
   }
+  if (o.json) std::fputs(qctool::json_text(json_document(o, norm, rows, !failed)).c_str(), stdout);
   return failed ? 1 : 0;
 }

@@ -14,18 +14,11 @@
 #include "core/params.h"
 #include "cpu/codec_kernels.h"
 #include "qc.h"
+#include "qc_tool_cli.h"
 
 extern char** environ;
 
 namespace {
-
-void print_usage(FILE* to) {
-  std::fprintf(to,
-               "usage: qc-info [--markdown]\n"
-               "  (no option)  library version, build features, CPU kernels and every\n"
-               "               QC_* environment variable with its value and source\n"
-               "  --markdown   the environment-variable reference (docs/parameters.md)\n");
-}
 
 const char* best_isa() {
   for (qc::cpu::Isa isa : {qc::cpu::Isa::kAvx512, qc::cpu::Isa::kAvx2}) {
@@ -93,16 +86,18 @@ int print_report() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 1) return print_report();
-  if (argc == 2 && std::strcmp(argv[1], "--markdown") == 0) {
+  CLI::App app{"What this libqc is: version, build features, CPU kernels and every QC_*\n"
+               "environment variable with its value and source.",
+               "qc-info"};
+  qctool::init_app(app, "Exit status: 0, 1 when a QC_* variable is invalid (the report), 2 bad "
+                        "usage.");
+  bool markdown = false;
+  app.add_flag("--markdown", markdown,
+               "print the environment-variable reference instead\n(docs/parameters.md)");
+  qctool::parse_or_exit(app, argc, argv);
+  if (markdown) {
     std::fputs(qc::params_markdown().c_str(), stdout);
     return 0;
   }
-  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    print_usage(stdout);
-    return 0;
-  }
-  std::fprintf(stderr, "qc-info: unknown argument '%s'\n", argv[1]);
-  print_usage(stderr);
-  return 2;
+  return print_report();
 }

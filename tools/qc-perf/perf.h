@@ -1,5 +1,6 @@
-// qc-perf: shared declarations of the benchmark's four parts.
-//   qc_perf_main.cpp  command line, the sweep plan, the main loop
+// qc-perf: shared declarations of the benchmark's parts.
+//   perf_cli.cpp      the command line (tools/common, CLI11)
+//   qc_perf_main.cpp  the sweep plan, the main loop
 //   perf_runner.cpp   worker threads, barrier, timing, the qc group
 //   perf_check.cpp    input data, dtype conversion, exact reference, error bounds
 //   perf_report.cpp   the table, the footer and --json
@@ -8,6 +9,7 @@
 #define QC_PERF_H
 
 #include "qc.h"
+#include "qc_tool_text.h"
 
 #include <condition_variable>
 #include <cstddef>
@@ -58,6 +60,10 @@ struct Options {
   bool device = false;
 };
 
+// The command line (perf_cli.cpp). A usage error exits with status 2,
+// --device without a device with 77, --help and --version with 0.
+Options parse_args(int argc, char** argv);
+
 // The policy of codec number i of opt.codecs (codec, per-codec bits / ef).
 qc_policy_t codec_policy(const Options& opt, size_t i);
 
@@ -69,7 +75,7 @@ std::string codec_label(const qc_policy_t& p);  // "minmax4/128", "none", ...
 const char* dtype_name(qc_dtype_t d);           // "float32", "float16", "bfloat16"
 const char* redop_name(qc_reduce_op_t op);
 size_t dtype_size(qc_dtype_t d);
-std::string human_bytes(uint64_t bytes);        // "32 MiB"
+using qctool::human_bytes;                      // "32 MiB"
 
 // ---- dtype conversion (perf_check.cpp) -----------------------------------
 

@@ -1,9 +1,9 @@
 // qc-perf: names, the table, the footer and --json.
 #include "perf.h"
+#include "qc_tool_json.h"
 
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 
 namespace qcperf {
 
@@ -55,16 +55,6 @@ const char* redop_name(qc_reduce_op_t op) {
 }
 
 size_t dtype_size(qc_dtype_t d) { return d == QC_DTYPE_FLOAT32 ? 4 : 2; }
-
-std::string human_bytes(uint64_t b) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && b >= 1024 && b % 1024 == 0) {
-    b /= 1024;
-    ++u;
-  }
-  return std::to_string(b) + " " + units[u];
-}
 
 double busbw_factor(Op op, int n) {
   if (n <= 0) return 0;
@@ -199,101 +189,64 @@ void print_footer(const std::vector<Row>& rows) {
 
 // ---- json --------------------------------------------------------------------
 
-static std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
-static std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";  // JSON has no NaN / Infinity
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.12g", v);
-  return buf;
-}
-
-static std::string iso_date_utc() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+// One row of -J. Its fields, their order and when they are null are what
+// readers rely on (README.md "JSON", tools/plot_perf.py,
+// tests/tools/check_tool_json.py).
+static qctool::Json json_row(const Row& r, const Options& opt, const std::string& date) {
+  const qc_policy_t& p = opt.policy;
+  const bool ran = r.ran && !r.na;
+  const double nan = std::numeric_limits<double>::quiet_NaN();  // written as null
+  const auto if_ran = [&](double v) { return ran ? v : nan; };
+  const auto if_measured = [&](double v) { return ran && !r.baseline ? v : nan; };
+  qctool::Json j;
+  j["op"] = op_name(r.op);
+  j["size"] = r.size;
+  j["count"] = r.count;
+  j["type"] = r.type;
+  j["algo"] = r.algo;
+  j["codec"] = r.codec;
+  j["time_us"] = if_ran(r.time_us);
+  j["algbw"] = if_ran(r.algbw);
+  j["busbw"] = if_ran(r.busbw);
+  j["wire"] = if_ran(r.wire);
+  j["ratio"] = if_ran(r.ratio);
+  j["wire_ideal"] = if_ran(r.wire_ideal);
+  j["wire_ok"] = r.wire_ok;
+  j["na"] = r.na;
+  j["error"] = if_ran(r.error);
+  j["bound"] = r.bound;
+  j["wrong"] = r.wrong;
+  j["replica_mismatch"] = r.replica_diff;
+  j["passed"] = r.passed();
+  if (r.ran && r.wire_ok) j["failure"] = nullptr;
+  else j["failure"] = r.ran ? r.wire_note : r.failure;
+  j["mpi_time_us"] = r.mpi_time_us;
+  j["speedup"] = if_ran(r.speedup);
+  j["codec_us"] = if_measured(r.codec_us);
+  j["hidden_codec_us"] = if_measured(r.hidden_codec_us);
+  j["transport_us"] = if_measured(r.transport_us);
+  j["baseline"] = r.baseline;
+  j["nranks"] = opt.nranks;
+  j["transport"] = opt.mpi ? "mpi" : "local";
+  j["redop"] = redop_name(r.baseline ? QC_OP_SUM : opt.redop);
+  j["dtype"] = dtype_name(opt.dtype);
+  j["codec_name"] = r.codec_name;
+  j["bits"] = r.bits ? r.bits : p.bits;
+  j["bucket"] = p.bucket_size;
+  j["rounding"] = p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest";
+  j["error_feedback"] = r.error_feedback;
+  j["warmup"] = opt.warmup;
+  j["iters"] = opt.iters;
+  j["qc_version"] = qc_version_string();
+  j["date"] = date;
+  return j;
 }
 
 bool write_json(const std::string& path, const Options& opt, const std::vector<Row>& rows) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "qc-perf: error: cannot write --json file '%s'\n", path.c_str());
-    return false;
-  }
-  const qc_policy_t& p = opt.policy;
-  const std::string date = iso_date_utc();
-  std::fprintf(f, "[");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    const bool ran = r.ran && !r.na;
-    std::fprintf(f, "%s\n  {", i ? "," : "");
-    std::fprintf(f, "\"op\": %s, \"size\": %llu, \"count\": %llu, \"type\": %s, \"algo\": %s, ",
-                 json_string(op_name(r.op)).c_str(), static_cast<unsigned long long>(r.size),
-                 static_cast<unsigned long long>(r.count), json_string(r.type).c_str(),
-                 json_string(r.algo).c_str());
-    std::fprintf(f, "\"codec\": %s, \"time_us\": %s, \"algbw\": %s, \"busbw\": %s, ",
-                 json_string(r.codec).c_str(), json_number(ran ? r.time_us : NAN).c_str(),
-                 json_number(ran ? r.algbw : NAN).c_str(),
-                 json_number(ran ? r.busbw : NAN).c_str());
-    std::fprintf(f, "\"wire\": %s, \"ratio\": %s, \"wire_ideal\": %s, \"wire_ok\": %s, ",
-                 json_number(ran ? r.wire : NAN).c_str(), json_number(ran ? r.ratio : NAN).c_str(),
-                 json_number(ran ? r.wire_ideal : NAN).c_str(), r.wire_ok ? "true" : "false");
-    std::fprintf(f, "\"na\": %s, \"error\": %s, \"bound\": %s, \"wrong\": %llu, ",
-                 r.na ? "true" : "false",
-                 json_number(ran ? r.error : NAN).c_str(), json_number(r.bound).c_str(),
-                 static_cast<unsigned long long>(r.wrong));
-    std::fprintf(f, "\"replica_mismatch\": %llu, \"passed\": %s, \"failure\": %s, ",
-                 static_cast<unsigned long long>(r.replica_diff), r.passed() ? "true" : "false",
-                 r.ran && r.wire_ok ? "null"
-                                    : json_string(r.ran ? r.wire_note : r.failure).c_str());
-    std::fprintf(f,
-                 "\"mpi_time_us\": %s, \"speedup\": %s, \"codec_us\": %s, "
-                 "\"hidden_codec_us\": %s, \"transport_us\": %s, \"baseline\": %s, ",
-                 json_number(r.mpi_time_us).c_str(), json_number(ran ? r.speedup : NAN).c_str(),
-                 json_number(ran && !r.baseline ? r.codec_us : NAN).c_str(),
-                 json_number(ran && !r.baseline ? r.hidden_codec_us : NAN).c_str(),
-                 json_number(ran && !r.baseline ? r.transport_us : NAN).c_str(),
-                 r.baseline ? "true" : "false");
-    std::fprintf(f,
-                 "\"nranks\": %d, \"transport\": %s, \"redop\": %s, \"dtype\": %s, "
-                 "\"codec_name\": %s, \"bits\": %d, \"bucket\": %d, \"rounding\": %s, "
-                 "\"error_feedback\": %s, \"warmup\": %d, \"iters\": %d, "
-                 "\"qc_version\": %s, \"date\": %s}",
-                 opt.nranks, json_string(opt.mpi ? "mpi" : "local").c_str(),
-                 json_string(redop_name(r.baseline ? QC_OP_SUM : opt.redop)).c_str(),
-                 json_string(dtype_name(opt.dtype)).c_str(),
-                 json_string(r.codec_name).c_str(), r.bits ? r.bits : p.bits, p.bucket_size,
-                 json_string(p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest").c_str(),
-                 r.error_feedback ? "true" : "false", opt.warmup, opt.iters,
-                 json_string(qc_version_string()).c_str(), json_string(date).c_str());
-  }
-  std::fprintf(f, "%s]\n", rows.empty() ? "" : "\n");
-  const bool ok = std::fclose(f) == 0;
-  if (!ok) std::fprintf(stderr, "qc-perf: error: writing --json file '%s' failed\n", path.c_str());
-  return ok;
+  const std::string date = qctool::iso_date_utc();
+  qctool::Json doc = qctool::Json::array();
+  for (const Row& r : rows) doc.push_back(json_row(r, opt, date));
+  return qctool::write_json_file("qc-perf", path, doc);
 }
 
 }  // namespace qcperf
