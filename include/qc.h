@@ -172,7 +172,8 @@ typedef enum qc_algorithm QC_ENUM_BASE {
 } qc_algorithm_t;
 
 /** Rounding of values to codes (policy.rounding). Stochastic rounding draws
- *  counter-based random bits keyed by policy.seed (docs/policies.md). */
+ *  counter-based random bits keyed by (policy.seed, rank, layer, that
+ *  layer's call index): see qc_emulate_allreduce and qc_comm_save_state. */
 typedef enum qc_rounding QC_ENUM_BASE {
   QC_ROUND_NEAREST_EVEN = 0,
   QC_ROUND_STOCHASTIC = 1
@@ -581,6 +582,8 @@ typedef struct qc_error_buffer_s* qc_error_buffer_t;
  * QC_ALGO_AUTO picks the algorithm per call (docs/algorithms.md). Results
  * equal qc_emulate_allreduce's bit for bit, except the transport's own sum
  * (native with codec none on MPI or NCCL), which matches to float rounding.
+ * Stochastic rounding's bits are those of this layer's call index (the
+ * layer's calls on this communicator so far; qc_comm_save_state).
  * Threading: one call per communicator at a time.
  *
  * @return QC_ERROR_INVALID_ARGUMENT for a bad argument (named in
