@@ -144,6 +144,7 @@ program test_qc_fortran
   call check(ierr == QC_SUCCESS .and. any(recvs2 /= recvs), 'call_index 3 draws other bits than call 0')
   call qc_emulate_allreduce(sends, recvs2, QC_OP_SUM, p, ierr=ierr, layer='fc1', call_index=0_c_int64_t)
   call check(ierr == QC_SUCCESS .and. all(recvs2 == recvs), 'call_index 0 is the default')
+  deallocate(recvs2)
 
   ! --- a one-rank local group: collectives, policies, stats -------------
   call qc_comm_create_local(comms, ierr)

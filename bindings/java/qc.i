@@ -558,10 +558,14 @@ qc_rc qcj_encode(const qc_policy_t* policy, const void* src, size_t count, qc_dt
 
 /* Emulation over buffers laid out rank after rank: rank i's send buffer
  * starts at sendbuf + i * stride elements (likewise recvbuf). handles: one
- * error buffer per rank (0 for none), or null for none at all. */
+ * error buffer per rank (0 for none), or null for none at all. layer and
+ * call_index: the call of that layer to reproduce (Java checks call_index
+ * >= 0). */
 qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, size_t stride,
-                  size_t count, qc_dtype_t dtype, qc_reduce_op_t op, const qc_policy_t* policy,
-                  jlong* handles, int nhandles) {
+                  size_t count, qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                  long long call_index, const qc_policy_t* policy, jlong* handles,
+                  int nhandles) {
+  const uint64_t call = (uint64_t)call_index;
   const void** sends;
   void** recvs;
   qc_error_buffer_t* ebs = NULL;
@@ -570,8 +574,9 @@ qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, 
   int i;
   if (nranks < 1 || (handles != NULL && nhandles != nranks)) {
     /* qc words the message for a bad nranks; Java checks the array lengths */
-    return alltoall ? qc_emulate_alltoall(nranks, NULL, NULL, count, dtype, NULL, 0, policy)
-                    : qc_emulate_allreduce(nranks, NULL, NULL, count, dtype, op, NULL, 0, policy, NULL);
+    return alltoall ? qc_emulate_alltoall(nranks, NULL, NULL, count, dtype, layer, call, policy)
+                    : qc_emulate_allreduce(nranks, NULL, NULL, count, dtype, op, layer, call,
+                                           policy, NULL);
   }
   sends = (const void**)calloc((size_t)nranks, sizeof(void*));
   recvs = (void**)calloc((size_t)nranks, sizeof(void*));
@@ -587,8 +592,9 @@ qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, 
     recvs[i] = recvbuf == NULL ? NULL : (char*)recvbuf + (size_t)i * bytes;
     if (ebs != NULL) ebs[i] = (qc_error_buffer_t)(intptr_t)handles[i];
   }
-  st = alltoall ? qc_emulate_alltoall(nranks, sends, recvs, count, dtype, NULL, 0, policy)
-                : qc_emulate_allreduce(nranks, sends, recvs, count, dtype, op, NULL, 0, policy, ebs);
+  st = alltoall ? qc_emulate_alltoall(nranks, sends, recvs, count, dtype, layer, call, policy)
+                : qc_emulate_allreduce(nranks, sends, recvs, count, dtype, op, layer, call, policy,
+                                       ebs);
   free((void*)sends);
   free(recvs);
   free(ebs);

@@ -138,6 +138,37 @@ public class CommTest {
   }
 
   @Test
+  public void emulationReproducesALaterCallOfALayer() throws Exception {
+    Policy p = Policy.builder().codec(Codec.MINMAX).bits(2).bucketSize(64).minCompressBytes(0)
+        .rounding(Rounding.STOCHASTIC).seed(7).build();
+    comms = Comm.createLocal(N);
+    float[][] inputs = new float[N][];
+    for (int r = 0; r < N; ++r) {
+      inputs[r] = randomInput(r, COUNT);
+    }
+    // Layer "a" three times, with calls of "b" in between: its third call is
+    // call index 2 of "a", whatever "b" did.
+    List<float[]> out = Ranks.run(comms, c -> {
+      c.setLayerPolicy("*", p);
+      float[] y = new float[COUNT];
+      for (int call = 0; call < 3; ++call) {
+        c.allreduce(inputs[c.rank()], y, ReduceOp.SUM, "b", null);
+        c.allreduce(inputs[c.rank()], y, ReduceOp.SUM, "a", null);
+      }
+      return y;
+    });
+    float[][] third = Qc.emulateAllreduce(inputs, ReduceOp.SUM, p, null, "a", 2);
+    float[][] first = Qc.emulateAllreduce(inputs, ReduceOp.SUM, p, null, "a", 0);
+    for (int r = 0; r < N; ++r) {
+      assertArrayEquals("rank " + r + " = emulated call 2 of a", bits(third[r]), bits(out.get(r)));
+    }
+    assertFalse("call 0 draws other bits",
+        java.util.Arrays.equals(bits(first[0]), bits(out.get(0))));
+    assertThrows(IllegalArgumentException.class,
+        () -> Qc.emulateAllreduce(inputs, ReduceOp.SUM, p, null, "a", -1));
+  }
+
+  @Test
   public void compressedAllreduceMatchesEmulationBitForBit() throws Exception {
     Policy p = Policy.builder().codec(Codec.MINMAX).bits(4).bucketSize(64).minCompressBytes(0)
         .build();

@@ -134,17 +134,29 @@ public final class Qc {
   }
 
   /**
-   * Run an allreduce over {@code sendbufs.length} virtual ranks, one thread each,
-   * with {@code policy} for every rank; rank i's input is {@code sendbufs[i]} (all
-   * of one length). The result is bit-identical to a real run of the same inputs
-   * and policy as the first call of layer "*" (null). Copies the inputs and outputs.
-   *
-   * @param errorBuffers null, or one per rank (entries may be null)
-   * @return the outputs, one array per rank
+   * {@link #emulateAllreduce(float[][], ReduceOp, Policy, ErrorBuffer[], String, long)} as
+   * the first call of layer "*".
    */
   public static float[][] emulateAllreduce(float[][] sendbufs, ReduceOp op, Policy policy,
       ErrorBuffer[] errorBuffers) {
-    return emulate(false, sendbufs, 1, op, policy, errorBuffers);
+    return emulateAllreduce(sendbufs, op, policy, errorBuffers, null, 0);
+  }
+
+  /**
+   * Run an allreduce over {@code sendbufs.length} virtual ranks, one thread each,
+   * with {@code policy} for every rank; rank i's input is {@code sendbufs[i]} (all
+   * of one length). The result is bit-identical to call {@code callIndex} (0: the
+   * first) of {@code layer} (null: "*") in a real run of the same inputs, policy
+   * and residuals: stochastic rounding draws that call's bits. Copies the inputs
+   * and outputs.
+   *
+   * @param errorBuffers null, or one per rank (entries may be null)
+   * @param callIndex the layer's call to reproduce, {@code >= 0}
+   * @return the outputs, one array per rank
+   */
+  public static float[][] emulateAllreduce(float[][] sendbufs, ReduceOp op, Policy policy,
+      ErrorBuffer[] errorBuffers, String layer, long callIndex) {
+    return emulate(false, sendbufs, 1, op, policy, errorBuffers, layer, callIndex);
   }
 
   /**
@@ -153,12 +165,22 @@ public final class Qc {
    * outputs are laid out like {@link Comm#alltoall}. Copies.
    */
   public static float[][] emulateAlltoall(float[][] sendbufs, Policy policy) {
+    return emulateAlltoall(sendbufs, policy, null, 0);
+  }
+
+  /** As {@link #emulateAlltoall(float[][], Policy)}, as call {@code callIndex} of {@code layer}. */
+  public static float[][] emulateAlltoall(float[][] sendbufs, Policy policy, String layer,
+      long callIndex) {
     return emulate(true, sendbufs, sendbufs == null ? 1 : sendbufs.length, ReduceOp.SUM, policy,
-        null);
+        null, layer, callIndex);
   }
 
   private static float[][] emulate(boolean alltoall, float[][] sendbufs, int blocks, ReduceOp op,
-      Policy policy, ErrorBuffer[] ebs) {
+      Policy policy, ErrorBuffer[] ebs, String layer, long callIndex) {
+    if (callIndex < 0) {
+      throw new IllegalArgumentException("qc: argument 'callIndex' is negative (" + callIndex
+          + ")");
+    }
     if (sendbufs == null) {
       throw new NullPointerException("qc: argument 'sendbufs' is null");
     }
@@ -201,7 +223,7 @@ public final class Qc {
     }
     try (PolicyStruct p = policy.toStruct()) {
       QcNative.qcj_emulate(alltoall ? 1 : 0, nranks, send, recv, n, n / blocks, Dtype.FLOAT32,
-          op, p, handles);
+          op, Comm.utf8(layer, "layer"), callIndex, p, handles);
     } finally {
       Reference.reachabilityFence(ebs);
     }
