@@ -42,18 +42,18 @@ static void* run_rank(void* arg) {
   float* avg = job->avg;
   int i, step;
 
-  job->st = qc_error_buffer_create(comm, COUNT, &residuals);
   for (i = 0; i < COUNT; ++i) grad[i] = gradient(job->rank, i);
-  for (step = 0; step < STEPS && job->st == QC_SUCCESS; ++step) {
-    qc_policy_t policy;
-    qc_policy_init(&policy); /* the defaults, whatever the stack held */
-    policy.codec = QC_CODEC_MINMAX, policy.bits = 4, policy.error_feedback = 1;
-    qc_status_t st = qc_comm_set_layer_policy(comm, "*", &policy);
-    if (st == QC_SUCCESS) st = qc_allreduce(comm, grad, avg, COUNT, QC_DTYPE_FLOAT32, QC_OP_AVG, "fc1.weight", residuals, NULL);
-    if (st != QC_SUCCESS) fprintf(stderr, "rank %d: %s: %s\n", job->rank, qc_status_string(st), qc_last_error());
-    job->st = st;
+  qc_status_t st = qc_error_buffer_create(comm, COUNT, &residuals);
+  qc_policy_t policy;
+  qc_policy_init(&policy); /* the defaults, whatever the stack held */
+  policy.codec = QC_CODEC_MINMAX, policy.bits = 4, policy.error_feedback = 1;
+  if (st == QC_SUCCESS) st = qc_comm_set_layer_policy(comm, "*", &policy);
+  for (step = 0; step < STEPS && st == QC_SUCCESS; ++step) {
+    st = qc_allreduce(comm, grad, avg, COUNT, QC_DTYPE_FLOAT32, QC_OP_AVG, "fc1.weight", residuals, NULL);
     for (i = 0; i < COUNT; ++i) job->sum_avg[i] += avg[i];
   }
+  job->st = st;
+  if (job->st != QC_SUCCESS) fprintf(stderr, "rank %d: %s: %s\n", job->rank, qc_status_string(job->st), qc_last_error());
   qc_error_buffer_destroy(residuals);
   return NULL;
 }

@@ -37,6 +37,15 @@ public class CommTest {
     return x;
   }
 
+  /** randomInput of every rank 0..N-1. */
+  static float[][] randomInputs(int count) {
+    float[][] inputs = new float[N][];
+    for (int r = 0; r < N; ++r) {
+      inputs[r] = randomInput(r, count);
+    }
+    return inputs;
+  }
+
   static float[] randomInput(int rank, int count) {
     Random rnd = new Random(1234 + rank);
     float[] x = new float[count];
@@ -142,10 +151,7 @@ public class CommTest {
     Policy p = Policy.builder().codec(Codec.MINMAX).bits(2).bucketSize(64).minCompressBytes(0)
         .rounding(Rounding.STOCHASTIC).seed(7).build();
     comms = Comm.createLocal(N);
-    float[][] inputs = new float[N][];
-    for (int r = 0; r < N; ++r) {
-      inputs[r] = randomInput(r, COUNT);
-    }
+    float[][] inputs = randomInputs(COUNT);
     // Layer "a" three times, with calls of "b" in between: its third call is
     // call index 2 of "a", whatever "b" did.
     List<float[]> out = Ranks.run(comms, c -> {
@@ -173,10 +179,7 @@ public class CommTest {
     Policy p = Policy.builder().codec(Codec.MINMAX).bits(4).bucketSize(64).minCompressBytes(0)
         .build();
     comms = Comm.createLocal(N);
-    float[][] inputs = new float[N][];
-    for (int r = 0; r < N; ++r) {
-      inputs[r] = randomInput(r, COUNT);
-    }
+    float[][] inputs = randomInputs(COUNT);
     List<float[]> out = Ranks.run(comms, c -> {
       c.setLayerPolicy("*", p);
       assertEquals(p, c.getLayerPolicy("fc1.weight"));
