@@ -1,7 +1,6 @@
 #include "core/call_stats.h"
 
 #include <cmath>
-#include <map>
 #include <mutex>
 
 #include "core/fnv1a.h"
@@ -26,13 +25,16 @@ uint64_t layer_stream(const std::string& layer, uint64_t call_index) {
 
 std::vector<uint64_t> next_layer_streams(const Communicator& comm,
                                          const std::vector<LayerShare>& layers) {
-  std::map<std::string, uint64_t> taken;  // by earlier shares of this call
   std::vector<uint64_t> streams;
   streams.reserve(layers.size());
-  for (const LayerShare& share : layers) {
-    const auto it = comm.layer_calls.find(share.name);
-    const uint64_t before = it != comm.layer_calls.end() ? it->second : 0;
-    streams.push_back(layer_stream(share.name, before + taken[share.name]++));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string& name = layers[i].name;
+    const auto it = comm.layer_calls.find(name);
+    uint64_t index = it != comm.layer_calls.end() ? it->second : 0;
+    // Earlier shares of this call on the same layer took the indices before
+    // this one (segments are few: a scan, no map per call).
+    for (size_t j = 0; j < i; ++j) index += layers[j].name == name ? 1 : 0;
+    streams.push_back(layer_stream(name, index));
   }
   return streams;
 }
