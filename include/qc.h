@@ -1,9 +1,9 @@
 /*
  * qc.h - quantized collective communication.
  *
- * qc runs allreduce and alltoall that compress what they send (8, 4, 2 or 1
- * bit per value, sparse top-k, half precision), with error feedback so that
- * training still converges. This header is the whole public interface: plain
+ * qc runs allreduce, alltoall, reduce-scatter, allgather and broadcast that
+ * compress what they send (8, 4, 2 or 1 bit per value, sparse top-k, half
+ * precision), with error feedback so that training still converges. This header is the whole public interface: plain
  * C99, no MPI, CUDA or NCCL types, every exported symbol starts with `qc_`.
  *
  * Reading guide
@@ -11,7 +11,7 @@
  *   2. Enumerations                           (values are pinned forever)
  *   3. Policies                               (what a collective sends)
  *   4. Communicators                          (who takes part, and how)
- *   5. Collectives                            (allreduce, alltoall)
+ *   5. Collectives                            (allreduce, alltoall, ...)
  *   6. Non-blocking collectives               (requests)
  *   7. Error buffers                          (error-feedback residuals)
  *   8. Codecs on their own                    (encode/decode a buffer)
@@ -647,13 +647,91 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
                                size_t count_per_rank, qc_dtype_t dtype,
                                const char* layer, void* stream);
 
+/**
+ * Reduce-scatter: sendbuf holds nranks blocks of recvcount elements, block j
+ * for rank j; rank r's recvbuf (recvcount elements) gets the sum (op) over
+ * all ranks of their block r. What a sharded optimizer (FSDP, ZeRO) does
+ * with gradients.
+ *
+ * Only what crosses to another rank is encoded: a rank's own block enters
+ * its sum exactly. The policy's algorithm picks the schedule
+ * (docs/algorithms.md): QC_ALGO_RING, a ring whose n-1 hops each requantize
+ * a partial sum; any other (QC_ALGO_AUTO, SRA: its scatter half), direct:
+ * each rank encodes block j once and sends it to rank j, which adds the
+ * contributions in rank order, so each value is quantized once.
+ *
+ * sendbuf: nranks x recvcount elements; recvbuf: recvcount elements; host
+ *   or CUDA device memory (staged through host memory), no overlap; NULL
+ *   only when recvcount is 0. op: QC_OP_SUM or QC_OP_AVG. layer, stream:
+ *   as qc_allreduce.
+ * error_buffer: NULL, or nranks x recvcount residuals, one per input
+ *   element: each block this rank encodes sends value + residual and keeps
+ *   the new error where it was encoded (the worker residuals of SRA's first
+ *   half), so the outputs plus the change of every rank's residuals sum to
+ *   the inputs, to float rounding. Updated only when the call succeeds.
+ * @return as qc_allreduce; QC_ERROR_MISMATCH also when ranks disagree on
+ *   recvcount.
+ */
+QC_API qc_status_t qc_reduce_scatter(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                     size_t recvcount, qc_dtype_t dtype, qc_reduce_op_t op,
+                                     const char* layer, qc_error_buffer_t error_buffer,
+                                     void* stream);
+
+/**
+ * Allgather: rank r's sendbuf (sendcount elements) becomes block r of every
+ * rank's recvbuf (nranks x sendcount elements). What a sharded model does
+ * with parameters before a layer runs.
+ *
+ * Each block is encoded once, by its owner, and those bytes travel
+ * unchanged; every rank decodes the same bytes, the owner its own block too
+ * (its recvbuf block is the decoded value, not a copy of sendbuf), so every
+ * replica is bit-identical. The policy's algorithm picks the schedule:
+ * QC_ALGO_RING (n-1 hops of one block), QC_ALGO_RECURSIVE_DOUBLING
+ * (log2 n rounds; a power-of-two rank count, otherwise direct), any other:
+ * direct (the owner sends to every rank).
+ *
+ * sendbuf: sendcount elements; recvbuf: nranks x sendcount; host or CUDA
+ *   device memory (staged), no overlap; NULL only when sendcount is 0.
+ *   layer, stream: as qc_allreduce.
+ * error_buffer: NULL, or sendcount residuals: error feedback on the owner's
+ *   encode (the decoded block plus the residual's change is the input).
+ * @return as qc_allreduce; QC_ERROR_MISMATCH also when ranks disagree on
+ *   sendcount.
+ */
+QC_API qc_status_t qc_allgather(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                size_t sendcount, qc_dtype_t dtype, const char* layer,
+                                qc_error_buffer_t error_buffer, void* stream);
+
+/**
+ * Broadcast: the root's sendbuf (count elements) becomes every rank's recvbuf.
+ * Encoded once at the root and forwarded unchanged; every rank decodes the
+ * same bytes, the root too (its recvbuf gets the decoded values, as in
+ * ncclBroadcast sendbuf and recvbuf are separate), so replicas are
+ * bit-identical. The policy's algorithm picks the schedule: QC_ALGO_TREE, a
+ * binomial tree (ceil(log2 n) rounds of the whole message); QC_ALGO_RING
+ * and any other but AUTO, a chain pipelined in pieces of QC_PIPELINE_CHUNK;
+ * AUTO: the tree below 64 KiB, the chain from there.
+ *
+ * sendbuf: count elements, read on the root only (other ranks may pass
+ *   NULL); recvbuf: count elements on every rank; host or CUDA device memory
+ *   (staged); on the root they must not overlap. NULL only when count is 0.
+ * root: 0..nranks-1, the same on every rank. layer, stream: as qc_allreduce.
+ * No error feedback: what is broadcast (parameters) is not summed again.
+ * @return as qc_allreduce; QC_ERROR_INVALID_ARGUMENT for a root out of
+ *   range; QC_ERROR_MISMATCH when ranks disagree on count or root.
+ */
+QC_API qc_status_t qc_broadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                size_t count, qc_dtype_t dtype, int root, const char* layer,
+                                void* stream);
+
 /* ======================================================================== */
 /* 6. Non-blocking collectives                                               */
 /* ======================================================================== */
 
 /**
  * A request: one non-blocking collective started by qc_iallreduce,
- * qc_iallreduce_segments or qc_ialltoall. An opaque handle like qc_comm_t
+ * qc_iallreduce_segments, qc_ialltoall, qc_ireduce_scatter, qc_iallgather
+ * or qc_ibroadcast. An opaque handle like qc_comm_t
  * (issued once, refused forever after qc_request_free).
  */
 typedef struct qc_request_s* qc_request_t;
@@ -713,6 +791,22 @@ QC_API qc_status_t qc_iallreduce_segments(qc_comm_t comm, const void* sendbuf, v
 QC_API qc_status_t qc_ialltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf,
                                 size_t count_per_rank, qc_dtype_t dtype, const char* layer,
                                 qc_request_t* request);
+
+/** The non-blocking form of qc_reduce_scatter (host buffers): as qc_iallreduce. */
+QC_API qc_status_t qc_ireduce_scatter(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                      size_t recvcount, qc_dtype_t dtype, qc_reduce_op_t op,
+                                      const char* layer, qc_error_buffer_t error_buffer,
+                                      qc_request_t* request);
+
+/** The non-blocking form of qc_allgather (host buffers): as qc_iallreduce. */
+QC_API qc_status_t qc_iallgather(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                 size_t sendcount, qc_dtype_t dtype, const char* layer,
+                                 qc_error_buffer_t error_buffer, qc_request_t* request);
+
+/** The non-blocking form of qc_broadcast (host buffers): as qc_iallreduce. */
+QC_API qc_status_t qc_ibroadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                 size_t count, qc_dtype_t dtype, int root, const char* layer,
+                                 qc_request_t* request);
 
 /**
  * Whether the request has completed, without blocking: *done is 1 once it
@@ -867,6 +961,33 @@ QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
                                        void* const* recvbufs, size_t count_per_rank,
                                        qc_dtype_t dtype, const char* layer,
                                        uint64_t call_index, const qc_policy_t* policy);
+
+/** Run a reduce-scatter over `nranks` virtual ranks, as call `call_index`
+ *  of `layer`; see qc_reduce_scatter and qc_emulate_allreduce (error_buffers
+ *  as there, each of nranks x recvcount residuals). */
+QC_API qc_status_t qc_emulate_reduce_scatter(int nranks, const void* const* sendbufs,
+                                             void* const* recvbufs, size_t recvcount,
+                                             qc_dtype_t dtype, qc_reduce_op_t op,
+                                             const char* layer, uint64_t call_index,
+                                             const qc_policy_t* policy,
+                                             qc_error_buffer_t* error_buffers);
+
+/** Run an allgather over `nranks` virtual ranks, as call `call_index` of
+ *  `layer`; see qc_allgather and qc_emulate_allreduce (error_buffers as
+ *  there, each of sendcount residuals). */
+QC_API qc_status_t qc_emulate_allgather(int nranks, const void* const* sendbufs,
+                                        void* const* recvbufs, size_t sendcount,
+                                        qc_dtype_t dtype, const char* layer,
+                                        uint64_t call_index, const qc_policy_t* policy,
+                                        qc_error_buffer_t* error_buffers);
+
+/** Run a broadcast from `root` over `nranks` virtual ranks, as call
+ *  `call_index` of `layer`; see qc_broadcast and qc_emulate_allreduce
+ *  (sendbufs[r] is read for r == root only; other entries may be NULL). */
+QC_API qc_status_t qc_emulate_broadcast(int nranks, const void* const* sendbufs,
+                                        void* const* recvbufs, size_t count, qc_dtype_t dtype,
+                                        int root, const char* layer, uint64_t call_index,
+                                        const qc_policy_t* policy);
 
 /* ======================================================================== */
 /* 10. Experimental: QC_EXPERIMENTAL_API                                      */

@@ -60,6 +60,7 @@ PLACES = {
     "src/core/allreduce_host": "comm",
     "src/core/allreduce_device": "comm",
     "src/core/alltoall": "comm",
+    "src/core/scheduled_host": "comm",
     "src/core/segments": "comm",
     "src/core/host_staging": "comm",
     "src/core/device_call": "comm",

@@ -416,6 +416,46 @@ module qc_c_api
       type(c_ptr), value :: stream
       integer(c_int) :: res
     end function
+    function qc_reduce_scatter_c(comm, sendbuf, recvbuf, recvcount, dtype, op, layer, &
+        error_buffer, stream) bind(c, name="qc_reduce_scatter") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: recvcount
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), value :: stream
+      integer(c_int) :: res
+    end function
+    function qc_allgather_c(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer, &
+        stream) bind(c, name="qc_allgather") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: sendcount
+      integer(c_int), value :: dtype
+      type(c_ptr), value :: layer
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), value :: stream
+      integer(c_int) :: res
+    end function
+    function qc_broadcast_c(comm, sendbuf, recvbuf, count, dtype, root, layer, stream) bind(c, &
+        name="qc_broadcast") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      integer(c_int), value :: root
+      type(c_ptr), value :: layer
+      type(c_ptr), value :: stream
+      integer(c_int) :: res
+    end function
     function qc_iallreduce_c(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, &
         request) bind(c, name="qc_iallreduce") result(res)
       import :: c_int, c_ptr, c_size_t
@@ -453,6 +493,46 @@ module qc_c_api
       type(c_ptr), value :: recvbuf
       integer(c_size_t), value :: count_per_rank
       integer(c_int), value :: dtype
+      type(c_ptr), value :: layer
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
+    function qc_ireduce_scatter_c(comm, sendbuf, recvbuf, recvcount, dtype, op, layer, &
+        error_buffer, request) bind(c, name="qc_ireduce_scatter") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: recvcount
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
+    function qc_iallgather_c(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer, &
+        request) bind(c, name="qc_iallgather") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: sendcount
+      integer(c_int), value :: dtype
+      type(c_ptr), value :: layer
+      type(c_ptr), value :: error_buffer
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
+    function qc_ibroadcast_c(comm, sendbuf, recvbuf, count, dtype, root, layer, request) bind(c, &
+        name="qc_ibroadcast") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      type(c_ptr), value :: sendbuf
+      type(c_ptr), value :: recvbuf
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      integer(c_int), value :: root
       type(c_ptr), value :: layer
       type(c_ptr), intent(out) :: request
       integer(c_int) :: res
@@ -574,6 +654,49 @@ module qc_c_api
       type(qc_policy_t), intent(in) :: policy
       integer(c_int) :: res
     end function
+    function qc_emulate_reduce_scatter_c(nranks, sendbufs, recvbufs, recvcount, dtype, op, layer, &
+        call_index, policy, error_buffers) bind(c, name="qc_emulate_reduce_scatter") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t, qc_policy_t
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(in) :: sendbufs(*)
+      type(c_ptr), intent(in) :: recvbufs(*)
+      integer(c_size_t), value :: recvcount
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: call_index
+      type(qc_policy_t), intent(in) :: policy
+      type(c_ptr), intent(out) :: error_buffers
+      integer(c_int) :: res
+    end function
+    function qc_emulate_allgather_c(nranks, sendbufs, recvbufs, sendcount, dtype, layer, &
+        call_index, policy, error_buffers) bind(c, name="qc_emulate_allgather") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t, qc_policy_t
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(in) :: sendbufs(*)
+      type(c_ptr), intent(in) :: recvbufs(*)
+      integer(c_size_t), value :: sendcount
+      integer(c_int), value :: dtype
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: call_index
+      type(qc_policy_t), intent(in) :: policy
+      type(c_ptr), intent(out) :: error_buffers
+      integer(c_int) :: res
+    end function
+    function qc_emulate_broadcast_c(nranks, sendbufs, recvbufs, count, dtype, root, layer, &
+        call_index, policy) bind(c, name="qc_emulate_broadcast") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t, qc_policy_t
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(in) :: sendbufs(*)
+      type(c_ptr), intent(in) :: recvbufs(*)
+      integer(c_size_t), value :: count
+      integer(c_int), value :: dtype
+      integer(c_int), value :: root
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: call_index
+      type(qc_policy_t), intent(in) :: policy
+      integer(c_int) :: res
+    end function
     ! experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
     function qc_adapt_method_name_c(method) bind(c, name="qc_adapt_method_name") result(res)
       import :: c_int, c_ptr
@@ -636,10 +759,13 @@ module qc_c_api
   public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c
   public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c
   public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, qc_allreduce_c
-  public :: qc_allreduce_segments_c, qc_alltoall_c, qc_iallreduce_c, qc_iallreduce_segments_c
-  public :: qc_ialltoall_c, qc_request_test_c, qc_request_wait_c, qc_request_free_c
-  public :: qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c
-  public :: qc_error_buffer_save_c, qc_error_buffer_load_c, qc_codec_encoded_size_c, qc_codec_encode_c
-  public :: qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c, qc_adapt_method_name_c
-  public :: qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
+  public :: qc_allreduce_segments_c, qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c
+  public :: qc_broadcast_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
+  public :: qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c, qc_request_test_c
+  public :: qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c
+  public :: qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c
+  public :: qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c
+  public :: qc_emulate_alltoall_c, qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c
+  public :: qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, qc_adapt_report_init_sized_c
+  public :: qc_comm_adapt_policies_c
 end module qc_c_api

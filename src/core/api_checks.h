@@ -115,4 +115,22 @@ inline Status check_no_partial_overlap(const void* a, const void* b, size_t byte
   return Status::ok();
 }
 
+// Buffers of different sizes (a reduce-scatter's input and output): they
+// must not overlap, except that `b` may start at `in_place` (the position
+// in `a` that NCCL's in-place forms use; nullptr: none).
+inline Status check_disjoint_or_in_place(const void* a, size_t a_bytes, const void* b,
+                                         size_t b_bytes, const void* in_place, const char* arg_a,
+                                         const char* arg_b) {
+  if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return Status::ok();
+  if (in_place != nullptr && b == in_place) return Status::ok();
+  const auto pa = reinterpret_cast<uintptr_t>(a);
+  const auto pb = reinterpret_cast<uintptr_t>(b);
+  if (pa < pb + b_bytes && pb < pa + a_bytes) {
+    return invalid_argument(std::string("arguments '") + arg_a + "' and '" + arg_b +
+                            "' overlap" +
+                            (in_place != nullptr ? " other than in place (see qc.h)" : ""));
+  }
+  return Status::ok();
+}
+
 }  // namespace qc

@@ -60,23 +60,23 @@ Status check_rank_buffers(const void* const* sendbufs, void* const* recvbufs, in
 // buffer: in place; inputs may be shared, they are only read). Unchecked,
 // the threads would race on the memory and the result would depend on the
 // schedule. Quadratic, which is nothing next to starting nranks threads.
-Status check_emulation_aliasing(int nranks, const void* const* sendbufs, void* const* recvbufs,
-                                size_t bytes) {
-  if (bytes == 0) return Status::ok();
-  const auto overlaps = [bytes](const void* a, const void* b) {
+Status check_emulation_aliasing(int nranks, const void* const* sendbufs, size_t send_bytes,
+                                void* const* recvbufs, size_t recv_bytes) {
+  const auto overlaps = [](const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+    if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
     const auto pa = reinterpret_cast<uintptr_t>(a);
     const auto pb = reinterpret_cast<uintptr_t>(b);
-    return pa < pb + bytes && pb < pa + bytes;
+    return pa < pb + b_bytes && pb < pa + a_bytes;
   };
   for (int r = 0; r < nranks; ++r) {
     for (int s = 0; s < nranks; ++s) {
       if (s == r) continue;
-      if (s < r && overlaps(recvbufs[r], recvbufs[s])) {
+      if (s < r && overlaps(recvbufs[r], recv_bytes, recvbufs[s], recv_bytes)) {
         return invalid_argument("argument 'recvbufs[" + std::to_string(r) +
                                 "]' overlaps 'recvbufs[" + std::to_string(s) +
                                 "]': each virtual rank needs its own output buffer");
       }
-      if (overlaps(recvbufs[r], sendbufs[s])) {
+      if (overlaps(recvbufs[r], recv_bytes, sendbufs[s], send_bytes)) {
         return invalid_argument("argument 'recvbufs[" + std::to_string(r) +
                                 "]' overlaps 'sendbufs[" + std::to_string(s) +
                                 "]', which another virtual rank reads while rank " +
@@ -86,6 +86,37 @@ Status check_emulation_aliasing(int nranks, const void* const* sendbufs, void* c
   }
   return Status::ok();
 }
+
+// A rank's argument error, naming the rank.
+Status for_rank(int r, const Status& s) {
+  if (s) return s;
+  return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+}
+
+// The emulation's error buffers: one exclusive lease per rank's (an entry
+// that repeats an earlier rank's is refused), each checked to hold
+// `residuals` and to belong to its rank, before any rank starts.
+struct EmulationErrorBuffers {
+  std::vector<ErrorBufferLease> leases;
+  std::vector<ErrorBuffer*> buffers;
+
+  Status lease(int nranks, qc_error_buffer_t* handles, size_t residuals) {
+    leases.resize(static_cast<size_t>(nranks));
+    buffers.assign(static_cast<size_t>(nranks), nullptr);
+    for (int r = 0; r < nranks; ++r) {
+      qc_error_buffer_t handle = handles != nullptr ? handles[r] : nullptr;
+      const std::string name = "error_buffers[" + std::to_string(r) + "]";
+      if (handle != nullptr && std::find(handles, handles + r, handle) != handles + r) {
+        return invalid_argument("argument 'error_buffers': entry " + std::to_string(r) +
+                                " is also used by an earlier rank; each rank needs its own");
+      }
+      QC_RETURN_IF_ERROR(lease_optional_error_buffer(handle, name, &leases[r]));
+      buffers[r] = leases[r].get();
+      QC_RETURN_IF_ERROR(check_emulation_error_buffer(buffers[r], r, nranks, residuals, name));
+    }
+    return Status::ok();
+  }
+};
 
 }  // namespace
 
@@ -112,6 +143,55 @@ Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t 
                                       static_cast<size_t>(nranks), "count_per_rank", &bytes));
   QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
   QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
+  return check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf");
+}
+
+Status validate_reduce_scatter(int nranks, int rank, const void* sendbuf, void* recvbuf,
+                               size_t recvcount, qc_dtype_t dtype, qc_reduce_op_t op) {
+  QC_RETURN_IF_ERROR(check_dtype(dtype));
+  QC_RETURN_IF_ERROR(check_op(op));
+  size_t in_bytes = 0;
+  QC_RETURN_IF_ERROR(check_byte_count(recvcount, dtype_size(dtype), static_cast<size_t>(nranks),
+                                      "recvcount", &in_bytes));
+  const size_t out_bytes = recvcount * dtype_size(dtype);
+  QC_RETURN_IF_ERROR(require_buffer(sendbuf, in_bytes, "sendbuf"));
+  QC_RETURN_IF_ERROR(require_buffer(recvbuf, out_bytes, "recvbuf"));
+  const void* in_place =
+      sendbuf != nullptr ? static_cast<const char*>(sendbuf) + static_cast<size_t>(rank) * out_bytes
+                         : nullptr;
+  return check_disjoint_or_in_place(sendbuf, in_bytes, recvbuf, out_bytes, in_place, "sendbuf",
+                                    "recvbuf");
+}
+
+Status validate_allgather(int nranks, int rank, const void* sendbuf, void* recvbuf,
+                          size_t sendcount, qc_dtype_t dtype) {
+  QC_RETURN_IF_ERROR(check_dtype(dtype));
+  size_t out_bytes = 0;
+  QC_RETURN_IF_ERROR(check_byte_count(sendcount, dtype_size(dtype), static_cast<size_t>(nranks),
+                                      "sendcount", &out_bytes));
+  const size_t in_bytes = sendcount * dtype_size(dtype);
+  QC_RETURN_IF_ERROR(require_buffer(sendbuf, in_bytes, "sendbuf"));
+  QC_RETURN_IF_ERROR(require_buffer(recvbuf, out_bytes, "recvbuf"));
+  const void* in_place =
+      recvbuf != nullptr ? static_cast<const char*>(recvbuf) + static_cast<size_t>(rank) * in_bytes
+                         : nullptr;
+  return check_disjoint_or_in_place(recvbuf, out_bytes, sendbuf, in_bytes, in_place, "recvbuf",
+                                    "sendbuf");
+}
+
+Status validate_broadcast(int nranks, int rank, const void* sendbuf, void* recvbuf, size_t count,
+                          qc_dtype_t dtype, int root) {
+  QC_RETURN_IF_ERROR(check_dtype(dtype));
+  if (root < 0 || root >= nranks) {
+    return invalid_argument("argument 'root' is " + std::to_string(root) + "; expected 0.." +
+                            std::to_string(nranks - 1) + " (the communicator has " +
+                            std::to_string(nranks) + " ranks)");
+  }
+  size_t bytes = 0;
+  QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
+  QC_RETURN_IF_ERROR(require_buffer(recvbuf, bytes, "recvbuf"));
+  if (rank != root) return Status::ok();  // sendbuf is read on the root only
+  QC_RETURN_IF_ERROR(require_buffer(sendbuf, bytes, "sendbuf"));
   return check_no_partial_overlap(sendbuf, recvbuf, bytes, "sendbuf", "recvbuf");
 }
 
@@ -172,6 +252,54 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
   });
 }
 
+QC_API qc_status_t qc_reduce_scatter(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                     size_t recvcount, qc_dtype_t dtype, qc_reduce_op_t op,
+                                     const char* layer, qc_error_buffer_t error_buffer,
+                                     void* stream) {
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    c->requests.drain();  // after the requests started before it
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_optional_error_buffer(error_buffer, "error_buffer", &eb));
+    QC_RETURN_IF_ERROR(validate_reduce_scatter(c->transport->size(), c->transport->rank(),
+                                               sendbuf, recvbuf, recvcount, dtype, op));
+    return comm_reduce_scatter(c.get(), cuda_device_memory(), stream, sendbuf, recvbuf,
+                               recvcount, dtype, op, layer, eb.get());
+  });
+}
+
+QC_API qc_status_t qc_allgather(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                size_t sendcount, qc_dtype_t dtype, const char* layer,
+                                qc_error_buffer_t error_buffer, void* stream) {
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    c->requests.drain();  // after the requests started before it
+    ErrorBufferLease eb;
+    QC_RETURN_IF_ERROR(lease_optional_error_buffer(error_buffer, "error_buffer", &eb));
+    QC_RETURN_IF_ERROR(validate_allgather(c->transport->size(), c->transport->rank(), sendbuf,
+                                          recvbuf, sendcount, dtype));
+    return comm_allgather(c.get(), cuda_device_memory(), stream, sendbuf, recvbuf, sendcount,
+                          dtype, layer, eb.get());
+  });
+}
+
+QC_API qc_status_t qc_broadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                size_t count, qc_dtype_t dtype, int root, const char* layer,
+                                void* stream) {
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(lease_comm(comm, /*collective=*/true, &c));
+    c->requests.drain();  // after the requests started before it
+    const int rank = c->transport->rank();
+    QC_RETURN_IF_ERROR(
+        validate_broadcast(c->transport->size(), rank, sendbuf, recvbuf, count, dtype, root));
+    return comm_broadcast(c.get(), cuda_device_memory(), stream, rank == root ? sendbuf : nullptr,
+                          recvbuf, count, dtype, root, layer);
+  });
+}
+
 QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
                                         void* const* recvbufs, size_t count, qc_dtype_t dtype,
                                         qc_reduce_op_t op, const char* layer,
@@ -181,30 +309,96 @@ QC_API qc_status_t qc_emulate_allreduce(int nranks, const void* const* sendbufs,
     EmulationArgs args;
     QC_RETURN_IF_ERROR(
         check_emulation_args(nranks, sendbufs, recvbufs, layer, call_index, policy, &args));
-    // One exclusive lease per rank's error buffer: an entry that repeats an
-    // earlier rank's is refused as busy, by the lease itself.
-    std::vector<ErrorBufferLease> leases(static_cast<size_t>(nranks));
-    std::vector<ErrorBuffer*> buffers(static_cast<size_t>(nranks), nullptr);
+    EmulationErrorBuffers eb;
+    QC_RETURN_IF_ERROR(eb.lease(nranks, error_buffers, count));
     for (int r = 0; r < nranks; ++r) {
       QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count));
-      qc_error_buffer_t handle = error_buffers != nullptr ? error_buffers[r] : nullptr;
-      const std::string name = "error_buffers[" + std::to_string(r) + "]";
-      if (handle != nullptr && std::find(error_buffers, error_buffers + r, handle) !=
-                                   error_buffers + r) {
-        return invalid_argument("argument 'error_buffers': entry " + std::to_string(r) +
-                                " is also used by an earlier rank; each rank needs its own");
-      }
-      QC_RETURN_IF_ERROR(lease_optional_error_buffer(handle, name, &leases[r]));
-      buffers[r] = leases[r].get();
-      Status s = validate_allreduce(sendbufs[r], recvbufs[r], count, dtype, op);
-      if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+      QC_RETURN_IF_ERROR(for_rank(r, validate_allreduce(sendbufs[r], recvbufs[r], count, dtype, op)));
       QC_RETURN_IF_ERROR(check_emulation_host_buffers(sendbufs, recvbufs, r));
-      QC_RETURN_IF_ERROR(check_emulation_error_buffer(buffers[r], r, nranks, count, name));
     }
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
-    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, recvbufs, bytes));
-    return emulate_allreduce(args, count, dtype, op, buffers.data());
+    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, bytes, recvbufs, bytes));
+    return emulate_allreduce(args, count, dtype, op, eb.buffers.data());
+  });
+}
+
+QC_API qc_status_t qc_emulate_reduce_scatter(int nranks, const void* const* sendbufs,
+                                             void* const* recvbufs, size_t recvcount,
+                                             qc_dtype_t dtype, qc_reduce_op_t op,
+                                             const char* layer, uint64_t call_index,
+                                             const qc_policy_t* policy,
+                                             qc_error_buffer_t* error_buffers) {
+  return QC_API_CALL({
+    EmulationArgs args;
+    QC_RETURN_IF_ERROR(
+        check_emulation_args(nranks, sendbufs, recvbufs, layer, call_index, policy, &args));
+    size_t in_bytes = 0;
+    QC_RETURN_IF_ERROR(check_byte_count(recvcount, dtype_size(dtype),
+                                        static_cast<size_t>(nranks), "recvcount", &in_bytes));
+    EmulationErrorBuffers eb;
+    QC_RETURN_IF_ERROR(eb.lease(nranks, error_buffers, recvcount * static_cast<size_t>(nranks)));
+    for (int r = 0; r < nranks; ++r) {
+      QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, recvcount));
+      QC_RETURN_IF_ERROR(for_rank(r, validate_reduce_scatter(nranks, r, sendbufs[r], recvbufs[r],
+                                                             recvcount, dtype, op)));
+      QC_RETURN_IF_ERROR(check_emulation_host_buffers(sendbufs, recvbufs, r));
+    }
+    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, in_bytes, recvbufs,
+                                                recvcount * dtype_size(dtype)));
+    return emulate_reduce_scatter(args, recvcount, dtype, op, eb.buffers.data());
+  });
+}
+
+QC_API qc_status_t qc_emulate_allgather(int nranks, const void* const* sendbufs,
+                                        void* const* recvbufs, size_t sendcount,
+                                        qc_dtype_t dtype, const char* layer,
+                                        uint64_t call_index, const qc_policy_t* policy,
+                                        qc_error_buffer_t* error_buffers) {
+  return QC_API_CALL({
+    EmulationArgs args;
+    QC_RETURN_IF_ERROR(
+        check_emulation_args(nranks, sendbufs, recvbufs, layer, call_index, policy, &args));
+    size_t out_bytes = 0;
+    QC_RETURN_IF_ERROR(check_byte_count(sendcount, dtype_size(dtype),
+                                        static_cast<size_t>(nranks), "sendcount", &out_bytes));
+    EmulationErrorBuffers eb;
+    QC_RETURN_IF_ERROR(eb.lease(nranks, error_buffers, sendcount));
+    for (int r = 0; r < nranks; ++r) {
+      QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, sendcount));
+      QC_RETURN_IF_ERROR(for_rank(
+          r, validate_allgather(nranks, r, sendbufs[r], recvbufs[r], sendcount, dtype)));
+      QC_RETURN_IF_ERROR(check_emulation_host_buffers(sendbufs, recvbufs, r));
+    }
+    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, sendcount * dtype_size(dtype),
+                                                recvbufs, out_bytes));
+    return emulate_allgather(args, sendcount, dtype, eb.buffers.data());
+  });
+}
+
+QC_API qc_status_t qc_emulate_broadcast(int nranks, const void* const* sendbufs,
+                                        void* const* recvbufs, size_t count, qc_dtype_t dtype,
+                                        int root, const char* layer, uint64_t call_index,
+                                        const qc_policy_t* policy) {
+  return QC_API_CALL({
+    EmulationArgs args;
+    QC_RETURN_IF_ERROR(
+        check_emulation_args(nranks, sendbufs, recvbufs, layer, call_index, policy, &args));
+    size_t bytes = 0;
+    QC_RETURN_IF_ERROR(check_byte_count(count, dtype_size(dtype), 1, "count", &bytes));
+    // Only the root's sendbuf is read: the others are left out of the checks.
+    std::vector<const void*> sends(static_cast<size_t>(nranks), nullptr);
+    for (int r = 0; r < nranks; ++r) {
+      QC_RETURN_IF_ERROR(for_rank(
+          r, validate_broadcast(nranks, r, sendbufs[r], recvbufs[r], count, dtype, root)));
+      if (r == root) sends[static_cast<size_t>(r)] = sendbufs[r];
+      if (count > 0 && recvbufs[r] == nullptr) {
+        return invalid_argument("argument 'recvbufs[" + std::to_string(r) + "]' is NULL");
+      }
+      QC_RETURN_IF_ERROR(check_emulation_host_buffers(sends.data(), recvbufs, r));
+    }
+    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sends.data(), bytes, recvbufs, bytes));
+    return emulate_broadcast(args, count, dtype, root);
   });
 }
 
@@ -218,14 +412,14 @@ QC_API qc_status_t qc_emulate_alltoall(int nranks, const void* const* sendbufs,
         check_emulation_args(nranks, sendbufs, recvbufs, layer, call_index, policy, &args));
     for (int r = 0; r < nranks; ++r) {
       QC_RETURN_IF_ERROR(check_rank_buffers(sendbufs, recvbufs, r, count_per_rank));
-      Status s = validate_alltoall(nranks, sendbufs[r], recvbufs[r], count_per_rank, dtype);
-      if (!s) return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+      QC_RETURN_IF_ERROR(for_rank(
+          r, validate_alltoall(nranks, sendbufs[r], recvbufs[r], count_per_rank, dtype)));
       QC_RETURN_IF_ERROR(check_emulation_host_buffers(sendbufs, recvbufs, r));
     }
     size_t bytes = 0;
     QC_RETURN_IF_ERROR(check_byte_count(count_per_rank, dtype_size(dtype),
                                         static_cast<size_t>(nranks), "count_per_rank", &bytes));
-    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, recvbufs, bytes));
+    QC_RETURN_IF_ERROR(check_emulation_aliasing(nranks, sendbufs, bytes, recvbufs, bytes));
     return emulate_alltoall(args, count_per_rank, dtype);
   });
 }

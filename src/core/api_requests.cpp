@@ -39,7 +39,7 @@ Status lease_request(qc_request_t request, RequestLease* out) {
   *out = live_requests().lease(handle_value(request), /*collective=*/false);
   if (*out) return Status::ok();
   return invalid_argument("argument 'request' is not a live qc request (freed, or not made by "
-                          "qc_iallreduce, qc_iallreduce_segments or qc_ialltoall)");
+                          "one of the qc_i* collectives)");
 }
 
 // The host buffers a request's task reads and writes on another thread.
@@ -155,6 +155,67 @@ QC_API qc_status_t qc_ialltoall(qc_comm_t comm, const void* sendbuf, void* recvb
     auto name = std::make_shared<LayerName>(layer);
     return start_request(object, nullptr, [=](ErrorBuffer*) {
       return comm_alltoall(object, sendbuf, recvbuf, count_per_rank, dtype, name->get());
+    }, request);
+  });
+}
+
+QC_API qc_status_t qc_ireduce_scatter(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                      size_t recvcount, qc_dtype_t dtype, qc_reduce_op_t op,
+                                      const char* layer, qc_error_buffer_t error_buffer,
+                                      qc_request_t* request) {
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(begin_start(comm, request, &c));
+    std::shared_ptr<ErrorBufferLease> eb;
+    QC_RETURN_IF_ERROR(lease_task_error_buffer(error_buffer, &eb));
+    QC_RETURN_IF_ERROR(validate_reduce_scatter(c->transport->size(), c->transport->rank(),
+                                               sendbuf, recvbuf, recvcount, dtype, op));
+    QC_RETURN_IF_ERROR(require_host_buffers(sendbuf, recvbuf));
+    Communicator* object = c.get();
+    auto name = std::make_shared<LayerName>(layer);
+    return start_request(object, eb, [=](ErrorBuffer* buffer) {
+      return comm_reduce_scatter(object, nullptr, nullptr, sendbuf, recvbuf, recvcount, dtype, op,
+                                 name->get(), buffer);
+    }, request);
+  });
+}
+
+QC_API qc_status_t qc_iallgather(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                 size_t sendcount, qc_dtype_t dtype, const char* layer,
+                                 qc_error_buffer_t error_buffer, qc_request_t* request) {
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(begin_start(comm, request, &c));
+    std::shared_ptr<ErrorBufferLease> eb;
+    QC_RETURN_IF_ERROR(lease_task_error_buffer(error_buffer, &eb));
+    QC_RETURN_IF_ERROR(validate_allgather(c->transport->size(), c->transport->rank(), sendbuf,
+                                          recvbuf, sendcount, dtype));
+    QC_RETURN_IF_ERROR(require_host_buffers(sendbuf, recvbuf));
+    Communicator* object = c.get();
+    auto name = std::make_shared<LayerName>(layer);
+    return start_request(object, eb, [=](ErrorBuffer* buffer) {
+      return comm_allgather(object, nullptr, nullptr, sendbuf, recvbuf, sendcount, dtype,
+                            name->get(), buffer);
+    }, request);
+  });
+}
+
+QC_API qc_status_t qc_ibroadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf,
+                                 size_t count, qc_dtype_t dtype, int root, const char* layer,
+                                 qc_request_t* request) {
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(begin_start(comm, request, &c));
+    const int rank = c->transport->rank();
+    QC_RETURN_IF_ERROR(
+        validate_broadcast(c->transport->size(), rank, sendbuf, recvbuf, count, dtype, root));
+    const void* send = rank == root ? sendbuf : nullptr;
+    QC_RETURN_IF_ERROR(require_host_buffers(send, recvbuf));
+    Communicator* object = c.get();
+    auto name = std::make_shared<LayerName>(layer);
+    return start_request(object, nullptr, [=](ErrorBuffer*) {
+      return comm_broadcast(object, nullptr, nullptr, send, recvbuf, count, dtype, root,
+                            name->get());
     }, request);
   });
 }

@@ -479,6 +479,21 @@ Status CollectiveContext::agree() {
   return s;
 }
 
+Status CollectiveContext::agree_by_messages() {
+  constexpr uint32_t kAgreementStep = 0xf0000;  // + round; no schedule uses these steps
+  Message out, in;
+  for (int k = 1, round = 0; k < size_; k <<= 1, ++round) {
+    Request reqs[2];
+    Message* recv_msgs[1] = {&in};
+    const uint32_t step = kAgreementStep + static_cast<uint32_t>(round);
+    in.reserve_payload(0);
+    QC_RETURN_IF_ERROR(post_send((rank_ + k) % size_, step, &out, 0, &reqs[0]));
+    QC_RETURN_IF_ERROR(post_recv((rank_ - k + size_) % size_, step, &in, &reqs[1]));
+    QC_RETURN_IF_ERROR(wait(reqs, 2, recv_msgs, 1));
+  }
+  return Status::ok();
+}
+
 Status CollectiveContext::send(int peer, uint32_t step, Message* msg, size_t frame) {
   Request req;
   QC_RETURN_IF_ERROR(post_send(peer, step, msg, frame, &req));

@@ -225,6 +225,13 @@ class CollectiveContext {
   // Only the check that every rank is in this call (the signature), for
   // native steps that send no envelope of their own.
   Status agree();
+  // The same check over the call's own messages, on any transport: ceil(log2
+  // n) rounds in which rank r sends an envelope (no payload) to r + 2^k and
+  // receives one from r - 2^k. Some rank next to a disagreeing one sees its
+  // signature, fails with QC_ERROR_MISMATCH and breaks the group, so every
+  // rank fails; the pattern depends on the group size alone, so ranks that
+  // disagree on who talks to whom (a broadcast's root) still meet here.
+  Status agree_by_messages();
   Status native_allreduce_float(const float* send, float* recv, size_t count);
   // The transport's float sum (or average) of device buffers, enqueued on
   // `stream` after the agreement: a rank whose buffers the transport cannot

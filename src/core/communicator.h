@@ -4,7 +4,7 @@
 // into an algorithm run: resolve the policy, ask the planner (planner.h) what
 // runs it, build the call context, convert to float32, run, convert back.
 // They live in allreduce_host.cpp, allreduce_device.cpp, alltoall.cpp,
-// segments.cpp and comm_create.cpp.
+// scheduled_host.cpp, segments.cpp and comm_create.cpp.
 #pragma once
 
 #include <map>
@@ -157,6 +157,21 @@ Status comm_alltoall_on_device(Communicator* comm, const DeviceMemory& mem,
 Status alltoall_placed(Communicator* comm, const DeviceMemory* mem,
                        const DeviceMessageCodec* device_codec, void* stream, const void* sendbuf,
                        void* recvbuf, size_t count_per_rank, qc_dtype_t dtype, const char* layer);
+
+// Reduce-scatter, allgather and broadcast (scheduled_host.cpp), on host
+// buffers, or device buffers (`mem` tells them; nullptr in a build without
+// CUDA) staged whole through host memory. Shapes as qc.h says; broadcast's
+// sendbuf is read on the root only.
+Status comm_reduce_scatter(Communicator* comm, const DeviceMemory* mem, void* stream,
+                           const void* sendbuf, void* recvbuf, size_t recvcount,
+                           qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                           ErrorBuffer* error_buffer);
+Status comm_allgather(Communicator* comm, const DeviceMemory* mem, void* stream,
+                      const void* sendbuf, void* recvbuf, size_t sendcount, qc_dtype_t dtype,
+                      const char* layer, ErrorBuffer* error_buffer);
+Status comm_broadcast(Communicator* comm, const DeviceMemory* mem, void* stream,
+                      const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
+                      int root, const char* layer);
 
 // Squared L2 norm, accumulated in double.
 double squared_norm(const float* x, size_t count);

@@ -88,4 +88,29 @@ Status emulate_alltoall(const EmulationArgs& args, size_t count_per_rank, qc_dty
   });
 }
 
+Status emulate_reduce_scatter(const EmulationArgs& args, size_t recvcount, qc_dtype_t dtype,
+                              qc_reduce_op_t op, ErrorBuffer* const* error_buffers) {
+  return run_ranks(args, [&](int r, Communicator* comm) {
+    ErrorBuffer* eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
+    return comm_reduce_scatter(comm, nullptr, nullptr, args.sendbufs[r], args.recvbufs[r],
+                               recvcount, dtype, op, args.layer, eb);
+  });
+}
+
+Status emulate_allgather(const EmulationArgs& args, size_t sendcount, qc_dtype_t dtype,
+                         ErrorBuffer* const* error_buffers) {
+  return run_ranks(args, [&](int r, Communicator* comm) {
+    ErrorBuffer* eb = error_buffers != nullptr ? error_buffers[r] : nullptr;
+    return comm_allgather(comm, nullptr, nullptr, args.sendbufs[r], args.recvbufs[r], sendcount,
+                          dtype, args.layer, eb);
+  });
+}
+
+Status emulate_broadcast(const EmulationArgs& args, size_t count, qc_dtype_t dtype, int root) {
+  return run_ranks(args, [&](int r, Communicator* comm) {
+    return comm_broadcast(comm, nullptr, nullptr, r == root ? args.sendbufs[r] : nullptr,
+                          args.recvbufs[r], count, dtype, root, args.layer);
+  });
+}
+
 }  // namespace qc

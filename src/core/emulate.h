@@ -25,9 +25,23 @@ Status emulate_allreduce(const EmulationArgs& args, size_t count, qc_dtype_t dty
                          qc_reduce_op_t op, ErrorBuffer* const* error_buffers);
 Status emulate_alltoall(const EmulationArgs& args, size_t count_per_rank, qc_dtype_t dtype);
 
+Status emulate_reduce_scatter(const EmulationArgs& args, size_t recvcount, qc_dtype_t dtype,
+                              qc_reduce_op_t op, ErrorBuffer* const* error_buffers);
+Status emulate_allgather(const EmulationArgs& args, size_t sendcount, qc_dtype_t dtype,
+                         ErrorBuffer* const* error_buffers);
+Status emulate_broadcast(const EmulationArgs& args, size_t count, qc_dtype_t dtype, int root);
+
+// The argument checks of the collectives (api_collectives.cpp), shared by
+// their blocking, non-blocking and emulated entry points.
 Status validate_allreduce(const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
                           qc_reduce_op_t op);
 Status validate_alltoall(int nranks, const void* sendbuf, void* recvbuf, size_t count_per_rank,
                          qc_dtype_t dtype);
+Status validate_reduce_scatter(int nranks, int rank, const void* sendbuf, void* recvbuf,
+                               size_t recvcount, qc_dtype_t dtype, qc_reduce_op_t op);
+Status validate_allgather(int nranks, int rank, const void* sendbuf, void* recvbuf,
+                          size_t sendcount, qc_dtype_t dtype);
+Status validate_broadcast(int nranks, int rank, const void* sendbuf, void* recvbuf, size_t count,
+                          qc_dtype_t dtype, int root);
 
 }  // namespace qc

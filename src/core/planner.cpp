@@ -8,6 +8,7 @@
 #include "core/fnv1a.h"
 #include "core/log.h"
 #include "core/policy.h"
+#include "core/schedules/registry.h"
 
 namespace qc {
 
@@ -62,6 +63,90 @@ Status plan_alltoall(const qc_policy_t& layer_policy, size_t count_per_rank, qc_
   plan->signature = call_signature(CollectiveKind::kAlltoall, count_per_rank, dtype, 0, layer,
                                    plan->policy, QC_ALGO_AUTO);
   return Status::ok();
+}
+
+namespace {
+
+// The schedule a reduce-scatter, allgather or broadcast runs for the
+// policy's algorithm (docs/algorithms.md, "Reduce-scatter, allgather,
+// broadcast").
+void select_schedule(CollectiveKind kind, qc_algorithm_t requested, int ranks,
+                     size_t message_bytes, ScheduledPlan* plan) {
+  const std::string asked = std::string("algorithm ") + algorithm_name(requested);
+  auto pick = [&](qc_algorithm_t a, const char* name,
+                  void (*build)(const ScheduleShape&, Schedule*), std::string why) {
+    plan->algorithm = a;
+    plan->schedule = name;
+    plan->build = build;
+    plan->why = std::move(why);
+  };
+  switch (kind) {
+    case CollectiveKind::kReduceScatter:
+      if (requested == QC_ALGO_RING) {
+        pick(QC_ALGO_RING, "ring", build_reduce_scatter_ring,
+             "algorithm ring: n-1 hops, each requantizing a partial sum");
+      } else {
+        pick(QC_ALGO_SRA, "direct", build_reduce_scatter_direct,
+             asked + " (reduce-scatter: anything but ring): direct, SRA's scatter, each "
+                     "value quantized once");
+      }
+      return;
+    case CollectiveKind::kAllgather:
+      if (requested == QC_ALGO_RING) {
+        pick(QC_ALGO_RING, "ring", build_allgather_ring, "algorithm ring: n-1 hops of one block");
+      } else if (requested == QC_ALGO_RECURSIVE_DOUBLING && allgather_recursive_doubling_fits(ranks)) {
+        pick(QC_ALGO_RECURSIVE_DOUBLING, "recursive_doubling", build_allgather_recursive_doubling,
+             "algorithm recursive_doubling: log2(n) rounds");
+      } else {
+        pick(QC_ALGO_SRA, "direct", build_allgather_direct,
+             requested == QC_ALGO_RECURSIVE_DOUBLING
+                 ? asked + " needs a power-of-two rank count, not " + std::to_string(ranks) +
+                       ": direct, the owner sends its block to every rank"
+                 : asked + " (allgather: anything but ring and recursive_doubling): direct, "
+                           "the owner sends its block to every rank");
+      }
+      return;
+    case CollectiveKind::kBroadcast: {
+      const bool small = message_bytes < kAutoSmallMessageBytes;
+      if (requested == QC_ALGO_TREE || (requested == QC_ALGO_AUTO && small)) {
+        pick(QC_ALGO_TREE, "tree", build_broadcast_tree,
+             requested == QC_ALGO_TREE
+                 ? "algorithm tree: a binomial tree, ceil(log2 n) rounds"
+                 : "auto, a message under 64 KiB: a binomial tree, ceil(log2 n) rounds");
+      } else {
+        pick(QC_ALGO_RING, "chain", build_broadcast_chain,
+             requested == QC_ALGO_AUTO
+                 ? "auto, a message of 64 KiB or more: a chain pipelined in pieces"
+                 : asked + " (broadcast: anything but tree): a chain pipelined in pieces");
+        plan->pipelined = true;
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+Status plan_scheduled(CollectiveKind kind, const qc_policy_t& layer_policy, int ranks,
+                      size_t block_count, qc_dtype_t dtype, int op_or_root, const char* layer,
+                      ScheduledPlan* plan) {
+  const size_t message_bytes = block_count * dtype_size(dtype);
+  plan->policy = effective_policy(layer_policy, message_bytes);
+  QC_RETURN_IF_ERROR(make_codec(plan->policy, dtype, &plan->codec));
+  select_schedule(kind, plan->policy.algorithm, ranks, message_bytes, plan);
+  if (plan->build == nullptr) return internal_error("a collective without a schedule");
+  plan->signature = call_signature(kind, block_count, dtype, op_or_root, layer, plan->policy,
+                                   plan->algorithm);
+  return Status::ok();
+}
+
+ErrorBufferGrid scheduled_grid(CollectiveKind kind, const ScheduledPlan& plan) {
+  return ErrorBufferGrid{plan.algorithm, plan.policy.codec, plan.policy.bits,
+                         plan.policy.bucket_size,
+                         kind == CollectiveKind::kReduceScatter ? kGridReduceScatter
+                                                                : kGridAllgather};
 }
 
 ErrorBufferGrid allreduce_grid(const qc_policy_t& policy, qc_algorithm_t algorithm) {

@@ -16,11 +16,18 @@
 #include "core/codecs/wire_format.h"
 #include "core/collective_context.h"
 #include "core/error_buffer_grid.h"
+#include "core/schedules/schedule.h"
 #include "core/transports/transport.h"
 
 namespace qc {
 
-enum class CollectiveKind : uint8_t { kAllreduce = 1, kAlltoall = 2 };
+enum class CollectiveKind : uint8_t {
+  kAllreduce = 1,
+  kAlltoall = 2,
+  kReduceScatter = 3,
+  kAllgather = 4,
+  kBroadcast = 5,
+};
 
 // What every rank must agree on for one call, hashed into the envelope.
 uint64_t call_signature(CollectiveKind kind, size_t count, qc_dtype_t dtype, int op,
@@ -56,6 +63,35 @@ struct AlltoallPlan {
 
 Status plan_alltoall(const qc_policy_t& layer_policy, size_t count_per_rank, qc_dtype_t dtype,
                      const char* layer, AlltoallPlan* plan);
+
+// A reduce-scatter, allgather or broadcast: one schedule of the registry
+// (core/schedules/registry.h), run by the host executor.
+struct ScheduledPlan {
+  qc_policy_t policy;
+  std::unique_ptr<Codec> codec;
+  // The schedule, as the policy's algorithm value that names it (for the
+  // signature and the error buffer's grid): reduce-scatter ring or SRA
+  // (direct); allgather ring, recursive doubling or SRA (direct); broadcast
+  // ring (the chain) or tree.
+  qc_algorithm_t algorithm = QC_ALGO_AUTO;
+  const char* schedule = "";  // its name in the logs: "direct", "ring", "chain", ...
+  void (*build)(const ScheduleShape& shape, Schedule* schedule) = nullptr;
+  bool pipelined = false;  // cut into pieces of the pipeline chunk
+  std::string why;         // the rule that chose it (for the log)
+  uint64_t signature = 0;
+};
+
+// `block_count`: reduce-scatter's recvcount, allgather's sendcount,
+// broadcast's count (one message's values: what min_compress_bytes
+// judges). `op_or_root`: reduce-scatter's op, broadcast's root (both must
+// be every rank's).
+Status plan_scheduled(CollectiveKind kind, const qc_policy_t& layer_policy, int ranks,
+                      size_t block_count, qc_dtype_t dtype, int op_or_root, const char* layer,
+                      ScheduledPlan* plan);
+
+// The grid of a reduce-scatter's or allgather's residuals: its schedule's
+// encodes, told apart from an allreduce's (ErrorBufferGrid::group_size).
+ErrorBufferGrid scheduled_grid(CollectiveKind kind, const ScheduledPlan& plan);
 
 // The grid an allreduce's residuals belong to (error_buffer.h); only
 // recursive doubling's slots depend on the group size.

@@ -23,6 +23,28 @@ void build_allreduce_tree(const ScheduleShape& shape, Schedule* schedule);
 // and decoded by its receiver.
 void build_alltoall_pairwise(const ScheduleShape& shape, Schedule* schedule);
 
+// Reduce-scatter: the input holds `ranks` blocks of count values, block j
+// for rank j; the output (count values) gets the sum of every rank's block
+// `rank`. Direct: each value encoded once, by its sender; ring: n-1 hops,
+// each requantizing a partial sum.
+void build_reduce_scatter_direct(const ScheduleShape& shape, Schedule* schedule);
+void build_reduce_scatter_ring(const ScheduleShape& shape, Schedule* schedule);
+
+// Allgather: the input (count values) becomes block `rank` of every rank's
+// output (ranks x count); each block encoded once by its owner, the bytes
+// forwarded unchanged, decoded by every rank (the owner included).
+void build_allgather_direct(const ScheduleShape& shape, Schedule* schedule);
+void build_allgather_ring(const ScheduleShape& shape, Schedule* schedule);
+// Needs a power-of-two rank count.
+void build_allgather_recursive_doubling(const ScheduleShape& shape, Schedule* schedule);
+bool allgather_recursive_doubling_fits(int ranks);
+
+// Broadcast: the root's input (count values) becomes every rank's output,
+// the root's too; encoded once at the root, forwarded unchanged. The chain
+// pipelines pieces of shape.chunk values.
+void build_broadcast_chain(const ScheduleShape& shape, Schedule* schedule);
+void build_broadcast_tree(const ScheduleShape& shape, Schedule* schedule);
+
 struct AllreduceSchedule {
   qc_algorithm_t algorithm;
   const char* name;

@@ -80,6 +80,7 @@ struct ScheduleShape {
   // multiple of the codec's bucket, so that every value is encoded with the
   // bits it has unpipelined (planner: CollectiveContext::pipeline_chunk).
   size_t chunk = 0;
+  int root = 0;  // broadcast: the rank whose input everyone gets
 };
 
 struct Schedule {

@@ -330,6 +330,15 @@ qc_allreduce_segments(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype, 
 qc_alltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, stream) =
     @ccall libqc.qc_alltoall(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count_per_rank::Csize_t, dtype::qc_dtype_t, layer::Cstring, stream::Ptr{Cvoid})::qc_status_t
 
+qc_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, layer, error_buffer, stream) =
+    @ccall libqc.qc_reduce_scatter(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, recvcount::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, error_buffer::qc_error_buffer_t, stream::Ptr{Cvoid})::qc_status_t
+
+qc_allgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer, stream) =
+    @ccall libqc.qc_allgather(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, sendcount::Csize_t, dtype::qc_dtype_t, layer::Cstring, error_buffer::qc_error_buffer_t, stream::Ptr{Cvoid})::qc_status_t
+
+qc_broadcast(comm, sendbuf, recvbuf, count, dtype, root, layer, stream) =
+    @ccall libqc.qc_broadcast(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, root::Cint, layer::Cstring, stream::Ptr{Cvoid})::qc_status_t
+
 qc_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, request) =
     @ccall libqc.qc_iallreduce(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, error_buffer::qc_error_buffer_t, request::Ptr{qc_request_t})::qc_status_t
 
@@ -338,6 +347,15 @@ qc_iallreduce_segments(comm, sendbuf, recvbuf, nsegments, counts, layers, dtype,
 
 qc_ialltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, request) =
     @ccall libqc.qc_ialltoall(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count_per_rank::Csize_t, dtype::qc_dtype_t, layer::Cstring, request::Ptr{qc_request_t})::qc_status_t
+
+qc_ireduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, layer, error_buffer, request) =
+    @ccall libqc.qc_ireduce_scatter(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, recvcount::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, error_buffer::qc_error_buffer_t, request::Ptr{qc_request_t})::qc_status_t
+
+qc_iallgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer, request) =
+    @ccall libqc.qc_iallgather(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, sendcount::Csize_t, dtype::qc_dtype_t, layer::Cstring, error_buffer::qc_error_buffer_t, request::Ptr{qc_request_t})::qc_status_t
+
+qc_ibroadcast(comm, sendbuf, recvbuf, count, dtype, root, layer, request) =
+    @ccall libqc.qc_ibroadcast(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, root::Cint, layer::Cstring, request::Ptr{qc_request_t})::qc_status_t
 
 qc_request_test(request, done) =
     @ccall libqc.qc_request_test(request::qc_request_t, done::Ptr{Cint})::qc_status_t
@@ -380,6 +398,15 @@ qc_emulate_allreduce(nranks, sendbufs, recvbufs, count, dtype, op, layer, call_i
 
 qc_emulate_alltoall(nranks, sendbufs, recvbufs, count_per_rank, dtype, layer, call_index, policy) =
     @ccall libqc.qc_emulate_alltoall(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count_per_rank::Csize_t, dtype::qc_dtype_t, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t})::qc_status_t
+
+qc_emulate_reduce_scatter(nranks, sendbufs, recvbufs, recvcount, dtype, op, layer, call_index, policy, error_buffers) =
+    @ccall libqc.qc_emulate_reduce_scatter(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, recvcount::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t}, error_buffers::Ptr{qc_error_buffer_t})::qc_status_t
+
+qc_emulate_allgather(nranks, sendbufs, recvbufs, sendcount, dtype, layer, call_index, policy, error_buffers) =
+    @ccall libqc.qc_emulate_allgather(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, sendcount::Csize_t, dtype::qc_dtype_t, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t}, error_buffers::Ptr{qc_error_buffer_t})::qc_status_t
+
+qc_emulate_broadcast(nranks, sendbufs, recvbufs, count, dtype, root, layer, call_index, policy) =
+    @ccall libqc.qc_emulate_broadcast(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count::Csize_t, dtype::qc_dtype_t, root::Cint, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t})::qc_status_t
 
 # experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_adapt_method_name(method) =

@@ -1,0 +1,99 @@
+// Allgather: rank r's input (shape.count values) becomes block r of every
+// rank's output. The owner encodes its block once (at element offset 0 of
+// its input, which keys its random bits and residuals) and those bytes
+// travel unchanged, forwarded as block lists: every rank decodes the same
+// bytes, the owner its own block too, so every replica is bit-identical.
+#include "core/schedules/registry.h"
+
+namespace qc {
+namespace {
+enum AllgatherTag : uint32_t {
+  kDirect = 0x1300,
+  kRing = 0x1400,
+  kDoubling = 0x1500,
+};
+
+size_t mod(long long a, int n) { return static_cast<size_t>(((a % n) + n) % n); }
+
+// Slot b holds block b's encoded bytes; the own one encoded here. The
+// block list names blocks by slot, so slot numbers are alike on every rank.
+void encode_own(const ScheduleShape& shape, ScheduleBuilder& s) {
+  for (int b = 0; b < shape.ranks; ++b) s.slot(shape.count);
+  s.mark_block_slots();
+  if (shape.count > 0) s.encode(input(0, shape.count), static_cast<size_t>(shape.rank));
+}
+
+void decode_all(const ScheduleShape& shape, ScheduleBuilder& s) {
+  if (shape.count == 0) return;
+  for (int b = 0; b < shape.ranks; ++b) {
+    s.decode(static_cast<size_t>(b),
+             output(static_cast<size_t>(b) * shape.count, shape.count));
+  }
+}
+
+}  // namespace
+
+bool allgather_recursive_doubling_fits(int ranks) { return ranks > 0 && (ranks & (ranks - 1)) == 0; }
+
+// Direct: the owner sends its block to every peer (staggered).
+void build_allgather_direct(const ScheduleShape& shape, Schedule* schedule) {
+  const int n = shape.ranks;
+  const int r = shape.rank;
+  const size_t own = static_cast<size_t>(r);
+  ScheduleBuilder s(schedule);
+  encode_own(shape, s);
+  if (shape.count > 0) {
+    for (int k = 1; k < n; ++k) s.send_blocks((r + k) % n, own, own + 1, kDirect);
+    for (int k = 1; k < n; ++k) {
+      const size_t from = mod(r - k, n);
+      s.recv_blocks(static_cast<int>(from), from, from + 1, kDirect);
+    }
+    s.wait();
+  }
+  decode_all(shape, s);
+}
+
+// Ring: step k forwards block r-k to the right and receives block r-k-1
+// from the left; n-1 steps, each link carrying one block per step.
+void build_allgather_ring(const ScheduleShape& shape, Schedule* schedule) {
+  const int n = shape.ranks;
+  const int r = shape.rank;
+  const int right = (r + 1) % n;
+  const int left = (r + n - 1) % n;
+  ScheduleBuilder s(schedule);
+  encode_own(shape, s);
+  if (shape.count > 0) {
+    for (int k = 0; k < n - 1; ++k) {
+      const size_t send = mod(r - k, n);
+      const size_t recv = mod(r - k - 1, n);
+      s.send_blocks(right, send, send + 1, kRing + static_cast<uint32_t>(k));
+      s.recv_blocks(left, recv, recv + 1, kRing + static_cast<uint32_t>(k));
+      s.wait();
+    }
+  }
+  decode_all(shape, s);
+}
+
+// Recursive doubling (a power-of-two rank count; the planner checks):
+// round d exchanges the 2^d blocks gathered so far with rank r xor 2^d, so
+// log2(n) rounds, each a block list of the blocks the partner lacks.
+void build_allgather_recursive_doubling(const ScheduleShape& shape, Schedule* schedule) {
+  const int n = shape.ranks;
+  const int r = shape.rank;
+  ScheduleBuilder s(schedule);
+  encode_own(shape, s);
+  if (shape.count > 0) {
+    for (int d = 1; d < n; d <<= 1) {
+      const int partner = r ^ d;
+      const size_t mine = static_cast<size_t>(r & ~(d - 1));
+      const size_t theirs = static_cast<size_t>(partner & ~(d - 1));
+      const uint32_t tag = kDoubling + static_cast<uint32_t>(d);
+      s.send_blocks(partner, mine, mine + static_cast<size_t>(d), tag);
+      s.recv_blocks(partner, theirs, theirs + static_cast<size_t>(d), tag);
+      s.wait();
+    }
+  }
+  decode_all(shape, s);
+}
+
+}  // namespace qc
