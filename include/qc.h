@@ -159,7 +159,8 @@ typedef enum qc_codec QC_ENUM_BASE {
   QC_CODEC_TOPK = 8            /* k largest magnitudes as (index, value) */
 } qc_codec_t;
 
-/** Allreduce schedule (policy.algorithm; docs/algorithms.md). */
+/** Allreduce schedule (policy.algorithm; docs/algorithms.md, which also
+ *  says how reduce-scatter, allgather and broadcast map it to theirs). */
 typedef enum qc_algorithm QC_ENUM_BASE {
   QC_ALGO_AUTO = 0,               /* chosen per call; see qc_allreduce */
   QC_ALGO_RING = 1,               /* paper 000 Alg. 2 */
@@ -661,14 +662,18 @@ QC_API qc_status_t qc_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbu
  * contributions in rank order, so each value is quantized once.
  *
  * sendbuf: nranks x recvcount elements; recvbuf: recvcount elements; host
- *   or CUDA device memory (staged through host memory), no overlap; NULL
- *   only when recvcount is 0. op: QC_OP_SUM or QC_OP_AVG. layer, stream:
+ *   or CUDA device memory (staged through host memory); no overlap except
+ *   in place as NCCL's: recvbuf == sendbuf + rank x recvcount. NULL only
+ *   when recvcount is 0. op: QC_OP_SUM or QC_OP_AVG. layer, stream:
  *   as qc_allreduce.
  * error_buffer: NULL, or nranks x recvcount residuals, one per input
  *   element: each block this rank encodes sends value + residual and keeps
  *   the new error where it was encoded (the worker residuals of SRA's first
  *   half), so the outputs plus the change of every rank's residuals sum to
  *   the inputs, to float rounding. Updated only when the call succeeds.
+ * Like qc_allgather and qc_broadcast it starts with a short agreement
+ * (ceil(log2 n) rounds of 24-byte messages), so ranks that disagree fail
+ * with QC_ERROR_MISMATCH on every rank instead of waiting.
  * @return as qc_allreduce; QC_ERROR_MISMATCH also when ranks disagree on
  *   recvcount.
  */
@@ -691,7 +696,8 @@ QC_API qc_status_t qc_reduce_scatter(qc_comm_t comm, const void* sendbuf, void* 
  * direct (the owner sends to every rank).
  *
  * sendbuf: sendcount elements; recvbuf: nranks x sendcount; host or CUDA
- *   device memory (staged), no overlap; NULL only when sendcount is 0.
+ *   device memory (staged); no overlap except in place as NCCL's: sendbuf
+ *   == recvbuf + rank x sendcount. NULL only when sendcount is 0.
  *   layer, stream: as qc_allreduce.
  * error_buffer: NULL, or sendcount residuals: error feedback on the owner's
  *   encode (the decoded block plus the residual's change is the input).
@@ -844,7 +850,8 @@ QC_API qc_status_t qc_request_free(qc_request_t request);
  *
  * It holds one rank's residuals, one per element (the error of that rank's
  * one encode of the element in the algorithm: for SRA the worker residual
- * outside the rank's own chunk, the server residual inside). It belongs to
+ * outside the rank's own chunk, the server residual inside; reduce-scatter:
+ * nranks x recvcount, one per input element; allgather: sendcount). It belongs to
  * the rank and group size of `comm` (NULL: those of its first
  * qc_emulate_allreduce) and works with any communicator of that rank and
  * size, e.g. one rebuilt after a failure; anything else is

@@ -35,43 +35,56 @@ void decode_all(const ScheduleShape& shape, ScheduleBuilder& s) {
 
 bool allgather_recursive_doubling_fits(int ranks) { return ranks > 0 && (ranks & (ranks - 1)) == 0; }
 
-// Direct: the owner sends its block to every peer (staggered).
+// Direct: the owner sends its block to every peer (staggered, group 0);
+// block b arrives in group b + 1 and is decoded while the others are still
+// on the wire, the own block first.
 void build_allgather_direct(const ScheduleShape& shape, Schedule* schedule) {
   const int n = shape.ranks;
   const int r = shape.rank;
   const size_t own = static_cast<size_t>(r);
+  const size_t m = shape.count;
   ScheduleBuilder s(schedule);
   encode_own(shape, s);
-  if (shape.count > 0) {
-    for (int k = 1; k < n; ++k) s.send_blocks((r + k) % n, own, own + 1, kDirect);
-    for (int k = 1; k < n; ++k) {
-      const size_t from = mod(r - k, n);
-      s.recv_blocks(static_cast<int>(from), from, from + 1, kDirect);
-    }
-    s.wait();
+  if (m == 0) return;
+  auto group = [](size_t b) { return static_cast<uint32_t>(b + 1); };
+  for (int k = 1; k < n; ++k) s.send_blocks((r + k) % n, own, own + 1, kDirect, 0);
+  for (int k = 1; k < n; ++k) {
+    const size_t from = mod(r - k, n);
+    s.recv_blocks(static_cast<int>(from), from, from + 1, kDirect, group(from));
   }
-  decode_all(shape, s);
+  s.decode(own, output(own * m, m));
+  for (int k = 1; k < n; ++k) {
+    const size_t from = mod(r - k, n);
+    s.wait_group(group(from));
+    s.decode(from, output(from * m, m));
+  }
+  s.wait_group(0);
 }
 
 // Ring: step k forwards block r-k to the right and receives block r-k-1
-// from the left; n-1 steps, each link carrying one block per step.
+// from the left (group k); n-1 steps, each link carrying one block per
+// step. The block received at step k-1 is decoded while step k's
+// transfers are on the wire (its forward only reads the same bytes).
 void build_allgather_ring(const ScheduleShape& shape, Schedule* schedule) {
   const int n = shape.ranks;
   const int r = shape.rank;
   const int right = (r + 1) % n;
   const int left = (r + n - 1) % n;
+  const size_t m = shape.count;
   ScheduleBuilder s(schedule);
   encode_own(shape, s);
-  if (shape.count > 0) {
-    for (int k = 0; k < n - 1; ++k) {
-      const size_t send = mod(r - k, n);
-      const size_t recv = mod(r - k - 1, n);
-      s.send_blocks(right, send, send + 1, kRing + static_cast<uint32_t>(k));
-      s.recv_blocks(left, recv, recv + 1, kRing + static_cast<uint32_t>(k));
-      s.wait();
-    }
+  if (m == 0) return;
+  auto decode_block = [&](size_t b) { s.decode(b, output(b * m, m)); };
+  for (int k = 0; k < n - 1; ++k) {
+    const size_t send = mod(r - k, n);
+    const size_t recv = mod(r - k - 1, n);
+    const uint32_t group = static_cast<uint32_t>(k);
+    s.send_blocks(right, send, send + 1, kRing + static_cast<uint32_t>(k), group);
+    s.recv_blocks(left, recv, recv + 1, kRing + static_cast<uint32_t>(k), group);
+    decode_block(send);  // the own block at step 0, then the one received last step
+    s.wait_group(group);
   }
-  decode_all(shape, s);
+  decode_block(mod(r - n + 1, n));  // the last one received: r - (n-2) - 1 = r + 1
 }
 
 // Recursive doubling (a power-of-two rank count; the planner checks):

@@ -34,28 +34,36 @@ void build_reduce_scatter_direct(const ScheduleShape& shape, Schedule* schedule)
     if (from != r) incoming[static_cast<size_t>(from)] = s.slot(m);
   }
   if (m == 0) return;
-  // Staggered, so that peers are not all hit at once.
+  // Sends staggered, so that peers are not all hit at once, each posted as
+  // soon as its block is encoded (group 0). The contribution of rank
+  // `from` arrives in group from + 1: the sum takes them in rank order (so
+  // it does not depend on arrival order), each added as soon as it and the
+  // ones before it are in, while the later ones are still on the wire.
   for (int k = 1; k < n; ++k) {
     const size_t to = static_cast<size_t>((r + k) % n);
     s.encode(given(to), to);
-    s.send(static_cast<int>(to), to, kDirect);
+    s.send(static_cast<int>(to), to, kDirect, 0);
   }
+  auto group = [](int from) { return static_cast<uint32_t>(from + 1); };
   for (int k = 1; k < n; ++k) {
     const int from = (r - k + n) % n;
-    s.recv(from, incoming[static_cast<size_t>(from)], kDirect);
+    s.recv(from, incoming[static_cast<size_t>(from)], kDirect, group(from));
   }
-  s.wait();
   const Span out = output(0, m);
   for (int from = 0; from < n; ++from) {
     const bool first = from == 0;
     if (from == r) {
       if (first) s.copy(out, given(own)); else s.add(out, given(own));
-    } else if (first) {
+      continue;
+    }
+    s.wait_group(group(from));
+    if (first) {
       s.decode(incoming[static_cast<size_t>(from)], out);
     } else {
       s.decode_add(incoming[static_cast<size_t>(from)], out);
     }
   }
+  s.wait_group(0);
 }
 
 // Ring (paper 000 Alg. 2's first half, blocks numbered so that rank r ends
