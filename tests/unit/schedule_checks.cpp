@@ -10,7 +10,7 @@ using qc::Step;
 using qc::StepKind;
 
 std::vector<Schedule> build_all(BuildFn build, int n, size_t count, int group_size,
-                                size_t chunk) {
+                                size_t chunk, int root) {
   std::vector<Schedule> schedules(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     ScheduleShape shape;
@@ -19,6 +19,7 @@ std::vector<Schedule> build_all(BuildFn build, int n, size_t count, int group_si
     shape.count = count;
     shape.group_size = group_size;
     shape.chunk = chunk;
+    shape.root = root;
     build(shape, &schedules[static_cast<size_t>(r)]);
   }
   return schedules;
@@ -29,6 +30,34 @@ std::string case_label(const char* name, int n, size_t count, int group_size) {
                       " count=" + std::to_string(count);
   if (group_size != 1) label += " group=" + std::to_string(group_size);
   return label;
+}
+
+namespace {
+
+bool same_steps(const Step& a, const Step& b) {
+  return a.kind == b.kind && a.values.where == b.values.where &&
+         a.values.begin == b.values.begin && a.values.count == b.values.count &&
+         a.source.where == b.source.where && a.source.begin == b.source.begin &&
+         a.source.count == b.source.count && a.element_offset == b.element_offset &&
+         a.slot == b.slot && a.slot_end == b.slot_end && a.peer == b.peer && a.tag == b.tag &&
+         a.framing == b.framing && a.group == b.group;
+}
+
+}  // namespace
+
+// A call that is not cut (one rank, or blocks that fit one piece) builds
+// the whole-block schedule, step for step.
+std::string check_uncut(const std::string& label, const std::vector<Schedule>& piped,
+                        const std::vector<Schedule>& whole) {
+  for (size_t r = 0; r < piped.size(); ++r) {
+    const Schedule& p = piped[r];
+    const Schedule& w = whole[r];
+    bool same = p.slot_counts == w.slot_counts && p.steps.size() == w.steps.size() &&
+                p.scratch_count == w.scratch_count && p.block_slots == w.block_slots;
+    for (size_t i = 0; same && i < p.steps.size(); ++i) same = same_steps(p.steps[i], w.steps[i]);
+    if (!same) return label + ": rank " + std::to_string(r) + " is not the whole-block schedule";
+  }
+  return "";
 }
 
 uint64_t all_ranks(int n) { return n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
@@ -90,6 +119,122 @@ std::string check_alltoall_result(const std::string& label, const ScheduleSim& s
     }
   }
   return "";
+}
+
+namespace {
+
+// The rank that made encode `id` (schedule_sim.h: SlotContent::encode_id).
+int encoder(uint64_t id) { return static_cast<int>(id >> 32) - 1; }
+
+std::string element_at(const std::string& label, int r, size_t j) {
+  return label + ": rank " + std::to_string(r) + " output element " + std::to_string(j);
+}
+
+// "" when rank r encoded at each element offset j `expected(j)` times.
+template <typename Expected>
+std::string check_offset_encodes(const std::string& label, const ScheduleSim& sim, int r,
+                                 Expected expected) {
+  const std::vector<int>& encodes = sim.offset_encodes(r);
+  for (size_t j = 0; j < encodes.size(); ++j) {
+    if (encodes[j] != expected(j)) {
+      return label + ": rank " + std::to_string(r) + " encoded at element offset " +
+             std::to_string(j) + " " + std::to_string(encodes[j]) + " times, not " +
+             std::to_string(expected(j));
+    }
+  }
+  return "";
+}
+
+// "" when `c`, rank r's output element j, is owner's input element
+// `element` as decoded from the encode `from` that the owner made, once.
+std::string check_replica(const std::string& label, int r, size_t j, const Cell& c, int owner,
+                          int64_t element, uint64_t from) {
+  if (c.ranks != uint64_t{1} << owner || c.position != element) {
+    return element_at(label, r, j) + " holds element " + std::to_string(c.position) +
+           " of ranks " + rank_set(c.ranks) + ", not element " + std::to_string(element) +
+           " of rank " + std::to_string(owner);
+  }
+  if (c.decoded_from == 0 || encoder(c.decoded_from) != owner) {
+    return element_at(label, r, j) + " was not decoded from an encode of rank " +
+           std::to_string(owner);
+  }
+  if (c.decoded_from != from) {
+    return element_at(label, r, j) + " was decoded from another encode than rank " +
+           std::to_string(owner) + "'s own replica";
+  }
+  if (c.depth != 1) {
+    return element_at(label, r, j) + " went through " + std::to_string(c.depth) +
+           " encodes, not 1";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string check_reduce_scatter_result(const std::string& label, const ScheduleSim& sim,
+                                        size_t count, int depth) {
+  const int n = sim.ranks();
+  for (int r = 0; r < n; ++r) {
+    const std::vector<Cell>& out = sim.output(r);
+    const size_t own = static_cast<size_t>(r) * count;
+    for (size_t j = 0; j < out.size(); ++j) {
+      const Cell& c = out[j];
+      if (c.ranks != all_ranks(n)) {
+        return element_at(label, r, j) + " sums ranks " + rank_set(c.ranks) + ", not all " +
+               std::to_string(n);
+      }
+      if (c.position != static_cast<int64_t>(own + j)) {
+        return element_at(label, r, j) + " holds element " + std::to_string(c.position) +
+               ", not " + std::to_string(own + j);
+      }
+      if (c.unencoded != uint64_t{1} << r) {
+        return element_at(label, r, j) + " holds ranks " + rank_set(c.unencoded) +
+               " unencoded, not its own alone";
+      }
+      if (c.depth != depth) {
+        return element_at(label, r, j) + " went through " + std::to_string(c.depth) +
+               " encodes on its longest way, not " + std::to_string(depth);
+      }
+    }
+    const std::string failure = check_offset_encodes(label, sim, r, [&](size_t j) {
+      return j >= own && j - own < count ? 0 : 1;
+    });
+    if (!failure.empty()) return failure;
+  }
+  return "";
+}
+
+std::string check_allgather_result(const std::string& label, const ScheduleSim& sim,
+                                   size_t count) {
+  const int n = sim.ranks();
+  for (int r = 0; r < n; ++r) {
+    const std::vector<Cell>& out = sim.output(r);
+    for (size_t j = 0; j < out.size(); ++j) {
+      const int owner = static_cast<int>(j / count);
+      const uint64_t from = sim.output(owner)[j].decoded_from;
+      const std::string failure = check_replica(label, r, j, out[j], owner,
+                                                static_cast<int64_t>(j % count), from);
+      if (!failure.empty()) return failure;
+    }
+    const std::string failure = check_offset_encodes(label, sim, r, [](size_t) { return 1; });
+    if (!failure.empty()) return failure;
+  }
+  return "";
+}
+
+std::string check_broadcast_result(const std::string& label, const ScheduleSim& sim, int root) {
+  const int n = sim.ranks();
+  for (int r = 0; r < n; ++r) {
+    const std::vector<Cell>& out = sim.output(r);
+    for (size_t j = 0; j < out.size(); ++j) {
+      const uint64_t from = sim.output(root)[j].decoded_from;
+      const std::string failure =
+          check_replica(label, r, j, out[j], root, static_cast<int64_t>(j), from);
+      if (!failure.empty()) return failure;
+    }
+  }
+  // The others have no input (the simulator fails any read of it).
+  return check_offset_encodes(label, sim, root, [](size_t) { return 1; });
 }
 
 namespace {

@@ -1,7 +1,8 @@
 // What the schedule tests check on a simulator's run (schedule_sim.h) or
-// on the schedules themselves; shared by test_schedules.cpp (whole blocks)
-// and test_schedule_pipelining.cpp (blocks cut into pieces). Each returns
-// "" or the first failure, starting with `label`.
+// on the schedules themselves; shared by test_schedules.cpp (whole blocks),
+// test_schedule_pipelining.cpp (blocks cut into pieces) and
+// test_sharded_schedules.cpp (reduce-scatter, allgather, broadcast). Each
+// returns "" or the first failure, starting with `label`.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +19,28 @@ using BuildFn = void (*)(const qc::ScheduleShape&, qc::Schedule*);
 
 // Every rank's schedule of one call; `chunk` 0: whole blocks.
 std::vector<qc::Schedule> build_all(BuildFn build, int n, size_t count, int group_size,
-                                    size_t chunk = 0);
+                                    size_t chunk = 0, int root = 0);
+
+// Plays the call under both views of visibility (the host's, the
+// device's), then `check_result(label, sim)`; "" or the first failure.
+template <typename Check>
+std::string play_both(const std::string& label, const std::vector<qc::Schedule>& schedules,
+                      ScheduleSim::Options options, Check check_result) {
+  for (Visibility v : {Visibility::kAtPost, Visibility::kAtWait}) {
+    options.visibility = v;
+    const std::string at = label + (v == Visibility::kAtPost ? " (host)" : " (device)");
+    ScheduleSim sim(at, schedules, options);
+    std::string failure = sim.run();
+    if (failure.empty()) failure = check_result(at, sim);
+    if (!failure.empty()) return failure;
+  }
+  return "";
+}
+
+// A call that is not cut (one rank, or blocks that fit one piece) builds
+// the whole-block schedule, step for step.
+std::string check_uncut(const std::string& label, const std::vector<qc::Schedule>& piped,
+                        const std::vector<qc::Schedule>& whole);
 
 std::string case_label(const char* name, int n, size_t count, int group_size);
 
@@ -34,6 +56,25 @@ std::string check_allreduce_result(const std::string& label, const ScheduleSim& 
 // and every input element was encoded exactly once.
 std::string check_alltoall_result(const std::string& label, const ScheduleSim& sim,
                                   size_t count);
+
+// Output element i of rank r sums every rank's input element r * count + i
+// once, rank r's own entering unencoded; `depth` encodes on the longest way
+// (exactly). Each rank encoded every element offset of the others' blocks
+// exactly once (one residual each), none of its own block.
+std::string check_reduce_scatter_result(const std::string& label, const ScheduleSim& sim,
+                                        size_t count, int depth);
+
+// Output block b of every rank, the owner b's too, is rank b's input,
+// decoded from the one encode rank b made of it (every replica the same
+// bits), encoded once on the way; each rank encoded each of its input
+// elements exactly once.
+std::string check_allgather_result(const std::string& label, const ScheduleSim& sim,
+                                   size_t count);
+
+// Every rank's output, the root's too, is the root's input decoded from
+// the one encode the root made of each element; the root encoded each
+// input element exactly once.
+std::string check_broadcast_result(const std::string& label, const ScheduleSim& sim, int root);
 
 // One rank's pipelined schedule against its unpipelined one (the same call
 // with chunk 0), whose encodes are the whole blocks: every non-empty encode

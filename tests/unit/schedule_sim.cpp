@@ -76,30 +76,29 @@ ScheduleSim::ScheduleSim(std::string label, std::vector<Schedule> schedules, Opt
   const int n = static_cast<int>(schedules.size());
   const size_t count = options.count;
   ranks_.resize(schedules.size());
+  const size_t all = count * static_cast<size_t>(n);
   for (int r = 0; r < n; ++r) {
     Rank& rank = ranks_[r];
     rank.schedule = std::move(schedules[r]);
     rank.slots.resize(rank.schedule.slot_counts.size());
-    if (options.collective == Collective::kAllreduce) {
-      // The input holds this rank's values (read only); the output is
-      // garbage until the schedule copies or decodes into it.
-      rank.input.resize(count);
-      rank.output.resize(count);
-      rank.input_encodes.assign(count, 0);
-      for (size_t j = 0; j < count; ++j) {
-        rank.input[j].ranks = uint64_t{1} << r;
-        rank.input[j].position = static_cast<int64_t>(j);
-      }
-    } else {
-      // Input block j goes to rank j; the output is garbage until decoded.
-      const size_t total = count * static_cast<size_t>(n);
-      rank.input.resize(total);
-      rank.output.resize(total);
-      rank.input_encodes.assign(total, 0);
-      for (size_t j = 0; j < total; ++j) {
-        rank.input[j].ranks = uint64_t{1} << r;
-        rank.input[j].position = static_cast<int64_t>(j);
-      }
+    // The input holds this rank's values (read only); the output is
+    // garbage until the schedule copies or decodes into it.
+    size_t in = count, out = count;
+    switch (options.collective) {
+      case Collective::kAllreduce: break;
+      case Collective::kAlltoall: in = out = all; break;  // input block j goes to rank j
+      case Collective::kReduceScatter: in = all; break;   // input block j: rank j's sum
+      case Collective::kAllgather: out = all; break;      // output block j: rank j's input
+      case Collective::kBroadcast: in = r == options.root ? count : 0; break;
+    }
+    rank.input.resize(in);
+    rank.output.resize(out);
+    rank.input_encodes.assign(in, 0);
+    rank.offset_encodes.assign(in, 0);
+    for (size_t j = 0; j < in; ++j) {
+      rank.input[j].ranks = uint64_t{1} << r;
+      rank.input[j].unencoded = uint64_t{1} << r;
+      rank.input[j].position = static_cast<int64_t>(j);
     }
   }
   sends_.resize(static_cast<size_t>(n) * n);
@@ -179,6 +178,15 @@ void ScheduleSim::encode(int r, const Step& st) {
     }
     ++c.depth;
     c.decoded_from = 0;
+    c.unencoded = 0;
+  }
+  for (size_t k = 0; k < st.values.count; ++k) {
+    const uint64_t offset = st.element_offset + k;
+    if (offset >= rank.offset_encodes.size()) {
+      fail(r, "encodes at element offset " + std::to_string(offset) + ", outside the input's " +
+                  std::to_string(rank.offset_encodes.size()) + " values (one residual each)");
+    }
+    ++rank.offset_encodes[offset];
   }
   if (st.values.where == Values::kInput) {
     for (size_t k = 0; k < st.values.count; ++k) ++rank.input_encodes[st.values.begin + k];
@@ -188,7 +196,7 @@ void ScheduleSim::encode(int r, const Step& st) {
 void ScheduleSim::decode(int r, const Step& st) {
   Rank& rank = ranks_[r];
   check_slot(r, st.slot);
-  check_slots_idle(r, st.slot, st.slot + 1, "decodes a slot");
+  check_slots_idle(r, st.slot, st.slot + 1, "decodes a slot", nullptr, /*reads_only=*/true);
   const SlotContent& slot = rank.slots[st.slot];
   if (!slot.written) fail(r, "decodes a slot that was never written");
   if (st.values.count != slot.cells.size()) {
@@ -257,6 +265,7 @@ void ScheduleSim::add_cell(int r, Cell& dst, const Cell& src, const char* what) 
                 rank_set(dst.ranks) + ": not in rank order");
   }
   dst.ranks |= src.ranks;
+  dst.unencoded |= src.unencoded;
   if (dst.position < 0) dst.position = src.position;
   dst.depth = std::max(dst.depth, src.depth);
   dst.decoded_from = 0;
@@ -390,7 +399,7 @@ void ScheduleSim::check_slot(int r, size_t slot) const {
 }
 
 void ScheduleSim::check_slots_idle(int r, size_t first, size_t last, const char* what,
-                                   const Step* send) const {
+                                   const Step* send, bool reads_only) const {
   const Rank& rank = ranks_[r];
   for (size_t index : rank.outstanding) {
     const Posted& p = rank.posted[index];
@@ -398,7 +407,7 @@ void ScheduleSim::check_slots_idle(int r, size_t first, size_t last, const char*
     if (!overlaps(other, first, last)) continue;
     const bool same_send_elsewhere = send != nullptr && other.kind == StepKind::kSend &&
                                      other.tag == send->tag && other.peer != send->peer;
-    if (same_send_elsewhere) continue;
+    if (same_send_elsewhere || (reads_only && other.kind == StepKind::kSend)) continue;
     fail(r, std::string(what) + " while step " + std::to_string(p.step) + " (" +
                 describe(other) + ") on it is outstanding");
   }
@@ -426,10 +435,13 @@ const std::vector<Cell>* ScheduleSim::readable(int r, const Span& span, const ch
   }
   if (options_.in_place && span.where == Values::kInput) {
     for (size_t j = span.begin; j < span.begin + span.count; ++j) {
-      if (j < rank.output_written_at.size() && rank.output_written_at[j] != 0) {
+      const int64_t o = aliased_output(r, j);
+      if (o >= 0 && static_cast<size_t>(o) < rank.output_written_at.size() &&
+          rank.output_written_at[static_cast<size_t>(o)] != 0) {
         fail(r, std::string(what) + " input element " + std::to_string(j) + " after step " +
-                    std::to_string(rank.output_written_at[j] - 1) +
-                    " wrote that output element (in place, the same memory)");
+                    std::to_string(rank.output_written_at[static_cast<size_t>(o)] - 1) +
+                    " wrote output element " + std::to_string(o) +
+                    " (in place, the same memory)");
       }
     }
   }
@@ -449,6 +461,18 @@ std::vector<Cell>* ScheduleSim::writable(int r, const Span& span, const char* wh
     }
   }
   return &values(r, span.where);
+}
+
+int64_t ScheduleSim::aliased_output(int r, size_t j) const {
+  const size_t own = static_cast<size_t>(r) * options_.count;
+  switch (options_.collective) {
+    case Collective::kReduceScatter:  // recvbuf == sendbuf + rank * count
+      return j >= own && j - own < options_.count ? static_cast<int64_t>(j - own) : -1;
+    case Collective::kAllgather:  // sendbuf == recvbuf + rank * count
+      return static_cast<int64_t>(own + j);
+    default:  // sendbuf == recvbuf
+      return static_cast<int64_t>(j);
+  }
 }
 
 void ScheduleSim::fail(int r, const std::string& what) const {

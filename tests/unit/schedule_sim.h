@@ -15,11 +15,20 @@
 // in increasing number for a wait on all (Visibility::kAtWait). A schedule
 // must progress under both.
 //
-// In place (Options::in_place): the input and the output are one memory, as
-// when an allreduce's caller passes sendbuf == recvbuf, so no step may read
-// an input element once a step wrote that output element (it would read
-// the result, not the contribution). The two stay apart in the simulator;
-// the first such read fails.
+// In place (Options::in_place): the input and the output share memory as
+// NCCL's in-place forms have it — allreduce, alltoall and broadcast
+// sendbuf == recvbuf; reduce-scatter recvbuf == sendbuf + rank * count (the
+// output is the own input block); allgather sendbuf == recvbuf + rank *
+// count (the input is the own output block) — so no step may read an input
+// element once a step wrote the output element in its memory (it would
+// read the result, not the contribution). The two stay apart in the
+// simulator; the first such read fails.
+//
+// The buffers per collective (count: Options::count): allreduce in = out =
+// count; alltoall in = out = ranks * count; reduce-scatter in = ranks *
+// count, out = count; allgather in = count, out = ranks * count; broadcast
+// out = count, in = count on the root and none elsewhere (the driver
+// passes the others no input), so a non-root's read of it fails.
 //
 // Values are not numbers but what made them: the ranks whose contributions
 // a value sums (a mask), which element it is, how many encodes it went
@@ -42,6 +51,7 @@ struct Cell {
   int64_t position = -1;      // its element index on the contributing ranks; -1: none yet
   int depth = 0;              // encodes on its way here
   uint64_t decoded_from = 0;  // the encode a kDecode last wrote it from; 0: none
+  uint64_t unencoded = 0;     // bit r: rank r's contribution is in it as given, never encoded
 };
 
 // A slot's encoded payload, as its encode made it.
@@ -51,7 +61,7 @@ struct SlotContent {
   std::vector<Cell> cells;
 };
 
-enum class Collective { kAllreduce, kAlltoall };
+enum class Collective { kAllreduce, kAlltoall, kReduceScatter, kAllgather, kBroadcast };
 
 // When a posted transfer becomes visible to its peer (see above).
 enum class Visibility {
@@ -63,13 +73,14 @@ class ScheduleSim {
  public:
   struct Options {
     Collective collective = Collective::kAllreduce;
-    size_t count = 0;  // allreduce: elements; alltoall: elements per rank
+    size_t count = 0;  // allreduce, broadcast: elements; the others: elements per block
+    int root = 0;      // broadcast: the rank that has an input
     // SRA: every sum adds ranks in increasing order (its bits do not depend
     // on which message arrives first).
     bool rank_ordered_sums = false;
     Visibility visibility = Visibility::kAtPost;
-    // The input is the output's memory (see above): reads of the input
-    // after writes of the same output elements fail.
+    // The input shares the output's memory (see above): reads of the
+    // input after writes of the output elements in their memory fail.
     bool in_place = false;
   };
 
@@ -83,6 +94,10 @@ class ScheduleSim {
   const std::vector<Cell>& output(int rank) const { return ranks_[rank].output; }
   // How often each element of the rank's input was encoded.
   const std::vector<int>& input_encodes(int rank) const { return ranks_[rank].input_encodes; }
+  // How often the rank encoded at each element offset, from any values: the
+  // offsets key one residual each (error feedback's grid is the input's
+  // elements), so an offset outside the input fails the run.
+  const std::vector<int>& offset_encodes(int rank) const { return ranks_[rank].offset_encodes; }
 
  private:
   // A send or receive the rank posted.
@@ -103,6 +118,7 @@ class ScheduleSim {
     std::vector<size_t> outstanding;        // indices into `posted`: not yet awaited
     std::map<uint32_t, std::vector<size_t>> unenqueued;  // kAtWait: per group, not yet visible
     std::vector<int> input_encodes;
+    std::vector<int> offset_encodes;
     // in_place: per output element, 1 + the step that first wrote it; 0: none.
     std::vector<size_t> output_written_at;
     uint64_t encodes = 0;
@@ -130,9 +146,13 @@ class ScheduleSim {
   void check_slot(int r, size_t slot) const;
   // Fails when a transfer posted on rank r and not yet awaited covers one of
   // slots [first, last), but for a `send`: the same slots may go to other
-  // peers with its tag (one step's broadcast).
+  // peers with its tag (one step's broadcast); and with `reads_only` (a
+  // decode), sends on them may be in flight: both only read the bytes.
   void check_slots_idle(int r, size_t first, size_t last, const char* what,
-                        const qc::Step* send = nullptr) const;
+                        const qc::Step* send = nullptr, bool reads_only = false) const;
+  // In place: the output element in the memory of rank r's input element j;
+  // -1 when none.
+  int64_t aliased_output(int r, size_t j) const;
   std::vector<Cell>& values(int r, qc::Values where);
   const std::vector<Cell>* readable(int r, const qc::Span& span, const char* what);
   std::vector<Cell>* writable(int r, const qc::Span& span, const char* what);

@@ -30,7 +30,8 @@ using qc::Step;
 using qc::StepKind;
 using qcsim::Collective;
 using qcsim::ScheduleSim;
-using qcsim::Visibility;
+using qcsim::check_uncut;
+using qcsim::play_both;
 
 constexpr int kMaxRanks = 64;
 
@@ -89,30 +90,6 @@ std::string cut_label(const char* name, int n, const Cut& cut) {
   return qcsim::case_label(name, n, cut.count, 1) + " chunk=" + std::to_string(cut.chunk);
 }
 
-bool same_steps(const Step& a, const Step& b) {
-  return a.kind == b.kind && a.values.where == b.values.where &&
-         a.values.begin == b.values.begin && a.values.count == b.values.count &&
-         a.source.where == b.source.where && a.source.begin == b.source.begin &&
-         a.source.count == b.source.count && a.element_offset == b.element_offset &&
-         a.slot == b.slot && a.slot_end == b.slot_end && a.peer == b.peer && a.tag == b.tag &&
-         a.framing == b.framing && a.group == b.group;
-}
-
-// A call that is not cut (one rank, or blocks that fit one piece) builds
-// the whole-block schedule, step for step.
-std::string check_uncut(const std::string& label, const std::vector<Schedule>& piped,
-                        const std::vector<Schedule>& whole) {
-  for (size_t r = 0; r < piped.size(); ++r) {
-    const Schedule& p = piped[r];
-    const Schedule& w = whole[r];
-    bool same = p.slot_counts == w.slot_counts && p.steps.size() == w.steps.size() &&
-                p.scratch_count == w.scratch_count && p.block_slots == w.block_slots;
-    for (size_t i = 0; same && i < p.steps.size(); ++i) same = same_steps(p.steps[i], w.steps[i]);
-    if (!same) return label + ": rank " + std::to_string(r) + " is not the whole-block schedule";
-  }
-  return "";
-}
-
 // A rank's sends, receives and waits; the waits must each name one group,
 // a different one each.
 struct Counted {
@@ -129,21 +106,6 @@ std::string count_steps(const std::string& label, int r, const Schedule& s, Coun
     if (st.group == qc::kAllGroups || !awaited.insert(st.group).second) {
       return label + ": rank " + std::to_string(r) + " waits on all groups or one twice";
     }
-  }
-  return "";
-}
-
-// Plays the call under both views of visibility; "" or the first failure.
-template <typename Check>
-std::string play_both(const std::string& label, const std::vector<Schedule>& schedules,
-                      ScheduleSim::Options options, Check check_result) {
-  for (Visibility v : {Visibility::kAtPost, Visibility::kAtWait}) {
-    options.visibility = v;
-    const std::string at = label + (v == Visibility::kAtPost ? " (host)" : " (device)");
-    ScheduleSim sim(at, schedules, options);
-    std::string failure = sim.run();
-    if (failure.empty()) failure = check_result(at, sim);
-    if (!failure.empty()) return failure;
   }
   return "";
 }
@@ -276,10 +238,9 @@ std::string play_alltoall(int n, const Cut& cut) {
   ScheduleSim::Options options;
   options.collective = Collective::kAlltoall;
   options.count = cut.count;
-  return play_both(label, piped, options,
-                   [&cut](const std::string& at, const ScheduleSim& sim) {
-                     return qcsim::check_alltoall_result(at, sim, cut.count);
-                   });
+  return play_both(label, piped, options, [&cut](const std::string& at, const ScheduleSim& sim) {
+    return qcsim::check_alltoall_result(at, sim, cut.count);
+  });
 }
 
 TEST(PipelinedSchedule, SraPiecesMatchSumInRankOrderAndRequantizeAtMostTwice) {

@@ -5,9 +5,10 @@
 //    framing and slot sizes, in post order, and no rank deadlocks, also
 //    when transfers are seen only at the wait that enqueues their group
 //    (the device executor's order; DeviceOrder);
-//  - buffer hygiene: no slot is written, received into or decoded while a
-//    transfer on it is in flight; nothing is decoded unwritten; every span
-//    stays inside its buffer;
+//  - buffer hygiene: no slot is written or received into while a transfer
+//    on it is in flight, nor decoded while a receive into it is; nothing is
+//    decoded unwritten; every span stays inside its buffer; every encode's
+//    element offsets are inside the input (one residual each);
 //  - the result: an allreduce sums each rank's contribution exactly once,
 //    and all ranks decode each element from the same encode (its owner's);
 //    an alltoall delivers each element, encoded exactly once;
@@ -298,9 +299,11 @@ void exchange(ScheduleBuilder& b, int peer, uint32_t send_tag, uint32_t recv_tag
   b.decode_add(theirs, qc::output(0, 1));
 }
 
-TEST(ScheduleSim, PassesAWellFormedExchange) {
-  // Rank 0 sums and encodes once; rank 1 decodes those bytes too.
-  auto write = [](ScheduleBuilder& b, int r, int peer) {
+// Rank 1 sends its value to rank 0, which sums, encodes once and sends the
+// sum back; both decode those bytes, rank 0 after its send completed or
+// while it is in flight.
+auto sum_on_rank_0(bool decode_in_flight) {
+  return [decode_in_flight](ScheduleBuilder& b, int r, int peer) {
     const size_t slot = b.slot(1);
     if (r == 1) {
       b.encode(qc::output(0, 1), slot);
@@ -314,13 +317,18 @@ TEST(ScheduleSim, PassesAWellFormedExchange) {
       b.decode_add(slot, qc::output(0, 1));
       b.encode(qc::output(0, 1), slot);
       b.send(peer, slot, 2);
+      if (decode_in_flight) b.decode(slot, qc::output(0, 1));
       b.wait();
+      if (decode_in_flight) return;
     }
     b.decode(slot, qc::output(0, 1));
   };
-  EXPECT_EQ(play_two_ranks(write), "");
+}
+
+TEST(ScheduleSim, PassesAWellFormedExchange) {
+  EXPECT_EQ(play_two_ranks(sum_on_rank_0(false)), "");
   // In place too: the copy reads and writes the same elements in one step.
-  EXPECT_EQ(play_two_ranks(write, 1, /*in_place=*/true), "");
+  EXPECT_EQ(play_two_ranks(sum_on_rank_0(false), 1, /*in_place=*/true), "");
 }
 
 TEST(ScheduleSim, CatchesADeadlock) {
@@ -477,7 +485,67 @@ std::string play_input_read_after_copy(bool in_place) {
 TEST(ScheduleSim, CatchesAnInputReadAfterItsOutputWasWrittenInPlace) {
   EXPECT_EQ(play_input_read_after_copy(false), "");
   const std::string failure = play_input_read_after_copy(true);
-  EXPECT_NE(failure.find("encodes input element 0 after step 0 wrote that output element"),
+  EXPECT_NE(failure.find("encodes input element 0 after step 0 wrote output element 0"),
+            std::string::npos)
+      << failure;
+}
+
+// A reduce-scatter of one value per block on two ranks, in place
+// (recvbuf == sendbuf + rank): the output is the own input block's memory,
+// the peer's block is not. Each rank sends the peer its block, then either
+// starts the sum with the peer's (reading the own block after writing its
+// memory) or with the own block.
+std::string play_reduce_scatter_in_place(bool own_first) {
+  std::vector<Schedule> schedules(2);
+  for (int r = 0; r < 2; ++r) {
+    ScheduleBuilder b(&schedules[static_cast<size_t>(r)]);
+    const int peer = 1 - r;
+    const size_t mine = b.slot(1), theirs = b.slot(1);
+    if (own_first) b.copy(qc::output(0, 1), qc::input(static_cast<size_t>(r), 1));
+    // The peer's block, read after the output was written: other memory.
+    b.encode(qc::input(static_cast<size_t>(peer), 1), mine);
+    b.send(peer, mine, 1);
+    b.recv(peer, theirs, 1);
+    b.wait();
+    if (own_first) {
+      b.decode_add(theirs, qc::output(0, 1));
+    } else {
+      b.decode(theirs, qc::output(0, 1));
+      b.add(qc::output(0, 1), qc::input(static_cast<size_t>(r), 1));
+    }
+  }
+  ScheduleSim::Options options;
+  options.collective = Collective::kReduceScatter;
+  options.count = 1;
+  options.in_place = true;
+  return ScheduleSim("reduce-scatter in place", std::move(schedules), options).run();
+}
+
+TEST(ScheduleSim, CatchesAnInPlaceReduceScatterReadingItsOwnBlockAfterWritingIt) {
+  EXPECT_EQ(play_reduce_scatter_in_place(/*own_first=*/true), "");
+  const std::string failure = play_reduce_scatter_in_place(/*own_first=*/false);
+  // Rank 1's block is input element 1, in output element 0's memory.
+  EXPECT_NE(failure.find("rank 1 step 5 (add input[1, 2) -> output[0, 1)): adds from input "
+                         "element 1 after step 4 wrote output element 0"),
+            std::string::npos)
+      << failure;
+}
+
+// Decoding a slot only reads it, as its send does: a rank may decode what
+// it forwards while the forward is in flight (the broadcast chain does).
+// Receiving into it is another matter (CatchesADecodeBeforeTheWait).
+TEST(ScheduleSim, PassesADecodeOfASlotWhoseSendIsInFlight) {
+  EXPECT_EQ(play_two_ranks(sum_on_rank_0(true)), "");
+}
+
+TEST(ScheduleSim, CatchesAnEncodeOffsetOutsideTheInput) {
+  // The residual grid has one entry per input element: none at 1.
+  const std::string failure = play_two_ranks([](ScheduleBuilder& b, int, int) {
+    const size_t slot = b.slot(1);
+    b.zero_scratch(1);
+    b.encode_at(qc::scratch(1), 1, slot);
+  });
+  EXPECT_NE(failure.find("encodes at element offset 1, outside the input's 1 values"),
             std::string::npos)
       << failure;
 }
