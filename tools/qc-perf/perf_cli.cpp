@@ -273,9 +273,8 @@ Options parse_args(int argc, char** argv) {
 
   CLI::App app{"Sweeps message sizes of qc collectives on the local transport (ranks are\n"
                "threads) or MPI, prints an nccl-tests-like table and checks every result.\n"
-               "A size is the input bytes per rank: allreduce, reduce_scatter (all nranks\n"
-               "blocks), alltoall (all nranks blocks) and broadcast the send buffer,\n"
-               "allgather the rank's block.",
+               "A size is a rank's input in bytes: its send buffer (reduce_scatter and\n"
+               "alltoall: all nranks blocks; broadcast: the message), for allgather its block.",
                "qc-perf"};
   qctool::init_app(app,
                    "Exit status: 0 all rows passed (n/a rows do not count), 1 some row failed,\n"
