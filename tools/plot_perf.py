@@ -4,11 +4,13 @@
 Usage: tools/plot_perf.py OUT_PREFIX FILE.json [FILE.json ...]
          [--algo sra] [--op allreduce] [--title TEXT]
 
-Writes
+--op picks one op (allreduce, alltoall, reduce_scatter, allgather,
+broadcast). Writes
   OUT_PREFIX-busbw.png    busbw (GB/s) vs size per rank, one line per
-                          (codec, algo); the MPI_Allreduce baseline (algo
-                          "mpi", from --transport mpi runs) dashed in black
-  OUT_PREFIX-speedup.png  speedup over plain MPI_Allreduce vs size, one line
+                          (codec, algo); the op's MPI baseline (algo "mpi",
+                          MPI_Allreduce, MPI_Reduce_scatter_block, ..., from
+                          --transport mpi runs) dashed in black
+  OUT_PREFIX-speedup.png  speedup over the plain MPI call vs size, one line
                           per (codec, algo); only when the rows have a speedup
                           (--transport mpi); a dotted line at 1x
 
@@ -50,24 +52,25 @@ def load(paths, op, algos):
 
 
 def series(rows, key):
-    """(label -> sorted [(size, value)]); the baseline's label is 'MPI_Allreduce'."""
+    """(label -> sorted [(size, value)]); the baseline's label is its MPI call's
+    name (its codec field, e.g. 'MPI_Allreduce')."""
     out = collections.defaultdict(dict)
     for r in rows:
         v = r.get(key)
         if v is None:
             continue
-        label = "MPI_Allreduce" if r.get("baseline") else f"{r['codec']} {r['algo']}"
+        label = r["codec"] if r.get("baseline") else f"{r['codec']} {r['algo']}"
         out[label][r["size"]] = v  # a later file wins for the same size
     return {k: sorted(v.items()) for k, v in out.items()}
 
 
 def plot(data, ylabel, title, path, logy, ref=None):
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    for label in sorted(data, key=lambda s: (s != "MPI_Allreduce", s)):
+    for label in sorted(data, key=lambda s: (not s.startswith("MPI_"), s)):
         pts = data[label]
         xs = [p[0] for p in pts]
         ys = [p[1] for p in pts]
-        if label == "MPI_Allreduce":
+        if label.startswith("MPI_"):
             ax.plot(xs, ys, "k--", marker="s", label=label, linewidth=2)
         else:
             ax.plot(xs, ys, marker="o", label=label)
@@ -107,7 +110,8 @@ def main():
     plot(series(rows, "busbw"), "busbw (GB/s)", title, a.prefix + "-busbw.png", True)
     sp = series([r for r in rows if not r.get("baseline")], "speedup")
     if sp:
-        plot(sp, "speedup over MPI_Allreduce (x)", title, a.prefix + "-speedup.png", True, ref=1.0)
+        mpi = next((r["codec"] for r in rows if r.get("baseline")), "MPI")
+        plot(sp, f"speedup over {mpi} (x)", title, a.prefix + "-speedup.png", True, ref=1.0)
 
 
 if __name__ == "__main__":

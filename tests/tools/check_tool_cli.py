@@ -74,11 +74,38 @@ def number_or_null(v):
     return v is None or is_number(v)
 
 
+PERF_OPS = ("allreduce", "alltoall", "reduce_scatter", "allgather", "broadcast")
+PERF_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def check_perf_sizes(i, row):
+    """size, count, algbw and busbw as tools/qc-perf/README.md ("Ops") defines them."""
+    op, n = row["op"], row["nranks"]
+    width = PERF_DTYPE_BYTES[row["dtype"]]
+    per_count = n if op in ("alltoall", "reduce_scatter") else 1
+    expect(row["size"] == row["count"] * per_count * width,
+           f"row {i}: {op} size {row['size']} for count {row['count']}, {n} ranks, {width} B")
+    if row["algbw"] is None or row["time_us"] is None or row["time_us"] <= 0:
+        return
+    # nccl-tests' byte count and bus factor; the MPI row moves fp32.
+    size = row["size"] // width * 4 if row["baseline"] else row["size"]
+    nbytes = size * n if op == "allgather" else size
+    factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
+    expect(close(row["algbw"] * row["time_us"] * 1e3, nbytes, 1e-6),
+           f"row {i}: {op} algbw {row['algbw']} x time {row['time_us']} us is not {nbytes} B")
+    expect(close(row["busbw"], row["algbw"] * factor),
+           f"row {i}: {op} busbw {row['busbw']} is not algbw {row['algbw']} x {factor}")
+
+
 def check_perf(doc):
     expect(isinstance(doc, list) and doc, "qc-perf JSON: not a non-empty array of rows")
     for i, row in enumerate(doc):
         keys_are(row, PERF_ROW, f"row {i}")
-        expect(row["op"] in ("allreduce", "alltoall"), f"row {i}: op {row['op']!r}")
+        expect(row["op"] in PERF_OPS, f"row {i}: op {row['op']!r}")
         for k in ("size", "count", "wrong", "replica_mismatch", "nranks", "bits", "bucket"):
             expect(isinstance(row[k], int) and not isinstance(row[k], bool),
                    f"row {i}: {k} = {row[k]!r} is not an integer")
@@ -94,6 +121,7 @@ def check_perf(doc):
                    f"row {i}: one rank: wire {row['wire']!r}, ratio {row['ratio']!r} (want 0, null)")
         if row["transport"] == "local":
             expect(row["mpi_time_us"] is None, f"row {i}: mpi_time_us {row['mpi_time_us']!r}")
+        check_perf_sizes(i, row)
 
 
 def check_codec_bench(doc):

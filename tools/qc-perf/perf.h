@@ -1,5 +1,6 @@
 // qc-perf: shared declarations of the benchmark's parts.
 //   perf_cli.cpp      the command line (tools/common, CLI11)
+//   perf_ops.cpp      what each collective is: buffers, sizes, bandwidth factors, schedules
 //   qc_perf_main.cpp  the sweep plan, the main loop
 //   perf_runner.cpp   worker threads, barrier, timing, the qc group
 //   perf_check.cpp    input data, dtype conversion, exact reference, error bounds
@@ -23,9 +24,50 @@
 
 namespace qcperf {
 
-enum class Op { Allreduce, Alltoall };
+enum class Op { Allreduce, Alltoall, ReduceScatter, Allgather, Broadcast };
 
-const char* op_name(Op op);
+// ---- the collectives (perf_ops.cpp) ----------------------------------------
+//
+// A row's `count` is the call's count argument: allreduce and broadcast the
+// message's elements, alltoall elements per peer, reduce_scatter recvcount
+// (the block each rank ends with), allgather sendcount (each rank's block).
+
+constexpr int kBroadcastRoot = 0;  // the root of every broadcast row
+
+const char* op_name(Op op);                           // "allreduce", "reduce_scatter", ...
+bool op_from_name(const std::string& name, Op* op);   // also all_reduce, all_to_all, ...
+bool op_reduces(Op op);     // allreduce, reduce_scatter: -r applies
+bool op_replicated(Op op);  // every rank ends with the same output (bit-identical)
+bool op_takes_error_buffer(Op op);  // --ef gives the call an error buffer
+bool op_scheduled(Op op);   // reduce_scatter, allgather, broadcast: -a picks a schedule
+// Elements of one rank's send / receive buffer for a call of `count`.
+size_t send_elems(Op op, int nranks, size_t count);
+size_t recv_elems(Op op, int nranks, size_t count);
+// Elements per unit of count in a row's size (the input bytes per rank):
+// nranks for alltoall and reduce_scatter, else 1.
+size_t size_elems_per_count(Op op, int nranks);
+// nccl-tests' byte count of a row of `size` (algbw = this / time): the size,
+// but for allgather the gathered output, nranks x size.
+double algbw_bytes(Op op, int nranks, double size);
+double busbw_factor(Op op, int nranks);
+// What an uncompressed, bandwidth-optimal run sends per rank, on average
+// over ranks (the ratio column's numerator).
+double optimal_wire_bytes(Op op, int nranks, double size);
+// The plain MPI call a row is compared with under --transport mpi.
+const char* mpi_baseline_name(Op op);
+// The schedule qc runs for a reduce-scatter, allgather or broadcast with
+// this (effective) algorithm: qc.h's contract of each call, as
+// src/core/planner.cpp's select_schedule implements it.
+const char* schedule_name(Op op, qc_algorithm_t algorithm, int nranks, size_t message_bytes);
+// The policy the library applies to a message of message_bytes
+// (effective_policy): below min_compress_bytes codec none, and native then
+// becomes auto.
+qc_policy_t sent_policy(const qc_policy_t& policy, size_t message_bytes);
+// One call of the op (layer NULL). rank: the caller's; a broadcast's
+// non-root ranks pass no sendbuf, as qc.h allows.
+qc_status_t call_collective(Op op, qc_comm_t comm, int rank, const void* send, void* recv,
+                            size_t count, qc_dtype_t dtype, qc_reduce_op_t redop,
+                            qc_error_buffer_t eb, void* stream);
 
 // ---- options -------------------------------------------------------------
 
@@ -36,7 +78,7 @@ struct Options {
   bool max_bytes_given = false;      // -e given (else the multi-codec default applies)
   uint64_t factor = 2;
   std::vector<Op> ops{Op::Allreduce};
-  std::vector<qc_algorithm_t> algos;  // allreduce algorithms, in sweep order
+  std::vector<qc_algorithm_t> algos;  // algorithms (allreduce; schedules of the others), in sweep order
   qc_policy_t policy;                  // bits, bucket, rounding, ef, seed (codec: see codecs)
   std::vector<qc_codec_t> codecs;      // codecs, in sweep order (policy.codec is the first)
   std::vector<int> codec_bits;         // per codec: bits from "-c minmax:8", 0 = policy.bits
@@ -134,7 +176,8 @@ class WorkerPool {
 struct RankBuffers {
   void* send = nullptr;
   void* recv = nullptr;
-  size_t bytes = 0;  // of each of send and recv
+  size_t send_bytes = 0;
+  size_t recv_bytes = 0;
 };
 
 class Buffers {
@@ -143,12 +186,12 @@ class Buffers {
   ~Buffers();
   Buffers(const Buffers&) = delete;
   Buffers& operator=(const Buffers&) = delete;
-  // Allocate nranks pairs of `bytes`; false on out of memory.
-  bool allocate(int nranks, size_t bytes);
+  // Allocate nranks pairs of buffers; false on out of memory.
+  bool allocate(int nranks, size_t send_bytes, size_t recv_bytes);
   // MPI: every rank's send buffer, but one receive buffer (own_rank's), which
-  // every rank[r].recv points to (so allreduce replica checks are local no-ops;
+  // every rank[r].recv points to (so replica checks are local no-ops;
   // perf_mpi.cpp compares ranks' outputs over MPI instead).
-  bool allocate_shared_recv(int nranks, size_t bytes, int own_rank);
+  bool allocate_shared_recv(int nranks, size_t send_bytes, size_t recv_bytes, int own_rank);
   void release();
   std::vector<RankBuffers> rank;
 
@@ -203,9 +246,9 @@ void fill_inputs(WorkerPool& pool, const Options& opt, Op op, Buffers& buf,
 // What the bounds need to know about one size's inputs (computed once per
 // size by input_stats, in float64 from the stored inputs).
 struct InputStats {
-  size_t count = 0;      // allreduce: elements per rank; alltoall: per peer
-  double smax = 0;       // allreduce: max_i sum_r |x_ri|; alltoall: max |x|
-  double amax = 0;       // max_{r,i} |x_ri|
+  size_t count = 0;      // the row's count (see Op)
+  double smax = 0;       // allreduce, reduce_scatter: max_i sum_r |x_ri|; else max |x|
+  double amax = 0;       // max_{r,i} |x_ri| (broadcast: the root's inputs only)
   double l2max = 0;      // max_r ||x_r||_2 over the rank's whole send buffer
   double l2all = 0;      // sqrt(sum_r ||x_r||_2^2): the all-rank norm (native)
   double l2bucket = 0;   // max_r, over every window of `bucket` consecutive
@@ -263,7 +306,7 @@ uint64_t sra_allowance_bytes(int nranks, size_t pieces = 1);
 struct CheckResult {
   double max_err = 0;         // NaN if any element's error was NaN
   uint64_t wrong = 0;         // elements beyond the bound, plus replica mismatches
-  uint64_t replica_diff = 0;  // allreduce: elements where ranks' outputs differ
+  uint64_t replica_diff = 0;  // replicated ops: elements where ranks' outputs differ
 };
 
 CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel& model,
@@ -282,11 +325,13 @@ qc_status_t mpi_comm_create(double timeout, qc_comm_t* comm, std::string* err);
 // One rank's warmup + iters calls of a qc collective, timed and reduced over ranks.
 RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t& policy,
                              Op op, Buffers& buf, size_t count);
-// Plain MPI_Allreduce (fp32 sum of count floats, this rank's send buffer),
-// warmup + iters calls; mean over iterations of the slowest rank, in us.
-double mpi_allreduce_time_us(const Options& opt, Buffers& buf, size_t count);
+// The op's plain MPI call (mpi_baseline_name: fp32, sum, this rank's send
+// buffer, the row's count; broadcast from kBroadcastRoot), warmup + iters
+// calls; mean over iterations of the slowest rank, in us. For float32 the
+// result is left in the receive buffer (for the check).
+double mpi_baseline_time_us(const Options& opt, Op op, Buffers& buf, size_t count);
 // After the local check of this rank's output: max error and wrong counts
-// reduced over ranks, and the allreduce outputs compared across ranks.
+// reduced over ranks, and replicated outputs compared across ranks.
 void mpi_reduce_check(const Options& opt, Op op, const Buffers& buf, size_t count,
                       CheckResult* res);
 
@@ -311,9 +356,10 @@ bool device_end(DeviceRank* d, RankBuffers* host, std::string* error);
 
 struct Row {
   Op op = Op::Allreduce;
-  uint64_t size = 0;   // logical bytes per rank
-  uint64_t count = 0;  // elements (per peer for alltoall)
-  std::string type, algo, codec;  // codec: the label, e.g. "minmax4/128"
+  uint64_t size = 0;   // input bytes per rank
+  uint64_t count = 0;  // the call's count (see Op)
+  std::string type, algo, codec;  // algo: allreduce the -a value, else the
+                                  // schedule; codec: the label, e.g. "minmax4/128"
   std::string codec_name;          // "minmax"
   double time_us = std::numeric_limits<double>::quiet_NaN();
   double algbw = 0, busbw = 0;
@@ -322,10 +368,10 @@ struct Row {
   double wire_ideal = std::numeric_limits<double>::quiet_NaN();  // wire / SRA ideal
   uint64_t wrong = 0;
   uint64_t replica_diff = 0;
-  double mpi_time_us = std::numeric_limits<double>::quiet_NaN();  // MPI_Allreduce, same size
+  double mpi_time_us = std::numeric_limits<double>::quiet_NaN();  // the MPI call, same size
   double speedup = std::numeric_limits<double>::quiet_NaN();      // mpi_time_us / time_us
   double codec_us = 0, transport_us = 0, hidden_codec_us = 0;  // --profile
-  bool baseline = false;   // the MPI_Allreduce companion row (algo "mpi")
+  bool baseline = false;   // the MPI call's companion row (algo "mpi")
   int bits = 0;            // the row's policy bits (0: opt.policy's)
   bool error_feedback = false;
   bool ran = true;         // false: the collective failed
@@ -336,8 +382,6 @@ struct Row {
   bool passed() const { return ran && !na && wrong == 0 && wire_ok; }
   bool failed() const { return !na && !passed(); }
 };
-
-double busbw_factor(Op op, int nranks);
 
 void print_preamble(const Options& opt);
 void print_section_header(const Options& opt, Op op);

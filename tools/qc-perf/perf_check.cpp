@@ -124,7 +124,9 @@ InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffer
                        size_t count) {
   const int n = opt.nranks;
   const qc_dtype_t d = opt.dtype;
-  const size_t per_rank = op == Op::Allreduce ? count : count * n;
+  const size_t per_rank = send_elems(op, n, count);
+  // Elements summed over ranks (Smax); none where outputs are copies.
+  const size_t summed = op_reduces(op) ? per_rank : 0;
   const size_t win = std::max<size_t>(1, std::min<size_t>(opt.policy.bucket_size, per_rank));
   struct Part {
     double amax = 0, sq = 0, win = 0, smax = 0;
@@ -132,9 +134,11 @@ InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffer
   std::vector<Part> part(n);
   pool.run([&](int w) {
     Part& p = part[w];
+    // A broadcast sends the root's inputs only.
+    const bool sent = op != Op::Broadcast || w == kBroadcastRoot;
     const void* x = buf.rank[w].send;
     double run = 0;  // sum of squares over the last `win` elements
-    for (size_t i = 0; i < per_rank; ++i) {
+    for (size_t i = 0; sent && i < per_rank; ++i) {
       const double v = load_elem(x, d, i);
       p.amax = std::max(p.amax, std::fabs(v));
       p.sq += v * v;
@@ -149,13 +153,11 @@ InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffer
     // win * amax^2, so take the smaller of that and the measured value plus
     // a margin for the subtractions.
     p.win = std::min(p.win * (1 + 1e-9) + 1e-12 * p.sq, double(win) * p.amax * p.amax);
-    if (op == Op::Allreduce) {
-      const size_t lo = count * w / n, hi = count * (w + 1) / n;
-      for (size_t i = lo; i < hi; ++i) {
-        double s = 0;
-        for (int r = 0; r < n; ++r) s += std::fabs(load_elem(buf.rank[r].send, d, i));
-        p.smax = std::max(p.smax, s);
-      }
+    const size_t lo = summed * w / n, hi = summed * (w + 1) / n;
+    for (size_t i = lo; i < hi; ++i) {
+      double s = 0;
+      for (int r = 0; r < n; ++r) s += std::fabs(load_elem(buf.rank[r].send, d, i));
+      p.smax = std::max(p.smax, s);
     }
   });
   InputStats st;
@@ -170,7 +172,7 @@ InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffer
     all += p.sq;
   }
   st.l2all = std::sqrt(all);
-  if (op == Op::Alltoall) st.smax = st.amax;
+  if (!op_reduces(op)) st.smax = st.amax;
   return st;
 }
 
@@ -181,7 +183,8 @@ InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffer
 // The exact result is computed in fp64 from the inputs as they are stored
 // (after rounding to half/bfloat16). Two normalisations:
 //   PerElement: err_i = |out_i - exact_i| / max(S_i, floor), S_i = sum_r |x_ri|
-//               (alltoall: |x_i|). Casts (none, fp16, bf16) and topk.
+//               (alltoall, allgather, broadcast: |x_i| of the value copied).
+//               Casts (none, fp16, bf16) and topk.
 //   Global:     err_i = |out_i - exact_i| / max(Smax, floor), Smax = max_i S_i.
 //               The bucketed and global quantisers, whose error follows a
 //               bucket's range or a message's norm, not the value itself.
@@ -231,18 +234,24 @@ InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffer
 //                         stochastic Smax + n*N_all*2^(1-M)
 //   auto   the algorithm the library picks (algorithm.h: 1 rank ring; global_linear,
 //          and global_exp with bits <= 5, native; < 64 KiB rd; else sra)
+//   reduce_scatter (its result is not encoded again: it stays where it was summed)
+//          ring   P1 = x; P(k+1) = enc(Pk) + x (k = 1..n-1); out = Pn     (n-1 encodes)
+//          direct P = x + (n-1) * enc(x); out = P                       (1 encode per input)
+//          (the schedule: schedule_name(), as the library picks it)
 //   topk (ratio < 1) is bounded directly: every partial is a float32 sum of a
 //   subset of the inputs (a dropped partial contributes 0), so
 //   |out - exact| <= S_i (1 + (n+1) u32): per-element bound 1 + slack.
-//   alltoall: one encode of the input (k = 1).
+//   alltoall, allgather, broadcast: one encode of the input (k = 1), codec
+//   none an exact copy (bound 0).
 // Then the output: avg's multiply (2*u32*D) and rounding to the dtype (u(dtype)*D).
 //
 // Error feedback: run_collective resets every error buffer before the last
 // (checked) call, so the checked call starts from zero residuals; its encodes
 // send z = v + 0 = v and the same bounds apply.
 //
-// Replica consistency: allreduce outputs must be bit-identical on every rank;
-// an element where any rank differs is wrong whatever its error.
+// Replica consistency: allreduce, allgather and broadcast outputs must be
+// bit-identical on every rank (qc.h promises it); an element where any rank
+// differs is wrong whatever its error.
 // ============================================================================
 
 namespace {
@@ -341,6 +350,19 @@ struct Chain {
   }
 };
 
+// The chain of a reduce-scatter schedule: the float32 result before avg /
+// dtype rounding.
+Partial reduce_scatter_chain(const Chain& ch, bool ring) {
+  Partial p = ch.input();
+  if (ring) {
+    for (int k = 1; k < ch.n; ++k) p = ch.add(ch.encode(p), ch.input());
+    return p;
+  }
+  const Partial q = ch.encode(ch.input());
+  for (int k = 1; k < ch.n; ++k) p = ch.add(p, q);
+  return p;
+}
+
 // The chain of one allreduce algorithm: the partial that the final encode's
 // decode produces (the float32 result before avg / dtype rounding).
 Partial run_chain(const Chain& ch, qc_algorithm_t algo, int group_size) {
@@ -398,7 +420,7 @@ std::string bound_formula(Op op, qc_dtype_t dtype, const qc_policy_t& p) {
   std::string s = std::string(codec_name(p.codec)) + ": ";
   switch (p.codec) {
     case QC_CODEC_NONE:
-      s += op == Op::Alltoall ? "exact copy (0)"
+      s += !op_reduces(op) ? "exact copy (0)"
            : dtype == QC_DTYPE_FLOAT32 ? "per element, float32 additions only"
                                        : "per element, u(dtype) per encode + float32 additions";
       break;
@@ -433,14 +455,16 @@ ErrorModel error_model(Op op, int nranks, qc_dtype_t dtype, qc_reduce_op_t redop
   const bool half_involved = dtype == QC_DTYPE_FLOAT16 || p.codec == QC_CODEC_FP16;
   m.floor = half_involved ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
   m.text = bound_formula(op, dtype, p);
-  const double div = (op == Op::Allreduce && redop == QC_OP_AVG) ? n : 1.0;
-  const size_t per_rank = op == Op::Allreduce ? st.count : st.count * n;
+  const double div = (op_reduces(op) && redop == QC_OP_AVG) ? n : 1.0;
+  // The longest message one encode sees: a call's count (alltoall: the
+  // rank's whole buffer, an upper bound).
+  const size_t per_rank = op == Op::Alltoall ? st.count * n : st.count;
 
   qc_algorithm_t algo = p.algorithm;
   if (op == Op::Allreduce && algo == QC_ALGO_AUTO)
     algo = resolve_auto(p, n, st.count * dtype_size(dtype));
 
-  if (op == Op::Alltoall && p.codec == QC_CODEC_NONE) {
+  if (!op_reduces(op) && p.codec == QC_CODEC_NONE) {
     m.norm = Norm::PerElement;
     m.bound = 0;
     return m;
@@ -477,8 +501,11 @@ ErrorModel error_model(Op op, int nranks, qc_dtype_t dtype, qc_reduce_op_t redop
   ch.norm_margin_m = (ch.len_m / 16 + n + 8) * kU32;
 
   Partial out;
-  if (op == Op::Alltoall) {
+  if (!op_reduces(op)) {
     out = ch.encode(ch.input());
+  } else if (op == Op::ReduceScatter) {
+    const size_t bytes = st.count * dtype_size(dtype);
+    out = reduce_scatter_chain(ch, std::string(schedule_name(op, algo, n, bytes)) == "ring");
   } else if (algo == QC_ALGO_NATIVE &&
              (p.codec == QC_CODEC_GLOBAL_LINEAR || p.codec == QC_CODEC_GLOBAL_EXP)) {
     const double Nall = st.l2all * (1 + (ch.len_m / 16 + n + 8) * kU32);
@@ -647,15 +674,36 @@ CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel&
   const int n = opt.nranks;
   const qc_dtype_t d = opt.dtype;
   const size_t ds = dtype_size(d);
-  const double div = (op == Op::Allreduce && opt.redop == QC_OP_AVG) ? n : 1.0;
+  const double div = (op_reduces(op) && opt.redop == QC_OP_AVG) ? n : 1.0;
   std::vector<CheckPart> part(n);
 
-  // Global normalisation: Smax (allreduce) or max |x| (alltoall), from input_stats.
+  // Global normalisation: Smax (reductions) or max |x| (copies), from input_stats.
   const double global_norm = stats.smax / div;
 
   const double bound = model.bound;
   const double floor = model.floor;
   const bool global = model.norm == Norm::Global;
+
+  // The exact value of element i of a replicated output and its
+  // normaliser's S_i (before div).
+  auto replicated_exact = [&](size_t i, double* exact, double* abs_sum) {
+    if (op == Op::Allreduce) {
+      double sum = 0, a = 0;
+      for (int r = 0; r < n; ++r) {
+        const double x = load_elem(buf.rank[r].send, d, i);
+        sum += x;
+        a += std::fabs(x);
+      }
+      *exact = sum;
+      *abs_sum = a;
+      return;
+    }
+    // Allgather: block j of the output is rank j's input; broadcast: the root's.
+    const double x = op == Op::Allgather ? load_elem(buf.rank[i / count].send, d, i % count)
+                                         : load_elem(buf.rank[kBroadcastRoot].send, d, i);
+    *exact = x;
+    *abs_sum = std::fabs(x);
+  };
 
   pool.run([&](int w) {
     CheckPart& p = part[w];
@@ -673,8 +721,10 @@ CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel&
       if (replica_bad) ++p.replica;
       if (bad || replica_bad) ++p.wrong;
     };
-    if (op == Op::Allreduce) {
-      const size_t lo = count * w / n, hi = count * (w + 1) / n;
+    if (op_replicated(op)) {
+      // Worker w checks slice w of the output, on every rank.
+      const size_t len = recv_elems(op, n, count);
+      const size_t lo = len * w / n, hi = len * (w + 1) / n;
       // Replica consistency: cheap whole-slice compare first.
       bool slice_differs = false;
       for (int r = 1; r < n && !slice_differs; ++r)
@@ -682,35 +732,44 @@ CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel&
                                     static_cast<const char*>(buf.rank[0].recv) + lo * ds,
                                     (hi - lo) * ds) != 0;
       for (size_t i = lo; i < hi; ++i) {
-        double sum = 0, abs_sum = 0;
-        for (int r = 0; r < n; ++r) {
-          const double x = load_elem(buf.rank[r].send, d, i);
-          sum += x;
-          abs_sum += std::fabs(x);
-        }
-        double err = error_of(load_elem(buf.rank[0].recv, d, i), sum / div, abs_sum / div);
+        double exact = 0, abs_sum = 0;
+        replicated_exact(i, &exact, &abs_sum);
+        double err = error_of(load_elem(buf.rank[0].recv, d, i), exact / div, abs_sum / div);
         bool replica_bad = false;
         if (slice_differs) {
           // Ranks disagree somewhere in this slice: look at every rank's value.
           for (int r = 1; r < n; ++r) {
             if (same_bits(buf.rank[r].recv, buf.rank[0].recv, i, ds)) continue;
             replica_bad = true;
-            const double e = error_of(load_elem(buf.rank[r].recv, d, i), sum / div, abs_sum / div);
+            const double e = error_of(load_elem(buf.rank[r].recv, d, i), exact / div, abs_sum / div);
             if (!(e <= err)) err = e;
           }
         }
         account(err, replica_bad);
       }
-    } else {
-      // Rank w received block j from rank j: recv[w][j*count + k] = send[j][w*count + k].
-      // MPI: this process holds only its own rank's output.
-      for (int j = 0; j < n && (!opt.mpi || w == opt.mpi_rank); ++j) {
-        const void* src = buf.rank[j].send;
-        const void* dst = buf.rank[w].recv;
+    } else if (!opt.mpi || w == opt.mpi_rank) {
+      // Worker w checks rank w's own output (MPI: this process holds only its own).
+      const void* dst = buf.rank[w].recv;
+      if (op == Op::Alltoall) {
+        // Rank w received block j from rank j: recv[w][j*count + k] = send[j][w*count + k].
+        for (int j = 0; j < n; ++j) {
+          const void* src = buf.rank[j].send;
+          for (size_t k = 0; k < count; ++k) {
+            const double in = load_elem(src, d, size_t(w) * count + k);
+            const double out = load_elem(dst, d, size_t(j) * count + k);
+            account(error_of(out, in, std::fabs(in)), false);
+          }
+        }
+      } else {
+        // Reduce-scatter: rank w's output is the sum of every rank's block w.
         for (size_t k = 0; k < count; ++k) {
-          const double in = load_elem(src, d, size_t(w) * count + k);
-          const double out = load_elem(dst, d, size_t(j) * count + k);
-          account(error_of(out, in, std::fabs(in)), false);
+          double sum = 0, abs_sum = 0;
+          for (int r = 0; r < n; ++r) {
+            const double x = load_elem(buf.rank[r].send, d, size_t(w) * count + k);
+            sum += x;
+            abs_sum += std::fabs(x);
+          }
+          account(error_of(load_elem(dst, d, k), sum / div, abs_sum / div), false);
         }
       }
     }

@@ -24,6 +24,28 @@ struct RawValues {
   bool ef = false;
 };
 
+// Op list entries: a name (op_from_name's spellings) or "all" (every op).
+std::vector<Op> parse_ops(const CLI::App& app, const std::string& s) {
+  std::vector<Op> out;
+  auto add = [&](Op op) {
+    if (std::find(out.begin(), out.end(), op) == out.end()) out.push_back(op);
+  };
+  for (const std::string& raw : qctool::split_list(s)) {
+    const std::string t = qctool::normalize_name(raw);
+    Op op = Op::Allreduce;
+    if (t == "all") {
+      for (Op o : {Op::Allreduce, Op::Alltoall, Op::ReduceScatter, Op::Allgather, Op::Broadcast})
+        add(o);
+    } else if (op_from_name(t, &op)) {
+      add(op);
+    } else {
+      qctool::usage_error(app, "unknown op '" + raw + "' for -o (allreduce, alltoall, "
+                               "reduce_scatter, allgather, broadcast, all)");
+    }
+  }
+  return out;
+}
+
 std::vector<qc_algorithm_t> parse_algos(const CLI::App& app, const std::string& s) {
   std::vector<qc_algorithm_t> out;
   auto add = [&](qc_algorithm_t a) {
@@ -105,14 +127,21 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
   qctool::add_integer(app, "-f,--stepfactor", &opt->factor, uint64_t{2}, uint64_t{1} << 30,
                       "multiply the size by F each step, F >= 2 (default 2)")
       ->type_name("F");
-  app.add_option("-o,--op", raw->op, "allreduce | alltoall | all (default allreduce)")
-      ->type_name("OP");
+  app.add_option("-o,--op", raw->op,
+                 "collectives, comma separated: allreduce, alltoall,\n"
+                 "reduce_scatter, allgather, broadcast (root 0), all\n"
+                 "(default allreduce)")
+      ->type_name("LIST");
   p.algo = app.add_option("-a,--algo", raw->algos,
-                          "allreduce algorithms, comma separated: auto, ring,\n"
+                          "algorithms, comma separated: auto, ring,\n"
                           "rd (recursive_doubling), sra, tree, native, all\n"
                           "(default all = ring,rd,sra,tree,native,auto; without\n"
-                          "-a, native only if a global codec is swept);\n"
-                          "alltoall has none. native with a non-global codec is n/a")
+                          "-a, native only if a global codec is swept).\n"
+                          "allreduce: native with a non-global codec is n/a;\n"
+                          "reduce_scatter: ring, else direct; allgather: ring,\n"
+                          "rd (2^k ranks), else direct; broadcast: tree, auto\n"
+                          "(tree < 64K, else chain), else chain; values giving\n"
+                          "the same schedule run once; alltoall has none")
                ->type_name("LIST");
   p.codec = app.add_option("-c,--codec", raw->codecs,
                            "codecs, comma separated: none, fp16, bf16, minmax, qsgd,\n"
@@ -133,7 +162,9 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
   qctool::add_integer(app, "--seed", &opt->policy.seed, uint64_t{0},
                       std::numeric_limits<uint64_t>::max(),
                       "stochastic rounding seed (default 0)");
-  app.add_flag("--ef", raw->ef, "error feedback on (allreduce)");
+  app.add_flag("--ef", raw->ef,
+               "error feedback on (allreduce, reduce_scatter, allgather:\n"
+               "an error buffer per rank)");
   app.add_option(with_both_spellings("--min-compress"), raw->min_compress,
                  "policy min_compress_bytes: smaller messages go\n"
                  "uncompressed (default 0 here, so every row measures\n"
@@ -160,8 +191,9 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
   app.add_option("--transport", raw->transport,
                  "local (threads, default) | mpi (one process per rank\n"
                  "under mpirun; -n must be omitted or equal the MPI\n"
-                 "size; adds an MPI_Allreduce row per size and a\n"
-                 "speedup column)")
+                 "size; adds a row per op and size timing the plain\n"
+                 "MPI call, MPI_Allreduce, MPI_Reduce_scatter_block, ...,\n"
+                 "and a speedup column)")
       ->type_name("T");
   app.add_flag("--profile", opt->profile,
                "add columns codec(us) / hidden(us) / xport(us): qc_stats\n"
@@ -177,13 +209,7 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
 
 void apply_raw_values(const CLI::App& app, const Parsed& p, const RawValues& raw,
                         Options* opt) {
-  if (!raw.op.empty()) {
-    const std::string t = qctool::normalize_name(raw.op);
-    if (t == "allreduce" || t == "all_reduce") opt->ops = {Op::Allreduce};
-    else if (t == "alltoall" || t == "all_to_all") opt->ops = {Op::Alltoall};
-    else if (t == "all") opt->ops = {Op::Allreduce, Op::Alltoall};
-    else qctool::usage_error(app, "unknown op '" + raw.op + "' for -o (allreduce, alltoall, all)");
-  }
+  if (!raw.op.empty()) opt->ops = parse_ops(app, raw.op);
   if (p.algo->count() > 0) opt->algos = parse_algos(app, raw.algos);
   if (p.codec->count() > 0) parse_codecs(app, raw.codecs, opt);
   if (p.topk_ratio->count() > 0) opt->policy.topk_ratio = static_cast<float>(raw.topk_ratio);
@@ -246,7 +272,9 @@ Options parse_args(int argc, char** argv) {
   opt.command_line = qctool::command_line(argc, argv);
 
   CLI::App app{"Sweeps message sizes of qc collectives on the local transport (ranks are\n"
-               "threads), prints an nccl-tests-like table and checks every result.",
+               "threads) or MPI, prints an nccl-tests-like table and checks every result.\n"
+               "A size is a rank's input in bytes: its send buffer (reduce_scatter and\n"
+               "alltoall: all nranks blocks; broadcast: the message), for allgather its block.",
                "qc-perf"};
   qctool::init_app(app,
                    "Exit status: 0 all rows passed (n/a rows do not count), 1 some row failed,\n"

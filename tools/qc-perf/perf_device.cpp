@@ -32,18 +32,19 @@ DeviceSupport device_support() {
 }
 
 bool device_begin(const RankBuffers& host, DeviceRank* d, std::string* error) {
-  const size_t bytes = host.bytes > 0 ? host.bytes : 1;
   cudaStream_t stream = nullptr;
-  bool ok = cuda_ok(cudaMalloc(&d->send, bytes), "cudaMalloc", error) &&
-            cuda_ok(cudaMalloc(&d->recv, bytes), "cudaMalloc", error) &&
+  bool ok = cuda_ok(cudaMalloc(&d->send, host.send_bytes > 0 ? host.send_bytes : 1),
+                    "cudaMalloc", error) &&
+            cuda_ok(cudaMalloc(&d->recv, host.recv_bytes > 0 ? host.recv_bytes : 1),
+                    "cudaMalloc", error) &&
             cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                     "cudaStreamCreate", error);
   d->stream = stream;
-  ok = ok && cuda_ok(cudaMemcpy(d->send, host.send, host.bytes, cudaMemcpyHostToDevice),
+  ok = ok && cuda_ok(cudaMemcpy(d->send, host.send, host.send_bytes, cudaMemcpyHostToDevice),
                      "upload", error);
   // 0xff bytes are NaN in float, half and bfloat16: an element qc never
   // writes shows up as wrong, as on the host.
-  ok = ok && cuda_ok(cudaMemset(d->recv, 0xff, host.bytes), "cudaMemset", error);
+  ok = ok && cuda_ok(cudaMemset(d->recv, 0xff, host.recv_bytes), "cudaMemset", error);
   // The upload and the memset ran on the legacy stream, which the rank's
   // non-blocking stream does not wait for.
   ok = ok && cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize", error);
@@ -57,7 +58,7 @@ bool device_begin(const RankBuffers& host, DeviceRank* d, std::string* error) {
 bool device_end(DeviceRank* d, RankBuffers* host, std::string* error) {
   bool ok = true;
   if (host != nullptr) {
-    ok = cuda_ok(cudaMemcpy(host->recv, d->recv, host->bytes, cudaMemcpyDeviceToHost),
+    ok = cuda_ok(cudaMemcpy(host->recv, d->recv, host->recv_bytes, cudaMemcpyDeviceToHost),
                  "download", error);
   }
   cudaFree(d->send);

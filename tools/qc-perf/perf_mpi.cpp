@@ -124,13 +124,13 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
     qc_status_t st = qc_comm_set_layer_policy(comm, "*", &policy);
     if (st != QC_SUCCESS) fail(st, true);
   }
-  if (fail_st == QC_SUCCESS && op == Op::Allreduce && policy.error_feedback) {
-    qc_status_t st = qc_error_buffer_create(comm, count, &eb);
+  if (fail_st == QC_SUCCESS && op_takes_error_buffer(op) && policy.error_feedback) {
+    qc_status_t st = qc_error_buffer_create(comm, send_elems(op, n, count), &eb);
     if (st != QC_SUCCESS) fail(st, false);
   }
   // A rank that cannot even start must not leave its peers in a call.
   const bool started = mpi_all(fail_st == QC_SUCCESS);
-  std::memset(buf.rank[me].recv, 0xff, buf.rank[me].bytes);
+  std::memset(buf.rank[me].recv, 0xff, buf.rank[me].recv_bytes);
   const void* send = buf.rank[me].send;
   void* recv = buf.rank[me].recv;
   qc_stats_t before{}, after{};
@@ -147,9 +147,7 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
     MPI_Barrier(MPI_COMM_WORLD);
     const clock::time_point t0 = clock::now();
     const qc_status_t st =
-        op == Op::Allreduce
-            ? qc_allreduce(comm, send, recv, count, opt.dtype, opt.redop, nullptr, eb, nullptr)
-            : qc_alltoall(comm, send, recv, count, opt.dtype, nullptr, nullptr);
+        call_collective(op, comm, me, send, recv, count, opt.dtype, opt.redop, eb, nullptr);
     const clock::time_point t1 = clock::now();
     if (st != QC_SUCCESS) {
       fail(st, false);
@@ -211,27 +209,56 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
   return res;
 }
 
-double mpi_allreduce_time_us(const Options& opt, Buffers& buf, size_t count) {
+namespace {
+// One call of the op's plain MPI counterpart on float buffers (send: the
+// op's send elements, recv: its receive elements; broadcast works in recv).
+void mpi_baseline_call(Op op, const float* send, float* recv, size_t count) {
+  const int c = static_cast<int>(count);
+  switch (op) {
+    case Op::Allreduce:
+      MPI_Allreduce(send, recv, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case Op::Alltoall:
+      MPI_Alltoall(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
+    case Op::ReduceScatter:
+      MPI_Reduce_scatter_block(send, recv, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case Op::Allgather:
+      MPI_Allgather(send, c, MPI_FLOAT, recv, c, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
+    case Op::Broadcast:
+      MPI_Bcast(recv, c, MPI_FLOAT, kBroadcastRoot, MPI_COMM_WORLD);
+      break;
+  }
+}
+}  // namespace
+
+double mpi_baseline_time_us(const Options& opt, Op op, Buffers& buf, size_t count) {
   using clock = std::chrono::steady_clock;
   const int me = opt.mpi_rank;
+  const size_t in = send_elems(op, opt.nranks, count), out = recv_elems(op, opt.nranks, count);
   std::vector<double> dt(size_t(opt.iters), 0.0);
-  std::memset(buf.rank[me].recv, 0xff, buf.rank[me].bytes);
-  // The baseline is fp32: count floats. For half/bfloat16 runs the send
-  // buffer holds only count * 2 bytes, so a scratch buffer of floats is used.
+  std::memset(buf.rank[me].recv, 0xff, buf.rank[me].recv_bytes);
+  // The baseline is fp32. For half/bfloat16 runs the buffers hold 2-byte
+  // values, so the inputs are widened into scratch buffers of floats.
   std::vector<float> scratch_in, scratch_out;
-  const void* send = buf.rank[me].send;
-  void* recv = buf.rank[me].recv;
+  const float* send = static_cast<const float*>(buf.rank[me].send);
+  float* recv = static_cast<float*>(buf.rank[me].recv);
   if (opt.dtype != QC_DTYPE_FLOAT32) {
-    scratch_in.resize(count);
-    scratch_out.resize(count);
-    for (size_t i = 0; i < count; ++i) scratch_in[i] = float(load_elem(send, opt.dtype, i));
+    scratch_in.resize(in);
+    scratch_out.resize(out);
+    for (size_t i = 0; i < in; ++i) scratch_in[i] = float(load_elem(buf.rank[me].send, opt.dtype, i));
     send = scratch_in.data();
     recv = scratch_out.data();
   }
+  // MPI_Bcast is in place: the root's message starts in its receive buffer
+  // (which the calls leave as it is), the others' is overwritten each call.
+  if (op == Op::Broadcast && me == kBroadcastRoot) std::memcpy(recv, send, in * sizeof(float));
   for (int it = 0; it < opt.warmup + opt.iters; ++it) {
     MPI_Barrier(MPI_COMM_WORLD);
     const clock::time_point t0 = clock::now();
-    MPI_Allreduce(send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    mpi_baseline_call(op, send, recv, count);
     const clock::time_point t1 = clock::now();
     if (it >= opt.warmup) dt[size_t(it - opt.warmup)] = std::chrono::duration<double>(t1 - t0).count();
   }
@@ -256,19 +283,22 @@ void mpi_reduce_check(const Options& opt, Op op, const Buffers& buf, size_t coun
   double v[2] = {nan ? 0.0 : res->max_err, nan ? 1.0 : 0.0}, mx[2];
   MPI_Allreduce(v, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   res->max_err = mx[1] > 0 ? std::numeric_limits<double>::quiet_NaN() : mx[0];
-  if (op == Op::Alltoall) {
-    // Each rank checked its own received blocks: the counts add up.
+  if (!op_replicated(op)) {
+    // Each rank checked its own output (alltoall's received blocks,
+    // reduce_scatter's block): the counts add up.
     res->wrong = mpi_sum_u64(res->wrong);
     res->replica_diff = 0;
     return;
   }
-  // Allreduce: every rank checked its own copy of the result, so the count
-  // of elements beyond the bound is the largest over ranks (equal when the
-  // replicas agree). Replica consistency: a hash compare first; only when
-  // the hashes differ is rank 0's output broadcast and compared element-wise.
+  // Replicated outputs (allreduce, allgather, broadcast): every rank checked
+  // its own copy of the result, so the count of elements beyond the bound is
+  // the largest over ranks (equal when the replicas agree). Replica
+  // consistency: a hash compare first; only when the hashes differ is rank
+  // 0's output broadcast and compared element-wise.
   uint64_t wrong = 0;
   MPI_Allreduce(&res->wrong, &wrong, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  const size_t bytes = count * ds;
+  const size_t elems = recv_elems(op, opt.nranks, count);
+  const size_t bytes = elems * ds;
   const uint64_t h = fnv1a(buf.rank[me].recv, bytes);
   uint64_t hmin = 0, hmax = 0;
   MPI_Allreduce(&h, &hmin, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
@@ -283,7 +313,7 @@ void mpi_reduce_check(const Options& opt, Op op, const Buffers& buf, size_t coun
     }
     const unsigned char* mine = static_cast<const unsigned char*>(buf.rank[me].recv);
     uint64_t local = 0;
-    for (size_t i = 0; i < count; ++i)
+    for (size_t i = 0; i < elems; ++i)
       if (std::memcmp(mine + i * ds, ref.data() + i * ds, ds) != 0) ++local;
     // An element counts once if any rank differs from rank 0: an upper
     // bound by the max, the local counts of different ranks may overlap.
@@ -318,7 +348,7 @@ RunResult run_collective_mpi(Group&, const Options&, const qc_policy_t&, Op, Buf
   r.message = "qc-perf was built without MPI";
   return r;
 }
-double mpi_allreduce_time_us(const Options&, Buffers&, size_t) {
+double mpi_baseline_time_us(const Options&, Op, Buffers&, size_t) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 void mpi_reduce_check(const Options&, Op, const Buffers&, size_t, CheckResult*) {}

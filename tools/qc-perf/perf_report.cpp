@@ -9,8 +9,6 @@ namespace qcperf {
 
 // ---- names -------------------------------------------------------------------
 
-const char* op_name(Op op) { return op == Op::Allreduce ? "allreduce" : "alltoall"; }
-
 // The library's names (qc_codec_name, ...), "?" for a value it does not know.
 const char* algo_name(qc_algorithm_t a) {
   const char* n = qc_algorithm_name(a);
@@ -56,11 +54,6 @@ const char* redop_name(qc_reduce_op_t op) {
 
 size_t dtype_size(qc_dtype_t d) { return d == QC_DTYPE_FLOAT32 ? 4 : 2; }
 
-double busbw_factor(Op op, int n) {
-  if (n <= 0) return 0;
-  return op == Op::Allreduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
-}
-
 // ---- table -------------------------------------------------------------------
 
 // Column widths; the first column's width includes the leading '#' of the
@@ -93,33 +86,72 @@ void print_preamble(const Options& opt) {
               p.bits, p.bucket_size, double(p.topk_ratio),
               p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest",
               p.error_feedback ? "on" : "off", static_cast<unsigned long long>(p.seed));
-  std::printf("# sizes %s .. %s, factor %llu; allreduce algos %s; warmup %d, iters %d, timeout %g s\n",
+  std::printf("# sizes %s .. %s, factor %llu; algos %s; warmup %d, iters %d, timeout %g s\n",
               human_bytes(opt.min_bytes).c_str(), human_bytes(opt.max_bytes).c_str(),
               static_cast<unsigned long long>(opt.factor), algos.c_str(), opt.warmup, opt.iters,
               opt.timeout);
   if (opt.mpi)
-    std::printf("# mpi: one process per rank; row 'mpi MPI_Allreduce' = plain MPI_Allreduce "
-                "(fp32 sum, same count, same iterations); speedup = its time / the row's time\n");
+    std::printf("# mpi: one process per rank; row 'mpi MPI_...' = the op's plain MPI call "
+                "(fp32, sum, same count, same iterations); speedup = its time / the row's time\n");
   if (opt.profile)
     std::printf("# profile: codec(us) / hidden(us) / xport(us) = qc_stats codec_seconds / "
                 "codec_seconds_in_flight / transport_seconds per call, mean over ranks (hidden = "
                 "codec time with transfers in flight; xport = sending and waiting for peers)\n");
-  std::printf("# time: mean over iters of the slowest rank; algbw = size/time (1e9 B/s); "
-              "wire = bytes sent per rank per call; ratio = size * busbw factor / wire\n");
-  std::printf("# w/ideal = wire / SRA's ideal (2(n-1) encoded chunks of count/n, no envelopes); "
-              "sra rows fail above ideal + (n-1)*64 B\n");
+  std::printf("# time: mean over iters of the slowest rank; algbw = size/time (1e9 B/s; "
+              "allgather: nranks*size/time); wire = bytes sent per rank per call; ratio = "
+              "what an uncompressed bandwidth-optimal run sends per rank / wire\n");
+  std::printf("# w/ideal (allreduce) = wire / SRA's ideal (2(n-1) encoded chunks of count/n, no "
+              "envelopes); sra rows fail above ideal + (n-1)*64 B\n");
   std::fflush(stdout);
 }
 
+namespace {
+
+// The section header's definition of a row's size.
+const char* size_text(Op op) {
+  switch (op) {
+    case Op::Allreduce: return "count * sizeof(type) per rank (the input)";
+    case Op::Alltoall: return "count_per_peer * nranks * sizeof(type) per rank (the input)";
+    case Op::ReduceScatter:
+      return "recvcount * nranks * sizeof(type) per rank (the whole input; count = recvcount)";
+    case Op::Allgather:
+      return "sendcount * sizeof(type) per rank (the input block; the output is nranks blocks)";
+    case Op::Broadcast: return "count * sizeof(type) (the message; root 0)";
+  }
+  return "?";
+}
+
+const char* busbw_text(Op op) {
+  switch (op) {
+    case Op::Allreduce: return "busbw = algbw * 2(n-1)/n";
+    case Op::Allgather: return "algbw = nranks*size/time, busbw = algbw * (n-1)/n";
+    case Op::Broadcast: return "busbw = algbw * 1";
+    default: return "busbw = algbw * (n-1)/n";
+  }
+}
+
+const char* exact_text(Op op) {
+  switch (op) {
+    case Op::Allreduce: return "S_i = sum_r |x_r,i|";
+    case Op::ReduceScatter: return "S_i = sum_r |x_r,i| over the ranks' block r";
+    case Op::Alltoall: return "S_i = |x_i|, the value sent";
+    case Op::Allgather: return "S_i = |x_i|, the owner's value; replicas must be identical";
+    case Op::Broadcast: return "S_i = |x_i|, the root's value; replicas must be identical";
+  }
+  return "?";
+}
+
+}  // namespace
+
 void print_section_header(const Options& opt, Op op) {
-  std::printf("#\n# op %s: size = %s, busbw = algbw * %s (nranks %d)\n", op_name(op),
-              op == Op::Allreduce ? "count * sizeof(type) per rank"
-                                  : "count_per_peer * nranks * sizeof(type) per rank",
-              op == Op::Allreduce ? "2(n-1)/n" : "(n-1)/n", opt.nranks);
+  std::printf("#\n# op %s: size = %s, %s (nranks %d)\n", op_name(op), size_text(op),
+              busbw_text(op), opt.nranks);
+  if (op_scheduled(op))
+    std::printf("# algo = the schedule the library runs for the -a value (-a values giving the "
+                "same schedule run once)\n");
   std::printf("# error = max |out - exact| / normaliser: per element max(S_i, floor), or "
-              "global max(Smax, floor) with S_i = sum_r |x_r,i| (%s); bound per row "
-              "(README: worst case per algorithm)\n",
-              op == Op::Allreduce ? "allreduce" : "alltoall: |x_i|");
+              "global max(Smax, floor), %s; bound per row (README: worst case per algorithm)\n",
+              exact_text(op));
   for (size_t ci = 0; ci < opt.codecs.size(); ++ci) {
     const qc_policy_t q = codec_policy(opt, ci);
     std::printf("#   bound %s\n", bound_formula(op, opt.dtype, q).c_str());
@@ -166,24 +198,35 @@ void print_row(const Row& r) {
 
 void print_footer(const std::vector<Row>& rows) {
   uint64_t oob = 0;
-  double bw[2] = {0, 0};
-  int nbw[2] = {0, 0};
+  std::vector<Op> ops;  // in the order they ran
+  std::vector<double> bw;
+  std::vector<int> nbw;
+  double all_bw = 0;
+  int all_n = 0;
   for (const Row& r : rows) {
     oob += r.wrong;
-    if (r.ran && !r.na && !r.baseline) {
-      const int k = r.op == Op::Allreduce ? 0 : 1;
-      bw[k] += r.busbw;
-      ++nbw[k];
+    if (!r.ran || r.na || r.baseline) continue;
+    size_t k = 0;
+    while (k < ops.size() && ops[k] != r.op) ++k;
+    if (k == ops.size()) {
+      ops.push_back(r.op);
+      bw.push_back(0);
+      nbw.push_back(0);
     }
+    bw[k] += r.busbw;
+    ++nbw[k];
+    all_bw += r.busbw;
+    ++all_n;
   }
   std::printf("#\n# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(oob),
               oob ? "FAILED" : "OK");
-  if (nbw[0] && nbw[1]) {
-    std::printf("# Avg bus bandwidth (allreduce) : %g\n", bw[0] / nbw[0]);
-    std::printf("# Avg bus bandwidth (alltoall)  : %g\n", bw[1] / nbw[1]);
+  if (ops.size() > 1) {
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const std::string label = std::string("(") + op_name(ops[k]) + ")";
+      std::printf("# Avg bus bandwidth %-16s : %g\n", label.c_str(), bw[k] / nbw[k]);
+    }
   }
-  const int all = nbw[0] + nbw[1];
-  std::printf("# Avg bus bandwidth    : %g\n#\n", all ? (bw[0] + bw[1]) / all : 0.0);
+  std::printf("# Avg bus bandwidth    : %g\n#\n", all_n ? all_bw / all_n : 0.0);
   std::fflush(stdout);
 }
 

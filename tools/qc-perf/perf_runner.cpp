@@ -73,15 +73,22 @@ void WorkerPool::loop(int rank) {
 
 Buffers::~Buffers() { release(); }
 
-bool Buffers::allocate(int nranks, size_t bytes) {
-  release();
+namespace {
+// 64-byte aligned, at least one cache line; nullptr on overflow or out of memory.
+void* aligned_buffer(size_t bytes) {
   const size_t alloc = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  if (alloc < bytes) return false;  // overflow
+  return alloc < bytes ? nullptr : std::aligned_alloc(64, alloc);
+}
+}  // namespace
+
+bool Buffers::allocate(int nranks, size_t send_bytes, size_t recv_bytes) {
+  release();
   rank.resize(nranks);
   for (RankBuffers& b : rank) {
-    b.send = std::aligned_alloc(64, alloc);
-    b.recv = std::aligned_alloc(64, alloc);
-    b.bytes = bytes;
+    b.send = aligned_buffer(send_bytes);
+    b.recv = aligned_buffer(recv_bytes);
+    b.send_bytes = send_bytes;
+    b.recv_bytes = recv_bytes;
     if (!b.send || !b.recv) {
       release();
       return false;
@@ -90,18 +97,19 @@ bool Buffers::allocate(int nranks, size_t bytes) {
   return true;
 }
 
-bool Buffers::allocate_shared_recv(int nranks, size_t bytes, int own_rank) {
+bool Buffers::allocate_shared_recv(int nranks, size_t send_bytes, size_t recv_bytes,
+                                   int own_rank) {
   release();
-  const size_t alloc = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  if (alloc < bytes || own_rank < 0 || own_rank >= nranks) return false;
+  if (own_rank < 0 || own_rank >= nranks) return false;
   rank.resize(nranks);
   shared_recv_ = true;
-  void* recv = std::aligned_alloc(64, alloc);
+  void* recv = aligned_buffer(recv_bytes);
   bool ok = recv != nullptr;
   for (RankBuffers& b : rank) {
-    b.send = std::aligned_alloc(64, alloc);
+    b.send = aligned_buffer(send_bytes);
     b.recv = recv;
-    b.bytes = bytes;
+    b.send_bytes = send_bytes;
+    b.recv_bytes = recv_bytes;
     ok = ok && b.send;
   }
   if (!ok) release();
@@ -214,13 +222,13 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
       qc_status_t st = qc_comm_set_layer_policy(comm, "*", &policy);
       if (st != QC_SUCCESS) fail(st, true);
     }
-    if (!failed && op == Op::Allreduce && policy.error_feedback) {
-      qc_status_t st = qc_error_buffer_create(comm, count, &eb);
+    if (!failed && op_takes_error_buffer(op) && policy.error_feedback) {
+      qc_status_t st = qc_error_buffer_create(comm, send_elems(op, n, count), &eb);
       if (st != QC_SUCCESS) fail(st, false);
     }
     // Poison the output (0xff.. is NaN in float, half and bfloat16), so an
     // element the library never writes shows up as wrong.
-    std::memset(buf.rank[r].recv, 0xff, buf.rank[r].bytes);
+    std::memset(buf.rank[r].recv, 0xff, buf.rank[r].recv_bytes);
 
     const void* send = buf.rank[r].send;
     void* recv = buf.rank[r].recv;
@@ -257,9 +265,7 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
       if (failed) continue;
       const clock::time_point t0 = clock::now();
       const qc_status_t st =
-          op == Op::Allreduce
-              ? qc_allreduce(comm, send, recv, count, opt.dtype, opt.redop, nullptr, eb, stream)
-              : qc_alltoall(comm, send, recv, count, opt.dtype, nullptr, stream);
+          call_collective(op, comm, r, send, recv, count, opt.dtype, opt.redop, eb, stream);
       const clock::time_point t1 = clock::now();
       if (st != QC_SUCCESS) {
         fail(st, false);

@@ -1,0 +1,143 @@
+// qc-perf: what each collective is to the benchmark: its name, buffer shapes,
+// the size a row reports, nccl-tests' bandwidth factors, the MPI call it is
+// compared with, the schedule qc runs for it, and the call itself.
+#include "perf.h"
+
+namespace qcperf {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Allreduce: return "allreduce";
+    case Op::Alltoall: return "alltoall";
+    case Op::ReduceScatter: return "reduce_scatter";
+    case Op::Allgather: return "allgather";
+    case Op::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+bool op_from_name(const std::string& name, Op* op) {
+  struct Spelling {
+    const char* name;
+    Op op;
+  };
+  // Lower case with '_' (qctool::normalize_name's form).
+  static const Spelling kSpellings[] = {
+      {"allreduce", Op::Allreduce},      {"all_reduce", Op::Allreduce},
+      {"alltoall", Op::Alltoall},        {"all_to_all", Op::Alltoall},
+      {"reduce_scatter", Op::ReduceScatter}, {"reducescatter", Op::ReduceScatter},
+      {"allgather", Op::Allgather},      {"all_gather", Op::Allgather},
+      {"broadcast", Op::Broadcast},      {"bcast", Op::Broadcast},
+  };
+  for (const Spelling& s : kSpellings) {
+    if (name == s.name) {
+      *op = s.op;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool op_reduces(Op op) { return op == Op::Allreduce || op == Op::ReduceScatter; }
+
+bool op_replicated(Op op) {
+  return op == Op::Allreduce || op == Op::Allgather || op == Op::Broadcast;
+}
+
+bool op_takes_error_buffer(Op op) {
+  return op == Op::Allreduce || op == Op::ReduceScatter || op == Op::Allgather;
+}
+
+bool op_scheduled(Op op) {
+  return op == Op::ReduceScatter || op == Op::Allgather || op == Op::Broadcast;
+}
+
+size_t send_elems(Op op, int nranks, size_t count) {
+  return op == Op::Alltoall || op == Op::ReduceScatter ? count * size_t(nranks) : count;
+}
+
+size_t recv_elems(Op op, int nranks, size_t count) {
+  return op == Op::Alltoall || op == Op::Allgather ? count * size_t(nranks) : count;
+}
+
+size_t size_elems_per_count(Op op, int nranks) {
+  return op == Op::Alltoall || op == Op::ReduceScatter ? size_t(nranks) : 1;
+}
+
+double algbw_bytes(Op op, int nranks, double size) {
+  return op == Op::Allgather ? size * nranks : size;
+}
+
+// nccl-tests' PERFORMANCE.md: the factor that turns algbw into the bandwidth
+// of the busiest link of a bandwidth-optimal algorithm.
+double busbw_factor(Op op, int n) {
+  if (n <= 0) return 0;
+  switch (op) {
+    case Op::Allreduce: return 2.0 * (n - 1) / n;
+    case Op::Broadcast: return 1.0;
+    default: return double(n - 1) / n;
+  }
+}
+
+double optimal_wire_bytes(Op op, int n, double size) {
+  if (n <= 0) return 0;
+  // A broadcast sends the message n-1 times in all: (n-1)/n per rank on
+  // average (its busbw factor 1 is per link, not per rank).
+  if (op == Op::Broadcast) return size * (n - 1) / n;
+  return algbw_bytes(op, n, size) * busbw_factor(op, n);
+}
+
+const char* mpi_baseline_name(Op op) {
+  switch (op) {
+    case Op::Allreduce: return "MPI_Allreduce";
+    case Op::Alltoall: return "MPI_Alltoall";
+    case Op::ReduceScatter: return "MPI_Reduce_scatter_block";
+    case Op::Allgather: return "MPI_Allgather";
+    case Op::Broadcast: return "MPI_Bcast";
+  }
+  return "?";
+}
+
+const char* schedule_name(Op op, qc_algorithm_t a, int nranks, size_t message_bytes) {
+  switch (op) {
+    case Op::ReduceScatter: return a == QC_ALGO_RING ? "ring" : "direct";
+    case Op::Allgather:
+      if (a == QC_ALGO_RING) return "ring";
+      if (a == QC_ALGO_RECURSIVE_DOUBLING && nranks > 0 && (nranks & (nranks - 1)) == 0)
+        return "recursive_doubling";
+      return "direct";
+    case Op::Broadcast:
+      // AUTO: the tree below 64 KiB (the library's small-message limit).
+      if (a == QC_ALGO_TREE || (a == QC_ALGO_AUTO && message_bytes < 64 * 1024)) return "tree";
+      return "chain";
+    default: return "-";
+  }
+}
+
+qc_policy_t sent_policy(const qc_policy_t& policy, size_t message_bytes) {
+  qc_policy_t p = policy;
+  if (message_bytes < p.min_compress_bytes && p.codec != QC_CODEC_NONE) {
+    p.codec = QC_CODEC_NONE;
+    if (p.algorithm == QC_ALGO_NATIVE) p.algorithm = QC_ALGO_AUTO;
+  }
+  return p;
+}
+
+qc_status_t call_collective(Op op, qc_comm_t comm, int rank, const void* send, void* recv,
+                            size_t count, qc_dtype_t dtype, qc_reduce_op_t redop,
+                            qc_error_buffer_t eb, void* stream) {
+  switch (op) {
+    case Op::Allreduce:
+      return qc_allreduce(comm, send, recv, count, dtype, redop, nullptr, eb, stream);
+    case Op::Alltoall: return qc_alltoall(comm, send, recv, count, dtype, nullptr, stream);
+    case Op::ReduceScatter:
+      return qc_reduce_scatter(comm, send, recv, count, dtype, redop, nullptr, eb, stream);
+    case Op::Allgather: return qc_allgather(comm, send, recv, count, dtype, nullptr, eb, stream);
+    case Op::Broadcast:
+      return qc_broadcast(comm, rank == kBroadcastRoot ? send : nullptr, recv, count, dtype,
+                          kBroadcastRoot, nullptr, stream);
+  }
+  return QC_ERROR_INVALID_ARGUMENT;
+}
+
+}  // namespace qcperf
