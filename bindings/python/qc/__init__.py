@@ -1,9 +1,10 @@
 """qc: quantized collective communication for Python.
 
-The Python face of libqc (qc.h): allreduce and alltoall that compress what
-they send (8, 4, 2 or 1 bit per value, top-k, half precision) with error
-feedback, over ranks that are threads of this process (``Comm.local``) or MPI
-processes (``Comm.from_mpi`` with mpi4py).
+The Python face of libqc (qc.h): allreduce, alltoall, reduce-scatter,
+allgather and broadcast that compress what they send (8, 4, 2 or 1 bit per
+value, top-k, half precision) with error feedback, over ranks that are
+threads of this process (``Comm.local``) or MPI processes
+(``Comm.from_mpi`` with mpi4py).
 
 Quick start::
 
@@ -88,6 +89,9 @@ __all__ = [
     "encoded_size",
     "emulate_allreduce",
     "emulate_alltoall",
+    "emulate_reduce_scatter",
+    "emulate_allgather",
+    "emulate_broadcast",
     "CODECS",
     "ROUNDINGS",
     "ALGORITHMS",
@@ -560,8 +564,11 @@ def _empty_like(src: _Buffer) -> Any:
     return np.empty_like(src.obj, order="C")
 
 
-def _output(src: _Buffer, out: Any, count: Optional[int] = None) -> Tuple[Any, _Buffer]:
-    """The output array (new when out is None) and its buffer, checked against src."""
+def _output(src: _Buffer, out: Any, count: Optional[int] = None,
+            in_place: Tuple[int, str] = (0, "out is x")) -> Tuple[Any, _Buffer]:
+    """The output array (new when out is None) and its buffer, checked against src.
+    in_place: the byte offset of out from x that runs in place (the library's
+    in-place form) and how to say it; any other overlap is refused."""
     if out is None:
         out = _empty_like(src)
     dst = _as_buffer(out, "out", writable=True)
@@ -576,10 +583,26 @@ def _output(src: _Buffer, out: Any, count: Optional[int] = None) -> Tuple[Any, _
     expected = src.count if count is None else count
     if dst.count != expected:
         raise _bad_value(f"out: {dst.count} elements, expected {expected}")
-    if dst.ptr != src.ptr and dst.count and src.count:
+    if dst.ptr - src.ptr != in_place[0] and dst.count and src.count:
         if dst.ptr < src.ptr + src.nbytes and src.ptr < dst.ptr + dst.nbytes:
-            raise _bad_value("out overlaps the input without being the same buffer (in place means out is x)")
+            raise _bad_value(f"out overlaps the input without being in place (in place means {in_place[1]})")
     return out, dst
+
+
+def _new_shaped(src: _Buffer, shape: Tuple[int, ...]) -> Any:
+    """A new C-contiguous array of src's kind, dtype and device, of the given shape."""
+    if src.is_torch:
+        return _torch_module().empty(shape, dtype=src.obj.dtype, device=src.obj.device)
+    return np.empty(shape, dtype=src.obj.dtype)
+
+
+def _shard_shape(shape: Sequence[int], nranks: int, count: int) -> Tuple[int, ...]:
+    """The shape of one rank's share of an array of `shape` (reduce_scatter's
+    output): shape[1:] when the leading dimension is the rank count (what
+    allgather returns), else flat."""
+    if len(shape) >= 2 and shape[0] == nranks:
+        return tuple(shape[1:])
+    return (count // nranks,)
 
 
 def _dtype_name(code: int) -> str:
@@ -811,6 +834,168 @@ class Comm:
             self._h.alltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer), src.stream)
         return out
 
+    def reduce_scatter(
+        self,
+        x: ArrayLike,
+        out: Optional[ArrayLike] = None,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> ArrayLike:
+        """Reduce x over all ranks and keep this rank's share (qc_reduce_scatter),
+        as a sharded optimizer (FSDP, ZeRO) does with gradients.
+
+        x holds ``size`` blocks of equal length (its element count is a
+        multiple of the group size); rank r gets the sum (or average) over
+        all ranks of their block r. Only what crosses to another rank is
+        encoded with the layer's codec: a rank's own block enters its sum
+        exactly. The algorithm follows the layer's policy ("ring": a ring of
+        partial sums; otherwise direct, each value quantized once).
+
+        Args:
+            x: as allreduce; ``size`` * n elements.
+            out: None (a new array of n elements: of shape x.shape[1:] when
+                x.shape[0] is the group size, as allgather returns, else 1-D),
+                an array of x's dtype with n elements, or x's own block
+                (in place: ``x.reshape(size, -1)[rank]``); no other overlap.
+            op: "sum", or "avg".
+            layer: as allreduce.
+            error_buffer: residuals for error feedback, one per element of x
+                (``qc.ErrorBuffer(comm, size * n)``): each block this rank
+                encodes sends value + residual and keeps the new error.
+
+        Returns:
+            out (the new array when out was None).
+
+        Raises: as allreduce; qc.MismatchError also when the ranks disagree
+        on n. Every rank must make the same call; the GIL is released.
+        """
+        src, out, dst, eb = self._reduce_scatter_args(x, out, error_buffer)
+        with _device_scope(src):
+            self._h.reduce_scatter(src.ptr, dst.ptr, dst.count, src.dtype, _op(op), _layer(layer), eb, src.stream)
+        return out
+
+    def allgather(
+        self,
+        x: ArrayLike,
+        out: Optional[ArrayLike] = None,
+        layer: Optional[str] = None,
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> ArrayLike:
+        """Gather every rank's x into one array on every rank (qc_allgather),
+        as a sharded model does with parameters before a layer runs.
+
+        Block r of the result is rank r's x, encoded once by rank r with the
+        layer's codec and decoded by every rank from the same bytes, rank r
+        too: every rank's result is the same, bit for bit (a rank's own block
+        is the decoded value, not a copy of x). The algorithm follows the
+        layer's policy ("ring", "recursive_doubling"; otherwise direct).
+
+        Args:
+            x: as allreduce; n elements, the same n on every rank.
+            out: None (a new array of shape (size, *x.shape): out[r] is rank
+                r's block), an array of x's dtype with size * n elements, or
+                an array whose own block x is (in place:
+                ``x`` is ``out.reshape(size, -1)[rank]``); no other overlap.
+            layer: as allreduce.
+            error_buffer: residuals for error feedback on this rank's encode,
+                one per element of x (``qc.ErrorBuffer(comm, n)``).
+
+        Returns:
+            out (the new array when out was None).
+
+        Raises: as allreduce; qc.MismatchError also when the ranks disagree
+        on n. Every rank must make the same call; the GIL is released.
+        """
+        src, out, dst, eb = self._allgather_args(x, out, error_buffer)
+        with _device_scope(src):
+            self._h.allgather(src.ptr, dst.ptr, src.count, src.dtype, _layer(layer), eb, src.stream)
+        return out
+
+    def broadcast(
+        self, x: Optional[ArrayLike], root: int, out: Optional[ArrayLike] = None, layer: Optional[str] = None
+    ) -> ArrayLike:
+        """Send the root's x to every rank (qc_broadcast), as
+        torch.distributed.broadcast(tensor, src) and mpi4py's Bcast do.
+
+        The root encodes x once with the layer's codec; every rank decodes
+        the same bytes, the root too, so every rank's result is the same, bit
+        for bit (with a lossy codec the root's result differs from its x).
+        The algorithm follows the layer's policy ("tree": a binomial tree;
+        "ring" and the others: a pipelined chain; "auto": the tree below
+        64 KiB). No error feedback (a broadcast value is not summed again).
+
+        Args:
+            x: on the root, the values to send (read, not written unless out
+                is x). On the other ranks x is not read: it gives the result's
+                shape and dtype when out is None, and may be None when out is
+                given.
+            root: the rank whose x is sent, 0..size-1, the same on every rank.
+            out: None (a new array like x), x itself (in place, as torch's
+                broadcast: ``comm.broadcast(t, root, out=t)`` leaves the
+                root's values in t on every rank), or an array of x's dtype
+                and element count that does not overlap x.
+            layer: as allreduce.
+
+        Returns:
+            out (the new array when out was None).
+
+        Raises: as allreduce; qc.InvalidArgumentError for a root out of range,
+        qc.MismatchError when the ranks disagree on the root or the element
+        count. Every rank must make the same call; the GIL is released.
+        """
+        dst, out, send, keep = self._broadcast_args(x, root, out)
+        with _device_scope(dst):
+            self._h.broadcast(send, dst.ptr, dst.count, dst.dtype, root, _layer(layer), dst.stream)
+        del keep  # the input (or its staged copy) was held for the call
+        return out
+
+    def _block_count(self, src: _Buffer) -> int:
+        if src.count % self._size:
+            raise _bad_value(f"x has {src.count} elements, not a multiple of the group size {self._size}")
+        return src.count // self._size
+
+    def _reduce_scatter_args(self, x: ArrayLike, out: Optional[ArrayLike],
+                             error_buffer: Optional["ErrorBuffer"]) -> Tuple[_Buffer, Any, _Buffer, Any]:
+        src = _as_buffer(x, "x")
+        n = self._block_count(src)
+        if out is None:
+            out = _new_shaped(src, _shard_shape(tuple(src.obj.shape), self._size, src.count))
+        out, dst = _output(src, out, n, (self._rank * n * src.itemsize, "out is x's own block"))
+        return src, out, dst, _error_buffer_handle(error_buffer)
+
+    def _allgather_args(self, x: ArrayLike, out: Optional[ArrayLike],
+                        error_buffer: Optional["ErrorBuffer"]) -> Tuple[_Buffer, Any, _Buffer, Any]:
+        src = _as_buffer(x, "x")
+        if out is None:
+            out = _new_shaped(src, (self._size,) + tuple(src.obj.shape))
+        out, dst = _output(src, out, self._size * src.count,
+                           (-self._rank * src.nbytes, "x is out's own block"))
+        return src, out, dst, _error_buffer_handle(error_buffer)
+
+    def _broadcast_args(self, x: Optional[ArrayLike], root: int,
+                        out: Optional[ArrayLike]) -> Tuple[_Buffer, Any, int, Any]:
+        """The output's buffer, the output, the address sent (0 off the root)
+        and the array it belongs to (held for the call)."""
+        root = _int_arg(root, "argument 'root'", -(2**31), 2**31 - 1)  # its range: checked by the library
+        if x is None:
+            if root == self._rank:
+                raise _bad_value(f"x is None on the root (rank {root}), whose x is broadcast")
+            if out is None:
+                raise _bad_value("x and out are both None: give x (the result's shape and dtype) or out")
+            dst = _as_buffer(out, "out", writable=True)
+            return dst, out, 0, None
+        src = _as_buffer(x, "x")
+        out, dst = _output(src, out)
+        if root != self._rank:
+            return dst, out, 0, src.obj
+        if dst.ptr == src.ptr and src.count:
+            # The root decodes its own message into out, so it must keep the
+            # values to send apart: a copy of x (qc.h: they must not overlap).
+            staged = src.obj.clone() if src.is_torch else src.obj.copy()
+            return dst, out, _as_buffer(staged, "x").ptr, staged
+        return dst, out, src.ptr, src.obj
+
     # ---- non-blocking collectives ----
     def iallreduce(
         self,
@@ -887,6 +1072,47 @@ class Comm:
         out, dst = _output(src, out)
         handle = self._h.ialltoall(src.ptr, dst.ptr, src.count // self._size, src.dtype, _layer(layer),
                                    (src.obj, out))
+        return Request(handle, out)
+
+    def ireduce_scatter(
+        self,
+        x: ArrayLike,
+        out: Optional[ArrayLike] = None,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> "Request":
+        """Start reduce_scatter(x, ...) and return a qc.Request whose wait()
+        returns its result; as iallreduce."""
+        src, out, dst, eb = self._reduce_scatter_args(x, out, error_buffer)
+        _host_only(src, "ireduce_scatter")
+        handle = self._h.ireduce_scatter(src.ptr, dst.ptr, dst.count, src.dtype, _op(op), _layer(layer), eb,
+                                         (src.obj, out))
+        return Request(handle, out)
+
+    def iallgather(
+        self,
+        x: ArrayLike,
+        out: Optional[ArrayLike] = None,
+        layer: Optional[str] = None,
+        error_buffer: Optional["ErrorBuffer"] = None,
+    ) -> "Request":
+        """Start allgather(x, ...) and return a qc.Request whose wait()
+        returns its result; as iallreduce."""
+        src, out, dst, eb = self._allgather_args(x, out, error_buffer)
+        _host_only(src, "iallgather")
+        handle = self._h.iallgather(src.ptr, dst.ptr, src.count, src.dtype, _layer(layer), eb, (src.obj, out))
+        return Request(handle, out)
+
+    def ibroadcast(
+        self, x: Optional[ArrayLike], root: int, out: Optional[ArrayLike] = None, layer: Optional[str] = None
+    ) -> "Request":
+        """Start broadcast(x, root, ...) and return a qc.Request whose wait()
+        returns its result; as iallreduce (x, out and the root's staged copy
+        of x belong to the request until it completes)."""
+        dst, out, send, keep = self._broadcast_args(x, root, out)
+        _host_only(dst, "ibroadcast")
+        handle = self._h.ibroadcast(send, dst.ptr, dst.count, dst.dtype, root, _layer(layer), (keep, out))
         return Request(handle, out)
 
     # ---- policies ----
@@ -970,7 +1196,8 @@ def _host_only(buf: _Buffer, what: str) -> None:
 
 class Request:
     """A non-blocking collective in flight (qc_request_t), from
-    Comm.iallreduce, Comm.iallreduce_segments or Comm.ialltoall.
+    Comm.iallreduce, Comm.iallreduce_segments, Comm.ialltoall,
+    Comm.ireduce_scatter, Comm.iallgather or Comm.ibroadcast.
 
     ``wait()`` blocks until it has completed and returns the collective's
     result (or raises its qc.Error); ``test()`` says whether it has
@@ -991,8 +1218,8 @@ class Request:
 
     def __init__(self, handle: Any, result: Any) -> None:
         if not isinstance(handle, _qc.Request):
-            raise _bad_type("requests are started by Comm.iallreduce, Comm.iallreduce_segments and "
-                            "Comm.ialltoall")
+            raise _bad_type("requests are started by Comm.iallreduce, Comm.iallreduce_segments, "
+                            "Comm.ialltoall, Comm.ireduce_scatter, Comm.iallgather and Comm.ibroadcast")
         self._h = handle
         self._result = result
 
@@ -1200,6 +1427,16 @@ def _same_buffers(arrays: Sequence[ArrayLike], what: str) -> List[_Buffer]:
     return bufs
 
 
+def _error_buffer_handles(error_buffers: Optional[Sequence[Optional[ErrorBuffer]]], nranks: int) -> Any:
+    """None, or the handles of one ErrorBuffer (or None) per rank."""
+    if error_buffers is None:
+        return None
+    error_buffers = _list_arg(error_buffers, "argument 'error_buffers'")
+    if len(error_buffers) != nranks:
+        raise _bad_value("error_buffers must have one entry (or None) per rank")
+    return [_error_buffer_handle(b) for b in error_buffers]
+
+
 def emulate_allreduce(
     arrays: Sequence[ArrayLike],
     policy: Policy,
@@ -1217,12 +1454,7 @@ def emulate_allreduce(
     bufs = _same_buffers(arrays, "arrays")
     outs = [_empty_like(b) for b in bufs]
     dsts = [_as_buffer(o, "out") for o in outs]
-    ebs = None
-    if error_buffers is not None:
-        error_buffers = _list_arg(error_buffers, "argument 'error_buffers'")
-        if len(error_buffers) != len(bufs):
-            raise _bad_value("error_buffers must have one entry (or None) per rank")
-        ebs = [_error_buffer_handle(b) for b in error_buffers]
+    ebs = _error_buffer_handles(error_buffers, len(bufs))
     _qc.emulate_allreduce(
         len(bufs),
         [b.ptr for b in bufs],
@@ -1252,4 +1484,84 @@ def emulate_alltoall(
     dsts = [_as_buffer(o, "out") for o in outs]
     _qc.emulate_alltoall(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count // n, bufs[0].dtype,
                          _layer(layer), call_index, _policy_tuple(policy))
+    return outs
+
+
+def emulate_reduce_scatter(
+    arrays: Sequence[ArrayLike],
+    policy: Policy,
+    op: str = "sum",
+    error_buffers: Optional[Sequence[Optional[ErrorBuffer]]] = None,
+    layer: Optional[str] = None,
+    call_index: int = 0,
+) -> List[ArrayLike]:
+    """Run one reduce-scatter over len(arrays) virtual ranks
+    (qc_emulate_reduce_scatter), as call `call_index` of `layer` (see
+    emulate_allreduce): each array holds len(arrays) equal blocks. Returns
+    the outputs, one per rank, shaped as Comm.reduce_scatter's new ones.
+    error_buffers: None or one ErrorBuffer (or None) per rank, each of the
+    arrays' element count."""
+    bufs = _same_buffers(arrays, "arrays")
+    n = len(bufs)
+    if bufs[0].count % n:
+        raise _bad_value(f"arrays hold {bufs[0].count} elements, not a multiple of {n} ranks")
+    outs = [_new_shaped(b, _shard_shape(tuple(b.obj.shape), n, b.count)) for b in bufs]
+    dsts = [_as_buffer(o, "out") for o in outs]
+    _qc.emulate_reduce_scatter(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count // n,
+                               bufs[0].dtype, _op(op), _layer(layer), call_index, _policy_tuple(policy),
+                               _error_buffer_handles(error_buffers, n))
+    return outs
+
+
+def emulate_allgather(
+    arrays: Sequence[ArrayLike],
+    policy: Policy,
+    error_buffers: Optional[Sequence[Optional[ErrorBuffer]]] = None,
+    layer: Optional[str] = None,
+    call_index: int = 0,
+) -> List[ArrayLike]:
+    """Run one allgather over len(arrays) virtual ranks
+    (qc_emulate_allgather), as call `call_index` of `layer` (see
+    emulate_allreduce). Returns the outputs, one per rank, each of shape
+    (len(arrays), *arrays[0].shape). error_buffers: None or one ErrorBuffer
+    (or None) per rank, each of the arrays' element count."""
+    bufs = _same_buffers(arrays, "arrays")
+    n = len(bufs)
+    outs = [_new_shaped(b, (n,) + tuple(b.obj.shape)) for b in bufs]
+    dsts = [_as_buffer(o, "out") for o in outs]
+    _qc.emulate_allgather(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count, bufs[0].dtype,
+                          _layer(layer), call_index, _policy_tuple(policy), _error_buffer_handles(error_buffers, n))
+    return outs
+
+
+def emulate_broadcast(
+    arrays: Sequence[Optional[ArrayLike]],
+    policy: Policy,
+    root: int,
+    layer: Optional[str] = None,
+    call_index: int = 0,
+) -> List[ArrayLike]:
+    """Run one broadcast from `root` over len(arrays) virtual ranks
+    (qc_emulate_broadcast), as call `call_index` of `layer` (see
+    emulate_allreduce). Only arrays[root] is read; the other entries may be
+    None (an array there must have the root's dtype and element count).
+    Returns the outputs, one per rank, new arrays like arrays[root]."""
+    entries = _list_arg(arrays, "arrays")
+    if not entries:
+        raise _bad_value("arrays: expected a non-empty list of arrays, one per rank")
+    root = _int_arg(root, "argument 'root'", -(2**31), 2**31 - 1)  # its range: checked by the library
+    given = {i: _as_buffer(a, f"arrays[{i}]") for i, a in enumerate(entries) if a is not None}
+    if 0 <= root < len(entries) and root not in given:
+        raise _bad_value(f"arrays[{root}] is None: the root's array is the one broadcast")
+    if not given:
+        raise _bad_value("arrays: every entry is None; the root's array is the one broadcast")
+    model = given.get(root, next(iter(given.values())))
+    for i, b in given.items():
+        if b.dtype != model.dtype or b.count != model.count:
+            raise _bad_value(f"arrays[{i}]: every rank's array must have the same dtype and element count")
+    outs = [_empty_like(model) for _ in entries]
+    dsts = [_as_buffer(o, "out") for o in outs]
+    sends = [given[i].ptr if i in given else 0 for i in range(len(entries))]
+    _qc.emulate_broadcast(len(entries), sends, [d.ptr for d in dsts], model.count, model.dtype, root,
+                          _layer(layer), call_index, _policy_tuple(policy))
     return outs

@@ -607,6 +607,46 @@ void raise_qc_error(const QcFailure& e) {
   }
 }
 
+// The buffers of an emulation (qc_emulate_*): one send and one receive
+// address per virtual rank, as the C arrays the call takes.
+struct EmulatedBuffers {
+  std::vector<const void*> sends;
+  std::vector<void*> recvs;
+  EmulatedBuffers(int nranks, py::handle send_list, py::handle recv_list) {
+    const std::vector<std::uintptr_t> from = addresses_arg(send_list, "argument 'sends'");
+    const std::vector<std::uintptr_t> to = addresses_arg(recv_list, "argument 'recvs'");
+    if (nranks < 1 || from.size() != static_cast<size_t>(nranks) || to.size() != static_cast<size_t>(nranks))
+      fail_value("argument 'nranks' is " + std::to_string(nranks) + "; expected >= 1 and one send and one receive "
+                 "buffer per rank");
+    for (std::uintptr_t a : from) sends.push_back(ptr<const void>(a));
+    for (std::uintptr_t a : to) recvs.push_back(ptr<void>(a));
+  }
+};
+
+// The error buffers of an emulation: None, or one qc.ErrorBuffer (or None)
+// per rank, each held for the duration of the call.
+class EmulatedErrorBuffers {
+ public:
+  EmulatedErrorBuffers(int nranks, py::handle error_buffers) : given_(!error_buffers.is_none()) {
+    if (!given_) return;
+    const py::sequence items = sequence_arg(error_buffers, "argument 'error_buffers'");
+    if (items.size() != static_cast<size_t>(nranks))
+      fail_value("argument 'error_buffers' must have one entry (or None) per rank");
+    for (size_t i = 0; i < items.size(); ++i) {
+      ErrorBuffer* b = handle_arg<ErrorBuffer>(items[i], item("argument 'error_buffers'", i), "qc.ErrorBuffer", true);
+      uses_.push_back(std::make_unique<ErrorBufferUse>(b));
+      handles_.push_back(uses_.back()->handle);
+    }
+  }
+  // NULL when none were given (qc_emulate_*'s error_buffers argument).
+  qc_error_buffer_t* handles() { return given_ ? handles_.data() : nullptr; }
+
+ private:
+  bool given_;
+  std::vector<std::unique_ptr<ErrorBufferUse>> uses_;
+  std::vector<qc_error_buffer_t> handles_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_qc, m) {
@@ -887,6 +927,70 @@ PYBIND11_MODULE(_qc, m) {
            },
            py::arg("send"), py::arg("recv"), py::arg("count_per_rank"), py::arg("dtype"),
            py::arg("layer").none(true), py::arg("stream") = 0)
+      .def("reduce_scatter",
+           [](Comm& c, py::handle send, py::handle recv, py::handle recvcount, py::handle dtype, py::handle op,
+              py::handle layer, py::handle error_buffer, py::handle stream) {
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(recvcount, "argument 'recvcount'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             const std::uintptr_t queue = address_arg(stream, "argument 'stream'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             const ErrorBufferUse residuals(eb);
+             call_nogil([&] {
+               return qc_reduce_scatter(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                        static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), residuals.handle,
+                                        ptr<void>(queue));
+             });
+           },
+           py::arg("send"), py::arg("recv"), py::arg("recvcount"), py::arg("dtype"), py::arg("op"),
+           py::arg("layer").none(true), py::arg("error_buffer").none(true), py::arg("stream") = 0)
+      .def("allgather",
+           [](Comm& c, py::handle send, py::handle recv, py::handle sendcount, py::handle dtype, py::handle layer,
+              py::handle error_buffer, py::handle stream) {
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(sendcount, "argument 'sendcount'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             const std::uintptr_t queue = address_arg(stream, "argument 'stream'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             const ErrorBufferUse residuals(eb);
+             call_nogil([&] {
+               return qc_allgather(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                   opt_cstr(name), residuals.handle, ptr<void>(queue));
+             });
+           },
+           py::arg("send"), py::arg("recv"), py::arg("sendcount"), py::arg("dtype"), py::arg("layer").none(true),
+           py::arg("error_buffer").none(true), py::arg("stream") = 0)
+      // send: read on the root only; other ranks may pass 0 (qc.h).
+      .def("broadcast",
+           [](Comm& c, py::handle send, py::handle recv, py::handle count, py::handle dtype, py::handle root,
+              py::handle layer, py::handle stream) {
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(count, "argument 'count'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int source = int_arg<int>(root, "argument 'root'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             const std::uintptr_t queue = address_arg(stream, "argument 'stream'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             call_nogil([&] {
+               return qc_broadcast(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type), source,
+                                   opt_cstr(name), ptr<void>(queue));
+             });
+           },
+           py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
+           py::arg("layer").none(true), py::arg("stream") = 0)
       // Non-blocking forms (qc.h section 6): host buffers only. `keep` is
       // whatever the buffers belong to (the arrays); the request holds it,
       // its error buffer and its communicator until it completes. Started
@@ -976,6 +1080,78 @@ PYBIND11_MODULE(_qc, m) {
              return std::make_unique<Request>(request, std::move(keep), self);
            },
            py::arg("send"), py::arg("recv"), py::arg("count_per_rank"), py::arg("dtype"),
+           py::arg("layer").none(true), py::arg("keep").none(true))
+      .def("ireduce_scatter",
+           [](py::object self, py::handle send, py::handle recv, py::handle recvcount, py::handle dtype,
+              py::handle op, py::handle layer, py::handle error_buffer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(recvcount, "argument 'recvcount'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             const ErrorBufferUse residuals(eb);
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_ireduce_scatter(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                         static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), residuals.handle,
+                                         &request);
+             });
+             return std::make_unique<Request>(request, py::make_tuple(keep, error_buffer), self);
+           },
+           py::arg("send"), py::arg("recv"), py::arg("recvcount"), py::arg("dtype"), py::arg("op"),
+           py::arg("layer").none(true), py::arg("error_buffer").none(true), py::arg("keep").none(true))
+      .def("iallgather",
+           [](py::object self, py::handle send, py::handle recv, py::handle sendcount, py::handle dtype,
+              py::handle layer, py::handle error_buffer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(sendcount, "argument 'sendcount'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             ErrorBuffer* eb = handle_arg<ErrorBuffer>(error_buffer, "argument 'error_buffer'",
+                                                       "qc.ErrorBuffer", true);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             const ErrorBufferUse residuals(eb);
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_iallgather(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type),
+                                    opt_cstr(name), residuals.handle, &request);
+             });
+             return std::make_unique<Request>(request, py::make_tuple(keep, error_buffer), self);
+           },
+           py::arg("send"), py::arg("recv"), py::arg("sendcount"), py::arg("dtype"), py::arg("layer").none(true),
+           py::arg("error_buffer").none(true), py::arg("keep").none(true))
+      .def("ibroadcast",
+           [](py::object self, py::handle send, py::handle recv, py::handle count, py::handle dtype, py::handle root,
+              py::handle layer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const std::uintptr_t from = address_arg(send, "argument 'send'");
+             const std::uintptr_t to = address_arg(recv, "argument 'recv'");
+             const size_t n = int_arg<size_t>(count, "argument 'count'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int source = int_arg<int>(root, "argument 'root'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_ibroadcast(h, ptr<const void>(from), ptr<void>(to), n, static_cast<qc_dtype_t>(type), source,
+                                    opt_cstr(name), &request);
+             });
+             return std::make_unique<Request>(request, std::move(keep), self);
+           },
+           py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
            py::arg("layer").none(true), py::arg("keep").none(true))
       .def("set_layer_policy",
            [](Comm& c, py::handle pattern, py::handle policy) {
@@ -1096,39 +1272,16 @@ PYBIND11_MODULE(_qc, m) {
           const int n = int_arg<int>(nranks, "argument 'nranks'");
           const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
           const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
-          const std::vector<std::uintptr_t> send_addresses = addresses_arg(sends, "argument 'sends'");
-          const std::vector<std::uintptr_t> recv_addresses = addresses_arg(recvs, "argument 'recvs'");
           const size_t elements = int_arg<size_t>(count, "argument 'count'");
           const int type = int_arg<int>(dtype, "argument 'dtype'");
           const int reduce = int_arg<int>(op, "argument 'op'");
           const qc_policy_t p = policy_arg(policy, "argument 'policy'");
-          if (n < 1 || send_addresses.size() != static_cast<size_t>(n) ||
-              recv_addresses.size() != static_cast<size_t>(n))
-            fail_value("argument 'nranks' is " + std::to_string(n) + "; expected >= 1 and one send and one receive "
-                       "buffer per rank");
-          std::vector<ErrorBuffer*> buffers;
-          if (!error_buffers.is_none()) {
-            const py::sequence items = sequence_arg(error_buffers, "argument 'error_buffers'");
-            if (items.size() != static_cast<size_t>(n))
-              fail_value("argument 'error_buffers' must have one entry (or None) per rank");
-            for (size_t i = 0; i < items.size(); ++i)
-              buffers.push_back(handle_arg<ErrorBuffer>(items[i], item("argument 'error_buffers'", i),
-                                                        "qc.ErrorBuffer", true));
-          }
-          std::vector<const void*> s(send_addresses.size());
-          std::vector<void*> r(recv_addresses.size());
-          for (size_t i = 0; i < s.size(); ++i) s[i] = ptr<const void>(send_addresses[i]);
-          for (size_t i = 0; i < r.size(); ++i) r[i] = ptr<void>(recv_addresses[i]);
-          std::vector<qc_error_buffer_t> eb_handles;
-          std::vector<std::unique_ptr<ErrorBufferUse>> uses;
-          for (ErrorBuffer* b : buffers) {
-            uses.push_back(std::make_unique<ErrorBufferUse>(b));
-            eb_handles.push_back(uses.back()->handle);
-          }
+          EmulatedBuffers b(n, sends, recvs);
+          EmulatedErrorBuffers residuals(n, error_buffers);
           call_nogil([&] {
-            return qc_emulate_allreduce(n, s.data(), r.data(), elements, static_cast<qc_dtype_t>(type),
+            return qc_emulate_allreduce(n, b.sends.data(), b.recvs.data(), elements, static_cast<qc_dtype_t>(type),
                                         static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), index, &p,
-                                        error_buffers.is_none() ? nullptr : eb_handles.data());
+                                        residuals.handles());
           });
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count"), py::arg("dtype"), py::arg("op"),
@@ -1139,24 +1292,72 @@ PYBIND11_MODULE(_qc, m) {
           const int n = int_arg<int>(nranks, "argument 'nranks'");
           const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
           const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
-          const std::vector<std::uintptr_t> send_addresses = addresses_arg(sends, "argument 'sends'");
-          const std::vector<std::uintptr_t> recv_addresses = addresses_arg(recvs, "argument 'recvs'");
           const size_t elements = int_arg<size_t>(count_per_rank, "argument 'count_per_rank'");
           const int type = int_arg<int>(dtype, "argument 'dtype'");
           const qc_policy_t p = policy_arg(policy, "argument 'policy'");
-          if (n < 1 || send_addresses.size() != static_cast<size_t>(n) ||
-              recv_addresses.size() != static_cast<size_t>(n))
-            fail_value("argument 'nranks' is " + std::to_string(n) + "; expected >= 1 and one send and one receive "
-                       "buffer per rank");
-          std::vector<const void*> s(send_addresses.size());
-          std::vector<void*> r(recv_addresses.size());
-          for (size_t i = 0; i < s.size(); ++i) s[i] = ptr<const void>(send_addresses[i]);
-          for (size_t i = 0; i < r.size(); ++i) r[i] = ptr<void>(recv_addresses[i]);
+          EmulatedBuffers b(n, sends, recvs);
           call_nogil([&] {
-            return qc_emulate_alltoall(n, s.data(), r.data(), elements, static_cast<qc_dtype_t>(type),
+            return qc_emulate_alltoall(n, b.sends.data(), b.recvs.data(), elements, static_cast<qc_dtype_t>(type),
                                        opt_cstr(name), index, &p);
           });
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count_per_rank"), py::arg("dtype"),
+        py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"));
+  m.def("emulate_reduce_scatter",
+        [](py::handle nranks, py::handle sends, py::handle recvs, py::handle recvcount, py::handle dtype,
+           py::handle op, py::handle layer, py::handle call_index, py::handle policy, py::handle error_buffers) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
+          const size_t elements = int_arg<size_t>(recvcount, "argument 'recvcount'");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const int reduce = int_arg<int>(op, "argument 'op'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          EmulatedBuffers b(n, sends, recvs);
+          EmulatedErrorBuffers residuals(n, error_buffers);
+          call_nogil([&] {
+            return qc_emulate_reduce_scatter(n, b.sends.data(), b.recvs.data(), elements,
+                                             static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
+                                             opt_cstr(name), index, &p, residuals.handles());
+          });
+        },
+        py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("recvcount"), py::arg("dtype"), py::arg("op"),
+        py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"), py::arg("error_buffers").none(true));
+  m.def("emulate_allgather",
+        [](py::handle nranks, py::handle sends, py::handle recvs, py::handle sendcount, py::handle dtype,
+           py::handle layer, py::handle call_index, py::handle policy, py::handle error_buffers) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
+          const size_t elements = int_arg<size_t>(sendcount, "argument 'sendcount'");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          EmulatedBuffers b(n, sends, recvs);
+          EmulatedErrorBuffers residuals(n, error_buffers);
+          call_nogil([&] {
+            return qc_emulate_allgather(n, b.sends.data(), b.recvs.data(), elements, static_cast<qc_dtype_t>(type),
+                                        opt_cstr(name), index, &p, residuals.handles());
+          });
+        },
+        py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("sendcount"), py::arg("dtype"),
+        py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"), py::arg("error_buffers").none(true));
+  // sends: only sends[root] is read; the others may be 0 (qc.h).
+  m.def("emulate_broadcast",
+        [](py::handle nranks, py::handle sends, py::handle recvs, py::handle count, py::handle dtype,
+           py::handle root, py::handle layer, py::handle call_index, py::handle policy) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
+          const size_t elements = int_arg<size_t>(count, "argument 'count'");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const int source = int_arg<int>(root, "argument 'root'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          EmulatedBuffers b(n, sends, recvs);
+          call_nogil([&] {
+            return qc_emulate_broadcast(n, b.sends.data(), b.recvs.data(), elements, static_cast<qc_dtype_t>(type),
+                                        source, opt_cstr(name), index, &p);
+          });
+        },
+        py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count"), py::arg("dtype"), py::arg("root"),
         py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"));
 }

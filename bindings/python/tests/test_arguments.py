@@ -192,6 +192,27 @@ CASES = [
     ("allreduce.out.positional_op", lambda e: e.comm.allreduce(e.x, "avg"), BAD_TYPE),
     ("allreduce.error_buffer.type", lambda e: e.comm.allreduce(e.x, error_buffer="eb"), BAD_TYPE),
     ("alltoall.x.size", lambda e: qc.Comm.local(2)[0].alltoall(np.ones(3, np.float32)), BAD_VALUE),
+    ("reduce_scatter.layer.nul", lambda e: e.comm.reduce_scatter(e.x, layer="y\0z"), BAD_VALUE),
+    ("reduce_scatter.op.value", lambda e: e.comm.reduce_scatter(e.x, op="max"), BAD_VALUE),
+    ("reduce_scatter.x.int64", lambda e: e.comm.reduce_scatter(np.ones(3, np.int64)), BAD_TYPE),
+    ("reduce_scatter.x.size", lambda e: qc.Comm.local(2)[0].reduce_scatter(np.ones(3, np.float32)), BAD_VALUE),
+    ("reduce_scatter.out.size", lambda e: e.comm.reduce_scatter(e.x, out=np.zeros(9, np.float32)), BAD_VALUE),
+    ("reduce_scatter.error_buffer.type", lambda e: e.comm.reduce_scatter(e.x, error_buffer=1), BAD_TYPE),
+    ("allgather.layer.type", lambda e: e.comm.allgather(e.x, layer=3), BAD_TYPE),
+    ("allgather.x.strided", lambda e: e.comm.allgather(np.ones(6, np.float32)[::2]), BAD_VALUE),
+    ("allgather.out.dtype", lambda e: e.comm.allgather(e.x, out=np.zeros(8, np.float16)), BAD_TYPE),
+    ("broadcast.root.range", lambda e: e.comm.broadcast(e.x, 1), BAD_VALUE),
+    ("broadcast.root.2**40", lambda e: e.comm.broadcast(e.x, 2**40), BAD_VALUE),
+    ("broadcast.root.float", lambda e: e.comm.broadcast(e.x, 0.0), BAD_TYPE),
+    ("broadcast.x.none_on_root", lambda e: e.comm.broadcast(None, 0, out=e.x), BAD_VALUE),
+    ("broadcast.out.read_only",
+     lambda e: e.comm.broadcast(e.x, 0, out=np.frombuffer(bytes(32), np.float32)), BAD_VALUE),
+    ("ibroadcast.root.range", lambda e: e.comm.ibroadcast(e.x, -1), BAD_VALUE),
+    ("ireduce_scatter.op.type", lambda e: e.comm.ireduce_scatter(e.x, op=1), BAD_TYPE),
+    ("iallgather.layer.nul", lambda e: e.comm.iallgather(e.x, layer="a\0b"), BAD_VALUE),
+    ("_qc.broadcast.root.2**31", lambda e: e.comm._h.broadcast(0, 0, 0, 0, 2**31, None), BAD_VALUE),
+    ("_qc.reduce_scatter.recvcount.2**64",
+     lambda e: e.comm._h.reduce_scatter(0, 0, 2**64, 0, 0, None, None), BAD_VALUE),
     ("emulate.arrays.empty", lambda e: qc.emulate_allreduce([], P), BAD_VALUE),
     ("emulate.arrays.1d", lambda e: qc.emulate_allreduce(e.x, P), BAD_VALUE),
     ("emulate.arrays.mixed",
@@ -206,6 +227,18 @@ CASES = [
     ("emulate.layer.nul", lambda e: qc.emulate_alltoall([e.x, e.x], P, layer="a\0b"), BAD_VALUE),
     ("emulate.call_index.-1", lambda e: qc.emulate_allreduce([e.x, e.x], P, call_index=-1), BAD_VALUE),
     ("emulate.call_index.str", lambda e: qc.emulate_alltoall([e.x, e.x], P, call_index="4"), BAD_TYPE),
+    ("emulate_reduce_scatter.op.value", lambda e: qc.emulate_reduce_scatter([e.x, e.x], P, op="max"), BAD_VALUE),
+    ("emulate_reduce_scatter.arrays.size",
+     lambda e: qc.emulate_reduce_scatter([e.x, e.x, e.x], P), BAD_VALUE),
+    ("emulate_allgather.error_buffers.type",
+     lambda e: qc.emulate_allgather([e.x, e.x], P, error_buffers=[1, None]), BAD_TYPE),
+    ("emulate_allgather.call_index.-1", lambda e: qc.emulate_allgather([e.x, e.x], P, call_index=-1), BAD_VALUE),
+    ("emulate_broadcast.root.range", lambda e: qc.emulate_broadcast([e.x, e.x], P, 2), BAD_VALUE),
+    ("emulate_broadcast.root.str", lambda e: qc.emulate_broadcast([e.x, e.x], P, "0"), BAD_TYPE),
+    ("emulate_broadcast.arrays.none", lambda e: qc.emulate_broadcast([None, None], P, 0), BAD_VALUE),
+    ("emulate_broadcast.layer.nul", lambda e: qc.emulate_broadcast([e.x, None], P, 0, layer="a\0b"), BAD_VALUE),
+    ("_qc.emulate_broadcast.sends.len",
+     lambda e: qc._qc.emulate_broadcast(2, [0], [0, 0], 0, 0, 0, None, 0, P_TUPLE), BAD_VALUE),
     ("load_state.int", lambda e: e.comm.load_state(10), BAD_TYPE),
     ("load_state.strided", lambda e: e.comm.load_state(memoryview(e.image + e.image)[::2]), BAD_VALUE),
     ("Comm.handle.type", lambda e: qc.Comm(1, "local"), BAD_TYPE),
@@ -250,13 +283,16 @@ def test_every_entry_point_has_a_case():
     """A public callable added without a row in CASES fails here."""
     covered = " ".join(c[0] for c in CASES)
     names = ["Comm.local", "set_layer_policy", "get_layer_policy", "policy_preset", "layer_stats",
-             "allreduce", "segments", "alltoall", "adapt_policies", "ErrorBuffer", "encoded_size",
+             "allreduce", "segments", "alltoall", "reduce_scatter", "allgather", "broadcast",
+             "ireduce_scatter", "iallgather", "ibroadcast", "emulate_reduce_scatter", "emulate_allgather",
+             "emulate_broadcast", "adapt_policies", "ErrorBuffer", "encoded_size",
              "decode", "emulate", "Policy", "error_class", "pickle", "copy", "load_state"]
     for name in names:
         assert name in covered, name
     public = {n for n in qc.__all__ if callable(getattr(qc, n)) and not isinstance(getattr(qc, n), type)}
     assert public <= {"library_version", "error_class", "encode", "decode", "encoded_size",
-                      "emulate_allreduce", "emulate_alltoall"}, public
+                      "emulate_allreduce", "emulate_alltoall", "emulate_reduce_scatter", "emulate_allgather",
+                      "emulate_broadcast"}, public
 
 
 def test_nul_names_are_not_cut(env):

@@ -55,6 +55,25 @@ def test_compressed_equals_emulation():
     assert all(o.tobytes() == out.tobytes() for o in WORLD.allgather(out))
 
 
+def test_sharded_collectives_equal_emulation():
+    policy = qc.Policy(codec="minmax", bits=4, bucket_size=64, min_compress_bytes=0)
+    rank, size = WORLD.Get_rank(), WORLD.Get_size()
+    x = np.random.default_rng(200 + rank).standard_normal(size * 700).astype(np.float32)
+    everyone = WORLD.allgather(x)
+    with qc.Comm.from_mpi(WORLD, timeout=TIMEOUT) as c:
+        c.set_layer_policy("*", policy)
+        shard = c.reduce_scatter(x, op="avg")
+        gathered = c.allgather(shard)
+        root = size - 1
+        sent = c.broadcast(x if rank == root else None, root, out=np.empty_like(x))
+    assert shard.tobytes() == qc.emulate_reduce_scatter(everyone, policy, op="avg")[rank].tobytes()
+    shards = WORLD.allgather(shard)
+    assert gathered.tobytes() == qc.emulate_allgather(shards, policy, call_index=1)[rank].tobytes()
+    assert sent.tobytes() == qc.emulate_broadcast(everyone, policy, root, call_index=2)[rank].tobytes()
+    for result in (gathered, sent):  # replicas: the same bits on every process
+        assert all(o.tobytes() == result.tobytes() for o in WORLD.allgather(result))
+
+
 def test_split_sub_communicator():
     color = WORLD.Get_rank() % 2
     sub = WORLD.Split(color, WORLD.Get_rank())

@@ -166,3 +166,79 @@ def test_nonblocking_collectives_refuse_cuda_tensors():
                       lambda: c.iallreduce_segments(x, [8], None)):
             with pytest.raises(qc.UnsupportedError, match="host memory"):
                 start()
+
+
+# ---- reduce-scatter, allgather, broadcast ----
+
+
+def _bits(t):
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_sharded_collectives_on_tensors_are_exact_with_codec_none(local3, dtype):
+    xs = [torch.arange(60, dtype=torch.float32).remainder(5).add(r).to(dtype).reshape(3, 20) for r in range(3)]
+    shards = check_ok(run_ranks(local3, lambda c: c.reduce_scatter(xs[c.rank])))
+    total = sum(x.float() for x in xs)
+    for r, s in enumerate(shards):
+        assert isinstance(s, torch.Tensor) and s.dtype == dtype and s.shape == (20,)
+        assert torch.equal(s, total[r].to(dtype))
+    gathered = check_ok(run_ranks(local3, lambda c: c.allgather(shards[c.rank])))
+    for g in gathered:
+        assert g.shape == (3, 20) and torch.equal(g, total.to(dtype))
+    bufs = [x.clone() for x in xs]
+    res = check_ok(run_ranks(local3, lambda c: c.broadcast(bufs[c.rank], 1, out=bufs[c.rank])))
+    for b, r in zip(bufs, res):
+        assert r is b and torch.equal(b, xs[1])
+
+
+def test_sharded_emulation_and_nonblocking_equal_the_threaded_bf16(local3):
+    policy = qc.Policy(codec="minmax", bits=4, bucket_size=32, min_compress_bytes=0)
+    for c in local3:
+        c.set_layer_policy("*", policy)
+    g = torch.Generator().manual_seed(8)
+    xs = [torch.randn(3 * 500, generator=g).to(torch.bfloat16) for _ in range(3)]
+
+    def blocking(c):
+        return (c.reduce_scatter(xs[c.rank]), c.allgather(xs[c.rank][:500]), c.broadcast(xs[c.rank], 0))
+
+    def started(c):
+        reqs = (c.ireduce_scatter(xs[c.rank]), c.iallgather(xs[c.rank][:500]), c.ibroadcast(xs[c.rank], 0))
+        return tuple(r.wait() for r in reqs)
+
+    want = check_ok(run_ranks(local3, blocking))
+    got = check_ok(run_ranks(local3, started))
+    emulated = (qc.emulate_reduce_scatter(xs, policy), qc.emulate_allgather([x[:500] for x in xs], policy),
+                qc.emulate_broadcast([xs[0], None, None], policy, 0))
+    for kind in range(3):
+        for r in range(3):
+            assert isinstance(got[r][kind], torch.Tensor) and got[r][kind].dtype == torch.bfloat16
+            assert torch.equal(_bits(want[r][kind]), _bits(got[r][kind]))
+            assert torch.equal(_bits(want[r][kind]), _bits(emulated[kind][r].reshape(want[r][kind].shape)))
+    assert all(torch.equal(_bits(want[0][2]), _bits(w[2])) for w in want)  # broadcast replicas
+
+
+@cuda
+def test_sharded_collectives_on_cuda_tensors_equal_the_cpu_result(local3):
+    policy = qc.Policy(codec="minmax", bits=4, min_compress_bytes=0)
+    for c in local3:
+        c.set_layer_policy("*", policy)
+    g = torch.Generator().manual_seed(4)
+    xs = [torch.randn(3 * 1000, generator=g) for _ in range(3)]
+    xs_dev = [x.cuda() for x in xs]
+
+    def run(c, inputs):
+        x = inputs[c.rank]
+        return (c.reduce_scatter(x), c.allgather(x[:1000]), c.broadcast(x, 2),
+                c.broadcast(x if c.rank == 2 else None, 2, out=torch.empty_like(x)))
+
+    on_cpu = check_ok(run_ranks(local3, lambda c: run(c, xs)))
+    on_gpu = check_ok(run_ranks(local3, lambda c: run(c, xs_dev)))
+    for a, b in zip(on_cpu, on_gpu):
+        for kind in range(4):
+            assert b[kind].is_cuda and torch.equal(_bits(a[kind]), _bits(b[kind].cpu())), kind
+    c = local3[0]
+    for start in (lambda: c.ireduce_scatter(xs_dev[0]), lambda: c.iallgather(xs_dev[0]),
+                  lambda: c.ibroadcast(xs_dev[0], 0)):
+        with pytest.raises(qc.UnsupportedError, match="host memory"):
+            start()
