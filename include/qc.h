@@ -720,7 +720,8 @@ QC_API qc_status_t qc_allgather(qc_comm_t comm, const void* sendbuf, void* recvb
  *
  * sendbuf: count elements, read on the root only (other ranks may pass
  *   NULL); recvbuf: count elements on every rank; host or CUDA device memory
- *   (staged); on the root they must not overlap. NULL only when count is 0.
+ *   (staged); on the root equal pointers run in place, other overlaps are
+ *   refused. NULL only when count is 0.
  * root: 0..nranks-1, the same on every rank. layer, stream: as qc_allreduce.
  * No error feedback: what is broadcast (parameters) is not summed again.
  * @return as qc_allreduce; QC_ERROR_INVALID_ARGUMENT for a root out of

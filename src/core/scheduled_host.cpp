@@ -96,7 +96,7 @@ Status run_scheduled(Communicator* comm, const ScheduledCall& call, const void* 
   bool refresh = true;
   ScaleMemory* scales =
       scale_memory_for(comm->scale_memory, call.kind, layer, plan.signature, policy, &refresh);
-  QC_RETURN_IF_ERROR(run_collective(
+  const Status status = run_collective(
       comm, *plan.codec, with_refresh(plan.signature, scales, refresh),
       logical_bytes, layers, [&](CollectiveContext& ctx) {
         ctx.set_seed(policy.seed);
@@ -116,7 +116,8 @@ Status run_scheduled(Communicator* comm, const ScheduledCall& call, const void* 
         Schedule schedule;
         plan.build(shape, &schedule);
         return run_on_host(ctx, schedule, input, result.data());
-      }));
+      });
+  QC_RETURN_IF_ERROR(status);
   if (scales != nullptr) scales->calls += 1;
   if (feedback) commit_residuals(comm, error_buffer, grid);
   if (call.op == QC_OP_AVG) {

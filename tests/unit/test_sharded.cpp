@@ -211,7 +211,9 @@ TEST_P(Sharded, CodecNoneExactAndEveryPathAgrees) {
   // in magnitude) is rounded to it (2^-8 relative for bfloat16).
   const double bound = k.n * k.n * (k.dtype == QC_DTYPE_FLOAT32 ? 6e-8 : 4e-3);
   EXPECT_TRUE(within(c, k.n, in_f, res.out, bound));
-  if (k.kind != Kind::kReduceScatter) EXPECT_TRUE(replicas_identical(res.out));
+  if (k.kind != Kind::kReduceScatter) {
+    EXPECT_TRUE(replicas_identical(res.out));
+  }
   if (k.kind == Kind::kAllgather || k.kind == Kind::kBroadcast) {
     // Nothing is summed: the bytes themselves.
     for (int r = 0; r < k.n; ++r) {
@@ -328,7 +330,9 @@ TEST(ShardedCodecs, EveryCodecRunsAndEmulationMatches) {
       ASSERT_EQ(g.set_policy("*", pol), QC_SUCCESS);
       const auto res = run_on(g, c, in);
       ASSERT_TRUE(res.all_ok()) << res.describe();
-      if (kind != Kind::kReduceScatter) EXPECT_TRUE(replicas_identical(res.out));
+      if (kind != Kind::kReduceScatter) {
+        EXPECT_TRUE(replicas_identical(res.out));
+      }
       const auto emu = emulate(n, c, in, pol);
       ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
       for (int r = 0; r < n; ++r)

@@ -35,9 +35,11 @@ void decode_all(const ScheduleShape& shape, ScheduleBuilder& s) {
 
 bool allgather_recursive_doubling_fits(int ranks) { return ranks > 0 && (ranks & (ranks - 1)) == 0; }
 
-// Direct: the owner sends its block to every peer (staggered, group 0);
-// block b arrives in group b + 1 and is decoded while the others are still
-// on the wire, the own block first.
+// Direct: the owner sends its block to every peer (staggered); the
+// exchange with each peer is a group of its own, awaited in increasing
+// peer order on every rank (deadlock-free also where a group's transfers
+// start only at its wait), and each block is decoded as soon as it is in,
+// the own one first, while the others are still on the wire.
 void build_allgather_direct(const ScheduleShape& shape, Schedule* schedule) {
   const int n = shape.ranks;
   const int r = shape.rank;
@@ -46,19 +48,21 @@ void build_allgather_direct(const ScheduleShape& shape, Schedule* schedule) {
   ScheduleBuilder s(schedule);
   encode_own(shape, s);
   if (m == 0) return;
-  auto group = [](size_t b) { return static_cast<uint32_t>(b + 1); };
-  for (int k = 1; k < n; ++k) s.send_blocks((r + k) % n, own, own + 1, kDirect, 0);
+  auto pair = [](size_t peer) { return static_cast<uint32_t>(peer); };
+  for (int k = 1; k < n; ++k) {
+    const size_t to = mod(r + k, n);
+    s.send_blocks(static_cast<int>(to), own, own + 1, kDirect, pair(to));
+  }
   for (int k = 1; k < n; ++k) {
     const size_t from = mod(r - k, n);
-    s.recv_blocks(static_cast<int>(from), from, from + 1, kDirect, group(from));
+    s.recv_blocks(static_cast<int>(from), from, from + 1, kDirect, pair(from));
   }
   s.decode(own, output(own * m, m));
-  for (int k = 1; k < n; ++k) {
-    const size_t from = mod(r - k, n);
-    s.wait_group(group(from));
+  for (size_t from = 0; from < static_cast<size_t>(n); ++from) {
+    if (from == own) continue;
+    s.wait_group(pair(from));
     s.decode(from, output(from * m, m));
   }
-  s.wait_group(0);
 }
 
 // Ring: step k forwards block r-k to the right and receives block r-k-1

@@ -35,19 +35,22 @@ void build_reduce_scatter_direct(const ScheduleShape& shape, Schedule* schedule)
   }
   if (m == 0) return;
   // Sends staggered, so that peers are not all hit at once, each posted as
-  // soon as its block is encoded (group 0). The contribution of rank
-  // `from` arrives in group from + 1: the sum takes them in rank order (so
-  // it does not depend on arrival order), each added as soon as it and the
-  // ones before it are in, while the later ones are still on the wire.
+  // soon as its block is encoded. The exchange with each peer is a group
+  // of its own (the send to it and the receive from it); the sum takes the
+  // contributions in rank order, so it does not depend on arrival order,
+  // each added as soon as it and the ones before it are in, while later
+  // ones are still on the wire. Waiting for the pairs in increasing peer
+  // order on every rank is what keeps an executor that starts a group's
+  // transfers only at its wait (the device's) free of deadlock.
+  auto pair = [](int peer) { return static_cast<uint32_t>(peer); };
   for (int k = 1; k < n; ++k) {
     const size_t to = static_cast<size_t>((r + k) % n);
     s.encode(given(to), to);
-    s.send(static_cast<int>(to), to, kDirect, 0);
+    s.send(static_cast<int>(to), to, kDirect, pair(static_cast<int>(to)));
   }
-  auto group = [](int from) { return static_cast<uint32_t>(from + 1); };
   for (int k = 1; k < n; ++k) {
     const int from = (r - k + n) % n;
-    s.recv(from, incoming[static_cast<size_t>(from)], kDirect, group(from));
+    s.recv(from, incoming[static_cast<size_t>(from)], kDirect, pair(from));
   }
   const Span out = output(0, m);
   for (int from = 0; from < n; ++from) {
@@ -56,14 +59,13 @@ void build_reduce_scatter_direct(const ScheduleShape& shape, Schedule* schedule)
       if (first) s.copy(out, given(own)); else s.add(out, given(own));
       continue;
     }
-    s.wait_group(group(from));
+    s.wait_group(pair(from));
     if (first) {
       s.decode(incoming[static_cast<size_t>(from)], out);
     } else {
       s.decode_add(incoming[static_cast<size_t>(from)], out);
     }
   }
-  s.wait_group(0);
 }
 
 // Ring (paper 000 Alg. 2's first half, blocks numbered so that rank r ends

@@ -27,6 +27,9 @@ void build_alltoall_pairwise(const ScheduleShape& shape, Schedule* schedule);
 // for rank j; the output (count values) gets the sum of every rank's block
 // `rank`. Direct: each value encoded once, by its sender; ring: n-1 hops,
 // each requantizing a partial sum.
+// Neither may run in place (the output over the own input block): both
+// write the output before they read that block, so the driver gives them
+// an output of their own (NCCL's in-place form is handled there).
 void build_reduce_scatter_direct(const ScheduleShape& shape, Schedule* schedule);
 void build_reduce_scatter_ring(const ScheduleShape& shape, Schedule* schedule);
 
