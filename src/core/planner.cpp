@@ -98,6 +98,7 @@ void select_schedule(CollectiveKind kind, qc_algorithm_t requested, int ranks,
         pick(QC_ALGO_RECURSIVE_DOUBLING, "recursive_doubling", build_allgather_recursive_doubling,
              "algorithm recursive_doubling: log2(n) rounds");
       } else {
+        plan->pipelined = true;
         pick(QC_ALGO_SRA, "direct", build_allgather_direct,
              requested == QC_ALGO_RECURSIVE_DOUBLING
                  ? asked + " needs a power-of-two rank count, not " + std::to_string(ranks) +

@@ -123,6 +123,41 @@ TEST(AllgatherSchedule, EveryRankDecodesEachBlockFromItsOwnersOneEncode) {
   }
 }
 
+// Direct allgather cut into pieces (the host pipelines it): every rank's
+// encodes are its whole block's cut at multiples of the chunk, into the
+// pipelined slots, and every block still reaches every rank from its
+// owner's one encode of each piece.
+TEST(AllgatherSchedule, DirectPiecesAreTheWholeEncodeCutAndDeliverIt) {
+  const struct {
+    size_t count, chunk;
+  } cuts[] = {{10, 4}, {8, 4}, {3, 1}, {41, 3}, {4, 4}, {3, 4}, {0, 4}};
+  for (int n = 1; n <= 16; ++n) {
+    for (const auto& cut : cuts) {
+      const std::string label = qcsim::case_label("direct", n, cut.count, 1) + " chunk=" +
+                                std::to_string(cut.chunk);
+      const auto piped = qcsim::build_all(qc::build_allgather_direct, n, cut.count, 1, cut.chunk);
+      const auto whole = qcsim::build_all(qc::build_allgather_direct, n, cut.count, 1, 0);
+      const size_t pieces = cut.count <= cut.chunk ? 1 : (cut.count + cut.chunk - 1) / cut.chunk;
+      std::string failure = pieces == 1 ? qcsim::check_uncut(label, piped, whole) : "";
+      for (int r = 0; r < n && failure.empty() && pieces > 1; ++r) {
+        failure = qcsim::check_pieces(label, r, piped[static_cast<size_t>(r)],
+                                      whole[static_cast<size_t>(r)], cut.chunk, pieces, cut.count);
+      }
+      if (failure.empty()) {
+        ScheduleSim::Options options;
+        options.collective = Collective::kAllgather;
+        options.count = cut.count;
+        options.in_place = true;
+        failure = qcsim::play_both(label, piped, options,
+                                   [&cut](const std::string& at, const ScheduleSim& sim) {
+                                     return qcsim::check_allgather_result(at, sim, cut.count);
+                                   });
+      }
+      ASSERT_EQ(failure, "");
+    }
+  }
+}
+
 TEST(AllgatherSchedule, RecursiveDoublingFitsPowersOfTwoOnly) {
   EXPECT_FALSE(qc::allgather_recursive_doubling_fits(0));
   EXPECT_FALSE(qc::allgather_recursive_doubling_fits(-4));

@@ -3,6 +3,7 @@
 // its input, which keys its random bits and residuals) and those bytes
 // travel unchanged, forwarded as block lists: every rank decodes the same
 // bytes, the owner its own block too, so every replica is bit-identical.
+#include "core/schedules/pieces.h"
 #include "core/schedules/registry.h"
 
 namespace qc {
@@ -11,6 +12,7 @@ enum AllgatherTag : uint32_t {
   kDirect = 0x1300,
   kRing = 0x1400,
   kDoubling = 0x1500,
+  kDirectPiece = 0xa0000,  // + piece
 };
 
 size_t mod(long long a, int n) { return static_cast<size_t>(((a % n) + n) % n); }
@@ -35,33 +37,64 @@ void decode_all(const ScheduleShape& shape, ScheduleBuilder& s) {
 
 bool allgather_recursive_doubling_fits(int ranks) { return ranks > 0 && (ranks & (ranks - 1)) == 0; }
 
-// Direct: the owner sends its block to every peer (staggered); the
-// exchange with each peer is a group of its own, awaited in increasing
-// peer order on every rank (deadlock-free also where a group's transfers
-// start only at its wait), and each block is decoded as soon as it is in,
-// the own one first, while the others are still on the wire.
+// Direct: the owner sends its block to every peer (staggered), cut into
+// pieces (pieces.h; one piece unless shape.chunk cuts it), so that the
+// encode of a piece, its transfer and its decode on the receivers overlap
+// with the others'. Each piece is encoded at its own offset on bucket
+// boundaries: the bits of the whole block. Slot b*C + c is piece c of
+// block b. The exchange of piece c with each peer (the send to it, the
+// receive from it) is a group of its own, awaited in increasing (piece,
+// peer) order on every rank: deadlock-free also where a group's transfers
+// start only at its wait (the smallest unfinished exchange can always
+// progress). Received pieces are decoded as they come in.
 void build_allgather_direct(const ScheduleShape& shape, Schedule* schedule) {
   const int n = shape.ranks;
   const int r = shape.rank;
   const size_t own = static_cast<size_t>(r);
   const size_t m = shape.count;
+  const Range whole{0, m};
+  const Pieces pieces = Pieces::of(m, shape.chunk);
+  const size_t C = pieces.count;
   ScheduleBuilder s(schedule);
-  encode_own(shape, s);
+  for (int b = 0; b < n; ++b) {
+    for (size_t c = 0; c < C; ++c) s.slot(pieces.of_block(whole, c).count);
+  }
+  s.mark_block_slots();
   if (m == 0) return;
-  auto pair = [](size_t peer) { return static_cast<uint32_t>(peer); };
-  for (int k = 1; k < n; ++k) {
-    const size_t to = mod(r + k, n);
-    s.send_blocks(static_cast<int>(to), own, own + 1, kDirect, pair(to));
+  auto slot = [C](size_t b, size_t c) { return b * C + c; };
+  auto group = [n](size_t c, size_t peer) {
+    return static_cast<uint32_t>(c * static_cast<size_t>(n) + peer);
+  };
+  auto tag = [](size_t c) { return kDirectPiece + static_cast<uint32_t>(c); };
+  for (size_t c = 0; c < C; ++c) {
+    for (int k = 1; k < n; ++k) {
+      const size_t from = mod(r - k, n);
+      s.recv_blocks(static_cast<int>(from), slot(from, c), slot(from, c) + 1, tag(c),
+                    group(c, from));
+    }
   }
-  for (int k = 1; k < n; ++k) {
-    const size_t from = mod(r - k, n);
-    s.recv_blocks(static_cast<int>(from), from, from + 1, kDirect, pair(from));
+  for (size_t c = 0; c < C; ++c) {
+    const Range p = pieces.of_block(whole, c);
+    s.encode(input(p.begin, p.count), slot(own, c));
+    for (int k = 1; k < n; ++k) {
+      const size_t to = mod(r + k, n);
+      s.send_blocks(static_cast<int>(to), slot(own, c), slot(own, c) + 1, tag(c), group(c, to));
+    }
+    s.decode(slot(own, c), output(own * m + p.begin, p.count));
+    // The pieces before this one, from every peer, while this one travels.
+    if (c == 0) continue;
+    const Range q = pieces.of_block(whole, c - 1);
+    for (size_t from = 0; from < static_cast<size_t>(n); ++from) {
+      if (from == own) continue;
+      s.wait_group(group(c - 1, from));
+      s.decode(slot(from, c - 1), output(from * m + q.begin, q.count));
+    }
   }
-  s.decode(own, output(own * m, m));
+  const Range last = pieces.of_block(whole, C - 1);
   for (size_t from = 0; from < static_cast<size_t>(n); ++from) {
     if (from == own) continue;
-    s.wait_group(pair(from));
-    s.decode(from, output(from * m, m));
+    s.wait_group(group(C - 1, from));
+    s.decode(slot(from, C - 1), output(from * m + last.begin, last.count));
   }
 }
 

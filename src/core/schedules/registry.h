@@ -36,6 +36,7 @@ void build_reduce_scatter_ring(const ScheduleShape& shape, Schedule* schedule);
 // Allgather: the input (count values) becomes block `rank` of every rank's
 // output (ranks x count); each block encoded once by its owner, the bytes
 // forwarded unchanged, decoded by every rank (the owner included).
+// Direct pipelines its block in pieces of shape.chunk.
 void build_allgather_direct(const ScheduleShape& shape, Schedule* schedule);
 void build_allgather_ring(const ScheduleShape& shape, Schedule* schedule);
 // Needs a power-of-two rank count.
