@@ -175,6 +175,62 @@ INSTANTIATE_TEST_SUITE_P(Alltoall, NcclTransportSweep,
                                             ::testing::Values(0, 2, 6), ::testing::Values(true)),
                          sweep_name);
 
+// Reduce-scatter, allgather and broadcast over NCCL's point to point: the
+// local transport's bytes, every message at its exact frame size.
+TEST(NcclTransport, ShardedCollectivesSameBytesAsTheLocalTransport) {
+  enum Kind { kReduceScatter, kAllgather, kBroadcast };
+  for (int n : {2, 3, 5}) {
+    for (int kind : {kReduceScatter, kAllgather, kBroadcast}) {
+      for (int c : {0, 2, 3, 5, 6, 7}) {
+        for (qc_algorithm_t a : {QC_ALGO_AUTO, QC_ALGO_RING, QC_ALGO_TREE}) {
+          SCOPED_TRACE("n " + std::to_string(n) + " kind " + std::to_string(kind) + " codec " +
+                       kCodecs[c].name + " algorithm " + qct::algo_name(a));
+          const qc_policy_t p = policy_of(kCodecs[c], a);
+          const size_t block = 1003;
+          const size_t in_n = kind == kReduceScatter ? block * static_cast<size_t>(n) : block;
+          const size_t out_n = kind == kAllgather ? block * static_cast<size_t>(n) : block;
+          auto run_group = [&](Group& g, std::vector<Bytes>* out) {
+            EXPECT_EQ(g.set_policy("*", p), QC_SUCCESS) << qc_last_error();
+            out->assign(static_cast<size_t>(n), Bytes(out_n * 4));
+            const auto in = qct::random_inputs(n, in_n, 7);
+            std::vector<qc_error_buffer_t> eb(static_cast<size_t>(n), nullptr);
+            for (int r = 0; r < n && p.error_feedback != 0 && kind != kBroadcast; ++r)
+              EXPECT_EQ(qc_error_buffer_create(g[r], in_n, &eb[static_cast<size_t>(r)]), QC_SUCCESS);
+            qct::run_ranks(n, [&](int r) {
+              const float* x = in[static_cast<size_t>(r)].data();
+              void* y = (*out)[static_cast<size_t>(r)].data();
+              qc_error_buffer_t e = eb[static_cast<size_t>(r)];
+              qc_status_t s = QC_SUCCESS;
+              for (int call = 0; call < 2 && s == QC_SUCCESS; ++call) {
+                s = kind == kReduceScatter
+                        ? qc_reduce_scatter(g[r], x, y, block, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                            nullptr, e, nullptr)
+                    : kind == kAllgather
+                        ? qc_allgather(g[r], x, y, block, QC_DTYPE_FLOAT32, nullptr, e, nullptr)
+                        : qc_broadcast(g[r], x, y, block, QC_DTYPE_FLOAT32, n - 1, nullptr,
+                                       nullptr);
+              }
+              EXPECT_EQ(s, QC_SUCCESS) << "rank " << r << ": " << qc_last_error();
+            });
+            for (auto e : eb) qc_error_buffer_destroy(e);
+          };
+          Group local(n);
+          NcclGroup nccl(n, qct::kTimeoutSeconds);
+          ASSERT_TRUE(local.ok() && nccl.group.ok());
+          std::vector<Bytes> want, got;
+          run_group(local, &want);
+          run_group(nccl.group, &got);
+          EXPECT_EQ(nccl.world->size_mismatch(), "");
+          for (int r = 0; r < n; ++r) {
+            EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << "rank " << r;
+            EXPECT_GT(nccl.world->groups(r), 0) << "rank " << r << " never used NCCL's point to point";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(NcclTransport, OneRankSendsNothing) {
   NcclGroup nccl(1, qct::kTimeoutSeconds);
   ASSERT_TRUE(nccl.group.ok());
