@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allreduce_host.h"
 #include "core/call_stats.h"
 #include "core/communicator.h"
 #include "core/dtype.h"
@@ -120,11 +121,8 @@ Status run_scheduled(Communicator* comm, const ScheduledCall& call, const void* 
   QC_RETURN_IF_ERROR(status);
   if (scales != nullptr) scales->calls += 1;
   if (feedback) commit_residuals(comm, error_buffer, grid);
-  if (call.op == QC_OP_AVG) {
-    const float scale = 1.0f / static_cast<float>(n);
-    for (float& v : result) v *= scale;
-  }
-  cpu::from_float32(result.data(), dtype, recvbuf, call.out);
+  // AVG's scaling and the copy out in one pass (the allreduce's finish).
+  finish_allreduce(result.data(), call.out, dtype, call.op, n, recvbuf);
   return Status::ok();
 }
 

@@ -56,18 +56,6 @@ qc_policy_t policy_for(const CodecCase& cc, qc_algorithm_t algo, bool ef) {
 
 std::vector<float> as_floats(const Bytes& b) { return decode(b, QC_DTYPE_FLOAT32); }
 
-// The residuals of an error buffer, read from its checkpoint image (56-byte
-// header, then little-endian float32: this host is little-endian).
-std::vector<float> residuals(qc_error_buffer_t eb) {
-  size_t size = 0;
-  EXPECT_EQ(qc_error_buffer_save(eb, nullptr, 0, &size), QC_SUCCESS) << qc_last_error();
-  Bytes image(size);
-  EXPECT_EQ(qc_error_buffer_save(eb, image.data(), image.size(), &size), QC_SUCCESS);
-  std::vector<float> e((size - 56) / 4);
-  if (!e.empty()) std::memcpy(e.data(), image.data() + 56, e.size() * 4);
-  return e;
-}
-
 // n emulation error buffers, destroyed with the object.
 struct Buffers {
   std::vector<qc_error_buffer_t> eb;

@@ -341,18 +341,6 @@ TEST(ShardedCodecs, EveryCodecRunsAndEmulationMatches) {
   }
 }
 
-// The residuals of an error buffer, from its checkpoint image (56-byte
-// header, then float32; this host is little-endian).
-std::vector<float> residuals(qc_error_buffer_t eb) {
-  size_t size = 0;
-  EXPECT_EQ(qc_error_buffer_save(eb, nullptr, 0, &size), QC_SUCCESS) << qc_last_error();
-  Bytes image(size);
-  EXPECT_EQ(qc_error_buffer_save(eb, image.data(), image.size(), &size), QC_SUCCESS);
-  std::vector<float> e((size - 56) / 4);
-  if (!e.empty()) std::memcpy(e.data(), image.data() + 56, e.size() * 4);
-  return e;
-}
-
 // Error feedback's bookkeeping: over several calls, what the outputs
 // received plus the change of every rank's residuals is what the inputs
 // held (to float rounding), for reduce-scatter (both schedules) and

@@ -414,6 +414,18 @@ inline ::testing::AssertionResult within_sum_bound(const std::vector<std::vector
   return ::testing::AssertionSuccess();
 }
 
+// The residuals of an error buffer, read from its checkpoint image (56-byte
+// header, then little-endian float32: this host is little-endian).
+inline std::vector<float> residuals(qc_error_buffer_t eb) {
+  size_t size = 0;
+  EXPECT_EQ(qc_error_buffer_save(eb, nullptr, 0, &size), QC_SUCCESS) << qc_last_error();
+  Bytes image(size);
+  EXPECT_EQ(qc_error_buffer_save(eb, image.data(), image.size(), &size), QC_SUCCESS);
+  std::vector<float> e(size >= 56 ? (size - 56) / 4 : 0);
+  if (!e.empty()) std::memcpy(e.data(), image.data() + 56, e.size() * 4);
+  return e;
+}
+
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
