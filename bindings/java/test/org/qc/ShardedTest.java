@@ -72,7 +72,7 @@ public class ShardedTest {
 
   @Test
   public void reduceScatterNoneIsTheExactSumOfEachBlock() throws Exception {
-    comms = Comm.createLocal(N);
+    comms = Comm.createLocal(N, 60.0);
     float[][] inputs = new float[N][];
     for (int r = 0; r < N; ++r) {
       inputs[r] = CommTest.intInput(r, N * BLOCK); // integers: every float sum is exact
@@ -108,7 +108,7 @@ public class ShardedTest {
 
   @Test
   public void reduceScatterAvg() throws Exception {
-    comms = Comm.createLocal(N);
+    comms = Comm.createLocal(N, 60.0);
     List<float[]> out = Ranks.run(comms, c -> {
       float[] x = new float[2 * N];
       for (int i = 0; i < x.length; ++i) {
@@ -125,7 +125,7 @@ public class ShardedTest {
 
   @Test
   public void allgatherNoneIsTheConcatenation() throws Exception {
-    comms = Comm.createLocal(N);
+    comms = Comm.createLocal(N, 60.0);
     float[][] inputs = randomRows(N, BLOCK, 20);
     // rank 0: direct buffers; rank 1: in place (sendbuf is its block of recvbuf); rank 2: float[]
     List<float[]> out = Ranks.run(comms, c -> {
@@ -156,7 +156,7 @@ public class ShardedTest {
 
   @Test
   public void broadcastNoneIsTheRootsCopy() throws Exception {
-    comms = Comm.createLocal(N);
+    comms = Comm.createLocal(N, 60.0);
     float[] x = CommTest.randomInput(30, BLOCK);
     // root 1 in place; rank 0: direct buffer, no sendbuf; rank 2: float[], no sendbuf
     List<float[]> out = Ranks.run(comms, c -> {
@@ -198,7 +198,7 @@ public class ShardedTest {
         String what = n + " ranks, " + algo;
         Policy p = compressed(4).algorithm(algo).build();
         float[][] inputs = randomRows(n, BLOCK, 50);
-        Comm[] group = Comm.createLocal(n);
+        Comm[] group = Comm.createLocal(n, 60.0);
         List<float[]> out;
         try {
           out = Ranks.run(group, c -> {
@@ -236,7 +236,7 @@ public class ShardedTest {
       Policy p = compressed(4).algorithm(algo).build();
       float[] x = CommTest.randomInput(60, count);
       int root = N - 1;
-      Comm[] group = Comm.createLocal(N);
+      Comm[] group = Comm.createLocal(N, 60.0);
       List<float[]> out;
       try {
         out = Ranks.run(group, c -> {
@@ -267,7 +267,7 @@ public class ShardedTest {
     for (Algorithm algo : new Algorithm[] {Algorithm.AUTO, Algorithm.RING}) {
       Policy p = compressed(2).algorithm(algo).errorFeedback(true).build();
       float[][] inputs = randomRows(N, N * BLOCK, 70);
-      Comm[] group = Comm.createLocal(N);
+      Comm[] group = Comm.createLocal(N, 60.0);
       List<Object[]> out;
       try {
         out = Ranks.run(group, c -> {
@@ -321,7 +321,7 @@ public class ShardedTest {
     float[][] agIn = randomRows(N, BLOCK, 90);
     float[][] bcIn = new float[N][];
     bcIn[root] = CommTest.randomInput(99, BLOCK);
-    comms = Comm.createLocal(N);
+    comms = Comm.createLocal(N, 60.0);
     // Each layer three times, with calls of layer "other" in between: the third is
     // call index 2 of its layer, whatever "other" did.
     List<float[][]> out = Ranks.run(comms, c -> {
