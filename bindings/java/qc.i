@@ -81,6 +81,38 @@ static void qcj_throw_status(JNIEnv* jenv, qc_status_t status) {
 static size_t qcj_dtype_size(qc_dtype_t dtype) {
   return dtype == QC_DTYPE_FLOAT32 ? 4u : 2u;
 }
+
+/* The collective qcj_emulate runs; Qc.java passes the same numbers. */
+enum qcj_collective {
+  QCJ_ALLREDUCE = 0,
+  QCJ_ALLTOALL = 1,
+  QCJ_REDUCE_SCATTER = 2,
+  QCJ_ALLGATHER = 3,
+  QCJ_BROADCAST = 4
+};
+
+/* The qc_emulate_* call of `collective`; each takes the arguments it knows
+ * (count is recvcount, sendcount or count_per_rank as the call names it). */
+static qc_status_t qcj_emulate_run(int collective, int nranks, const void* const* sends,
+                                   void* const* recvs, size_t count, qc_dtype_t dtype,
+                                   qc_reduce_op_t op, int root, const char* layer,
+                                   uint64_t call, const qc_policy_t* policy,
+                                   qc_error_buffer_t* ebs) {
+  switch (collective) {
+    case QCJ_ALLTOALL:
+      return qc_emulate_alltoall(nranks, sends, recvs, count, dtype, layer, call, policy);
+    case QCJ_REDUCE_SCATTER:
+      return qc_emulate_reduce_scatter(nranks, sends, recvs, count, dtype, op, layer, call,
+                                       policy, ebs);
+    case QCJ_ALLGATHER:
+      return qc_emulate_allgather(nranks, sends, recvs, count, dtype, layer, call, policy, ebs);
+    case QCJ_BROADCAST:
+      return qc_emulate_broadcast(nranks, sends, recvs, count, dtype, root, layer, call, policy);
+    default:
+      return qc_emulate_allreduce(nranks, sends, recvs, count, dtype, op, layer, call, policy,
+                                  ebs);
+  }
+}
 %}
 
 /* ---- native library: loaded once, with a message that helps ------------ */
@@ -541,6 +573,24 @@ qc_rc qcj_alltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t co
   return qc_alltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, NULL);
 }
 
+qc_rc qcj_reduce_scatter(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                         qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                         qc_error_buffer_t error_buffer) {
+  return qc_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, layer, error_buffer,
+                           NULL);
+}
+
+qc_rc qcj_allgather(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t sendcount,
+                    qc_dtype_t dtype, const char* layer, qc_error_buffer_t error_buffer) {
+  return qc_allgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer, NULL);
+}
+
+/* sendbuf: null on the ranks other than the root (Java passes it there only). */
+qc_rc qcj_broadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                    qc_dtype_t dtype, int root, const char* layer) {
+  return qc_broadcast(comm, sendbuf, recvbuf, count, dtype, root, layer, NULL);
+}
+
 qc_rc qcj_encoded_size(const qc_policy_t* policy, size_t count, long long* out) {
   size_t n = 0;
   qc_status_t st = qc_codec_encoded_size(policy, count, &n);
@@ -556,27 +606,31 @@ qc_rc qcj_encode(const qc_policy_t* policy, const void* src, size_t count, qc_dt
   return st;
 }
 
-/* Emulation over buffers laid out rank after rank: rank i's send buffer
- * starts at sendbuf + i * stride elements (likewise recvbuf). handles: one
- * error buffer per rank (0 for none), or null for none at all. layer and
- * call_index: the call of that layer to reproduce (Java checks call_index
- * >= 0). */
-qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, size_t stride,
-                  size_t count, qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
-                  long long call_index, const qc_policy_t* policy, jlong* handles,
-                  int nhandles) {
+/* Emulation of `collective` (enum qcj_collective) over buffers laid out
+ * rank after rank: rank i's send buffer starts at sendbuf + i * send_stride
+ * elements, its receive buffer at recvbuf + i * recv_stride (the strides
+ * differ where the call's input and output sizes do: reduce-scatter,
+ * allgather). A broadcast reads the root's row only; the others go to qc as
+ * NULL, as qc_emulate_broadcast allows. count: the C call's count argument.
+ * handles: one error buffer per rank (0 for none), or null for none at all.
+ * layer and call_index: the call of that layer to reproduce (Java checks
+ * call_index >= 0). */
+qc_rc qcj_emulate(int collective, int nranks, const void* sendbuf, void* recvbuf,
+                  size_t send_stride, size_t recv_stride, size_t count, qc_dtype_t dtype,
+                  qc_reduce_op_t op, int root, const char* layer, long long call_index,
+                  const qc_policy_t* policy, jlong* handles, int nhandles) {
   const uint64_t call = (uint64_t)call_index;
   const void** sends;
   void** recvs;
   qc_error_buffer_t* ebs = NULL;
   qc_status_t st;
-  size_t bytes = stride * qcj_dtype_size(dtype);
+  const size_t send_bytes = send_stride * qcj_dtype_size(dtype);
+  const size_t recv_bytes = recv_stride * qcj_dtype_size(dtype);
   int i;
   if (nranks < 1 || (handles != NULL && nhandles != nranks)) {
     /* qc words the message for a bad nranks; Java checks the array lengths */
-    return alltoall ? qc_emulate_alltoall(nranks, NULL, NULL, count, dtype, layer, call, policy)
-                    : qc_emulate_allreduce(nranks, NULL, NULL, count, dtype, op, layer, call,
-                                           policy, NULL);
+    return qcj_emulate_run(collective, nranks, NULL, NULL, count, dtype, op, root, layer, call,
+                           policy, NULL);
   }
   sends = (const void**)calloc((size_t)nranks, sizeof(void*));
   recvs = (void**)calloc((size_t)nranks, sizeof(void*));
@@ -588,13 +642,13 @@ qc_rc qcj_emulate(int alltoall, int nranks, const void* sendbuf, void* recvbuf, 
     return QC_ERROR_OUT_OF_MEMORY;
   }
   for (i = 0; i < nranks; ++i) {
-    sends[i] = sendbuf == NULL ? NULL : (const char*)sendbuf + (size_t)i * bytes;
-    recvs[i] = recvbuf == NULL ? NULL : (char*)recvbuf + (size_t)i * bytes;
+    const int read_here = sendbuf != NULL && (collective != QCJ_BROADCAST || i == root);
+    sends[i] = read_here ? (const char*)sendbuf + (size_t)i * send_bytes : NULL;
+    recvs[i] = recvbuf == NULL ? NULL : (char*)recvbuf + (size_t)i * recv_bytes;
     if (ebs != NULL) ebs[i] = (qc_error_buffer_t)(intptr_t)handles[i];
   }
-  st = alltoall ? qc_emulate_alltoall(nranks, sends, recvs, count, dtype, layer, call, policy)
-                : qc_emulate_allreduce(nranks, sends, recvs, count, dtype, op, layer, call, policy,
-                                       ebs);
+  st = qcj_emulate_run(collective, nranks, sends, recvs, count, dtype, op, root, layer, call,
+                       policy, ebs);
   free((void*)sends);
   free(recvs);
   free(ebs);
@@ -689,6 +743,34 @@ qc_rc qcj_ialltoall(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t c
                     qc_dtype_t dtype, const char* layer, long long* out) {
   qc_request_t request = NULL;
   qc_status_t st = qc_ialltoall(comm, sendbuf, recvbuf, count_per_rank, dtype, layer, &request);
+  *out = (long long)(intptr_t)request;
+  return st;
+}
+
+qc_rc qcj_ireduce_scatter(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t recvcount,
+                          qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                          qc_error_buffer_t error_buffer, long long* out) {
+  qc_request_t request = NULL;
+  qc_status_t st = qc_ireduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, layer,
+                                      error_buffer, &request);
+  *out = (long long)(intptr_t)request;
+  return st;
+}
+
+qc_rc qcj_iallgather(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t sendcount,
+                     qc_dtype_t dtype, const char* layer, qc_error_buffer_t error_buffer,
+                     long long* out) {
+  qc_request_t request = NULL;
+  qc_status_t st = qc_iallgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer,
+                                 &request);
+  *out = (long long)(intptr_t)request;
+  return st;
+}
+
+qc_rc qcj_ibroadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t count,
+                     qc_dtype_t dtype, int root, const char* layer, long long* out) {
+  qc_request_t request = NULL;
+  qc_status_t st = qc_ibroadcast(comm, sendbuf, recvbuf, count, dtype, root, layer, &request);
   *out = (long long)(intptr_t)request;
   return st;
 }

@@ -31,7 +31,8 @@ import java.nio.charset.StandardCharsets;
  * fails the same way. Using a closed communicator throws {@link IllegalStateException}.
  *
  * <h2>Non-blocking collectives</h2>
- * {@link #iallreduce}, {@link #iallreduceSegments} and {@link #ialltoall} take the
+ * {@link #iallreduce}, {@link #iallreduceSegments}, {@link #ialltoall},
+ * {@link #ireduceScatter}, {@link #iallgather} and {@link #ibroadcast} take the
  * arguments of the blocking calls (direct buffers only), start the call and return a
  * {@link Request} at once. Requests run on the communicator's progress thread, one
  * after another in the order they were started, which must be the same on every rank;
@@ -237,25 +238,11 @@ public final class Comm implements AutoCloseable {
     buf.get(recvbuf, 0, n);
   }
 
-  private synchronized void allreduceRaw(Buffer s, Buffer r, long count, Dtype dtype, ReduceOp op,
+  private void allreduceRaw(Buffer s, Buffer r, long count, Dtype dtype, ReduceOp op,
       String layer, ErrorBuffer eb) {
-    long h = handle();
-    if (op == null) {
-      throw new NullPointerException("qc: argument 'op' is null");
-    }
+    requireOp(op);
     byte[] name = utf8(layer, "layer");
-    try {
-      if (eb == null) {
-        QcNative.qcj_allreduce(h, s, r, count, dtype, op, name, 0);
-      } else {
-        synchronized (eb) {
-          QcNative.qcj_allreduce(h, s, r, count, dtype, op, name, eb.handle());
-        }
-      }
-    } finally {
-      Reference.reachabilityFence(eb);
-      Reference.reachabilityFence(this);
-    }
+    call(eb, (h, ebh) -> QcNative.qcj_allreduce(h, s, r, count, dtype, op, name, ebh));
   }
 
   // ---- fused segments -------------------------------------------------------
@@ -281,22 +268,8 @@ public final class Comm implements AutoCloseable {
     FloatBuffer r = sr[1];
     long[] segments = segmentCounts(counts, op, s.remaining());
     byte[][] names = segmentNames(layers, segments.length);
-    synchronized (this) {
-      long h = handle();
-      try {
-        if (errorBuffer == null) {
-          QcNative.qcj_allreduce_segments(h, s, r, segments, names, Dtype.FLOAT32, op, 0);
-        } else {
-          synchronized (errorBuffer) {
-            QcNative.qcj_allreduce_segments(h, s, r, segments, names, Dtype.FLOAT32, op,
-                errorBuffer.handle());
-          }
-        }
-      } finally {
-        Reference.reachabilityFence(errorBuffer);
-        Reference.reachabilityFence(this);
-      }
-    }
+    call(errorBuffer, (h, ebh) ->
+        QcNative.qcj_allreduce_segments(h, s, r, segments, names, Dtype.FLOAT32, op, ebh));
   }
 
   // ---- alltoall -----------------------------------------------------------
@@ -312,7 +285,8 @@ public final class Comm implements AutoCloseable {
     FloatBuffer r = sr[1];
     synchronized (this) {
       long h = handle();
-      QcNative.qcj_alltoall(h, s, r, blockCount(s.remaining()), Dtype.FLOAT32, utf8(layer, "layer"));
+      QcNative.qcj_alltoall(h, s, r, blockCount(s.remaining(), "alltoall"), Dtype.FLOAT32,
+          utf8(layer, "layer"));
       Reference.reachabilityFence(this);
     }
   }
@@ -323,18 +297,204 @@ public final class Comm implements AutoCloseable {
     checkRecv(sendbuf.length, recvbuf.length);
     long h = handle();
     int n = sendbuf.length;
-    long block = blockCount(n);
-    FloatBuffer buf = scratch(2L * n);
-    buf.put(sendbuf, 0, n);
-    buf.clear();
-    FloatBuffer s = buf.duplicate();
-    s.limit(n);
-    FloatBuffer r = buf.duplicate();
-    r.position(n);
-    r = r.slice();
-    QcNative.qcj_alltoall(h, s.slice(), r, block, Dtype.FLOAT32, utf8(layer, "layer"));
-    r.get(recvbuf, 0, n);
+    long block = blockCount(n, "alltoall");
+    FloatBuffer[] sr = scratchPair(sendbuf, n);
+    QcNative.qcj_alltoall(h, sr[0], sr[1], block, Dtype.FLOAT32, utf8(layer, "layer"));
+    sr[1].get(recvbuf, 0, n);
     Reference.reachabilityFence(this);
+  }
+
+  // ---- reduce-scatter -----------------------------------------------------
+
+  /**
+   * {@link #reduceScatter(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}: sum
+   * with the policy of layer "*".
+   */
+  public void reduceScatter(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    reduceScatter(sendbuf, recvbuf, ReduceOp.SUM, null, null);
+  }
+
+  /**
+   * Reduce-scatter (qc_reduce_scatter), zero-copy: {@code sendbuf} holds size() blocks
+   * of recvcount = {@code sendbuf.remaining() / size()} floats, block j for rank j;
+   * {@code recvbuf} gets recvcount floats, the sum ({@code op}) over all ranks of their
+   * block {@link #rank()}. What a sharded optimizer (FSDP, ZeRO) does with gradients.
+   * Only what crosses to another rank is encoded with the layer's codec: a rank's own
+   * block enters its sum exactly. The policy's algorithm picks the schedule
+   * ({@link Algorithm#RING}: a ring of partial sums; any other: direct, each value
+   * quantized once).
+   *
+   * @param sendbuf direct, native-order; size() * recvcount floats from position to limit
+   *     (a multiple of size())
+   * @param recvbuf direct, native-order, at least recvcount floats remaining; it may be
+   *     this rank's block of {@code sendbuf} (in place, as in NCCL: a slice starting at
+   *     element rank() * recvcount of it), but must not otherwise overlap it
+   * @param op {@link ReduceOp#SUM} or {@link ReduceOp#AVG}
+   * @param layer name whose policy applies ({@link #setLayerPolicy}); null means "*"
+   * @param errorBuffer null, or residuals for error feedback, one per element of
+   *     {@code sendbuf} (size() * recvcount): each block this rank encodes sends value
+   *     + residual and keeps the new error
+   * @throws IllegalArgumentException for a heap, read-only (recvbuf) or too small buffer,
+   *     or a {@code sendbuf} whose element count is not a multiple of size()
+   * @throws QcException when qc fails (ranks disagree on recvcount: {@link Status#MISMATCH};
+   *     an error buffer of another count: {@link Status#MISMATCH}, ...)
+   */
+  public void reduceScatter(FloatBuffer sendbuf, FloatBuffer recvbuf, ReduceOp op,
+      String layer, ErrorBuffer errorBuffer) {
+    FloatBuffer[] sr = reduceScatterPair(sendbuf, recvbuf);
+    long recvcount = sr[0].remaining() / size;
+    requireOp(op);
+    byte[] name = utf8(layer, "layer");
+    call(errorBuffer, (h, ebh) -> QcNative.qcj_reduce_scatter(h, sr[0], sr[1], recvcount,
+        Dtype.FLOAT32, op, name, ebh));
+  }
+
+  /** Reduce-scatter (sum) of arrays; <b>copies</b>. */
+  public void reduceScatter(float[] sendbuf, float[] recvbuf) {
+    reduceScatter(sendbuf, recvbuf, ReduceOp.SUM, null, null);
+  }
+
+  /**
+   * As the FloatBuffer overload, for arrays ({@code sendbuf.length} a multiple of
+   * size(); {@code recvbuf} at least {@code sendbuf.length / size()} long): <b>copies</b>
+   * through a native scratch buffer kept by this communicator.
+   */
+  public synchronized void reduceScatter(float[] sendbuf, float[] recvbuf, ReduceOp op,
+      String layer, ErrorBuffer errorBuffer) {
+    requireArrays(sendbuf, recvbuf);
+    handle();
+    int recvcount = (int) blockCount(sendbuf.length, "reduceScatter");
+    checkRecv(recvcount, recvbuf.length, "reduceScatter writes");
+    FloatBuffer[] sr = scratchPair(sendbuf, recvcount);
+    reduceScatter(sr[0], sr[1], op, layer, errorBuffer);
+    sr[1].get(recvbuf, 0, recvcount);
+  }
+
+  // ---- allgather ----------------------------------------------------------
+
+  /**
+   * {@link #allgather(FloatBuffer, FloatBuffer, String, ErrorBuffer)} with the policy of
+   * layer "*", no error feedback.
+   */
+  public void allgather(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    allgather(sendbuf, recvbuf, null, null);
+  }
+
+  /**
+   * Allgather (qc_allgather), zero-copy: this rank's {@code sendbuf} (sendcount =
+   * {@code sendbuf.remaining()} floats) becomes block rank() of every rank's
+   * {@code recvbuf} (size() * sendcount floats). What a sharded model does with
+   * parameters before a layer runs. Each block is encoded once, by its owner, and
+   * every rank decodes the same bytes (the owner its own block too): every rank's
+   * result is the same, bit for bit. The policy's algorithm picks the schedule
+   * ({@link Algorithm#RING}, {@link Algorithm#RECURSIVE_DOUBLING}; any other: direct).
+   *
+   * @param sendbuf direct, native-order; sendcount floats from position to limit, the
+   *     same count on every rank
+   * @param recvbuf direct, native-order, at least size() * sendcount floats remaining;
+   *     {@code sendbuf} may be this rank's block of it (in place, as in NCCL: a slice
+   *     starting at element rank() * sendcount), but must not otherwise overlap it
+   * @param layer name whose policy applies; null means "*"
+   * @param errorBuffer null, or sendcount residuals: error feedback on this rank's encode
+   * @throws IllegalArgumentException for a heap, read-only (recvbuf) or too small buffer
+   * @throws QcException when qc fails (ranks disagree on sendcount: {@link Status#MISMATCH},
+   *     ...)
+   */
+  public void allgather(FloatBuffer sendbuf, FloatBuffer recvbuf, String layer,
+      ErrorBuffer errorBuffer) {
+    FloatBuffer[] sr = allgatherPair(sendbuf, recvbuf);
+    long sendcount = sr[0].remaining();
+    byte[] name = utf8(layer, "layer");
+    call(errorBuffer, (h, ebh) ->
+        QcNative.qcj_allgather(h, sr[0], sr[1], sendcount, Dtype.FLOAT32, name, ebh));
+  }
+
+  /** Allgather of arrays; <b>copies</b>. */
+  public void allgather(float[] sendbuf, float[] recvbuf) {
+    allgather(sendbuf, recvbuf, null, null);
+  }
+
+  /**
+   * As the FloatBuffer overload, for arrays ({@code recvbuf} at least size() *
+   * {@code sendbuf.length} long): <b>copies</b> through a native scratch buffer.
+   */
+  public synchronized void allgather(float[] sendbuf, float[] recvbuf, String layer,
+      ErrorBuffer errorBuffer) {
+    requireArrays(sendbuf, recvbuf);
+    handle();
+    long total = (long) size * sendbuf.length;
+    checkRecv(total, recvbuf.length, "allgather writes");
+    FloatBuffer[] sr = scratchPair(sendbuf, total);
+    allgather(sr[0], sr[1], layer, errorBuffer);
+    sr[1].get(recvbuf, 0, (int) total);
+  }
+
+  // ---- broadcast ----------------------------------------------------------
+
+  /** In-place broadcast of {@code buf} from {@code root} (zero-copy), layer "*". */
+  public void broadcast(FloatBuffer buf, int root) {
+    broadcast(buf, buf, root, null);
+  }
+
+  /**
+   * Broadcast (qc_broadcast), zero-copy: the root's {@code sendbuf} becomes every
+   * rank's {@code recvbuf} (count = {@code recvbuf.remaining()} floats). Encoded once at
+   * the root; every rank decodes the same bytes, the root too, so every rank's result
+   * is the same, bit for bit (with a lossy codec the root's result differs from its
+   * input). The policy's algorithm picks the schedule ({@link Algorithm#TREE}: a
+   * binomial tree; {@link Algorithm#RING} and the others: a pipelined chain;
+   * {@link Algorithm#AUTO}: the tree below 64 KiB). No error feedback (a broadcast value
+   * is not summed again).
+   *
+   * @param sendbuf read on the root only: direct, native-order, count floats (in place:
+   *     {@code recvbuf} itself); ignored, and may be null, on the other ranks
+   * @param recvbuf direct, native-order, writable: count floats on every rank
+   * @param root the rank whose {@code sendbuf} is sent, 0..size()-1, the same on every
+   *     rank (qc checks it)
+   * @param layer name whose policy applies; null means "*"
+   * @throws IllegalArgumentException for a heap or read-only buffer, or a root's
+   *     {@code sendbuf} whose element count is not recvbuf's
+   * @throws QcException when qc fails ({@link Status#INVALID_ARGUMENT} for a root out of
+   *     range; ranks disagree on count or root: {@link Status#MISMATCH}, ...)
+   */
+  public void broadcast(FloatBuffer sendbuf, FloatBuffer recvbuf, int root, String layer) {
+    FloatBuffer[] sr = broadcastPair(sendbuf, recvbuf, root);
+    long count = sr[1].remaining();
+    byte[] name = utf8(layer, "layer");
+    call(null, (h, ebh) ->
+        QcNative.qcj_broadcast(h, sr[0], sr[1], count, Dtype.FLOAT32, root, name));
+  }
+
+  /** In-place broadcast of {@code data} from {@code root}, layer "*"; <b>copies</b>. */
+  public void broadcast(float[] data, int root) {
+    broadcast(data, data, root, null);
+  }
+
+  /**
+   * As the FloatBuffer overload, for arrays: count = {@code recvbuf.length};
+   * {@code sendbuf} is read on the root only (count elements; null elsewhere is fine).
+   * <b>Copies</b> through a native scratch buffer.
+   */
+  public synchronized void broadcast(float[] sendbuf, float[] recvbuf, int root,
+      String layer) {
+    if (recvbuf == null) {
+      throw new NullPointerException("qc: argument 'recvbuf' is null");
+    }
+    handle();
+    int n = recvbuf.length;
+    FloatBuffer buf = scratch(n);
+    if (root == rank) {
+      if (sendbuf == null) {
+        throw new NullPointerException("qc: argument 'sendbuf' is null on the root");
+      }
+      checkRootCount(sendbuf.length, n);
+      buf.put(sendbuf, 0, n);
+      buf.clear();
+    }
+    FloatBuffer view = buf.duplicate();
+    view.limit(n);
+    broadcast(view, view, root, layer); // in place on the root; recvbuf elsewhere
+    buf.get(recvbuf, 0, n);
   }
 
   // ---- non-blocking collectives ---------------------------------------------
@@ -423,15 +583,107 @@ public final class Comm implements AutoCloseable {
     FloatBuffer[] sr = checkPair(sendbuf, recvbuf);
     FloatBuffer s = sr[0];
     FloatBuffer r = sr[1];
-    long block = blockCount(s.remaining());
+    long block = blockCount(s.remaining(), "alltoall");
     byte[] name = utf8(layer, "layer");
     return start(null, (h, ebh, out) ->
         QcNative.qcj_ialltoall(h, s, r, block, Dtype.FLOAT32, name, out), s, r);
   }
 
+  /**
+   * {@link #ireduceScatter(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}: sum
+   * with the policy of layer "*".
+   */
+  public Request ireduceScatter(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    return ireduceScatter(sendbuf, recvbuf, ReduceOp.SUM, null, null);
+  }
+
+  /**
+   * Start {@link #reduceScatter(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}
+   * and return at once (qc_ireduce_scatter): sendbuf size() * recvcount floats, recvbuf
+   * recvcount. The arguments are checked as there; the buffers and the error buffer
+   * belong to the request until it has completed, as for {@link #iallreduce(FloatBuffer,
+   * FloatBuffer, ReduceOp, String, ErrorBuffer)}.
+   */
+  public Request ireduceScatter(FloatBuffer sendbuf, FloatBuffer recvbuf, ReduceOp op,
+      String layer, ErrorBuffer errorBuffer) {
+    FloatBuffer[] sr = reduceScatterPair(sendbuf, recvbuf);
+    long recvcount = sr[0].remaining() / size;
+    requireOp(op);
+    byte[] name = utf8(layer, "layer");
+    return start(errorBuffer, (h, ebh, out) -> QcNative.qcj_ireduce_scatter(h, sr[0], sr[1],
+        recvcount, Dtype.FLOAT32, op, name, ebh, out), sr[0], sr[1]);
+  }
+
+  /** {@link #iallgather(FloatBuffer, FloatBuffer, String, ErrorBuffer)}: layer "*". */
+  public Request iallgather(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    return iallgather(sendbuf, recvbuf, null, null);
+  }
+
+  /**
+   * Start {@link #allgather(FloatBuffer, FloatBuffer, String, ErrorBuffer)} and return at
+   * once (qc_iallgather): sendbuf sendcount floats, recvbuf size() * sendcount. The
+   * arguments are checked as there; the buffers and the error buffer belong to the
+   * request until it has completed, as for {@link #iallreduce(FloatBuffer, FloatBuffer,
+   * ReduceOp, String, ErrorBuffer)}.
+   */
+  public Request iallgather(FloatBuffer sendbuf, FloatBuffer recvbuf, String layer,
+      ErrorBuffer errorBuffer) {
+    FloatBuffer[] sr = allgatherPair(sendbuf, recvbuf);
+    long sendcount = sr[0].remaining();
+    byte[] name = utf8(layer, "layer");
+    return start(errorBuffer, (h, ebh, out) -> QcNative.qcj_iallgather(h, sr[0], sr[1],
+        sendcount, Dtype.FLOAT32, name, ebh, out), sr[0], sr[1]);
+  }
+
+  /** {@link #ibroadcast(FloatBuffer, FloatBuffer, int, String)} in place, layer "*". */
+  public Request ibroadcast(FloatBuffer buf, int root) {
+    return ibroadcast(buf, buf, root, null);
+  }
+
+  /**
+   * Start {@link #broadcast(FloatBuffer, FloatBuffer, int, String)} and return at once
+   * (qc_ibroadcast): count = recvbuf's remaining floats, sendbuf read on the root only.
+   * The arguments are checked as there (a root out of range throws here: nothing
+   * starts); the buffers belong to the request until it has completed, as for
+   * {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}.
+   */
+  public Request ibroadcast(FloatBuffer sendbuf, FloatBuffer recvbuf, int root, String layer) {
+    FloatBuffer[] sr = broadcastPair(sendbuf, recvbuf, root);
+    long count = sr[1].remaining();
+    byte[] name = utf8(layer, "layer");
+    return start(null, (h, ebh, out) ->
+        QcNative.qcj_ibroadcast(h, sr[0], sr[1], count, Dtype.FLOAT32, root, name, out),
+        sr[0], sr[1]);
+  }
+
   /** One of the qcj_i* starts: comm and error buffer handles in, request handle out[0]. */
   private interface Start {
     void run(long comm, long errorBuffer, long[] out);
+  }
+
+  /** One of the blocking qcj_* calls: comm and error buffer (0: none) handles in. */
+  private interface Call {
+    void run(long comm, long errorBuffer);
+  }
+
+  /**
+   * Runs {@code call} under this communicator's lock, and the error buffer's when there
+   * is one (a close() from another thread waits for the call).
+   */
+  private synchronized void call(ErrorBuffer eb, Call call) {
+    long h = handle();
+    try {
+      if (eb == null) {
+        call.run(h, 0);
+      } else {
+        synchronized (eb) {
+          call.run(h, eb.handle());
+        }
+      }
+    } finally {
+      Reference.reachabilityFence(eb);
+      Reference.reachabilityFence(this);
+    }
   }
 
   /**
@@ -603,12 +855,74 @@ public final class Comm implements AutoCloseable {
 
   // ---- helpers ------------------------------------------------------------
 
-  private long blockCount(long n) {
+  /** The block of {@code call} (alltoall, reduceScatter) over n elements: n / size(). */
+  private long blockCount(long n, String call) {
     if (n % size != 0) {
-      throw new IllegalArgumentException("qc: alltoall needs a multiple of size() = " + size
+      throw new IllegalArgumentException("qc: " + call + " needs a multiple of size() = " + size
           + " elements, got " + n);
     }
     return n / size;
+  }
+
+  /** sendbuf and recvbuf of a reduce-scatter, checked for C as slices. */
+  private FloatBuffer[] reduceScatterPair(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    FloatBuffer r = Buffers.check(recvbuf, "recvbuf", true);
+    checkRecv(blockCount(s.remaining(), "reduceScatter"), r.remaining(), "reduceScatter writes");
+    return new FloatBuffer[] {s, r};
+  }
+
+  /** sendbuf and recvbuf of an allgather, checked for C as slices. */
+  private FloatBuffer[] allgatherPair(FloatBuffer sendbuf, FloatBuffer recvbuf) {
+    FloatBuffer s = Buffers.check(sendbuf, "sendbuf", false);
+    FloatBuffer r = Buffers.check(recvbuf, "recvbuf", true);
+    checkRecv((long) size * s.remaining(), r.remaining(), "allgather writes");
+    return new FloatBuffer[] {s, r};
+  }
+
+  /**
+   * sendbuf and recvbuf of a broadcast as C reads them: sendbuf checked on the root
+   * (recvbuf itself in place), null on the other ranks, which do not read it.
+   */
+  private FloatBuffer[] broadcastPair(FloatBuffer sendbuf, FloatBuffer recvbuf, int root) {
+    FloatBuffer r = Buffers.check(recvbuf, "recvbuf", true);
+    FloatBuffer s = null;
+    if (root == rank) {
+      s = sendbuf == recvbuf ? r : Buffers.check(sendbuf, "sendbuf", false);
+      checkRootCount(s.remaining(), r.remaining());
+    }
+    return new FloatBuffer[] {s, r};
+  }
+
+  private static void checkRootCount(long sendCount, long count) {
+    if (sendCount != count) {
+      throw new IllegalArgumentException("qc: argument 'sendbuf' has " + sendCount
+          + " elements on the root but recvbuf " + count + "; a broadcast sends what it"
+          + " receives");
+    }
+  }
+
+  private static void requireOp(ReduceOp op) {
+    if (op == null) {
+      throw new NullPointerException("qc: argument 'op' is null");
+    }
+  }
+
+  /**
+   * The scratch buffer as two slices: {@code sendbuf} copied into the first, room for
+   * {@code recvCount} elements after it.
+   */
+  private FloatBuffer[] scratchPair(float[] sendbuf, long recvCount) {
+    int n = sendbuf.length;
+    FloatBuffer buf = scratch(n + recvCount);
+    buf.put(sendbuf, 0, n);
+    buf.clear();
+    FloatBuffer s = buf.duplicate();
+    s.limit(n);
+    FloatBuffer r = buf.duplicate();
+    r.position(n);
+    r.limit(Buffers.checkedInt(n + recvCount, "element count"));
+    return new FloatBuffer[] {s.slice(), r.slice()};
   }
 
   private FloatBuffer scratch(long n) {
@@ -700,9 +1014,14 @@ public final class Comm implements AutoCloseable {
   }
 
   private static void checkRecv(long count, long recvRemaining) {
+    checkRecv(count, recvRemaining, "sendbuf has");
+  }
+
+  /** recvbuf must have room for {@code count} elements ({@code what} says why). */
+  private static void checkRecv(long count, long recvRemaining, String what) {
     if (recvRemaining < count) {
       throw new IllegalArgumentException("qc: argument 'recvbuf' has room for " + recvRemaining
-          + " elements, sendbuf has " + count);
+          + " elements, " + what + " " + count);
     }
   }
 

@@ -128,6 +128,15 @@ public final class Qc {
 
   // ---- emulation ------------------------------------------------------------
 
+  /** The collectives of qcj_emulate: the numbers of enum qcj_collective in qc.i. */
+  private static final int ALLREDUCE = 0;
+  private static final int ALLTOALL = 1;
+  private static final int REDUCE_SCATTER = 2;
+  private static final int ALLGATHER = 3;
+  private static final int BROADCAST = 4;
+  private static final String[] EMULATE_NAMES = {"emulateAllreduce", "emulateAlltoall",
+      "emulateReduceScatter", "emulateAllgather", "emulateBroadcast"};
+
   /** {@link #emulateAllreduce(float[][], ReduceOp, Policy, ErrorBuffer[])}, sum, no error feedback. */
   public static float[][] emulateAllreduce(float[][] sendbufs, Policy policy) {
     return emulateAllreduce(sendbufs, ReduceOp.SUM, policy, null);
@@ -156,7 +165,7 @@ public final class Qc {
    */
   public static float[][] emulateAllreduce(float[][] sendbufs, ReduceOp op, Policy policy,
       ErrorBuffer[] errorBuffers, String layer, long callIndex) {
-    return emulate(false, sendbufs, 1, op, policy, errorBuffers, layer, callIndex);
+    return emulate(ALLREDUCE, sendbufs, op, 0, policy, errorBuffers, layer, callIndex);
   }
 
   /**
@@ -171,11 +180,82 @@ public final class Qc {
   /** As {@link #emulateAlltoall(float[][], Policy)}, as call {@code callIndex} of {@code layer}. */
   public static float[][] emulateAlltoall(float[][] sendbufs, Policy policy, String layer,
       long callIndex) {
-    return emulate(true, sendbufs, sendbufs == null ? 1 : sendbufs.length, ReduceOp.SUM, policy,
-        null, layer, callIndex);
+    return emulate(ALLTOALL, sendbufs, ReduceOp.SUM, 0, policy, null, layer, callIndex);
   }
 
-  private static float[][] emulate(boolean alltoall, float[][] sendbufs, int blocks, ReduceOp op,
+  /**
+   * {@link #emulateReduceScatter(float[][], ReduceOp, Policy, ErrorBuffer[], String, long)}:
+   * sum, no error feedback, the first call of layer "*".
+   */
+  public static float[][] emulateReduceScatter(float[][] sendbufs, Policy policy) {
+    return emulateReduceScatter(sendbufs, ReduceOp.SUM, policy, null, null, 0);
+  }
+
+  /**
+   * Run a reduce-scatter over {@code sendbufs.length} virtual ranks
+   * (qc_emulate_reduce_scatter), as call {@code callIndex} of {@code layer} (see
+   * {@link #emulateAllreduce(float[][], ReduceOp, Policy, ErrorBuffer[], String, long)}):
+   * each {@code sendbufs[i]} holds nranks blocks of recvcount floats (its length
+   * nranks * recvcount, the same for every rank); output i is rank i's recvcount floats,
+   * as {@link Comm#reduceScatter(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}
+   * gives them. Copies.
+   *
+   * @param errorBuffers null, or one per rank (entries may be null), each of nranks *
+   *     recvcount residuals
+   */
+  public static float[][] emulateReduceScatter(float[][] sendbufs, ReduceOp op, Policy policy,
+      ErrorBuffer[] errorBuffers, String layer, long callIndex) {
+    return emulate(REDUCE_SCATTER, sendbufs, op, 0, policy, errorBuffers, layer, callIndex);
+  }
+
+  /**
+   * {@link #emulateAllgather(float[][], Policy, ErrorBuffer[], String, long)}: no error
+   * feedback, the first call of layer "*".
+   */
+  public static float[][] emulateAllgather(float[][] sendbufs, Policy policy) {
+    return emulateAllgather(sendbufs, policy, null, null, 0);
+  }
+
+  /**
+   * Run an allgather over {@code sendbufs.length} virtual ranks (qc_emulate_allgather),
+   * as call {@code callIndex} of {@code layer}: rank i's input is {@code sendbufs[i]}
+   * (sendcount floats, the same for every rank); every output holds nranks * sendcount
+   * floats, block i rank i's, as {@link Comm#allgather(FloatBuffer, FloatBuffer, String,
+   * ErrorBuffer)} gives them. Copies.
+   *
+   * @param errorBuffers null, or one per rank (entries may be null), each of sendcount
+   *     residuals
+   */
+  public static float[][] emulateAllgather(float[][] sendbufs, Policy policy,
+      ErrorBuffer[] errorBuffers, String layer, long callIndex) {
+    return emulate(ALLGATHER, sendbufs, ReduceOp.SUM, 0, policy, errorBuffers, layer,
+        callIndex);
+  }
+
+  /**
+   * {@link #emulateBroadcast(float[][], int, Policy, String, long)} as the first call of
+   * layer "*".
+   */
+  public static float[][] emulateBroadcast(float[][] sendbufs, int root, Policy policy) {
+    return emulateBroadcast(sendbufs, root, policy, null, 0);
+  }
+
+  /**
+   * Run a broadcast from {@code root} over {@code sendbufs.length} virtual ranks
+   * (qc_emulate_broadcast), as call {@code callIndex} of {@code layer}. Only
+   * {@code sendbufs[root]} (count floats) is read; the other entries may be null (an
+   * array there must have count elements). Every output holds count floats, as
+   * {@link Comm#broadcast(FloatBuffer, FloatBuffer, int, String)} gives them. Copies.
+   *
+   * @param root 0..nranks-1 (qc checks it: {@link QcException}
+   *     {@link Status#INVALID_ARGUMENT} otherwise)
+   */
+  public static float[][] emulateBroadcast(float[][] sendbufs, int root, Policy policy,
+      String layer, long callIndex) {
+    return emulate(BROADCAST, sendbufs, ReduceOp.SUM, root, policy, null, layer, callIndex);
+  }
+
+  private static float[][] emulate(int collective, float[][] sendbufs, ReduceOp op, int root,
       Policy policy, ErrorBuffer[] ebs, String layer, long callIndex) {
     if (callIndex < 0) {
       throw new IllegalArgumentException("qc: argument 'callIndex' is negative (" + callIndex
@@ -191,27 +271,28 @@ public final class Qc {
     if (nranks == 0) {
       throw new IllegalArgumentException("qc: argument 'sendbufs' is empty (no ranks)");
     }
-    int n = sendbufs[0] == null ? 0 : sendbufs[0].length;
-    for (int i = 0; i < nranks; ++i) {
-      if (sendbufs[i] == null || sendbufs[i].length != n) {
-        throw new IllegalArgumentException("qc: sendbufs[" + i + "] "
-            + (sendbufs[i] == null ? "is null" : "has " + sendbufs[i].length + " elements")
-            + "; every rank needs " + n);
-      }
-    }
-    if (alltoall && n % nranks != 0) {
-      throw new IllegalArgumentException("qc: emulateAlltoall needs a multiple of nranks = "
-          + nranks + " elements per rank, got " + n);
+    int n = rowLength(sendbufs, collective == BROADCAST, root);
+    boolean blocks = collective == ALLTOALL || collective == REDUCE_SCATTER;
+    if (blocks && n % nranks != 0) {
+      throw new IllegalArgumentException("qc: " + EMULATE_NAMES[collective]
+          + " needs a multiple of nranks = " + nranks + " elements per rank, got " + n);
     }
     if (ebs != null && ebs.length != nranks) {
       throw new IllegalArgumentException("qc: argument 'errorBuffers' has " + ebs.length
           + " entries for " + nranks + " ranks");
     }
-    long total = (long) n * nranks;
-    FloatBuffer send = Buffers.directFloats(total);
-    FloatBuffer recv = Buffers.directFloats(total);
-    for (float[] row : sendbufs) {
-      send.put(row);
+    // The C call's count and each rank's output length.
+    long count = blocks ? n / nranks : n;
+    long recvLength = collective == REDUCE_SCATTER ? count
+        : collective == ALLGATHER ? (long) n * nranks : n;
+    int outLength = Buffers.checkedInt(recvLength, "output length");
+    FloatBuffer send = Buffers.directFloats((long) n * nranks);
+    FloatBuffer recv = Buffers.directFloats(recvLength * nranks);
+    for (int i = 0; i < nranks; ++i) {
+      if (sendbufs[i] != null) {
+        send.position(i * n);
+        send.put(sendbufs[i]);
+      }
     }
     send.clear();
     long[] handles = null;
@@ -222,16 +303,53 @@ public final class Qc {
       }
     }
     try (PolicyStruct p = policy.toStruct()) {
-      QcNative.qcj_emulate(alltoall ? 1 : 0, nranks, send, recv, n, n / blocks, Dtype.FLOAT32,
-          op, Comm.utf8(layer, "layer"), callIndex, p, handles);
+      QcNative.qcj_emulate(collective, nranks, send, recv, n, recvLength, count, Dtype.FLOAT32,
+          op, root, Comm.utf8(layer, "layer"), callIndex, p, handles);
     } finally {
       Reference.reachabilityFence(ebs);
     }
-    float[][] out = new float[nranks][n];
+    float[][] out = new float[nranks][outLength];
     for (float[] row : out) {
       recv.get(row);
     }
     return out;
+  }
+
+  /**
+   * The element count of every rank's input, checked: all of one length. A broadcast
+   * reads the root's only: the others may be null, and when the root is out of range
+   * (which qc reports) the first one given sets the length.
+   */
+  private static int rowLength(float[][] sendbufs, boolean broadcast, int root) {
+    float[] model = sendbufs[0];
+    if (broadcast) {
+      boolean rootInRange = root >= 0 && root < sendbufs.length;
+      if (rootInRange && sendbufs[root] == null) {
+        throw new IllegalArgumentException("qc: sendbufs[" + root + "] is null: the root's"
+            + " array is the one broadcast");
+      }
+      model = rootInRange ? sendbufs[root] : null;
+      for (int i = 0; model == null && i < sendbufs.length; ++i) {
+        model = sendbufs[i];
+      }
+      if (model == null) {
+        throw new IllegalArgumentException("qc: every entry of 'sendbufs' is null; the root's"
+            + " array is the one broadcast");
+      }
+    }
+    int n = model == null ? 0 : model.length;
+    for (int i = 0; i < sendbufs.length; ++i) {
+      float[] row = sendbufs[i];
+      if (row == null && broadcast) {
+        continue; // not read
+      }
+      if (row == null || row.length != n) {
+        throw new IllegalArgumentException("qc: sendbufs[" + i + "] "
+            + (row == null ? "is null" : "has " + row.length + " elements")
+            + "; every rank needs " + n);
+      }
+    }
+    return n;
   }
 
   // ---- codecs on their own --------------------------------------------------

@@ -4,7 +4,8 @@ import java.lang.ref.Reference;
 
 /**
  * A non-blocking collective in flight (qc_request_t), started by
- * {@link Comm#iallreduce}, {@link Comm#iallreduceSegments} or {@link Comm#ialltoall}.
+ * {@link Comm#iallreduce}, {@link Comm#iallreduceSegments}, {@link Comm#ialltoall},
+ * {@link Comm#ireduceScatter}, {@link Comm#iallgather} or {@link Comm#ibroadcast}.
  *
  * <p>{@link #waitFor()} blocks until it has completed and throws its
  * {@link QcException} if it failed; {@link #test()} says whether it has completed
