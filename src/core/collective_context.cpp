@@ -494,6 +494,40 @@ Status CollectiveContext::agree_by_messages() {
   return Status::ok();
 }
 
+Status CollectiveContext::allgather_u64(uint64_t value, std::vector<uint64_t>* all) {
+  constexpr uint32_t kCountsStep = 0xf8000;  // no schedule uses this step
+  all->assign(static_cast<size_t>(size_), 0);
+  (*all)[static_cast<size_t>(rank_)] = value;
+  if (size_ == 1) return Status::ok();
+  Message out;
+  out.reserve_payload(8);
+  store_le64(out.payload(), value);
+  out.set_payload_size(8);
+  std::vector<Message> in(static_cast<size_t>(size_ - 1));
+  std::vector<Message*> recv_msgs;
+  std::vector<Request> reqs(2 * static_cast<size_t>(size_ - 1));
+  size_t posted = 0;
+  for (int k = 1; k < size_; ++k) {
+    QC_RETURN_IF_ERROR(post_send((rank_ + k) % size_, kCountsStep, &out, 8, &reqs[posted++]));
+  }
+  for (int k = 1; k < size_; ++k) {
+    Message& m = in[static_cast<size_t>(k - 1)];
+    m.reserve_payload(8);
+    QC_RETURN_IF_ERROR(post_recv((rank_ - k + size_) % size_, kCountsStep, &m, &reqs[posted++]));
+    recv_msgs.push_back(&m);
+  }
+  QC_RETURN_IF_ERROR(wait(reqs.data(), posted, recv_msgs.data(), recv_msgs.size()));
+  for (int k = 1; k < size_; ++k) {
+    const Message& m = in[static_cast<size_t>(k - 1)];
+    if (m.payload_size() != 8) {
+      return corrupt_data("rank " + std::to_string((rank_ - k + size_) % size_) + " sent " +
+                          std::to_string(m.payload_size()) + " bytes for its row count, not 8");
+    }
+    (*all)[static_cast<size_t>((rank_ - k + size_) % size_)] = load_le64(m.payload());
+  }
+  return Status::ok();
+}
+
 Status CollectiveContext::send(int peer, uint32_t step, Message* msg, size_t frame) {
   Request req;
   QC_RETURN_IF_ERROR(post_send(peer, step, msg, frame, &req));
