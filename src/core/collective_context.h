@@ -237,7 +237,12 @@ class CollectiveContext {
   // and receives theirs. The envelopes are checked as everywhere, so this
   // also agrees on the call (a sparse allreduce's row counts, which may
   // differ between ranks, travel here before anything sized by them).
-  Status allgather_u64(uint64_t value, std::vector<uint64_t>* all);
+  Status allgather_u64(uint64_t value, std::vector<uint64_t>* all) {
+    return allgather_u64s(std::vector<uint64_t>{value}, all);
+  }
+  // The same for `mine.size()` values per rank (every rank's same count):
+  // (*all)[r * mine.size() + k] is rank r's value k.
+  Status allgather_u64s(const std::vector<uint64_t>& mine, std::vector<uint64_t>* all);
   Status native_allreduce_float(const float* send, float* recv, size_t count);
   // The transport's float sum (or average) of device buffers, enqueued on
   // `stream` after the agreement: a rank whose buffers the transport cannot
