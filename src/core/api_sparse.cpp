@@ -160,12 +160,15 @@ QC_API qc_status_t qc_sparse_allreduce_dense(qc_comm_t comm, const int64_t* indi
     QC_RETURN_IF_ERROR(comm_sparse_allreduce(c.get(), indices, values, nnz, row_len,
                                              nrows == 0 ? -1 : static_cast<int64_t>(nrows),
                                              dtype, op, layer, &rows));
-    std::vector<float> table(nrows * row_len, 0.0f);
+    // Straight into the caller's table: zero bits are +0 in every dtype,
+    // and only the union's rows are converted.
+    const size_t row_bytes = row_len * dtype_size(dtype);
+    std::memset(dense, 0, nrows * row_bytes);
     for (size_t k = 0; k < rows.indices.size(); ++k) {
-      std::memcpy(table.data() + static_cast<size_t>(rows.indices[k]) * row_len,
-                  rows.values.data() + k * row_len, row_len * sizeof(float));
+      cpu::from_float32(rows.values.data() + k * row_len, dtype,
+                        static_cast<char*>(dense) + static_cast<size_t>(rows.indices[k]) * row_bytes,
+                        row_len);
     }
-    cpu::from_float32(table.data(), dtype, dense, table.size());
     return Status::ok();
   });
 }
