@@ -731,6 +731,63 @@ QC_API qc_status_t qc_broadcast(qc_comm_t comm, const void* sendbuf, void* recvb
                                 size_t count, qc_dtype_t dtype, int root, const char* layer,
                                 void* stream);
 
+/**
+ * The result of a sparse allreduce (qc_sparse_allreduce): row indices in
+ * ascending order and a row of values for each. An opaque handle like
+ * qc_comm_t, freed with qc_sparse_result_destroy.
+ */
+typedef struct qc_sparse_result_s* qc_sparse_result_t;
+
+/**
+ * Sparse allreduce of row-sparse tensors (paper 001: embedding gradients):
+ * this rank's nnz rows, row k being indices[k] and the row_len values at
+ * values + k x row_len, are summed with every rank's rows of the same
+ * index; the result is the union of all ranks' indices, ascending, each
+ * with its summed row, bit-identical on every rank.
+ *
+ * indices: nnz row indices >= 0, in any order; a repeated index adds its
+ *   rows (in input order) before anything travels. nnz may differ between
+ *   ranks; row_len (>= 1), dtype, op and layer may not (QC_ERROR_MISMATCH).
+ * values: nnz x row_len elements of dtype, host memory.
+ * Each rank's rows are encoded once, with one scale per row (the policy's
+ * bucket is the row; codecs none, fp16, bf16, minmax, qsgd, onebit;
+ * others are QC_ERROR_UNSUPPORTED), and decoded by every rank, its own
+ * included. min_compress_bytes judges all ranks' rows together.
+ * *result: a new result handle (NULL on failure). No error feedback.
+ */
+QC_API qc_status_t qc_sparse_allreduce(qc_comm_t comm, const int64_t* indices,
+                                       const void* values, size_t nnz, size_t row_len,
+                                       qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                                       qc_sparse_result_t* result);
+
+/** The number of rows of a sparse allreduce's result in *nnz. */
+QC_API qc_status_t qc_sparse_result_nnz(qc_sparse_result_t result, size_t* nnz);
+
+/**
+ * Copy a result's rows out: indices (nnz entries) and values (nnz x row_len
+ * elements of the call's dtype); capacity is the rows the two arrays hold,
+ * QC_ERROR_INVALID_ARGUMENT (nothing written) when it is less than the
+ * result's nnz. Either array may be NULL to skip it.
+ */
+QC_API qc_status_t qc_sparse_result_copy(qc_sparse_result_t result, int64_t* indices,
+                                         void* values, size_t capacity);
+
+/** Free a result. NULL is accepted and does nothing; a freed handle is
+ *  refused forever (see qc_comm_t). */
+QC_API qc_status_t qc_sparse_result_destroy(qc_sparse_result_t result);
+
+/**
+ * A sparse allreduce whose result is scattered into a dense table: dense
+ * (nrows x row_len elements of dtype, host memory) gets every summed row at
+ * its index and zeros elsewhere, on every rank. Indices must be < nrows
+ * (QC_ERROR_INVALID_ARGUMENT names the entry); nrows must be every rank's.
+ * Otherwise as qc_sparse_allreduce.
+ */
+QC_API qc_status_t qc_sparse_allreduce_dense(qc_comm_t comm, const int64_t* indices,
+                                             const void* values, size_t nnz, size_t row_len,
+                                             size_t nrows, void* dense, qc_dtype_t dtype,
+                                             qc_reduce_op_t op, const char* layer);
+
 /* ======================================================================== */
 /* 6. Non-blocking collectives                                               */
 /* ======================================================================== */

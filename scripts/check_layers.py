@@ -48,6 +48,7 @@ PLACES = {
     "src/core/api_guard": "api",
     "src/core/api_handles": "api",
     "src/core/api_requests": "api",
+    "src/core/api_sparse": "api",
     "src/core/emulate": "api",
     "src/core/adapt/adapt_policies": "api",
     # comm
@@ -61,6 +62,7 @@ PLACES = {
     "src/core/allreduce_device": "comm",
     "src/core/alltoall": "comm",
     "src/core/scheduled_host": "comm",
+    "src/core/sparse_host": "comm",
     "src/core/segments": "comm",
     "src/core/host_staging": "comm",
     "src/core/device_call": "comm",
@@ -72,6 +74,7 @@ PLACES = {
     "src/core/adapt/": "planner",
     # executors
     "src/core/executors/": "executors",
+    "src/core/sparse_rows": "executors",
     "src/core/algorithms/": "executors",
     "src/core/collective_context": "executors",
     "src/core/device_staging": "executors",

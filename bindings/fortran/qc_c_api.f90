@@ -456,6 +456,55 @@ module qc_c_api
       type(c_ptr), value :: stream
       integer(c_int) :: res
     end function
+    function qc_sparse_allreduce_c(comm, indices, values, nnz, row_len, dtype, op, layer, &
+        result) bind(c, name="qc_sparse_allreduce") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      integer(c_int64_t), intent(in) :: indices(*)
+      type(c_ptr), value :: values
+      integer(c_size_t), value :: nnz
+      integer(c_size_t), value :: row_len
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      type(c_ptr), intent(out) :: result
+      integer(c_int) :: res
+    end function
+    function qc_sparse_result_nnz_c(result, nnz) bind(c, name="qc_sparse_result_nnz") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: result
+      integer(c_size_t), intent(out) :: nnz
+      integer(c_int) :: res
+    end function
+    function qc_sparse_result_copy_c(result, indices, values, capacity) bind(c, &
+        name="qc_sparse_result_copy") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: result
+      integer(c_int64_t), intent(out) :: indices
+      type(c_ptr), value :: values
+      integer(c_size_t), value :: capacity
+      integer(c_int) :: res
+    end function
+    function qc_sparse_result_destroy_c(result) bind(c, name="qc_sparse_result_destroy") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: result
+      integer(c_int) :: res
+    end function
+    function qc_sparse_allreduce_dense_c(comm, indices, values, nnz, row_len, nrows, dense, &
+        dtype, op, layer) bind(c, name="qc_sparse_allreduce_dense") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      integer(c_int64_t), intent(in) :: indices(*)
+      type(c_ptr), value :: values
+      integer(c_size_t), value :: nnz
+      integer(c_size_t), value :: row_len
+      integer(c_size_t), value :: nrows
+      type(c_ptr), value :: dense
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      integer(c_int) :: res
+    end function
     function qc_iallreduce_c(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, &
         request) bind(c, name="qc_iallreduce") result(res)
       import :: c_int, c_ptr, c_size_t
@@ -760,12 +809,13 @@ module qc_c_api
   public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c
   public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, qc_allreduce_c
   public :: qc_allreduce_segments_c, qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c
-  public :: qc_broadcast_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
-  public :: qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c, qc_request_test_c
-  public :: qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c
-  public :: qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c
-  public :: qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c
-  public :: qc_emulate_alltoall_c, qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c
-  public :: qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, qc_adapt_report_init_sized_c
-  public :: qc_comm_adapt_policies_c
+  public :: qc_broadcast_c, qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c
+  public :: qc_sparse_result_destroy_c, qc_sparse_allreduce_dense_c, qc_iallreduce_c, qc_iallreduce_segments_c
+  public :: qc_ialltoall_c, qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c
+  public :: qc_request_test_c, qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c
+  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
+  public :: qc_error_buffer_load_c, qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c
+  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c, qc_emulate_reduce_scatter_c, qc_emulate_allgather_c
+  public :: qc_emulate_broadcast_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
+  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
 end module qc_c_api

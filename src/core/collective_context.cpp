@@ -494,6 +494,47 @@ Status CollectiveContext::agree_by_messages() {
   return Status::ok();
 }
 
+Status CollectiveContext::allgather_u64s(const std::vector<uint64_t>& mine,
+                                         std::vector<uint64_t>* all) {
+  constexpr uint32_t kCountsStep = 0xf8000;  // no schedule uses this step
+  const size_t k = mine.size();
+  const size_t bytes = 8 * k;
+  all->assign(static_cast<size_t>(size_) * k, 0);
+  std::copy(mine.begin(), mine.end(), all->begin() + static_cast<ptrdiff_t>(rank_ * k));
+  if (size_ == 1) return Status::ok();
+  Message out;
+  out.reserve_payload(bytes);
+  for (size_t i = 0; i < k; ++i) store_le64(out.payload() + 8 * i, mine[i]);
+  out.set_payload_size(bytes);
+  std::vector<Message> in(static_cast<size_t>(size_ - 1));
+  std::vector<Message*> recv_msgs;
+  std::vector<Request> reqs(2 * static_cast<size_t>(size_ - 1));
+  size_t posted = 0;
+  for (int d = 1; d < size_; ++d) {
+    QC_RETURN_IF_ERROR(post_send((rank_ + d) % size_, kCountsStep, &out, bytes, &reqs[posted++]));
+  }
+  for (int d = 1; d < size_; ++d) {
+    Message& m = in[static_cast<size_t>(d - 1)];
+    m.reserve_payload(bytes);
+    QC_RETURN_IF_ERROR(post_recv((rank_ - d + size_) % size_, kCountsStep, &m, &reqs[posted++]));
+    recv_msgs.push_back(&m);
+  }
+  QC_RETURN_IF_ERROR(wait(reqs.data(), posted, recv_msgs.data(), recv_msgs.size()));
+  for (int d = 1; d < size_; ++d) {
+    const int from = (rank_ - d + size_) % size_;
+    const Message& m = in[static_cast<size_t>(d - 1)];
+    if (m.payload_size() != bytes) {
+      return corrupt_data("rank " + std::to_string(from) + " sent " +
+                          std::to_string(m.payload_size()) + " bytes of counts, not " +
+                          std::to_string(bytes));
+    }
+    for (size_t i = 0; i < k; ++i) {
+      (*all)[static_cast<size_t>(from) * k + i] = load_le64(m.payload() + 8 * i);
+    }
+  }
+  return Status::ok();
+}
+
 Status CollectiveContext::send(int peer, uint32_t step, Message* msg, size_t frame) {
   Request req;
   QC_RETURN_IF_ERROR(post_send(peer, step, msg, frame, &req));

@@ -232,6 +232,17 @@ class CollectiveContext {
   // rank fails; the pattern depends on the group size alone, so ranks that
   // disagree on who talks to whom (a broadcast's root) still meet here.
   Status agree_by_messages();
+  // Every rank's `value` in (*all)[rank], over the call's own messages:
+  // each rank sends its value (8 bytes behind an envelope) to every other
+  // and receives theirs. The envelopes are checked as everywhere, so this
+  // also agrees on the call (a sparse allreduce's row counts, which may
+  // differ between ranks, travel here before anything sized by them).
+  Status allgather_u64(uint64_t value, std::vector<uint64_t>* all) {
+    return allgather_u64s(std::vector<uint64_t>{value}, all);
+  }
+  // The same for `mine.size()` values per rank (every rank's same count):
+  // (*all)[r * mine.size() + k] is rank r's value k.
+  Status allgather_u64s(const std::vector<uint64_t>& mine, std::vector<uint64_t>* all);
   Status native_allreduce_float(const float* send, float* recv, size_t count);
   // The transport's float sum (or average) of device buffers, enqueued on
   // `stream` after the agreement: a rank whose buffers the transport cannot

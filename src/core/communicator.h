@@ -25,6 +25,7 @@
 namespace qc {
 
 struct ErrorBuffer;
+struct SparseRows;
 
 // Owned by live_communicators() (core/handle_table.h) from qc_comm_create*
 // to qc_comm_destroy; the entry points reach it through a lease.
@@ -172,6 +173,14 @@ Status comm_allgather(Communicator* comm, const DeviceMemory* mem, void* stream,
 Status comm_broadcast(Communicator* comm, const DeviceMemory* mem, void* stream,
                       const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
                       int root, const char* layer);
+
+// A sparse allreduce (sparse_host.cpp; work in progress): this rank's nnz
+// rows (indices in any order, duplicates summed; each < nrows unless nrows
+// is 0) of row_len values; *result gets the union of every rank's indices,
+// ascending, with the summed rows (float32), the same bits on every rank.
+Status comm_sparse_allreduce(Communicator* comm, const int64_t* indices, const void* values,
+                             size_t nnz, size_t row_len, int64_t nrows, qc_dtype_t dtype,
+                             qc_reduce_op_t op, const char* layer, SparseRows* result);
 
 // Squared L2 norm, accumulated in double.
 double squared_norm(const float* x, size_t count);

@@ -27,6 +27,7 @@ enum class CollectiveKind : uint8_t {
   kReduceScatter = 3,
   kAllgather = 4,
   kBroadcast = 5,
+  kSparseAllreduce = 6,
 };
 
 // What every rank must agree on for one call, hashed into the envelope.

@@ -72,6 +72,8 @@ typedef struct qct_fx {
   qc_comm_t spare_comm;        /* NULL: for a create that should fail */
   qc_comm_t spare_comms[4];    /* NULL: likewise */
   qc_error_buffer_t spare_eb;  /* NULL: likewise; whatever lands in these is destroyed */
+  qc_sparse_result_t spare_sparse; /* NULL: for a sparse allreduce's result; destroyed */
+  int64_t sparse_idx[16];      /* row indices 0, 1, ..., 15 */
   qc_comm_t dead_comm;         /* created, then destroyed */
   qc_error_buffer_t dead_eb;   /* created, then destroyed */
   qc_request_t req;            /* NULL: for a start; whatever lands here is waited for and freed */
@@ -228,6 +230,7 @@ static inline int qct_fx_setup(qct_fx* fx) {
   fx->garbage = (unsigned char*)malloc(QCT_GARBAGE_BYTES);
   if (!fx->buf || !fx->out || !fx->half || !fx->garbage) goto oom;
   for (i = 0; i < QCT_CAP; ++i) fx->half[i] = (uint16_t)QCT_FP16_ONE;
+  for (i = 0; i < 16; ++i) fx->sparse_idx[i] = (int64_t)i;
   for (i = 0; i < QCT_GARBAGE_BYTES; ++i) {
     x ^= x << 13;
     x ^= x >> 17;
@@ -320,6 +323,7 @@ static inline void qct_fx_teardown(qct_fx* fx) {
   qc_comm_destroy(fx->spare_comm);
   for (r = 0; r < 4; ++r) qc_comm_destroy(fx->spare_comms[r]);
   qc_error_buffer_destroy(fx->spare_eb);
+  qc_sparse_result_destroy(fx->spare_sparse);
   qc_error_buffer_destroy(fx->eb);
   qc_error_buffer_destroy(fx->eb_other);
   for (r = 0; r < QCT_EMU_RANKS; ++r) {

@@ -40,6 +40,8 @@
 #define spare_comm (fx->spare_comm)
 #define spare_comms (fx->spare_comms)
 #define spare_eb (fx->spare_eb)
+#define spare_sparse (fx->spare_sparse)
+#define sparse_idx (fx->sparse_idx)
 #define dead_comm (fx->dead_comm)
 #define dead_eb (fx->dead_eb)
 #define req (fx->req)
@@ -97,6 +99,8 @@
 #undef spare_comm
 #undef spare_comms
 #undef spare_eb
+#undef spare_sparse
+#undef sparse_idx
 #undef dead_comm
 #undef dead_eb
 #undef req

@@ -108,16 +108,18 @@ class HostRun {
   // The receive capacity of slots [first, last) as `framing` carries them,
   // which sender and receiver compute alike from the call's shape.
   size_t frame(const Step& st) const {
-    if (st.framing == Framing::kEncoded) {
-      return ctx_.max_encoded_size(schedule_.slot_counts[st.slot]);
-    }
+    if (st.framing == Framing::kEncoded) return slot_capacity(st.slot);
     size_t total = 0;
     for (size_t b = st.slot; b < st.slot_end; ++b) {
-      const size_t entry =
-          block_list_capacity(1, ctx_.max_encoded_size(schedule_.slot_counts[b]));
+      const size_t entry = block_list_capacity(1, slot_capacity(b));
       total = entry > SIZE_MAX - total ? SIZE_MAX : total + entry;
     }
     return total;
+  }
+
+  size_t slot_capacity(size_t slot) const {
+    return schedule_.slot_bytes.empty() ? ctx_.max_encoded_size(schedule_.slot_counts[slot])
+                                        : schedule_.slot_bytes[slot];
   }
 
   // A block-list message for a transfer of `group`: one whose transfers
@@ -251,10 +253,8 @@ Status run_on_host(CollectiveContext& ctx, const Schedule& schedule, const float
 
 Status run_transfers_on_host(CollectiveContext& ctx, const Schedule& schedule,
                              Message* const* slots) {
-  if (block_list_transfers(schedule) > 0) {
-    return internal_error("run_transfers_on_host takes no block lists");
-  }
-  HostRun run(ctx, schedule, slots, nullptr);
+  std::vector<Message> frames(block_list_transfers(schedule));
+  HostRun run(ctx, schedule, slots, frames.data());
   return run.run(ValueBuffers{}, /*transfers_only=*/true);
 }
 

@@ -88,6 +88,10 @@ struct Schedule {
   std::vector<Step> steps;
   size_t scratch_count = 0;         // the most scratch values a kZero asks for
   size_t block_slots = 0;           // slots [0, block_slots) are the result's blocks
+  // Payloads encoded elsewhere (run_transfers_on_host) whose size is not
+  // the codec's for slot_counts: when set, slot i's receive capacity in
+  // bytes (a sparse allreduce's rows: their indices ride behind the values).
+  std::vector<size_t> slot_bytes;
 };
 
 // Appends steps to a schedule; what the algorithm files write with.

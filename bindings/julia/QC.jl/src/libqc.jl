@@ -91,6 +91,7 @@ const QC_STATUS_DESCRIPTIONS = Dict{qc_status_t,String}(
 
 const qc_comm_t = Ptr{Cvoid}
 const qc_error_buffer_t = Ptr{Cvoid}
+const qc_sparse_result_t = Ptr{Cvoid}
 const qc_request_t = Ptr{Cvoid}
 
 # qc_policy_t (defaults: QC_POLICY_INIT)
@@ -338,6 +339,21 @@ qc_allgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer, stre
 
 qc_broadcast(comm, sendbuf, recvbuf, count, dtype, root, layer, stream) =
     @ccall libqc.qc_broadcast(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, root::Cint, layer::Cstring, stream::Ptr{Cvoid})::qc_status_t
+
+qc_sparse_allreduce(comm, indices, values, nnz, row_len, dtype, op, layer, result) =
+    @ccall libqc.qc_sparse_allreduce(comm::qc_comm_t, indices::Ptr{Int64}, values::Ptr{Cvoid}, nnz::Csize_t, row_len::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, result::Ptr{qc_sparse_result_t})::qc_status_t
+
+qc_sparse_result_nnz(result, nnz) =
+    @ccall libqc.qc_sparse_result_nnz(result::qc_sparse_result_t, nnz::Ptr{Csize_t})::qc_status_t
+
+qc_sparse_result_copy(result, indices, values, capacity) =
+    @ccall libqc.qc_sparse_result_copy(result::qc_sparse_result_t, indices::Ptr{Int64}, values::Ptr{Cvoid}, capacity::Csize_t)::qc_status_t
+
+qc_sparse_result_destroy(result) =
+    @ccall libqc.qc_sparse_result_destroy(result::qc_sparse_result_t)::qc_status_t
+
+qc_sparse_allreduce_dense(comm, indices, values, nnz, row_len, nrows, dense, dtype, op, layer) =
+    @ccall libqc.qc_sparse_allreduce_dense(comm::qc_comm_t, indices::Ptr{Int64}, values::Ptr{Cvoid}, nnz::Csize_t, row_len::Csize_t, nrows::Csize_t, dense::Ptr{Cvoid}, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring)::qc_status_t
 
 qc_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, layer, error_buffer, request) =
     @ccall libqc.qc_iallreduce(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, error_buffer::qc_error_buffer_t, request::Ptr{qc_request_t})::qc_status_t
