@@ -749,10 +749,16 @@ typedef struct qc_sparse_result_s* qc_sparse_result_t;
  *   rows (in input order) before anything travels. nnz may differ between
  *   ranks; row_len (>= 1), dtype, op and layer may not (QC_ERROR_MISMATCH).
  * values: nnz x row_len elements of dtype, host memory.
- * Each rank's rows are encoded once, with one scale per row (the policy's
- * bucket is the row; codecs none, fp16, bf16, minmax, qsgd, onebit;
- * others are QC_ERROR_UNSUPPORTED), and decoded by every rank, its own
- * included. min_compress_bytes judges all ranks' rows together.
+ * Values are quantized with one scale per row (the policy's bucket is the
+ * row; codecs none, fp16, bf16, minmax, qsgd, onebit; others are
+ * QC_ERROR_UNSUPPORTED); min_compress_bytes judges all ranks' rows
+ * together. The schedule (docs/algorithms.md) is chosen per call, alike on
+ * every rank, from the ranks' row counts: every rank's rows encoded once
+ * and sent to every rank (few rows), or summed at the rank owning their
+ * index and the sums sent on (rows the ranks share; quantized twice), or,
+ * for qc_sparse_allreduce_dense only, the dense table's allreduce (a
+ * nearly full table; quantized twice). The policy's algorithm
+ * QC_ALGO_SRA, or QC_SPARSE_SCHEDULE, forces one.
  * *result: a new result handle (NULL on failure). No error feedback.
  */
 QC_API qc_status_t qc_sparse_allreduce(qc_comm_t comm, const int64_t* indices,

@@ -7,49 +7,9 @@
  * names another root gets QC_ERROR_MISMATCH on every rank, not a hang.
  */
 #include <math.h>
-#include <mpi.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "qc.h"
-
-static int g_rank = 0;
-static int g_size = 1;
-
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "rank %d: FAILED %s:%d: ", g_rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, " (qc_last_error: %s)\n", qc_last_error());            \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                           \
-    }                                                                         \
-  } while (0)
-
-/* Rank r's input for call t: uniform in [-1, 1). */
-static void fill_input(float* x, size_t count, int r, int t) {
-  uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(r + 1) + 0x632be59bd9b4e019ull * (uint64_t)(t + 7);
-  size_t i;
-  for (i = 0; i < count; ++i) {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    x[i] = (float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
-  }
-}
-
-static qc_comm_t make_comm(double timeout) {
-  qc_comm_config_t cfg = QC_COMM_CONFIG_INIT;
-  qc_comm_t comm = NULL;
-  cfg.transport = QC_TRANSPORT_MPI;
-  cfg.mpi_comm = (int64_t)MPI_Comm_c2f(MPI_COMM_WORLD);
-  cfg.timeout_seconds = timeout;
-  CHECK(qc_comm_create(&cfg, &comm) == QC_SUCCESS, "qc_comm_create over MPI_COMM_WORLD");
-  return comm;
-}
+#include "mpi_test_util.h"
 
 enum kind { REDUCE_SCATTER, ALLGATHER, BROADCAST };
 static const char* const kKindNames[] = {"reduce_scatter", "allgather", "broadcast"};
