@@ -303,7 +303,8 @@ static qctool::Json json_row(const Row& r, const Options& opt, const std::string
   j["dtype"] = dtype_name(opt.dtype);
   j["codec_name"] = r.codec_name;
   j["bits"] = r.bits ? r.bits : p.bits;
-  j["bucket"] = p.bucket_size;
+  // A sparse allreduce's bucket is its row.
+  j["bucket"] = r.op == Op::SparseAllreduce ? r.row_len : uint64_t(p.bucket_size);
   j["rounding"] = p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest";
   j["error_feedback"] = r.error_feedback;
   j["warmup"] = opt.warmup;
