@@ -29,7 +29,8 @@ PERF_ROW = [
     "ratio", "wire_ideal", "wire_ok", "na", "error", "bound", "wrong", "replica_mismatch",
     "passed", "failure", "mpi_time_us", "speedup", "codec_us", "hidden_codec_us",
     "transport_us", "baseline", "nranks", "transport", "redop", "dtype", "codec_name", "bits",
-    "bucket", "rounding", "error_feedback", "warmup", "iters", "qc_version", "date"]
+    "bucket", "rounding", "error_feedback", "warmup", "iters", "qc_version", "date", "density",
+    "nrows", "row_len"]
 
 CODEC_BENCH_TOP = [
     "tool", "command", "date", "qc_version", "cpu", "cpu_avx2", "cpu_avx512", "compiler",
@@ -74,7 +75,8 @@ def number_or_null(v):
     return v is None or is_number(v)
 
 
-PERF_OPS = ("allreduce", "alltoall", "reduce_scatter", "allgather", "broadcast")
+PERF_OPS = ("allreduce", "alltoall", "reduce_scatter", "allgather", "broadcast",
+            "sparse_allreduce")
 PERF_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -86,15 +88,26 @@ def check_perf_sizes(i, row):
     """size, count, algbw and busbw as tools/qc-perf/README.md ("Ops") defines them."""
     op, n = row["op"], row["nranks"]
     width = PERF_DTYPE_BYTES[row["dtype"]]
-    per_count = n if op in ("alltoall", "reduce_scatter") else 1
-    expect(row["size"] == row["count"] * per_count * width,
-           f"row {i}: {op} size {row['size']} for count {row['count']}, {n} ranks, {width} B")
+    if op == "sparse_allreduce":
+        # The size is the dense table; the count the rows each rank passes.
+        nrows, row_len, density = row["nrows"], row["row_len"], row["density"]
+        expect(row["size"] == nrows * row_len * width,
+               f"row {i}: sparse size {row['size']} for {nrows} x {row_len} x {width} B")
+        expect(row["count"] == math.floor(density * nrows + 0.5),
+               f"row {i}: sparse nnz {row['count']} for density {density} of {nrows} rows")
+    else:
+        expect(row["density"] is None and row["nrows"] is None and row["row_len"] is None,
+               f"row {i}: {op} has sparse fields")
+        per_count = n if op in ("alltoall", "reduce_scatter") else 1
+        expect(row["size"] == row["count"] * per_count * width,
+               f"row {i}: {op} size {row['size']} for count {row['count']}, {n} ranks, {width} B")
     if row["algbw"] is None or row["time_us"] is None or row["time_us"] <= 0:
         return
     # nccl-tests' byte count and bus factor; the MPI row moves fp32.
     size = row["size"] // width * 4 if row["baseline"] else row["size"]
     nbytes = size * n if op == "allgather" else size
-    factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
+    factor = {"allreduce": 2 * (n - 1) / n, "sparse_allreduce": 2 * (n - 1) / n,
+              "broadcast": 1.0}.get(op, (n - 1) / n)
     expect(close(row["algbw"] * row["time_us"] * 1e3, nbytes, 1e-6),
            f"row {i}: {op} algbw {row['algbw']} x time {row['time_us']} us is not {nbytes} B")
     expect(close(row["busbw"], row["algbw"] * factor),

@@ -4,6 +4,7 @@
 //   qc_perf_main.cpp  the sweep plan, the main loop
 //   perf_runner.cpp   worker threads, barrier, timing, the qc group
 //   perf_check.cpp    input data, dtype conversion, exact reference, error bounds
+//   perf_sparse.cpp   the sparse allreduce's rows, reference and check
 //   perf_report.cpp   the table, the footer and --json
 // Only the public header qc.h is used.
 #ifndef QC_PERF_H
@@ -24,13 +25,15 @@
 
 namespace qcperf {
 
-enum class Op { Allreduce, Alltoall, ReduceScatter, Allgather, Broadcast };
+enum class Op { Allreduce, Alltoall, ReduceScatter, Allgather, Broadcast, SparseAllreduce };
 
 // ---- the collectives (perf_ops.cpp) ----------------------------------------
 //
 // A row's `count` is the call's count argument: allreduce and broadcast the
 // message's elements, alltoall elements per peer, reduce_scatter recvcount
-// (the block each rank ends with), allgather sendcount (each rank's block).
+// (the block each rank ends with), allgather sendcount (each rank's block),
+// sparse_allreduce nnz (the rows each rank passes; its size is the dense
+// table's bytes, nrows x row_len values).
 
 constexpr int kBroadcastRoot = 0;  // the root of every broadcast row
 
@@ -40,6 +43,8 @@ bool op_reduces(Op op);     // allreduce, reduce_scatter: -r applies
 bool op_replicated(Op op);  // every rank ends with the same output (bit-identical)
 bool op_takes_error_buffer(Op op);  // --ef gives the call an error buffer
 bool op_scheduled(Op op);   // reduce_scatter, allgather, broadcast: -a picks a schedule
+// The codecs a sparse allreduce takes (qc.h: one scale per row).
+bool sparse_row_codec(qc_codec_t c);
 // Elements of one rank's send / receive buffer for a call of `count`.
 size_t send_elems(Op op, int nranks, size_t count);
 size_t recv_elems(Op op, int nranks, size_t count);
@@ -63,11 +68,19 @@ const char* schedule_name(Op op, qc_algorithm_t algorithm, int nranks, size_t me
 // (effective_policy): below min_compress_bytes codec none, and native then
 // becomes auto.
 qc_policy_t sent_policy(const qc_policy_t& policy, size_t message_bytes);
+// What a sparse allreduce call takes besides send (the rows' values) and
+// recv (the dense table).
+struct SparseArgs {
+  const int64_t* indices = nullptr;  // nnz (the call's count) row indices
+  size_t row_len = 0;
+  size_t nrows = 0;
+};
 // One call of the op (layer NULL). rank: the caller's; a broadcast's
-// non-root ranks pass no sendbuf, as qc.h allows.
+// non-root ranks pass no sendbuf, as qc.h allows. sparse: the sparse
+// allreduce's indices and shape (NULL for the other ops).
 qc_status_t call_collective(Op op, qc_comm_t comm, int rank, const void* send, void* recv,
                             size_t count, qc_dtype_t dtype, qc_reduce_op_t redop,
-                            qc_error_buffer_t eb, void* stream);
+                            qc_error_buffer_t eb, void* stream, const SparseArgs* sparse);
 
 // ---- options -------------------------------------------------------------
 
@@ -78,6 +91,10 @@ struct Options {
   bool max_bytes_given = false;      // -e given (else the multi-codec default applies)
   uint64_t factor = 2;
   std::vector<Op> ops{Op::Allreduce};
+  // sparse_allreduce: row densities per rank (one row of the table each) and
+  // the values per row.
+  std::vector<double> densities{0.01};
+  size_t row_len = 64;
   std::vector<qc_algorithm_t> algos;  // algorithms (allreduce; schedules of the others), in sweep order
   qc_policy_t policy;                  // bits, bucket, rounding, ef, seed (codec: see codecs)
   std::vector<qc_codec_t> codecs;      // codecs, in sweep order (policy.codec is the first)
@@ -120,6 +137,14 @@ size_t dtype_size(qc_dtype_t d);
 using qctool::human_bytes;                      // "32 MiB"
 
 // ---- dtype conversion (perf_check.cpp) -----------------------------------
+
+// splitmix64: the inputs' random stream.
+inline uint64_t next_random(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 uint16_t float_to_half(float f);     // IEEE binary16, round to nearest even
 float half_to_float(uint16_t h);
@@ -178,7 +203,12 @@ struct RankBuffers {
   void* recv = nullptr;
   size_t send_bytes = 0;
   size_t recv_bytes = 0;
+  std::vector<int64_t> indices;  // sparse_allreduce: the rows' indices
 };
+
+// Rank b's sparse arguments: its indices, opt.row_len, the rows of its table
+// (perf_ops.cpp).
+SparseArgs sparse_args(const Options& opt, const RankBuffers& b);
 
 class Buffers {
  public:
@@ -312,6 +342,51 @@ struct CheckResult {
 CheckResult check_result(WorkerPool& pool, const Options& opt, const ErrorModel& model,
                          Op op, const Buffers& buf, size_t count, const InputStats& stats);
 
+// ---- the sparse allreduce (perf_sparse.cpp; its bound in perf_check.cpp) ----
+
+// Rows per rank for a density: round(density x nrows).
+size_t sparse_nnz(double density, size_t nrows);
+// Every rank's nnz row indices (uniform over the table, duplicates allowed,
+// unsorted, from a stream seeded by the rank) and values (fill_inputs').
+void fill_sparse_inputs(WorkerPool& pool, const Options& opt, Buffers& buf, size_t nnz,
+                        size_t nrows);
+
+// What one row of the summed table's bound needs: row i's contributions.
+struct SparseRowStats {
+  int ranks = 0;      // ranks with rows of this index (k)
+  double terms = 0;   // rows of this index over all ranks, duplicates counted (m)
+  double amax = 0;    // max |value| of a rank's row of this index (duplicates
+                      // added), plus the float32 rounding of that addition
+  double l2 = 0;      // max L2 norm of such a rank's row, likewise
+  double smax = 0;    // max_j sum over all the rows' |x_j|: the row's normaliser
+};
+
+// The bound on |out - exact| of one element of row `s`, relative to its
+// normaliser: max(S_ij, floor) for the per-element codecs (none, fp16,
+// bf16), max(s.smax, floor) for the per-row scaled ones (minmax, qsgd,
+// onebit). policy.algorithm sra: scatter-reduce-allgather; any other (the
+// library's other schedule, or AUTO's choice) the looser of the two.
+bool sparse_per_element(const qc_policy_t& policy);
+double sparse_floor(qc_dtype_t dtype, const qc_policy_t& policy);
+double sparse_row_bound(int nranks, qc_dtype_t dtype, qc_reduce_op_t redop,
+                        const qc_policy_t& policy, size_t row_len, const SparseRowStats& s);
+
+// The exact sum of every rank's rows as a dense table, in fp64, and each
+// row's statistics (computed once per size and density).
+struct SparseReference {
+  size_t nrows = 0, row_len = 0;
+  std::vector<double> exact;     // nrows x row_len
+  std::vector<double> abs_sum;   // the same terms' |x|
+  std::vector<SparseRowStats> rows;
+  uint64_t distinct_rows = 0;    // sum over ranks of their distinct indices
+};
+void sparse_reference(const Options& opt, const Buffers& buf, size_t nnz, size_t nrows,
+                      SparseReference* ref);
+// Checks every rank's table held here against the reference (replicas must
+// be bit-identical); *bound gets the largest row bound. MPI: reduced over ranks.
+CheckResult check_sparse(WorkerPool& pool, const Options& opt, const qc_policy_t& policy,
+                         const SparseReference& ref, const Buffers& buf, double* bound);
+
 // ---- MPI transport (perf_mpi.cpp; stubs without QC_HAVE_MPI) ---------------
 
 bool mpi_available();                       // built with QC_HAVE_MPI
@@ -326,7 +401,8 @@ qc_status_t mpi_comm_create(double timeout, qc_comm_t* comm, std::string* err);
 RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t& policy,
                              Op op, Buffers& buf, size_t count);
 // The op's plain MPI call (mpi_baseline_name: fp32, sum, this rank's send
-// buffer, the row's count; broadcast from kBroadcastRoot), warmup + iters
+// buffer, the row's count; broadcast from kBroadcastRoot; sparse_allreduce:
+// MPI_Allreduce of the dense table holding this rank's rows), warmup + iters
 // calls; mean over iterations of the slowest rank, in us. For float32 the
 // result is left in the receive buffer (for the check).
 double mpi_baseline_time_us(const Options& opt, Op op, Buffers& buf, size_t count);
@@ -358,6 +434,8 @@ struct Row {
   Op op = Op::Allreduce;
   uint64_t size = 0;   // input bytes per rank
   uint64_t count = 0;  // the call's count (see Op)
+  double density = std::numeric_limits<double>::quiet_NaN();  // sparse_allreduce
+  uint64_t nrows = 0, row_len = 0;                            // sparse_allreduce
   std::string type, algo, codec;  // algo: allreduce the -a value, else the
                                   // schedule; codec: the label, e.g. "minmax4/128"
   std::string codec_name;          // "minmax"

@@ -88,15 +88,6 @@ float bf16_to_float(uint16_t b) {
 
 // ---- input data ------------------------------------------------------------
 
-namespace {
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
 // Rank r's inputs: uniform in [-1, 1), 24 random bits each (exact in float),
 // from a splitmix64 stream seeded by the rank. half / bfloat16 inputs are the
 // floats rounded to that dtype; the reference reads those rounded values back.
@@ -107,7 +98,7 @@ void fill_inputs(WorkerPool& pool, const Options& opt, Op op, Buffers& buf,
     uint64_t state = 0x0123456789abcdefull ^ (0x9e3779b97f4a7c15ull * (uint64_t(rank) + 1));
     void* dst = buf.rank[rank].send;
     for (size_t i = 0; i < elems_per_rank; ++i) {
-      const uint64_t bits = splitmix64(state) >> 40;                    // 24 bits
+      const uint64_t bits = next_random(state) >> 40;                    // 24 bits
       const float x = static_cast<float>(bits) * (1.0f / 8388608.0f) - 1.0f;  // [-1, 1)
       switch (opt.dtype) {
         case QC_DTYPE_FLOAT32: static_cast<float*>(dst)[i] = x; break;
@@ -243,6 +234,17 @@ InputStats input_stats(WorkerPool& pool, const Options& opt, Op op, const Buffer
 //   |out - exact| <= S_i (1 + (n+1) u32): per-element bound 1 + slack.
 //   alltoall, allgather, broadcast: one encode of the input (k = 1), codec
 //   none an exact copy (bound 0).
+//   sparse_allreduce, per row of the table (one scale per row: the codec's
+//          bucket is the row). x = a rank's row of that index (its repeated
+//          indices added in float32 first: A and W include that rounding and
+//          E gets (m-k) u32 S for it; m rows of the index in all, k ranks):
+//          allgather  out = sum of k enc(x)                  (1 encode per input)
+//          sra        P = sum of k enc(x); out = enc(P)      (the owner's sum
+//                     requantized: 2 encodes per input; its own rows enter
+//                     exact, which the chain does not count on)
+//          auto: sra's chain (the looser; AUTO may pick either). A row no
+//          rank has must be exactly 0. Normalised per element (none, fp16,
+//          bf16) or by the row's S = max_j sum |x_j| (minmax, qsgd, onebit).
 // Then the output: avg's multiply (2*u32*D) and rounding to the dtype (u(dtype)*D).
 //
 // Error feedback: run_collective resets every error buffer before the last
@@ -405,6 +407,21 @@ bool per_element(qc_codec_t c, const qc_policy_t& p) {
          (c == QC_CODEC_TOPK && p.topk_ratio < 1.0f);
 }
 
+std::string sparse_bound_text(const qc_policy_t& p, bool stochastic) {
+  const char* per_encode = nullptr;
+  switch (p.codec) {
+    case QC_CODEC_NONE: return "per element, float32 additions only";
+    case QC_CODEC_FP16: return "per element, 2^-11 per encode + float32 additions";
+    case QC_CODEC_BF16: return "per element, 2^-8 per encode + float32 additions";
+    case QC_CODEC_MINMAX: per_encode = stochastic ? "2D/(2^q-1)" : "D/(2^q-1)"; break;
+    case QC_CODEC_QSGD: per_encode = stochastic ? "N_row/M" : "min(N_row/2M, D)"; break;
+    case QC_CODEC_ONEBIT: per_encode = "D"; break;
+    default: return "n/a (no per-row form)";
+  }
+  return std::string(per_encode) + " per encode of a row (sra: the owner's sum once more), "
+                                   "normalised by the row's S";
+}
+
 }  // namespace
 
 qc_algorithm_t resolve_auto(const qc_policy_t& p, int nranks, size_t message_bytes) {
@@ -418,6 +435,7 @@ qc_algorithm_t resolve_auto(const qc_policy_t& p, int nranks, size_t message_byt
 std::string bound_formula(Op op, qc_dtype_t dtype, const qc_policy_t& p) {
   const bool st = p.rounding == QC_ROUND_STOCHASTIC;
   std::string s = std::string(codec_name(p.codec)) + ": ";
+  if (op == Op::SparseAllreduce) return s + sparse_bound_text(p, st);
   switch (p.codec) {
     case QC_CODEC_NONE:
       s += !op_reduces(op) ? "exact copy (0)"
@@ -536,6 +554,53 @@ ErrorModel error_model(Op op, int nranks, qc_dtype_t dtype, qc_reduce_op_t redop
   }
   m.bound = E / den_units * (1 + 1e-9);
   return m;
+}
+
+// ---- the sparse allreduce's bound --------------------------------------------
+
+bool sparse_per_element(const qc_policy_t& p) {
+  return p.codec == QC_CODEC_NONE || p.codec == QC_CODEC_FP16 || p.codec == QC_CODEC_BF16;
+}
+
+double sparse_floor(qc_dtype_t dtype, const qc_policy_t& p) {
+  const bool half_involved = dtype == QC_DTYPE_FLOAT16 || p.codec == QC_CODEC_FP16;
+  return half_involved ? std::ldexp(1.0, -14) : std::ldexp(1.0, -126);
+}
+
+double sparse_row_bound(int nranks, qc_dtype_t dtype, qc_reduce_op_t redop,
+                        const qc_policy_t& p, size_t row_len, const SparseRowStats& s) {
+  if (s.ranks == 0) return 0;  // no rank has the row: it must be exactly 0
+  const int n = std::max(nranks, 1);
+  const double div = redop == QC_OP_AVG ? n : 1.0;
+  const double u_dtype = unit_roundoff(dtype);
+  const double floor = sparse_floor(dtype, p);
+  const bool pe = sparse_per_element(p);
+  Chain ch;
+  ch.codec = p.codec;
+  ch.stochastic = p.rounding == QC_ROUND_STOCHASTIC;
+  ch.bits = p.bits;
+  ch.ratio = 1;
+  ch.dtype = QC_DTYPE_FLOAT32;  // rows are widened to float32 before they are encoded
+  ch.n = n;
+  // Per element everything is relative to S_ij (A = Smax = 1); per row,
+  // absolute values, normalised by the row's S at the end.
+  const double S = pe ? 1.0 : s.smax;
+  ch.A = pe ? 1.0 : s.amax;
+  ch.Smax = S;
+  ch.Wb = ch.Wm = s.l2;
+  ch.len_b = ch.len_m = std::max<double>(1, double(row_len));
+  ch.norm_margin_b = ch.norm_margin_m = (ch.len_b / 16 + n + 8) * kU32;
+  const Partial q = ch.encode(ch.input());
+  Partial out = q;
+  for (int k = 1; k < s.ranks; ++k) out = ch.add(out, q);
+  if (p.algorithm == QC_ALGO_SRA || p.algorithm == QC_ALGO_AUTO) out = ch.encode(out);
+  // Repeated indices added in float32 before anything is encoded.
+  double E = out.E + (s.terms - s.ranks) * kU32 * S;
+  // Output: avg's multiply, then rounding to the dtype.
+  E += 2 * kU32 * out.D + u_dtype * out.D;
+  if (pe) return (E + u_dtype) * (1 + 1e-9);
+  E += u_dtype * floor * div;
+  return E / (std::max(s.smax / div, floor) * div) * (1 + 1e-9);
 }
 
 // ---- wire check ----------------------------------------------------------------

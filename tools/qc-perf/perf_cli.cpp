@@ -18,14 +18,15 @@ constexpr uint64_t kMultiCodecMaxBytes = 4ull << 20;
 // Option values as given, for those whose meaning needs more than CLI11's
 // types; apply_raw_values turns them into Options.
 struct RawValues {
-  std::string op, algos, codecs, rounding, dtype, redop, transport, min_compress;
+  std::string op, algos, codecs, rounding, dtype, redop, transport, min_compress, densities;
   double topk_ratio = 0;
   double timeout = 0;
   bool ef = false;
 };
 
-// Op list entries: a name (op_from_name's spellings) or "all" (every op).
-std::vector<Op> parse_ops(const CLI::App& app, const std::string& s) {
+// Op list entries: a name (op_from_name's spellings) or "all" (every op;
+// with --device every op but sparse_allreduce, which takes host memory only).
+std::vector<Op> parse_ops(const CLI::App& app, const std::string& s, bool device) {
   std::vector<Op> out;
   auto add = [&](Op op) {
     if (std::find(out.begin(), out.end(), op) == out.end()) out.push_back(op);
@@ -36,13 +37,27 @@ std::vector<Op> parse_ops(const CLI::App& app, const std::string& s) {
     if (t == "all") {
       for (Op o : {Op::Allreduce, Op::Alltoall, Op::ReduceScatter, Op::Allgather, Op::Broadcast})
         add(o);
+      if (!device) add(Op::SparseAllreduce);
     } else if (op_from_name(t, &op)) {
       add(op);
     } else {
       qctool::usage_error(app, "unknown op '" + raw + "' for -o (allreduce, alltoall, "
-                               "reduce_scatter, allgather, broadcast, all)");
+                               "reduce_scatter, allgather, broadcast, sparse_allreduce, all)");
     }
   }
+  return out;
+}
+
+// --density: fractions in (0, 1], in the order given, each once.
+std::vector<double> parse_densities(const CLI::App& app, const std::string& s) {
+  std::vector<double> out;
+  for (const std::string& raw : qctool::split_list(s)) {
+    double d = 0;
+    if (!qctool::parse_real(raw, &d) || !(d > 0 && d <= 1))
+      qctool::usage_error(app, "bad value '" + raw + "' for --density (0 < D <= 1)");
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  }
+  if (out.empty()) qctool::usage_error(app, "--density needs at least one value");
   return out;
 }
 
@@ -129,9 +144,22 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
       ->type_name("F");
   app.add_option("-o,--op", raw->op,
                  "collectives, comma separated: allreduce, alltoall,\n"
-                 "reduce_scatter, allgather, broadcast (root 0), all\n"
-                 "(default allreduce)")
+                 "reduce_scatter, allgather, broadcast (root 0),\n"
+                 "sparse_allreduce (sparse), all (default allreduce)")
       ->type_name("LIST");
+  app.add_option("--density", raw->densities,
+                 "sparse_allreduce: rows each rank passes, as a fraction\n"
+                 "of the table's rows, 0 < D <= 1; a list gives a row\n"
+                 "per density (default 0.01). The size is the dense\n"
+                 "table per rank (nrows x row_len values); each rank\n"
+                 "draws round(D x nrows) row indices (repeats allowed,\n"
+                 "unsorted) and qc_sparse_allreduce_dense sums them into\n"
+                 "the table; busbw = algbw * 2(n-1)/n on the table's\n"
+                 "bytes, as a dense allreduce of the same table")
+      ->type_name("LIST");
+  qctool::add_integer(app, with_both_spellings("--row-len"), &opt->row_len, size_t{1},
+                      size_t{1} << 24, "sparse_allreduce: values per row (default 64)")
+      ->type_name("L");
   p.algo = app.add_option("-a,--algo", raw->algos,
                           "algorithms, comma separated: auto, ring,\n"
                           "rd (recursive_doubling), sra, tree, native, all\n"
@@ -141,7 +169,10 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
                           "reduce_scatter: ring, else direct; allgather: ring,\n"
                           "rd (2^k ranks), else direct; broadcast: tree, auto\n"
                           "(tree < 64K, else chain), else chain; values giving\n"
-                          "the same schedule run once; alltoall has none")
+                          "the same schedule run once; alltoall has none;\n"
+                          "sparse_allreduce: sra = scatter-reduce-allgather by\n"
+                          "row owner, auto = the library's choice, others its\n"
+                          "allgather of rows (the column: the -a value)")
                ->type_name("LIST");
   p.codec = app.add_option("-c,--codec", raw->codecs,
                            "codecs, comma separated: none, fp16, bf16, minmax, qsgd,\n"
@@ -209,8 +240,9 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
 
 void apply_raw_values(const CLI::App& app, const Parsed& p, const RawValues& raw,
                         Options* opt) {
-  if (!raw.op.empty()) opt->ops = parse_ops(app, raw.op);
+  if (!raw.op.empty()) opt->ops = parse_ops(app, raw.op, opt->device);
   if (p.algo->count() > 0) opt->algos = parse_algos(app, raw.algos);
+  if (!raw.densities.empty()) opt->densities = parse_densities(app, raw.densities);
   if (p.codec->count() > 0) parse_codecs(app, raw.codecs, opt);
   if (p.topk_ratio->count() > 0) opt->policy.topk_ratio = static_cast<float>(raw.topk_ratio);
   if (p.timeout->count() > 0) opt->timeout = raw.timeout;
@@ -274,7 +306,8 @@ Options parse_args(int argc, char** argv) {
   CLI::App app{"Sweeps message sizes of qc collectives on the local transport (ranks are\n"
                "threads) or MPI, prints an nccl-tests-like table and checks every result.\n"
                "A size is a rank's input in bytes: its send buffer (reduce_scatter and\n"
-               "alltoall: all nranks blocks; broadcast: the message), for allgather its block.",
+               "alltoall: all nranks blocks; broadcast: the message), for allgather its block,\n"
+               "for sparse_allreduce its dense table (nrows x row_len values).",
                "qc-perf"};
   qctool::init_app(app,
                    "Exit status: 0 all rows passed (n/a rows do not count), 1 some row failed,\n"
@@ -291,6 +324,8 @@ Options parse_args(int argc, char** argv) {
 
   if (opt.device) {
     if (opt.mpi) qctool::usage_error(app, "--device works with the local transport only");
+    if (std::find(opt.ops.begin(), opt.ops.end(), Op::SparseAllreduce) != opt.ops.end())
+      qctool::usage_error(app, "--device: sparse_allreduce takes host memory only");
     const DeviceSupport support = device_support();
     if (support == DeviceSupport::kNotBuilt) {
       qctool::usage_error(app, "--device: this qc-perf was built without CUDA (configure where "

@@ -133,6 +133,7 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
   std::memset(buf.rank[me].recv, 0xff, buf.rank[me].recv_bytes);
   const void* send = buf.rank[me].send;
   void* recv = buf.rank[me].recv;
+  const SparseArgs sparse = sparse_args(opt, buf.rank[me]);
   qc_stats_t before{}, after{};
   before.struct_size = after.struct_size = sizeof(qc_stats_t);
   for (int it = 0; started && it < total && fail_st == QC_SUCCESS; ++it) {
@@ -147,7 +148,8 @@ RunResult run_collective_mpi(Group& group, const Options& opt, const qc_policy_t
     MPI_Barrier(MPI_COMM_WORLD);
     const clock::time_point t0 = clock::now();
     const qc_status_t st =
-        call_collective(op, comm, me, send, recv, count, opt.dtype, opt.redop, eb, nullptr);
+        call_collective(op, comm, me, send, recv, count, opt.dtype, opt.redop, eb, nullptr,
+                        &sparse);
     const clock::time_point t1 = clock::now();
     if (st != QC_SUCCESS) {
       fail(st, false);
@@ -216,6 +218,7 @@ void mpi_baseline_call(Op op, const float* send, float* recv, size_t count) {
   const int c = static_cast<int>(count);
   switch (op) {
     case Op::Allreduce:
+    case Op::SparseAllreduce:  // count: the dense table's values
       MPI_Allreduce(send, recv, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       break;
     case Op::Alltoall:
@@ -237,7 +240,10 @@ void mpi_baseline_call(Op op, const float* send, float* recv, size_t count) {
 double mpi_baseline_time_us(const Options& opt, Op op, Buffers& buf, size_t count) {
   using clock = std::chrono::steady_clock;
   const int me = opt.mpi_rank;
-  const size_t in = send_elems(op, opt.nranks, count), out = recv_elems(op, opt.nranks, count);
+  const bool sparse = op == Op::SparseAllreduce;
+  const size_t out = sparse ? buf.rank[me].recv_bytes / dtype_size(opt.dtype)
+                            : recv_elems(op, opt.nranks, count);
+  const size_t in = sparse ? out : send_elems(op, opt.nranks, count);
   std::vector<double> dt(size_t(opt.iters), 0.0);
   std::memset(buf.rank[me].recv, 0xff, buf.rank[me].recv_bytes);
   // The baseline is fp32. For half/bfloat16 runs the buffers hold 2-byte
@@ -245,7 +251,22 @@ double mpi_baseline_time_us(const Options& opt, Op op, Buffers& buf, size_t coun
   std::vector<float> scratch_in, scratch_out;
   const float* send = static_cast<const float*>(buf.rank[me].send);
   float* recv = static_cast<float*>(buf.rank[me].recv);
-  if (opt.dtype != QC_DTYPE_FLOAT32) {
+  if (sparse) {
+    // What a code without sparse support does: its rows added into a dense
+    // table (repeated indices in input order), then the whole table reduced.
+    scratch_in.assign(in, 0.0f);
+    for (size_t k = 0; k < count; ++k) {
+      float* row = scratch_in.data() + size_t(buf.rank[me].indices[k]) * opt.row_len;
+      for (size_t j = 0; j < opt.row_len; ++j)
+        row[j] += float(load_elem(buf.rank[me].send, opt.dtype, k * opt.row_len + j));
+    }
+    send = scratch_in.data();
+    if (opt.dtype != QC_DTYPE_FLOAT32) {
+      scratch_out.resize(out);
+      recv = scratch_out.data();
+    }
+    count = in;
+  } else if (opt.dtype != QC_DTYPE_FLOAT32) {
     scratch_in.resize(in);
     scratch_out.resize(out);
     for (size_t i = 0; i < in; ++i) scratch_in[i] = float(load_elem(buf.rank[me].send, opt.dtype, i));
@@ -297,8 +318,9 @@ void mpi_reduce_check(const Options& opt, Op op, const Buffers& buf, size_t coun
   // 0's output broadcast and compared element-wise.
   uint64_t wrong = 0;
   MPI_Allreduce(&res->wrong, &wrong, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  const size_t elems = recv_elems(op, opt.nranks, count);
-  const size_t bytes = elems * ds;
+  (void)count;
+  const size_t bytes = buf.rank[me].recv_bytes;
+  const size_t elems = bytes / ds;
   const uint64_t h = fnv1a(buf.rank[me].recv, bytes);
   uint64_t hmin = 0, hmax = 0;
   MPI_Allreduce(&h, &hmin, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);

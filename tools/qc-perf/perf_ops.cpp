@@ -12,6 +12,7 @@ const char* op_name(Op op) {
     case Op::ReduceScatter: return "reduce_scatter";
     case Op::Allgather: return "allgather";
     case Op::Broadcast: return "broadcast";
+    case Op::SparseAllreduce: return "sparse_allreduce";
   }
   return "?";
 }
@@ -28,6 +29,8 @@ bool op_from_name(const std::string& name, Op* op) {
       {"reduce_scatter", Op::ReduceScatter}, {"reducescatter", Op::ReduceScatter},
       {"allgather", Op::Allgather},      {"all_gather", Op::Allgather},
       {"broadcast", Op::Broadcast},      {"bcast", Op::Broadcast},
+      {"sparse_allreduce", Op::SparseAllreduce}, {"sparse", Op::SparseAllreduce},
+      {"sparseallreduce", Op::SparseAllreduce},
   };
   for (const Spelling& s : kSpellings) {
     if (name == s.name) {
@@ -38,10 +41,13 @@ bool op_from_name(const std::string& name, Op* op) {
   return false;
 }
 
-bool op_reduces(Op op) { return op == Op::Allreduce || op == Op::ReduceScatter; }
+bool op_reduces(Op op) {
+  return op == Op::Allreduce || op == Op::ReduceScatter || op == Op::SparseAllreduce;
+}
 
 bool op_replicated(Op op) {
-  return op == Op::Allreduce || op == Op::Allgather || op == Op::Broadcast;
+  return op == Op::Allreduce || op == Op::Allgather || op == Op::Broadcast ||
+         op == Op::SparseAllreduce;
 }
 
 bool op_takes_error_buffer(Op op) {
@@ -50,6 +56,11 @@ bool op_takes_error_buffer(Op op) {
 
 bool op_scheduled(Op op) {
   return op == Op::ReduceScatter || op == Op::Allgather || op == Op::Broadcast;
+}
+
+bool sparse_row_codec(qc_codec_t c) {
+  return c == QC_CODEC_NONE || c == QC_CODEC_FP16 || c == QC_CODEC_BF16 ||
+         c == QC_CODEC_MINMAX || c == QC_CODEC_QSGD || c == QC_CODEC_ONEBIT;
 }
 
 size_t send_elems(Op op, int nranks, size_t count) {
@@ -69,11 +80,14 @@ double algbw_bytes(Op op, int nranks, double size) {
 }
 
 // nccl-tests' PERFORMANCE.md: the factor that turns algbw into the bandwidth
-// of the busiest link of a bandwidth-optimal algorithm.
+// of the busiest link of a bandwidth-optimal algorithm. The sparse allreduce
+// takes the allreduce's, on its dense table's bytes: its row compares with a
+// dense allreduce of the same table.
 double busbw_factor(Op op, int n) {
   if (n <= 0) return 0;
   switch (op) {
-    case Op::Allreduce: return 2.0 * (n - 1) / n;
+    case Op::Allreduce:
+    case Op::SparseAllreduce: return 2.0 * (n - 1) / n;
     case Op::Broadcast: return 1.0;
     default: return double(n - 1) / n;
   }
@@ -89,7 +103,8 @@ double optimal_wire_bytes(Op op, int n, double size) {
 
 const char* mpi_baseline_name(Op op) {
   switch (op) {
-    case Op::Allreduce: return "MPI_Allreduce";
+    case Op::Allreduce:
+    case Op::SparseAllreduce: return "MPI_Allreduce";
     case Op::Alltoall: return "MPI_Alltoall";
     case Op::ReduceScatter: return "MPI_Reduce_scatter_block";
     case Op::Allgather: return "MPI_Allgather";
@@ -123,9 +138,17 @@ qc_policy_t sent_policy(const qc_policy_t& policy, size_t message_bytes) {
   return p;
 }
 
+SparseArgs sparse_args(const Options& opt, const RankBuffers& b) {
+  SparseArgs a;
+  a.indices = b.indices.data();
+  a.row_len = opt.row_len;
+  a.nrows = b.recv_bytes / (dtype_size(opt.dtype) * opt.row_len);
+  return a;
+}
+
 qc_status_t call_collective(Op op, qc_comm_t comm, int rank, const void* send, void* recv,
                             size_t count, qc_dtype_t dtype, qc_reduce_op_t redop,
-                            qc_error_buffer_t eb, void* stream) {
+                            qc_error_buffer_t eb, void* stream, const SparseArgs* sparse) {
   switch (op) {
     case Op::Allreduce:
       return qc_allreduce(comm, send, recv, count, dtype, redop, nullptr, eb, stream);
@@ -136,6 +159,11 @@ qc_status_t call_collective(Op op, qc_comm_t comm, int rank, const void* send, v
     case Op::Broadcast:
       return qc_broadcast(comm, rank == kBroadcastRoot ? send : nullptr, recv, count, dtype,
                           kBroadcastRoot, nullptr, stream);
+    case Op::SparseAllreduce:
+      if (sparse == nullptr) return QC_ERROR_INVALID_ARGUMENT;
+      return qc_sparse_allreduce_dense(comm, count ? sparse->indices : nullptr,
+                                       count ? send : nullptr, count, sparse->row_len,
+                                       sparse->nrows, recv, dtype, redop, nullptr);
   }
   return QC_ERROR_INVALID_ARGUMENT;
 }

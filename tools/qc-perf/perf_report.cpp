@@ -117,6 +117,9 @@ const char* size_text(Op op) {
     case Op::Allgather:
       return "sendcount * sizeof(type) per rank (the input block; the output is nranks blocks)";
     case Op::Broadcast: return "count * sizeof(type) (the message; root 0)";
+    case Op::SparseAllreduce:
+      return "nrows * row_len * sizeof(type) per rank (the dense table; nnz = round(density * "
+             "nrows) rows per rank, the call's count)";
   }
   return "?";
 }
@@ -124,6 +127,7 @@ const char* size_text(Op op) {
 const char* busbw_text(Op op) {
   switch (op) {
     case Op::Allreduce: return "busbw = algbw * 2(n-1)/n";
+    case Op::SparseAllreduce: return "busbw = algbw * 2(n-1)/n (a dense allreduce's, on the table)";
     case Op::Allgather: return "algbw = nranks*size/time, busbw = algbw * (n-1)/n";
     case Op::Broadcast: return "busbw = algbw * 1";
     default: return "busbw = algbw * (n-1)/n";
@@ -137,6 +141,9 @@ const char* exact_text(Op op) {
     case Op::Alltoall: return "S_i = |x_i|, the value sent";
     case Op::Allgather: return "S_i = |x_i|, the owner's value; replicas must be identical";
     case Op::Broadcast: return "S_i = |x_i|, the root's value; replicas must be identical";
+    case Op::SparseAllreduce:
+      return "S_i = sum of |x_i| over every rank's rows of its index; rows no rank has must be "
+             "0; replicas must be identical";
   }
   return "?";
 }
@@ -149,22 +156,43 @@ void print_section_header(const Options& opt, Op op) {
   if (op_scheduled(op))
     std::printf("# algo = the schedule the library runs for the -a value (-a values giving the "
                 "same schedule run once)\n");
-  std::printf("# error = max |out - exact| / normaliser: per element max(S_i, floor), or "
-              "global max(Smax, floor), %s; bound per row (README: worst case per algorithm)\n",
-              exact_text(op));
+  if (op == Op::SparseAllreduce)
+    std::printf("# row_len %zu, dtype %s; density = nnz / nrows per rank (column 3); algo = the "
+                "policy's algorithm (sra: scatter-reduce-allgather by row owner, auto: the "
+                "library's choice, others: allgather of rows)%s\n",
+                opt.row_len, dtype_name(opt.dtype),
+                opt.mpi ? "; the mpi row: MPI_Allreduce of the dense table holding the rank's rows"
+                        : "");
+  if (op == Op::SparseAllreduce)
+    std::printf("# error = max |out - exact| / normaliser: per element max(S_i, floor) (none, fp16, "
+                "bf16) or per table row max(S_row, floor), S_row = max_i S_i over the row (minmax, "
+                "qsgd, onebit), %s; bound = the largest table row's (README: worst case per "
+                "schedule)\n",
+                exact_text(op));
+  else
+    std::printf("# error = max |out - exact| / normaliser: per element max(S_i, floor), or "
+                "global max(Smax, floor), %s; bound per row (README: worst case per algorithm)\n",
+                exact_text(op));
   for (size_t ci = 0; ci < opt.codecs.size(); ++ci) {
     const qc_policy_t q = codec_policy(opt, ci);
     std::printf("#   bound %s\n", bound_formula(op, opt.dtype, q).c_str());
   }
-  std::printf("%s%s%s\n", kHead1, g_mpi ? "  speedup" : "",
+  std::string head = kHead1;
+  if (op == Op::SparseAllreduce) {
+    head.replace(head.find("        count"), 13, "          nnz");
+    head.replace(head.find("      type"), 10, "   density");
+  }
+  std::printf("%s%s%s\n", head.c_str(), g_mpi ? "  speedup" : "",
               g_profile ? "   codec(us)  hidden(us)   xport(us)" : "");
   std::fflush(stdout);
 }
 
 void print_row(const Row& r) {
+  char type[32];
+  if (r.op == Op::SparseAllreduce) std::snprintf(type, sizeof type, "%g", r.density);
+  else std::snprintf(type, sizeof type, "%s", r.type.c_str());
   std::printf("%13llu %12llu %9s %18s %14s", static_cast<unsigned long long>(r.size),
-              static_cast<unsigned long long>(r.count), r.type.c_str(), r.algo.c_str(),
-              r.codec.c_str());
+              static_cast<unsigned long long>(r.count), type, r.algo.c_str(), r.codec.c_str());
   if (r.na) {
     std::printf("  %s\n", r.failure.c_str());
   } else if (!r.ran) {
@@ -275,13 +303,26 @@ static qctool::Json json_row(const Row& r, const Options& opt, const std::string
   j["dtype"] = dtype_name(opt.dtype);
   j["codec_name"] = r.codec_name;
   j["bits"] = r.bits ? r.bits : p.bits;
-  j["bucket"] = p.bucket_size;
+  // A sparse allreduce's bucket is its row.
+  j["bucket"] = r.op == Op::SparseAllreduce ? r.row_len : uint64_t(p.bucket_size);
   j["rounding"] = p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest";
   j["error_feedback"] = r.error_feedback;
   j["warmup"] = opt.warmup;
   j["iters"] = opt.iters;
   j["qc_version"] = qc_version_string();
   j["date"] = date;
+  // sparse_allreduce only (null otherwise): the row's density, the table's
+  // rows and the values per row.
+  const bool sparse = r.op == Op::SparseAllreduce;
+  if (sparse) {
+    j["density"] = r.density;
+    j["nrows"] = r.nrows;
+    j["row_len"] = r.row_len;
+  } else {
+    j["density"] = nullptr;
+    j["nrows"] = nullptr;
+    j["row_len"] = nullptr;
+  }
   return j;
 }
 

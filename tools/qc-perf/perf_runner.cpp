@@ -232,6 +232,7 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
 
     const void* send = buf.rank[r].send;
     void* recv = buf.rank[r].recv;
+    const SparseArgs sparse = sparse_args(opt, buf.rank[r]);
     void* stream = nullptr;
     DeviceRank device;
     std::string device_error;
@@ -265,7 +266,8 @@ RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
       if (failed) continue;
       const clock::time_point t0 = clock::now();
       const qc_status_t st =
-          call_collective(op, comm, r, send, recv, count, opt.dtype, opt.redop, eb, stream);
+          call_collective(op, comm, r, send, recv, count, opt.dtype, opt.redop, eb, stream,
+                          &sparse);
       const clock::time_point t1 = clock::now();
       if (st != QC_SUCCESS) {
         fail(st, false);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 namespace qcperf {
 namespace {
@@ -12,15 +14,17 @@ namespace {
 // ---- the sweep plan ------------------------------------------------------------
 
 struct SizeStep {
-  uint64_t bytes;  // input bytes per rank
-  size_t count;    // the call's count (see Op in perf.h)
+  uint64_t bytes;  // input bytes per rank (sparse_allreduce: its dense table)
+  size_t count;    // the call's count (see Op in perf.h); sparse_allreduce: the table's rows
 };
 
 // Sizes min, min*f, ... <= max, rounded down to a whole number of counts
-// (alltoall, reduce_scatter: of nranks blocks); sizes that round to 0 or
-// repeat are skipped.
+// (alltoall, reduce_scatter: of nranks blocks; sparse_allreduce: of rows);
+// sizes that round to 0 or repeat are skipped.
 std::vector<SizeStep> plan_sizes(const Options& opt, Op op) {
-  const uint64_t unit = dtype_size(opt.dtype) * size_elems_per_count(op, opt.nranks);
+  const uint64_t unit = dtype_size(opt.dtype) * (op == Op::SparseAllreduce
+                                                     ? opt.row_len
+                                                     : size_elems_per_count(op, opt.nranks));
   std::vector<SizeStep> out;
   uint64_t last = 0;
   for (uint64_t s = opt.min_bytes; s <= opt.max_bytes;) {
@@ -44,7 +48,7 @@ struct RowPlan {
 };
 
 // The rows of one (op, size), in sweep order (codec, then algorithm).
-// allreduce: every -a value; alltoall: one row per codec; reduce_scatter,
+// allreduce, sparse_allreduce: every -a value; alltoall: one row per codec; reduce_scatter,
 // allgather, broadcast: one row per distinct schedule the -a values give
 // (the library maps several values to one schedule, and runs the same
 // thing for each), labelled with the schedule.
@@ -58,7 +62,7 @@ std::vector<RowPlan> plan_rows(const Options& opt, Op op, size_t count) {
     }
     const size_t first = out.size();
     for (qc_algorithm_t algo : opt.algos) {
-      if (op == Op::Allreduce) {
+      if (op == Op::Allreduce || op == Op::SparseAllreduce) {
         out.push_back({ci, algo, algo_name(algo)});
         continue;
       }
@@ -149,24 +153,92 @@ bool is_global_codec(qc_codec_t c) {
   return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP;
 }
 
+// The inputs of a size (sparse_allreduce: of a size and a density), the
+// rows' buffers and what their checks need.
+struct Inputs {
+  Op op = Op::Allreduce;
+  SizeStep step{0, 0};
+  size_t count = 0;  // the call's count (sparse_allreduce: nnz per rank)
+  double density = std::numeric_limits<double>::quiet_NaN();
+  Buffers buf;
+  bool allocated = false;
+  size_t send_bytes = 0, recv_bytes = 0;
+  InputStats stats;         // the dense ops
+  SparseReference sparse;   // sparse_allreduce
+};
+
+void prepare_inputs(WorkerPool& pool, const Options& opt, Inputs* in) {
+  const size_t ds = dtype_size(opt.dtype);
+  const int n = opt.nranks;
+  const bool sparse = in->op == Op::SparseAllreduce;
+  if (sparse) {
+    in->count = sparse_nnz(in->density, in->step.count);
+    in->send_bytes = in->count * opt.row_len * ds;
+    in->recv_bytes = size_t(in->step.bytes);
+  } else {
+    in->count = in->step.count;
+    in->send_bytes = send_elems(in->op, n, in->count) * ds;
+    in->recv_bytes = recv_elems(in->op, n, in->count) * ds;
+  }
+  in->allocated = mpi_all(
+      opt.mpi ? in->buf.allocate_shared_recv(n, in->send_bytes, in->recv_bytes, opt.mpi_rank)
+              : in->buf.allocate(n, in->send_bytes, in->recv_bytes));
+  if (!in->allocated) return;
+  if (sparse) {
+    fill_sparse_inputs(pool, opt, in->buf, in->count, in->step.count);
+    sparse_reference(opt, in->buf, in->count, in->step.count, &in->sparse);
+  } else {
+    fill_inputs(pool, opt, in->op, in->buf, send_elems(in->op, n, in->count));
+    in->stats = input_stats(pool, opt, in->op, in->buf, in->count);
+  }
+}
+
+// Fills the row's row-label fields of a sparse_allreduce row.
+void describe_sparse(const Options& opt, const Inputs& in, Row* row) {
+  if (in.op != Op::SparseAllreduce) return;
+  row->density = in.density;
+  row->nrows = in.step.count;
+  row->row_len = opt.row_len;
+}
+
+// Test hook (README "Testing the checks"): QC_PERF_CORRUPT=I adds 1 to
+// element I of every output this process holds, after the timed calls and
+// before the check, so a test can see the check catch a wrong result.
+void corrupt_outputs(const Options& opt, Buffers& buf) {
+  const char* text = std::getenv("QC_PERF_CORRUPT");
+  if (text == nullptr || *text == '\0') return;
+  const size_t i = static_cast<size_t>(std::strtoull(text, nullptr, 10));
+  const size_t ds = dtype_size(opt.dtype);
+  for (RankBuffers& b : buf.rank) {
+    if (i >= b.recv_bytes / ds) continue;
+    const float v = float(load_elem(b.recv, opt.dtype, i)) + 1.0f;
+    if (opt.dtype == QC_DTYPE_FLOAT32) static_cast<float*>(b.recv)[i] = v;
+    else if (opt.dtype == QC_DTYPE_FLOAT16) static_cast<uint16_t*>(b.recv)[i] = float_to_half(v);
+    else static_cast<uint16_t*>(b.recv)[i] = float_to_bf16(v);
+    if (opt.mpi) break;  // every entry is this process's one table
+  }
+}
+
 // The companion row of a size under --transport mpi: the op's plain MPI
 // call (fp32, sum) on the same inputs, its result checked as codec none
 // would be (float32 only).
-Row baseline_row(WorkerPool& pool, const Options& opt, Op op, const SizeStep& step,
-                 Buffers& buf, const InputStats& stats) {
-  const double mpi_us = mpi_baseline_time_us(opt, op, buf, step.count);
+Row baseline_row(WorkerPool& pool, const Options& opt, Inputs& in) {
+  const Op op = in.op;
+  Buffers& buf = in.buf;
+  const double mpi_us = mpi_baseline_time_us(opt, op, buf, in.count);
   Row row;
   row.op = op;
   row.baseline = true;
-  row.size = step.bytes;
-  row.count = step.count;
+  row.size = in.step.bytes;
+  row.count = in.count;
+  describe_sparse(opt, in, &row);
   row.type = "float";
   row.algo = "mpi";
   row.codec = mpi_baseline_name(op);
   row.codec_name = "mpi";
   row.time_us = mpi_us;
   // Its own bytes: fp32, whatever -d says.
-  const double size = double(step.bytes) / double(dtype_size(opt.dtype)) * 4;
+  const double size = double(in.step.bytes) / double(dtype_size(opt.dtype)) * 4;
   row.algbw = mpi_us > 0 ? algbw_bytes(op, opt.nranks, size) / (mpi_us * 1e-6) / 1e9 : 0;
   row.busbw = row.algbw * busbw_factor(op, opt.nranks);
   row.mpi_time_us = mpi_us;
@@ -177,16 +249,22 @@ Row baseline_row(WorkerPool& pool, const Options& opt, Op op, const SizeStep& st
     row.error = row.bound = std::numeric_limits<double>::quiet_NaN();
     return row;
   }
-  // Checked as codec none on a ring (any summation order).
+  // Checked as codec none on a ring (any summation order; sparse: added
+  // without encodes, the bound of any order).
   qc_policy_t none = opt.policy;
   none.codec = QC_CODEC_NONE;
   none.algorithm = QC_ALGO_RING;
   none.error_feedback = 0;
-  const ErrorModel model = error_model(op, opt.nranks, opt.dtype, QC_OP_SUM, none, stats);
   Options sum_opt = opt;
   sum_opt.redop = QC_OP_SUM;
-  const CheckResult cr = check_result(pool, sum_opt, model, op, buf, step.count, stats);
-  row.bound = model.bound;
+  CheckResult cr;
+  if (op == Op::SparseAllreduce) {
+    cr = check_sparse(pool, sum_opt, none, in.sparse, buf, &row.bound);
+  } else {
+    const ErrorModel model = error_model(op, opt.nranks, opt.dtype, QC_OP_SUM, none, in.stats);
+    cr = check_result(pool, sum_opt, model, op, buf, in.count, in.stats);
+    row.bound = model.bound;
+  }
   row.error = cr.max_err;
   // Bit-identical replicas are qc's promise, not MPI's: not counted.
   row.wrong = cr.wrong - cr.replica_diff;
@@ -236,27 +314,37 @@ int run_sweep(const Options& opt) {
   Progress progress(!opt.mpi || opt.mpi_rank == 0);
   const size_t ds = dtype_size(opt.dtype);
 
+  // sparse_allreduce: each size once per density; the other ops once.
+  auto densities = [&](Op op) {
+    return op == Op::SparseAllreduce ? opt.densities
+                                     : std::vector<double>{std::numeric_limits<double>::quiet_NaN()};
+  };
   size_t total_rows = 0;
   for (Op op : opt.ops)
-    for (const SizeStep& step : plan_sizes(opt, op)) total_rows += plan_rows(opt, op, step.count).size();
+    for (const SizeStep& step : plan_sizes(opt, op))
+      total_rows += plan_rows(opt, op, step.count).size() * densities(op).size();
 
   std::vector<Row> rows;
   size_t row_no = 0;
   for (Op op : opt.ops) {
     print_section_header(opt, op);
-    for (const SizeStep& step : plan_sizes(opt, op)) {
-      Buffers buf;  // one size at a time: freed at the end of this iteration
-      progress.begin(std::string(op_name(op)) + " " + human_bytes(step.bytes) + ": preparing inputs");
-      const size_t send_bytes = send_elems(op, opt.nranks, step.count) * ds;
-      const size_t recv_bytes = recv_elems(op, opt.nranks, step.count) * ds;
-      const bool allocated = mpi_all(
-          opt.mpi ? buf.allocate_shared_recv(opt.nranks, send_bytes, recv_bytes, opt.mpi_rank)
-                  : buf.allocate(opt.nranks, send_bytes, recv_bytes));
-      InputStats stats;
-      if (allocated) {
-        fill_inputs(pool, opt, op, buf, send_elems(op, opt.nranks, step.count));
-        stats = input_stats(pool, opt, op, buf, step.count);
+    for (const SizeStep& step : plan_sizes(opt, op)) for (double density : densities(op)) {
+      Inputs in;  // one size at a time: freed at the end of this iteration
+      in.op = op;
+      in.step = step;
+      in.density = density;
+      std::string what_inputs = std::string(op_name(op)) + " " + human_bytes(step.bytes);
+      if (op == Op::SparseAllreduce) {
+        char d[32];
+        std::snprintf(d, sizeof d, " density %g", density);
+        what_inputs += d;
       }
+      progress.begin(what_inputs + ": preparing inputs");
+      prepare_inputs(pool, opt, &in);
+      Buffers& buf = in.buf;
+      const bool allocated = in.allocated;
+      const size_t count = in.count;
+      const InputStats& stats = in.stats;
       progress.end();
 
       // MPI: the op's plain MPI call on the same buffer, as a companion row
@@ -264,9 +352,8 @@ int run_sweep(const Options& opt) {
       // this time.
       double mpi_us = std::numeric_limits<double>::quiet_NaN();
       if (opt.mpi && allocated) {
-        progress.begin(std::string(op_name(op)) + " " + human_bytes(step.bytes) + ": " +
-                       mpi_baseline_name(op));
-        const Row row = baseline_row(pool, opt, op, step, buf, stats);
+        progress.begin(what_inputs + ": " + mpi_baseline_name(op));
+        const Row row = baseline_row(pool, opt, in);
         mpi_us = row.time_us;
         progress.end();
         print_row(row);
@@ -280,31 +367,40 @@ int run_sweep(const Options& opt) {
         Row row;
         row.op = op;
         row.size = step.bytes;
-        row.count = step.count;
+        row.count = count;
+        describe_sparse(opt, in, &row);
         row.type = dtype_name(opt.dtype);
         row.algo = plan.label;
         qc_policy_t policy = codec_policy(opt, plan.ci);
         policy.algorithm = algo;
-        row.codec = codec_label(policy);
+        // A sparse allreduce's bucket is the row (one scale per row).
+        qc_policy_t shown = policy;
+        if (op == Op::SparseAllreduce) shown.bucket_size = int(std::min<size_t>(opt.row_len, INT32_MAX));
+        row.codec = codec_label(shown);
         row.bits = policy.bits;
         row.error_feedback = policy.error_feedback != 0;
         row.codec_name = codec_name(codec);
         if (!allocated) {
           row.ran = false;
           row.failure = "out of memory (" + std::to_string(opt.nranks) + " x " +
-                        human_bytes(send_bytes) + " + " + human_bytes(recv_bytes) + ")";
+                        human_bytes(in.send_bytes) + " + " + human_bytes(in.recv_bytes) + ")";
           print_row(row);
           rows.push_back(row);
           continue;
         }
-        // What the library will send: below min_compress_bytes, codec none.
-        const qc_policy_t sent = sent_policy(policy, step.count * ds);
+        // What the library will send: below min_compress_bytes, codec none
+        // (sparse_allreduce: judged on all ranks' rows together).
+        const bool sparse = op == Op::SparseAllreduce;
+        const qc_policy_t sent = sent_policy(
+            policy, sparse ? size_t(in.sparse.distinct_rows) * opt.row_len * ds : count * ds);
         const bool native_ok =
             is_global_codec(sent.codec) || (sent.codec == QC_CODEC_NONE && opt.mpi);
         // allreduce's native exists only for the global codecs (and none over MPI).
         const bool native_na =
             op == Op::Allreduce && sent.algorithm == QC_ALGO_NATIVE && !native_ok;
-        const ErrorModel model = error_model(op, opt.nranks, opt.dtype, opt.redop, sent, stats);
+        // sparse_allreduce: the bound is per row (check_sparse gives the largest).
+        const ErrorModel model = sparse ? ErrorModel{}
+                                        : error_model(op, opt.nranks, opt.dtype, opt.redop, sent, stats);
         row.bound = model.bound;
         if (!mpi_all(group.intact()) && !mpi_all(group.create(&err) == QC_SUCCESS)) {
           std::fprintf(stderr, "qc-perf: error: cannot recreate the local group: %s\n",
@@ -312,13 +408,15 @@ int run_sweep(const Options& opt) {
           return 2;
         }
         char what[200];
-        std::snprintf(what, sizeof what, "[%zu/%zu] %s %s %s %s", row_no, total_rows,
-                      op_name(op), row.algo.c_str(), row.codec.c_str(),
-                      human_bytes(step.bytes).c_str());
+        std::snprintf(what, sizeof what, "[%zu/%zu] %s %s %s", row_no, total_rows,
+                      what_inputs.c_str(), row.algo.c_str(), row.codec.c_str());
         progress.begin(what);
-        const RunResult rr = run_collective(pool, group, opt, policy, op, buf, step.count);
+        const RunResult rr = run_collective(pool, group, opt, policy, op, buf, count);
         if (rr.ok) {
-          const CheckResult cr = check_result(pool, opt, model, op, buf, step.count, stats);
+          corrupt_outputs(opt, buf);
+          const CheckResult cr =
+              sparse ? check_sparse(pool, opt, sent, in.sparse, buf, &row.bound)
+                     : check_result(pool, opt, model, op, buf, count, stats);
           const double t = rr.time_us * 1e-6;
           row.time_us = rr.time_us;
           row.algbw = t > 0 ? algbw_bytes(op, opt.nranks, double(step.bytes)) / t / 1e9 : 0;
@@ -340,7 +438,7 @@ int run_sweep(const Options& opt) {
           row.error = cr.max_err;
           row.wrong = cr.wrong;
           row.replica_diff = cr.replica_diff;
-          if (op == Op::Allreduce) check_allreduce_wire(opt, sent, algo, rr, step.count, &row);
+          if (op == Op::Allreduce) check_allreduce_wire(opt, sent, algo, rr, count, &row);
         }
         progress.end();
         if (!rr.ok) {
@@ -350,6 +448,10 @@ int run_sweep(const Options& opt) {
             row.na = true;
             row.failure = opt.mpi ? "n/a (native needs none, global_linear or global_exp)"
                                   : "n/a (native needs global_linear or global_exp)";
+          } else if (sparse && !sparse_row_codec(sent.codec) &&
+                     rr.status == QC_ERROR_UNSUPPORTED && !rr.policy_failed) {
+            row.na = true;
+            row.failure = "n/a (sparse rows: none, fp16, bf16, minmax, qsgd, onebit)";
           } else if (rr.policy_failed || rr.status == QC_ERROR_UNSUPPORTED) {
             std::fflush(stdout);
             std::fprintf(stderr,
@@ -363,9 +465,11 @@ int run_sweep(const Options& opt) {
             row.ran = false;
             row.failure = msg + " (rank " + std::to_string(rr.failed_rank) + ")";
           }
-        } else if (native_na) {
+        } else if (native_na || (sparse && !sparse_row_codec(sent.codec))) {
           row.wire_ok = false;
-          row.wire_note = "native with a non-global codec succeeded; QC_ERROR_UNSUPPORTED expected";
+          row.wire_note = std::string(native_na ? "native with a non-global codec"
+                                                : "a sparse allreduce with a codec without rows") +
+                          " succeeded; QC_ERROR_UNSUPPORTED expected";
         }
         print_row(row);
         rows.push_back(row);
