@@ -15,6 +15,13 @@ size_t sparse_rows_capacity(const Codec& codec, uint64_t rows, size_t row_len) {
 
 namespace {
 
+// What a sparse schedule's byte costs against the densified one's: its
+// rows are also sorted, merged and added one by one on the CPU. Measured
+// on the slow link (docs/benchmarks.md, "Issue 31: sparse allreduce"):
+// sra and densify tie at density 0.5 with sra moving 0.70 times the bytes,
+// and densify wins at 0.8 (sra 0.84 times the bytes).
+constexpr double kSparseRowWork = 1.3;
+
 double capacity(const Codec& codec, double rows, size_t row_len) {
   return static_cast<double>(sparse_rows_capacity(codec, static_cast<uint64_t>(rows), row_len));
 }
@@ -73,10 +80,12 @@ SparsePlan plan_sparse(const SparseShape& s, const Codec& codec, qc_algorithm_t 
   }
   plan.bytes[0] = allgather;
   plan.bytes[1] = scatter;
+  double cost[3] = {allgather * kSparseRowWork, scatter * kSparseRowWork, -1};
   if (s.dense_output) {
     const double table =
         static_cast<double>(codec.max_encoded_size(static_cast<size_t>(s.extent) * s.row_len));
     plan.bytes[2] = 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) * table;
+    cost[2] = plan.bytes[2];
   }
   const std::string model = "modeled bytes at the busiest rank: allgather " +
                             megabytes(plan.bytes[0]) + ", sra " + megabytes(plan.bytes[1]) +
@@ -99,13 +108,13 @@ SparsePlan plan_sparse(const SparseShape& s, const Codec& codec, qc_algorithm_t 
     plan.why = std::string("policy algorithm ") + algorithm_name(algorithm) +
                " (only sra and auto choose otherwise)";
   } else {
-    // Fewest bytes; a tie goes to the schedule that quantizes once.
+    // Least cost; a tie goes to the schedule that quantizes once.
     int best = 0;
     for (int k = 1; k < 3; ++k) {
-      if (plan.bytes[k] >= 0 && plan.bytes[k] < plan.bytes[best]) best = k;
+      if (cost[k] >= 0 && cost[k] < cost[best]) best = k;
     }
     plan.schedule = static_cast<SparseSchedule>(best);
-    plan.why = "auto: fewest " + model;
+    plan.why = "auto: least cost (sparse bytes weighted 1.3 for their row work) by " + model;
     return plan;
   }
   plan.why += "; " + model;

@@ -1,6 +1,7 @@
 // Which schedule a sparse allreduce runs (sparse_host.cpp), chosen by every
 // rank alike from the row counts all ranks exchanged first: the one whose
-// busiest rank receives the fewest bytes by the model below.
+// busiest rank receives the fewest bytes by the model below, a sparse
+// schedule's bytes weighted for the row work they also cost.
 #pragma once
 
 #include <cstddef>

@@ -318,6 +318,21 @@ TEST(SparsePlan, ChoosesByModeledBytes) {
   EXPECT_LT(plan.bytes[1], plan.bytes[0]);
   plan = qc::plan_sparse(shape(1024, 4096, true), *codec, QC_ALGO_AUTO, SparseSchedule::kAuto);
   EXPECT_EQ(plan.schedule, SparseSchedule::kDensify) << plan.why;
+  // Random rows, the measured crossovers (docs/benchmarks.md) on a 65536 x
+  // 64 table, where qc-perf's d x 65536 draws per rank give 65536 (1 -
+  // exp(-d)) distinct rows: allgather at d = 0.1, sra at 0.3 and 0.5,
+  // densify at 0.8 (sra there without a table to densify).
+  plan = qc::plan_sparse(shape(6236 / 4, 65536, true), *codec, QC_ALGO_AUTO, SparseSchedule::kAuto);
+  EXPECT_EQ(plan.schedule, SparseSchedule::kAllgather) << plan.why;
+  plan = qc::plan_sparse(shape(16979 / 4, 65536, true), *codec, QC_ALGO_AUTO, SparseSchedule::kAuto);
+  EXPECT_EQ(plan.schedule, SparseSchedule::kScatterReduce) << plan.why;
+  plan = qc::plan_sparse(shape(25786 / 4, 65536, true), *codec, QC_ALGO_AUTO, SparseSchedule::kAuto);
+  EXPECT_EQ(plan.schedule, SparseSchedule::kScatterReduce) << plan.why;
+  plan = qc::plan_sparse(shape(36090 / 4, 65536, true), *codec, QC_ALGO_AUTO, SparseSchedule::kAuto);
+  EXPECT_EQ(plan.schedule, SparseSchedule::kDensify) << plan.why;
+  EXPECT_LT(plan.bytes[1], plan.bytes[2]);  // fewer bytes, but more work
+  plan = qc::plan_sparse(shape(36090 / 4, 65536, false), *codec, QC_ALGO_AUTO, SparseSchedule::kAuto);
+  EXPECT_EQ(plan.schedule, SparseSchedule::kScatterReduce) << plan.why;
   // Forced, and the policy's algorithm.
   plan = qc::plan_sparse(shape(1024, 4096, true), *codec, QC_ALGO_AUTO, SparseSchedule::kAllgather);
   EXPECT_EQ(plan.schedule, SparseSchedule::kAllgather);
