@@ -3,6 +3,7 @@ package org.qc;
 import java.lang.ref.Reference;
 import java.nio.Buffer;
 import java.nio.FloatBuffer;
+import java.nio.LongBuffer;
 import java.nio.ShortBuffer;
 import java.nio.charset.StandardCharsets;
 
@@ -497,6 +498,112 @@ public final class Comm implements AutoCloseable {
     buf.get(recvbuf, 0, n);
   }
 
+  // ---- sparse allreduce -------------------------------------------------------
+
+  /** {@link #sparseAllreduce(long[], float[], int, ReduceOp, String)}: sum, layer "*". */
+  public SparseRows sparseAllreduce(long[] indices, float[] values, int rowLen) {
+    return sparseAllreduce(indices, values, rowLen, ReduceOp.SUM, null);
+  }
+
+  /**
+   * Sparse allreduce of row-sparse data such as embedding gradients
+   * (qc_sparse_allreduce): this rank's rows, row k being index {@code indices[k]} with
+   * the {@code rowLen} floats at {@code values[k * rowLen]}, are summed with every
+   * rank's rows of the same index. The result is the union of all ranks' indices,
+   * ascending, each with its summed row: the same bits on every rank. Each rank's rows
+   * are encoded once with one scale per row (the layer's codec: none, fp16, bf16,
+   * minmax, qsgd or onebit; others fail with {@link Status#UNSUPPORTED}) and decoded by
+   * every rank. No error feedback. <b>Copies</b> the arrays into native memory.
+   *
+   * @param indices nnz row indices {@code >= 0}, in any order (a repeated index adds its
+   *     rows); nnz may differ between ranks
+   * @param values nnz * rowLen floats, row after row
+   * @param rowLen floats per row, {@code >= 1}, the same on every rank
+   * @param op {@link ReduceOp#SUM} or {@link ReduceOp#AVG}, the same on every rank
+   * @param layer name whose policy applies, the same on every rank; null means "*"
+   * @throws IllegalArgumentException for rowLen {@code < 1} or values of another length
+   * @throws QcException when qc fails: a negative index gives
+   *     {@link Status#INVALID_ARGUMENT} on this rank and {@link Status#MISMATCH} on the
+   *     others (the communicator stays usable); ranks that disagree on rowLen, op or
+   *     layer get {@link Status#MISMATCH}
+   */
+  public SparseRows sparseAllreduce(long[] indices, float[] values, int rowLen, ReduceOp op,
+      String layer) {
+    requireRows(indices, values);
+    return sparseAllreduce(directCopy(indices), directCopy(values), rowLen, op, layer);
+  }
+
+  /**
+   * As {@link #sparseAllreduce(long[], float[], int, ReduceOp, String)}, zero-copy in:
+   * nnz = {@code indices.remaining()}, {@code values} nnz * rowLen floats (both direct,
+   * native order, read from position to limit). The result is copied out.
+   */
+  public SparseRows sparseAllreduce(LongBuffer indices, FloatBuffer values, int rowLen,
+      ReduceOp op, String layer) {
+    LongBuffer idx = Buffers.check(indices, "indices", false);
+    FloatBuffer val = sparseValues(idx, values, rowLen);
+    requireOp(op);
+    byte[] name = utf8(layer, "layer");
+    long[] result = new long[1]; // the qc_sparse_result_t, 0 until the call has made one
+    try {
+      call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce(h, idx, val, idx.remaining(), rowLen,
+          Dtype.FLOAT32, op, name, result));
+      return SparseRows.read(result[0], rowLen);
+    } finally {
+      QcNative.qc_sparse_result_destroy(result[0]);
+    }
+  }
+
+  /**
+   * {@link #sparseAllreduceDense(long[], float[], int, long, float[], ReduceOp, String)}:
+   * sum, layer "*".
+   */
+  public void sparseAllreduceDense(long[] indices, float[] values, int rowLen, long nrows,
+      float[] dense) {
+    sparseAllreduceDense(indices, values, rowLen, nrows, dense, ReduceOp.SUM, null);
+  }
+
+  /**
+   * A sparse allreduce scattered into a dense table (qc_sparse_allreduce_dense): the
+   * first nrows * rowLen floats of {@code dense} get every summed row at its index (row i
+   * at {@code dense[i * rowLen]}) and zeros elsewhere, the same on every rank. Otherwise
+   * as {@link #sparseAllreduce(long[], float[], int, ReduceOp, String)}. <b>Copies</b>.
+   *
+   * @param nrows rows of the table, the same on every rank; every index must be
+   *     {@code < nrows} (else {@link QcException} {@link Status#INVALID_ARGUMENT} here,
+   *     {@link Status#MISMATCH} on the other ranks)
+   * @param dense at least nrows * rowLen floats
+   */
+  public void sparseAllreduceDense(long[] indices, float[] values, int rowLen, long nrows,
+      float[] dense, ReduceOp op, String layer) {
+    requireRows(indices, values);
+    if (dense == null) {
+      throw new NullPointerException("qc: argument 'dense' is null");
+    }
+    long cells = denseCells(nrows, rowLen, dense.length);
+    FloatBuffer table = Buffers.directFloats(cells);
+    sparseAllreduceDense(directCopy(indices), directCopy(values), rowLen, nrows, table, op,
+        layer);
+    table.get(dense, 0, (int) cells);
+  }
+
+  /**
+   * As {@link #sparseAllreduceDense(long[], float[], int, long, float[], ReduceOp, String)},
+   * zero-copy: nnz = {@code indices.remaining()}; {@code dense} direct, native order,
+   * writable, at least nrows * rowLen floats remaining (written from its position).
+   */
+  public void sparseAllreduceDense(LongBuffer indices, FloatBuffer values, int rowLen,
+      long nrows, FloatBuffer dense, ReduceOp op, String layer) {
+    LongBuffer idx = Buffers.check(indices, "indices", false);
+    FloatBuffer val = sparseValues(idx, values, rowLen);
+    FloatBuffer table = Buffers.check(dense, "dense", true);
+    denseCells(nrows, rowLen, table.remaining());
+    requireOp(op);
+    byte[] name = utf8(layer, "layer");
+    call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce_dense(h, idx, val, idx.remaining(),
+        rowLen, nrows, table, Dtype.FLOAT32, op, name));
+  }
+
   // ---- non-blocking collectives ---------------------------------------------
 
   /** {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}: in-place sum. */
@@ -656,7 +763,10 @@ public final class Comm implements AutoCloseable {
         sr[0], sr[1]);
   }
 
-  /** One of the qcj_i* starts: comm and error buffer handles in, request handle out[0]. */
+  /**
+   * One of the qcj_i* starts: comm and error buffer handles in, request handle out[0]
+   * (and a sparse allreduce's result handle out[1]).
+   */
   private interface Start {
     void run(long comm, long errorBuffer, long[] out);
   }
@@ -691,10 +801,21 @@ public final class Comm implements AutoCloseable {
    * blocking calls do) and wraps the request, which keeps {@code buffers} and the
    * error buffer reachable until it completes.
    */
-  private synchronized Request start(ErrorBuffer eb, Start start, Buffer... buffers) {
+  private Request start(ErrorBuffer eb, Start start, Buffer... buffers) {
+    return start(eb, start, 0, buffers);
+  }
+
+  /**
+   * As {@link #start(ErrorBuffer, Start, Buffer...)}; {@code rowLen > 0} for a sparse
+   * allreduce, whose result handle (out[1]) the Request then owns. A start that fails
+   * frees any result handle it made.
+   */
+  private synchronized Request start(ErrorBuffer eb, Start start, int rowLen,
+      Buffer[] buffers) {
     long h = handle();
     orphans.reap();
-    long[] out = new long[1];
+    long[] out = new long[2];
+    boolean started = false;
     try {
       if (eb == null) {
         start.run(h, 0, out);
@@ -703,13 +824,17 @@ public final class Comm implements AutoCloseable {
           start.run(h, eb.handle(), out);
         }
       }
+      started = true;
     } finally {
+      if (!started) {
+        QcNative.qc_sparse_result_destroy(out[1]);
+      }
       Reference.reachabilityFence(eb);
       Reference.reachabilityFence(this);
     }
     Object[] uses = java.util.Arrays.copyOf(buffers, buffers.length + 1, Object[].class);
     uses[buffers.length] = eb;
-    return new Request(out[0], this, orphans, uses);
+    return new Request(out[0], out[1], rowLen, this, orphans, uses);
   }
 
   // ---- policies -----------------------------------------------------------
@@ -900,6 +1025,57 @@ public final class Comm implements AutoCloseable {
           + " elements on the root but recvbuf " + count + "; a broadcast sends what it"
           + " receives");
     }
+  }
+
+  private static void requireRows(long[] indices, float[] values) {
+    if (indices == null) {
+      throw new NullPointerException("qc: argument 'indices' is null");
+    }
+    if (values == null) {
+      throw new NullPointerException("qc: argument 'values' is null");
+    }
+  }
+
+  private static LongBuffer directCopy(long[] a) {
+    LongBuffer b = Buffers.directLongs(a.length);
+    b.put(a).clear();
+    return b;
+  }
+
+  private static FloatBuffer directCopy(float[] a) {
+    FloatBuffer b = Buffers.directFloats(a.length);
+    b.put(a).clear();
+    return b;
+  }
+
+  /** The values of a sparse allreduce, checked for C: rowLen floats per index. */
+  private static FloatBuffer sparseValues(LongBuffer indices, FloatBuffer values, int rowLen) {
+    if (rowLen < 1) {
+      throw new IllegalArgumentException("qc: argument 'rowLen' is " + rowLen
+          + "; expected >= 1");
+    }
+    FloatBuffer v = Buffers.check(values, "values", false);
+    long expected = (long) indices.remaining() * rowLen;
+    if (v.remaining() != expected) {
+      throw new IllegalArgumentException("qc: argument 'values' has " + v.remaining()
+          + " elements; " + indices.remaining() + " indices of rowLen " + rowLen + " need "
+          + expected);
+    }
+    return v;
+  }
+
+  /** nrows * rowLen, checked against the {@code room} elements of the dense table. */
+  private static long denseCells(long nrows, int rowLen, long room) {
+    if (nrows < 0) {
+      throw new IllegalArgumentException("qc: argument 'nrows' is negative (" + nrows + ")");
+    }
+    long cells = nrows > Long.MAX_VALUE / Math.max(rowLen, 1) ? Long.MAX_VALUE
+        : nrows * Math.max(rowLen, 1);
+    if (room < cells) {
+      throw new IllegalArgumentException("qc: argument 'dense' has room for " + room
+          + " elements, nrows * rowLen is " + (cells == Long.MAX_VALUE ? "larger" : cells));
+    }
+    return cells;
   }
 
   private static void requireOp(ReduceOp op) {
