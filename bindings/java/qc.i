@@ -695,6 +695,54 @@ qc_rc qcj_emulate(int collective, int nranks, const void* sendbuf, void* recvbuf
   return st;
 }
 
+/* qc_emulate_sparse_allreduce (dense_form 0: the result handle in *out) or
+ * qc_emulate_sparse_allreduce_dense (dense_form 1: rank r's table of nrows x row_len
+ * elements at dense + r x nrows x row_len) over rows laid out rank after rank: rank r
+ * has longs[r] rows, its indices and values following those of the ranks before it.
+ * Java checks that nlongs == nranks >= 1 and the counts. */
+qc_rc qcj_emulate_sparse(int nranks, const void* indices, const void* values,
+                         const jlong* longs, int nlongs, size_t row_len, int dense_form,
+                         size_t nrows, void* dense, qc_dtype_t dtype, qc_reduce_op_t op,
+                         const char* layer, long long call_index, const qc_policy_t* policy,
+                         long long* out) {
+  const uint64_t call = (uint64_t)call_index;
+  const size_t n = nranks > 0 ? (size_t)nranks : 0;
+  const int64_t** idx = (const int64_t**)calloc(n + 1, sizeof(int64_t*));
+  const void** vals = (const void**)calloc(n + 1, sizeof(void*));
+  size_t* nnz = (size_t*)calloc(n + 1, sizeof(size_t));
+  void** tables = (void**)calloc(n + 1, sizeof(void*));
+  qc_sparse_result_t result = NULL;
+  qc_status_t st;
+  size_t row = 0;
+  size_t i;
+  *out = 0;
+  if (idx == NULL || vals == NULL || nnz == NULL || tables == NULL) {
+    st = QC_ERROR_OUT_OF_MEMORY;
+  } else {
+    for (i = 0; i < n && (int)i < nlongs; ++i) {
+      nnz[i] = (size_t)longs[i];
+      idx[i] = nnz[i] == 0 ? NULL : (const int64_t*)indices + row;
+      vals[i] = nnz[i] == 0 ? NULL : (const char*)values + row * row_len * qcj_dtype_size(dtype);
+      tables[i] = dense == NULL ? NULL
+                                : (char*)dense + i * nrows * row_len * qcj_dtype_size(dtype);
+      row += nnz[i];
+    }
+    if (dense_form) {
+      st = qc_emulate_sparse_allreduce_dense(nranks, idx, vals, nnz, row_len, nrows, tables,
+                                             dtype, op, layer, call, policy);
+    } else {
+      st = qc_emulate_sparse_allreduce(nranks, idx, vals, nnz, row_len, dtype, op, layer, call,
+                                       policy, &result);
+      *out = (long long)(intptr_t)result;
+    }
+  }
+  free((void*)idx);
+  free((void*)vals);
+  free(nnz);
+  free(tables);
+  return st;
+}
+
 qc_rc qcj_comm_layer_count(qc_comm_t comm, long long* out) {
   size_t n = 0;
   qc_status_t st = qc_comm_layer_count(comm, &n);
@@ -803,6 +851,33 @@ qc_rc qcj_iallgather(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t 
   qc_request_t request = NULL;
   qc_status_t st = qc_iallgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer,
                                  &request);
+  *out = (long long)(intptr_t)request;
+  return st;
+}
+
+/* isparseAllreduce: the request in out[0], the result handle (made at once, read
+ * once the request has completed) in out[1]; both 0 when the start fails. */
+qc_rc qcj_isparse_allreduce(qc_comm_t comm, const void* indices, const void* values, size_t nnz,
+                            size_t row_len, qc_dtype_t dtype, qc_reduce_op_t op,
+                            const char* layer, jlong* handles, int nhandles) {
+  qc_sparse_result_t result = NULL;
+  qc_request_t request = NULL;
+  qc_status_t st = qc_isparse_allreduce(comm, (const int64_t*)indices, values, nnz, row_len,
+                                        dtype, op, layer, &result, &request);
+  (void)nhandles; /* Java passes 2 */
+  handles[0] = (jlong)(intptr_t)request;
+  handles[1] = (jlong)(intptr_t)result;
+  return st;
+}
+
+qc_rc qcj_isparse_allreduce_dense(qc_comm_t comm, const void* indices, const void* values,
+                                  size_t nnz, size_t row_len, size_t nrows, void* dense,
+                                  qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                                  long long* out) {
+  qc_request_t request = NULL;
+  qc_status_t st = qc_isparse_allreduce_dense(comm, (const int64_t*)indices, values, nnz,
+                                              row_len, nrows, dense, dtype, op, layer,
+                                              &request);
   *out = (long long)(intptr_t)request;
   return st;
 }

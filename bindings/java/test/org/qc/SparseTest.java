@@ -313,9 +313,23 @@ public class SparseTest {
         ++k;
       }
       assertTrue("minmax 4 bits changed some value", lossy);
+      // The dense form may take another schedule (densify: no index travels), so its
+      // table is compared with the exact sums, not with the sparse rows.
+      float[] table = tables.get(0);
+      for (long i = 0; i < nrows; ++i) {
+        double[] row = exact.get(i);
+        for (int j = 0; j < rowLen; ++j) {
+          float got = table[(int) i * rowLen + j];
+          if (row == null) {
+            assertEquals("row " + i + " that no rank sends is exactly zero", 0f, got, 0f);
+          } else {
+            assertEquals("4-bit table near the exact sum", row[j], got, 0.5 * n);
+          }
+        }
+      }
       for (int r = 0; r < n; ++r) {
         assertArrayEquals("rank " + r, bitsOf(first), bitsOf(out.get(r)));
-        assertArrayEquals("rank " + r + "'s table", CommTest.bits(scatter(first, nrows)),
+        assertArrayEquals("rank " + r + "'s table", CommTest.bits(table),
             CommTest.bits(tables.get(r)));
       }
       Ranks.closeAll(comms);
@@ -420,5 +434,147 @@ public class SparseTest {
     c.close();
     assertThrows(IllegalStateException.class,
         () -> c.sparseAllreduce(new long[] {1}, new float[1], 1));
+  }
+
+  // ---- non-blocking forms and emulation ---------------------------------------------
+
+  static Rows[] gaussianRows(int n, int rowLen, int seed) {
+    Rows[] all = new Rows[n];
+    for (int r = 0; r < n; ++r) {
+      Random rnd = new Random(seed * 1000L + r);
+      long[] idx = OVERLAPPING.indices(r, n, rnd);
+      float[] val = new float[idx.length * rowLen];
+      for (int i = 0; i < val.length; ++i) {
+        val[i] = (float) rnd.nextGaussian();
+      }
+      all[r] = new Rows(idx, val);
+    }
+    return all;
+  }
+
+  private static Policy minmax4() {
+    return Policy.builder().codec(Codec.MINMAX).bits(4).minCompressBytes(0).build();
+  }
+
+  @Test
+  public void nonBlockingEqualsBlocking() throws Exception {
+    int rowLen = 16;
+    long nrows = 30;
+    for (int n : new int[] {1, 3}) {
+      comms = Comm.createLocal(n, 60.0);
+      Rows[] all = gaussianRows(n, rowLen, 9);
+      List<long[][]> out = Ranks.run(comms, c -> {
+        c.setLayerPolicy("*", minmax4());
+        Rows mine = all[c.rank()];
+        SparseRows blocking = c.sparseAllreduce(mine.indices, mine.values, rowLen);
+        float[] blockingTable = new float[(int) nrows * rowLen];
+        c.sparseAllreduceDense(mine.indices, mine.values, rowLen, nrows, blockingTable);
+        // both outstanding at once, then waited for in the other order
+        FloatBuffer table = paddedFloats(new float[(int) nrows * rowLen]);
+        Request sparse = c.isparseAllreduce(paddedLongs(mine.indices),
+            paddedFloats(mine.values), rowLen, ReduceOp.SUM, null);
+        try (Request dense = c.isparseAllreduceDense(paddedLongs(mine.indices),
+                paddedFloats(mine.values), rowLen, nrows, table, ReduceOp.SUM, null)) {
+          dense.waitFor();
+          IllegalStateException e = assertThrows(IllegalStateException.class, dense::sparseRows);
+          assertTrue(e.getMessage(), e.getMessage().contains("no sparse rows"));
+          SparseRows rows = sparse.sparseRows();
+          assertArrayEquals("a second read copies the same", bitsOf(rows),
+              bitsOf(sparse.sparseRows()));
+          assertArrayEquals("isparseAllreduce == sparseAllreduce", bitsOf(blocking),
+              bitsOf(rows));
+          assertArrayEquals("isparseAllreduceDense == sparseAllreduceDense",
+              CommTest.bits(blockingTable), CommTest.bits(CommTest.toArray(table)));
+        }
+        sparse.close(); // frees the result
+        assertThrows(IllegalStateException.class, sparse::sparseRows);
+        return new long[][] {bitsOf(blocking)};
+      });
+      for (int r = 0; r < n; ++r) {
+        assertArrayEquals("rank " + r, out.get(0)[0], out.get(r)[0]);
+      }
+      Ranks.closeAll(comms);
+      comms = null;
+    }
+  }
+
+  @Test
+  public void requestClosedBeforeItCompletesStillRuns() throws Exception {
+    comms = Comm.createLocal(2, 60.0);
+    List<SparseRows> out = Ranks.run(comms, c -> {
+      // the result is freed with the request; the call still runs for the peer
+      c.isparseAllreduce(paddedLongs(new long[] {c.rank()}), paddedFloats(new float[] {1f}), 1,
+          ReduceOp.SUM, null).close();
+      return c.sparseAllreduce(new long[] {7}, new float[] {2f}, 1);
+    });
+    for (SparseRows rows : out) {
+      assertArrayEquals(new long[] {7}, rows.indices());
+      assertArrayEquals(new float[] {4f}, rows.values(), 0f);
+    }
+  }
+
+  @Test
+  public void emulationEqualsARealRun() throws Exception {
+    int n = 3;
+    int rowLen = 64;
+    long nrows = 26;
+    Rows[] all = gaussianRows(n, rowLen, 11);
+    comms = Comm.createLocal(n, 60.0);
+    List<SparseRows> real = Ranks.run(comms, c -> {
+      c.setLayerPolicy("emb", minmax4());
+      Rows mine = all[c.rank()];
+      return c.sparseAllreduce(mine.indices, mine.values, rowLen, ReduceOp.SUM, "emb");
+    });
+    List<float[]> realTables = Ranks.run(comms, c -> {
+      Rows mine = all[c.rank()];
+      float[] table = new float[(int) nrows * rowLen];
+      c.sparseAllreduceDense(mine.indices, mine.values, rowLen, nrows, table, ReduceOp.SUM,
+          "emb");
+      return table;
+    });
+    long[][] indices = new long[n][];
+    float[][] values = new float[n][];
+    for (int r = 0; r < n; ++r) {
+      indices[r] = all[r].indices;
+      values[r] = all[r].values;
+    }
+    SparseRows emulated = Qc.emulateSparseAllreduce(indices, values, rowLen, ReduceOp.SUM,
+        minmax4(), "emb", 0);
+    // the dense call was the layer's second
+    float[][] emulatedTables = Qc.emulateSparseAllreduceDense(indices, values, rowLen, nrows,
+        ReduceOp.SUM, minmax4(), "emb", 1);
+    assertTrue("minmax 4 bits changed some value",
+        !Arrays.equals(emulated.values(), Qc.emulateSparseAllreduce(indices, values, rowLen,
+            Policy.defaults()).values()));
+    for (int r = 0; r < n; ++r) {
+      assertArrayEquals("rank " + r, bitsOf(emulated), bitsOf(real.get(r)));
+      assertArrayEquals("rank " + r + "'s table", CommTest.bits(emulatedTables[r]),
+          CommTest.bits(realTables.get(r)));
+    }
+  }
+
+  @Test
+  public void emulateChecksItsInputs() {
+    Policy p = Policy.defaults();
+    IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+        () -> Qc.emulateSparseAllreduce(new long[][] {{1}, {2}}, new float[][] {{1f}}, 1, p));
+    assertTrue(e.getMessage(), e.getMessage().contains("2 ranks of indices and 1 of values"));
+    e = assertThrows(IllegalArgumentException.class,
+        () -> Qc.emulateSparseAllreduce(new long[][] {{1, 2}}, new float[][] {{1f}}, 1, p));
+    assertTrue(e.getMessage(), e.getMessage().contains("values[0] has 1 elements"));
+    assertThrows(NullPointerException.class,
+        () -> Qc.emulateSparseAllreduce(new long[][] {null}, new float[][] {{}}, 1, p));
+    QcException q = assertThrows(QcException.class,
+        () -> Qc.emulateSparseAllreduce(new long[][] {{-1}}, new float[][] {{1f}}, 1, p));
+    assertSame(q.toString(), Status.INVALID_ARGUMENT, q.getStatus());
+    // the first virtual rank's failure comes back: its own index past the table
+    q = assertThrows(QcException.class, () -> Qc.emulateSparseAllreduceDense(
+        new long[][] {{3}, {0}}, new float[][] {{1f}, {1f}}, 1, 3, ReduceOp.SUM, p, null, 0));
+    assertSame(q.toString(), Status.INVALID_ARGUMENT, q.getStatus());
+    assertTrue(q.getDetail(), q.getDetail().contains("entry 0 is 3"));
+    float[][] t = Qc.emulateSparseAllreduceDense(new long[][] {{0, 2}, {}},
+        new float[][] {{1f, 2f}, {}}, 1, 3, ReduceOp.SUM, p, null, 0);
+    assertArrayEquals(new float[] {1f, 0f, 2f}, t[0], 0f);
+    assertArrayEquals(new float[] {1f, 0f, 2f}, t[1], 0f);
   }
 }

@@ -33,7 +33,8 @@ import java.nio.charset.StandardCharsets;
  *
  * <h2>Non-blocking collectives</h2>
  * {@link #iallreduce}, {@link #iallreduceSegments}, {@link #ialltoall},
- * {@link #ireduceScatter}, {@link #iallgather} and {@link #ibroadcast} take the
+ * {@link #ireduceScatter}, {@link #iallgather}, {@link #ibroadcast},
+ * {@link #isparseAllreduce} and {@link #isparseAllreduceDense} take the
  * arguments of the blocking calls (direct buffers only), start the call and return a
  * {@link Request} at once. Requests run on the communicator's progress thread, one
  * after another in the order they were started, which must be the same on every rank;
@@ -540,14 +541,11 @@ public final class Comm implements AutoCloseable {
    */
   public SparseRows sparseAllreduce(LongBuffer indices, FloatBuffer values, int rowLen,
       ReduceOp op, String layer) {
-    LongBuffer idx = Buffers.check(indices, "indices", false);
-    FloatBuffer val = sparseValues(idx, values, rowLen);
-    requireOp(op);
-    byte[] name = utf8(layer, "layer");
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
     long[] result = new long[1]; // the qc_sparse_result_t, 0 until the call has made one
     try {
-      call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce(h, idx, val, idx.remaining(), rowLen,
-          Dtype.FLOAT32, op, name, result));
+      call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce(h, a.indices, a.values, a.nnz,
+          rowLen, Dtype.FLOAT32, op, a.layer, result));
       return SparseRows.read(result[0], rowLen);
     } finally {
       QcNative.qc_sparse_result_destroy(result[0]);
@@ -594,14 +592,10 @@ public final class Comm implements AutoCloseable {
    */
   public void sparseAllreduceDense(LongBuffer indices, FloatBuffer values, int rowLen,
       long nrows, FloatBuffer dense, ReduceOp op, String layer) {
-    LongBuffer idx = Buffers.check(indices, "indices", false);
-    FloatBuffer val = sparseValues(idx, values, rowLen);
-    FloatBuffer table = Buffers.check(dense, "dense", true);
-    denseCells(nrows, rowLen, table.remaining());
-    requireOp(op);
-    byte[] name = utf8(layer, "layer");
-    call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce_dense(h, idx, val, idx.remaining(),
-        rowLen, nrows, table, Dtype.FLOAT32, op, name));
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
+    FloatBuffer table = a.table(dense, nrows, rowLen);
+    call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce_dense(h, a.indices, a.values, a.nnz,
+        rowLen, nrows, table, Dtype.FLOAT32, op, a.layer));
   }
 
   // ---- non-blocking collectives ---------------------------------------------
@@ -761,6 +755,38 @@ public final class Comm implements AutoCloseable {
     return start(null, (h, ebh, out) ->
         QcNative.qcj_ibroadcast(h, sr[0], sr[1], count, Dtype.FLOAT32, root, name, out),
         sr[0], sr[1]);
+  }
+
+  /**
+   * Start {@link #sparseAllreduce(LongBuffer, FloatBuffer, int, ReduceOp, String)} and
+   * return at once (qc_isparse_allreduce). The arguments are checked as there; the buffers
+   * belong to the request until it has completed, as for {@link #iallreduce(FloatBuffer,
+   * FloatBuffer, ReduceOp, String, ErrorBuffer)}. The request owns the result:
+   * {@link Request#sparseRows()} waits for it and copies the rows out, and
+   * {@link Request#close()} frees them.
+   */
+  public Request isparseAllreduce(LongBuffer indices, FloatBuffer values, int rowLen,
+      ReduceOp op, String layer) {
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
+    return start(null, (h, ebh, out) -> QcNative.qcj_isparse_allreduce(h, a.indices, a.values,
+        a.nnz, rowLen, Dtype.FLOAT32, op, a.layer, out), rowLen,
+        new Buffer[] {a.indices, a.values});
+  }
+
+  /**
+   * Start {@link #sparseAllreduceDense(LongBuffer, FloatBuffer, int, long, FloatBuffer,
+   * ReduceOp, String)} and return at once (qc_isparse_allreduce_dense). The arguments are
+   * checked as there; the buffers, {@code dense} too, belong to the request until it has
+   * completed, as for {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String,
+   * ErrorBuffer)}.
+   */
+  public Request isparseAllreduceDense(LongBuffer indices, FloatBuffer values, int rowLen,
+      long nrows, FloatBuffer dense, ReduceOp op, String layer) {
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
+    FloatBuffer table = a.table(dense, nrows, rowLen);
+    return start(null, (h, ebh, out) -> QcNative.qcj_isparse_allreduce_dense(h, a.indices,
+        a.values, a.nnz, rowLen, nrows, table, Dtype.FLOAT32, op, a.layer, out), a.indices,
+        a.values, table);
   }
 
   /**
@@ -1048,20 +1074,37 @@ public final class Comm implements AutoCloseable {
     return b;
   }
 
-  /** The values of a sparse allreduce, checked for C: rowLen floats per index. */
-  private static FloatBuffer sparseValues(LongBuffer indices, FloatBuffer values, int rowLen) {
-    if (rowLen < 1) {
-      throw new IllegalArgumentException("qc: argument 'rowLen' is " + rowLen
-          + "; expected >= 1");
+  /** A sparse allreduce's arguments, checked for C: slices from position to limit. */
+  private static final class SparseArgs {
+    final LongBuffer indices;
+    final FloatBuffer values; // nnz * rowLen
+    final long nnz;
+    final byte[] layer;       // UTF-8, or null for "*"
+
+    SparseArgs(LongBuffer indices, FloatBuffer values, int rowLen, ReduceOp op, String layer) {
+      if (rowLen < 1) {
+        throw new IllegalArgumentException("qc: argument 'rowLen' is " + rowLen
+            + "; expected >= 1");
+      }
+      this.indices = Buffers.check(indices, "indices", false);
+      this.values = Buffers.check(values, "values", false);
+      this.nnz = this.indices.remaining();
+      long expected = nnz * rowLen;
+      if (this.values.remaining() != expected) {
+        throw new IllegalArgumentException("qc: argument 'values' has "
+            + this.values.remaining() + " elements; " + nnz + " indices of rowLen " + rowLen
+            + " need " + expected);
+      }
+      requireOp(op);
+      this.layer = utf8(layer, "layer");
     }
-    FloatBuffer v = Buffers.check(values, "values", false);
-    long expected = (long) indices.remaining() * rowLen;
-    if (v.remaining() != expected) {
-      throw new IllegalArgumentException("qc: argument 'values' has " + v.remaining()
-          + " elements; " + indices.remaining() + " indices of rowLen " + rowLen + " need "
-          + expected);
+
+    /** The dense forms' table, checked: room for nrows * rowLen floats, writable. */
+    FloatBuffer table(FloatBuffer dense, long nrows, int rowLen) {
+      FloatBuffer t = Buffers.check(dense, "dense", true);
+      denseCells(nrows, rowLen, t.remaining());
+      return t;
     }
-    return v;
   }
 
   /** nrows * rowLen, checked against the {@code room} elements of the dense table. */
