@@ -14,7 +14,8 @@
  *     QC_SUCCESS. `ret` runs after `freearg`, i.e. after every JNI array or
  *     string has been released, so the throw never happens inside a critical
  *     region (this file uses no critical regions at all).
- *   - Handles (qc_comm_t, qc_error_buffer_t, qc_request_t) travel as Java
+ *   - Handles (qc_comm_t, qc_error_buffer_t, qc_request_t, qc_sparse_result_t)
+ *     travel as Java
  *     `long`; the Java classes own them.
  *   - Bulk data travels only through DIRECT java.nio buffers (`void* DIRECT`),
  *     whose address is handed to C: zero-copy, and safe for calls that block
@@ -180,9 +181,11 @@ typedef qc_status_t qc_rc;
 typedef struct qc_comm_s* qc_comm_t;
 typedef struct qc_error_buffer_s* qc_error_buffer_t;
 typedef struct qc_request_s* qc_request_t;
+typedef struct qc_sparse_result_s* qc_sparse_result_t;
 QCJ_HANDLE(qc_comm_t)
 QCJ_HANDLE(qc_error_buffer_t)
 QCJ_HANDLE(qc_request_t)
+QCJ_HANDLE(qc_sparse_result_t)
 
 /* ---- direct java.nio buffers (zero-copy) -------------------------------- */
 %typemap(jni) void* DIRECT, const void* DIRECT "jobject"
@@ -324,8 +327,10 @@ typedef struct qc_layer_stats {
 } qc_layer_stats_t;
 
 /* Parameter names select the typemaps above. */
-%apply const void* DIRECT { const void* sendbuf, const void* src };
-%apply void* DIRECT { void* recvbuf, void* dst };
+%apply const void* DIRECT { const void* sendbuf, const void* src, const void* indices,
+                            const void* values };
+%apply void* DIRECT { void* recvbuf, void* dst, void* dense, void* indices_out,
+                      void* values_out };
 %apply const char* UTF8 { const char* layer, const char* pattern, const char* name };
 %apply (jlong* HANDLES, int NHANDLES) { (jlong* handles, int nhandles) };
 
@@ -455,6 +460,9 @@ qc_rc qc_codec_decode(const void* src, size_t size, void* dst, size_t count, qc_
 qc_rc qc_request_test(qc_request_t request, int* out);
 qc_rc qc_request_wait(qc_request_t request);
 qc_rc qc_request_free(qc_request_t request);
+
+/* Sparse allreduce results (qc.h section 5); NULL (0) is accepted. */
+qc_rc qc_sparse_result_destroy(qc_sparse_result_t result);
 
 /* Names of enum values (qc.h): null for a value the library does not know. */
 const char* qc_codec_name(qc_codec_t value);
@@ -591,6 +599,38 @@ qc_rc qcj_broadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t c
   return qc_broadcast(comm, sendbuf, recvbuf, count, dtype, root, layer, NULL);
 }
 
+/* ---- sparse allreduce: indices as direct LongBuffers (int64_t, native order),
+ * values and dense tables as direct FloatBuffers; Java checks their sizes. The
+ * result handle comes back in *out (0 on failure); Java frees it. */
+qc_rc qcj_sparse_allreduce(qc_comm_t comm, const void* indices, const void* values, size_t nnz,
+                           size_t row_len, qc_dtype_t dtype, qc_reduce_op_t op,
+                           const char* layer, long long* out) {
+  qc_sparse_result_t result = NULL;
+  qc_status_t st = qc_sparse_allreduce(comm, (const int64_t*)indices, values, nnz, row_len,
+                                       dtype, op, layer, &result);
+  *out = (long long)(intptr_t)result;
+  return st;
+}
+
+qc_rc qcj_sparse_allreduce_dense(qc_comm_t comm, const void* indices, const void* values,
+                                 size_t nnz, size_t row_len, size_t nrows, void* dense,
+                                 qc_dtype_t dtype, qc_reduce_op_t op, const char* layer) {
+  return qc_sparse_allreduce_dense(comm, (const int64_t*)indices, values, nnz, row_len, nrows,
+                                   dense, dtype, op, layer);
+}
+
+qc_rc qcj_sparse_result_nnz(qc_sparse_result_t result, long long* out) {
+  size_t nnz = 0;
+  qc_status_t st = qc_sparse_result_nnz(result, &nnz);
+  *out = (long long)nnz;
+  return st;
+}
+
+qc_rc qcj_sparse_result_copy(qc_sparse_result_t result, void* indices_out, void* values_out,
+                             size_t capacity) {
+  return qc_sparse_result_copy(result, (int64_t*)indices_out, values_out, capacity);
+}
+
 qc_rc qcj_encoded_size(const qc_policy_t* policy, size_t count, long long* out) {
   size_t n = 0;
   qc_status_t st = qc_codec_encoded_size(policy, count, &n);
@@ -652,6 +692,54 @@ qc_rc qcj_emulate(int collective, int nranks, const void* sendbuf, void* recvbuf
   free((void*)sends);
   free(recvs);
   free(ebs);
+  return st;
+}
+
+/* qc_emulate_sparse_allreduce (dense_form 0: the result handle in *out) or
+ * qc_emulate_sparse_allreduce_dense (dense_form 1: rank r's table of nrows x row_len
+ * elements at dense + r x nrows x row_len) over rows laid out rank after rank: rank r
+ * has longs[r] rows, its indices and values following those of the ranks before it.
+ * Java checks that nlongs == nranks >= 1 and the counts. */
+qc_rc qcj_emulate_sparse(int nranks, const void* indices, const void* values,
+                         const jlong* longs, int nlongs, size_t row_len, int dense_form,
+                         size_t nrows, void* dense, qc_dtype_t dtype, qc_reduce_op_t op,
+                         const char* layer, long long call_index, const qc_policy_t* policy,
+                         long long* out) {
+  const uint64_t call = (uint64_t)call_index;
+  const size_t n = nranks > 0 ? (size_t)nranks : 0;
+  const int64_t** idx = (const int64_t**)calloc(n + 1, sizeof(int64_t*));
+  const void** vals = (const void**)calloc(n + 1, sizeof(void*));
+  size_t* nnz = (size_t*)calloc(n + 1, sizeof(size_t));
+  void** tables = (void**)calloc(n + 1, sizeof(void*));
+  qc_sparse_result_t result = NULL;
+  qc_status_t st;
+  size_t row = 0;
+  size_t i;
+  *out = 0;
+  if (idx == NULL || vals == NULL || nnz == NULL || tables == NULL) {
+    st = QC_ERROR_OUT_OF_MEMORY;
+  } else {
+    for (i = 0; i < n && (int)i < nlongs; ++i) {
+      nnz[i] = (size_t)longs[i];
+      idx[i] = nnz[i] == 0 ? NULL : (const int64_t*)indices + row;
+      vals[i] = nnz[i] == 0 ? NULL : (const char*)values + row * row_len * qcj_dtype_size(dtype);
+      tables[i] = dense == NULL ? NULL
+                                : (char*)dense + i * nrows * row_len * qcj_dtype_size(dtype);
+      row += nnz[i];
+    }
+    if (dense_form) {
+      st = qc_emulate_sparse_allreduce_dense(nranks, idx, vals, nnz, row_len, nrows, tables,
+                                             dtype, op, layer, call, policy);
+    } else {
+      st = qc_emulate_sparse_allreduce(nranks, idx, vals, nnz, row_len, dtype, op, layer, call,
+                                       policy, &result);
+      *out = (long long)(intptr_t)result;
+    }
+  }
+  free((void*)idx);
+  free((void*)vals);
+  free(nnz);
+  free(tables);
   return st;
 }
 
@@ -763,6 +851,33 @@ qc_rc qcj_iallgather(qc_comm_t comm, const void* sendbuf, void* recvbuf, size_t 
   qc_request_t request = NULL;
   qc_status_t st = qc_iallgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer,
                                  &request);
+  *out = (long long)(intptr_t)request;
+  return st;
+}
+
+/* isparseAllreduce: the request in out[0], the result handle (made at once, read
+ * once the request has completed) in out[1]; both 0 when the start fails. */
+qc_rc qcj_isparse_allreduce(qc_comm_t comm, const void* indices, const void* values, size_t nnz,
+                            size_t row_len, qc_dtype_t dtype, qc_reduce_op_t op,
+                            const char* layer, jlong* handles, int nhandles) {
+  qc_sparse_result_t result = NULL;
+  qc_request_t request = NULL;
+  qc_status_t st = qc_isparse_allreduce(comm, (const int64_t*)indices, values, nnz, row_len,
+                                        dtype, op, layer, &result, &request);
+  (void)nhandles; /* Java passes 2 */
+  handles[0] = (jlong)(intptr_t)request;
+  handles[1] = (jlong)(intptr_t)result;
+  return st;
+}
+
+qc_rc qcj_isparse_allreduce_dense(qc_comm_t comm, const void* indices, const void* values,
+                                  size_t nnz, size_t row_len, size_t nrows, void* dense,
+                                  qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                                  long long* out) {
+  qc_request_t request = NULL;
+  qc_status_t st = qc_isparse_allreduce_dense(comm, (const int64_t*)indices, values, nnz,
+                                              row_len, nrows, dense, dtype, op, layer,
+                                              &request);
   *out = (long long)(intptr_t)request;
   return st;
 }

@@ -4,6 +4,7 @@ import java.nio.Buffer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.FloatBuffer;
+import java.nio.LongBuffer;
 import java.nio.ShortBuffer;
 
 /** Checks and helpers for the java.nio buffers handed to C (package-private). */
@@ -19,6 +20,13 @@ final class Buffers {
 
   static FloatBuffer directFloats(long n) {
     return directFloats(checkedInt(n, "element count"));
+  }
+
+  /** A direct long buffer in native byte order: {@code n} longs (row indices). */
+  static LongBuffer directLongs(long n) {
+    return ByteBuffer.allocateDirect(Math.multiplyExact(checkedInt(n, "index count"), 8))
+        .order(ByteOrder.nativeOrder())
+        .asLongBuffer();
   }
 
   static int checkedInt(long n, String what) {
@@ -45,6 +53,12 @@ final class Buffers {
   static ShortBuffer check(ShortBuffer b, String name, boolean writable) {
     checkCommon(b, name, writable, b != null && b.order() == ByteOrder.nativeOrder(),
         howToAllocate(".asShortBuffer()", 2), "copying into a direct buffer");
+    return b.slice();
+  }
+
+  static LongBuffer check(LongBuffer b, String name, boolean writable) {
+    checkCommon(b, name, writable, b != null && b.order() == ByteOrder.nativeOrder(),
+        howToAllocate(".asLongBuffer()", 8), "long[]");
     return b.slice();
   }
 

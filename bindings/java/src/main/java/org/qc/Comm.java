@@ -3,6 +3,7 @@ package org.qc;
 import java.lang.ref.Reference;
 import java.nio.Buffer;
 import java.nio.FloatBuffer;
+import java.nio.LongBuffer;
 import java.nio.ShortBuffer;
 import java.nio.charset.StandardCharsets;
 
@@ -32,7 +33,8 @@ import java.nio.charset.StandardCharsets;
  *
  * <h2>Non-blocking collectives</h2>
  * {@link #iallreduce}, {@link #iallreduceSegments}, {@link #ialltoall},
- * {@link #ireduceScatter}, {@link #iallgather} and {@link #ibroadcast} take the
+ * {@link #ireduceScatter}, {@link #iallgather}, {@link #ibroadcast},
+ * {@link #isparseAllreduce} and {@link #isparseAllreduceDense} take the
  * arguments of the blocking calls (direct buffers only), start the call and return a
  * {@link Request} at once. Requests run on the communicator's progress thread, one
  * after another in the order they were started, which must be the same on every rank;
@@ -497,6 +499,105 @@ public final class Comm implements AutoCloseable {
     buf.get(recvbuf, 0, n);
   }
 
+  // ---- sparse allreduce -------------------------------------------------------
+
+  /** {@link #sparseAllreduce(long[], float[], int, ReduceOp, String)}: sum, layer "*". */
+  public SparseRows sparseAllreduce(long[] indices, float[] values, int rowLen) {
+    return sparseAllreduce(indices, values, rowLen, ReduceOp.SUM, null);
+  }
+
+  /**
+   * Sparse allreduce of row-sparse data such as embedding gradients
+   * (qc_sparse_allreduce): this rank's rows, row k being index {@code indices[k]} with
+   * the {@code rowLen} floats at {@code values[k * rowLen]}, are summed with every
+   * rank's rows of the same index. The result is the union of all ranks' indices,
+   * ascending, each with its summed row: the same bits on every rank. Each rank's rows
+   * are encoded once with one scale per row (the layer's codec: none, fp16, bf16,
+   * minmax, qsgd or onebit; others fail with {@link Status#UNSUPPORTED}) and decoded by
+   * every rank. No error feedback. <b>Copies</b> the arrays into native memory.
+   *
+   * @param indices nnz row indices {@code >= 0}, in any order (a repeated index adds its
+   *     rows); nnz may differ between ranks
+   * @param values nnz * rowLen floats, row after row
+   * @param rowLen floats per row, {@code >= 1}, the same on every rank
+   * @param op {@link ReduceOp#SUM} or {@link ReduceOp#AVG}, the same on every rank
+   * @param layer name whose policy applies, the same on every rank; null means "*"
+   * @throws IllegalArgumentException for rowLen {@code < 1} or values of another length
+   * @throws QcException when qc fails: a negative index gives
+   *     {@link Status#INVALID_ARGUMENT} on this rank and {@link Status#MISMATCH} on the
+   *     others (the communicator stays usable); ranks that disagree on rowLen, op or
+   *     layer get {@link Status#MISMATCH}
+   */
+  public SparseRows sparseAllreduce(long[] indices, float[] values, int rowLen, ReduceOp op,
+      String layer) {
+    requireRows(indices, values);
+    return sparseAllreduce(directCopy(indices), directCopy(values), rowLen, op, layer);
+  }
+
+  /**
+   * As {@link #sparseAllreduce(long[], float[], int, ReduceOp, String)}, zero-copy in:
+   * nnz = {@code indices.remaining()}, {@code values} nnz * rowLen floats (both direct,
+   * native order, read from position to limit). The result is copied out.
+   */
+  public SparseRows sparseAllreduce(LongBuffer indices, FloatBuffer values, int rowLen,
+      ReduceOp op, String layer) {
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
+    long[] result = new long[1]; // the qc_sparse_result_t, 0 until the call has made one
+    try {
+      call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce(h, a.indices, a.values, a.nnz,
+          rowLen, Dtype.FLOAT32, op, a.layer, result));
+      return SparseRows.read(result[0], rowLen);
+    } finally {
+      QcNative.qc_sparse_result_destroy(result[0]);
+    }
+  }
+
+  /**
+   * {@link #sparseAllreduceDense(long[], float[], int, long, float[], ReduceOp, String)}:
+   * sum, layer "*".
+   */
+  public void sparseAllreduceDense(long[] indices, float[] values, int rowLen, long nrows,
+      float[] dense) {
+    sparseAllreduceDense(indices, values, rowLen, nrows, dense, ReduceOp.SUM, null);
+  }
+
+  /**
+   * A sparse allreduce scattered into a dense table (qc_sparse_allreduce_dense): the
+   * first nrows * rowLen floats of {@code dense} get every summed row at its index (row i
+   * at {@code dense[i * rowLen]}) and zeros elsewhere, the same on every rank. Otherwise
+   * as {@link #sparseAllreduce(long[], float[], int, ReduceOp, String)}. <b>Copies</b>.
+   *
+   * @param nrows rows of the table, the same on every rank; every index must be
+   *     {@code < nrows} (else {@link QcException} {@link Status#INVALID_ARGUMENT} here,
+   *     {@link Status#MISMATCH} on the other ranks)
+   * @param dense at least nrows * rowLen floats
+   */
+  public void sparseAllreduceDense(long[] indices, float[] values, int rowLen, long nrows,
+      float[] dense, ReduceOp op, String layer) {
+    requireRows(indices, values);
+    if (dense == null) {
+      throw new NullPointerException("qc: argument 'dense' is null");
+    }
+    long cells = denseCells(nrows, rowLen, dense.length);
+    FloatBuffer table = Buffers.directFloats(cells);
+    sparseAllreduceDense(directCopy(indices), directCopy(values), rowLen, nrows, table, op,
+        layer);
+    table.get(dense, 0, (int) cells);
+  }
+
+  /**
+   * As {@link #sparseAllreduceDense(long[], float[], int, long, float[], ReduceOp, String)},
+   * zero-copy: nnz = {@code indices.remaining()}; {@code dense} direct, native order,
+   * writable, at least nrows * rowLen floats remaining (written from its position).
+   */
+  public void sparseAllreduceDense(LongBuffer indices, FloatBuffer values, int rowLen,
+      long nrows, FloatBuffer dense, ReduceOp op, String layer) {
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
+    FloatBuffer table = a.table(dense, nrows, rowLen);
+    call(null, (h, ebh) -> QcNative.qcj_sparse_allreduce_dense(h, a.indices, a.values, a.nnz,
+        rowLen, nrows, table, Dtype.FLOAT32, op, a.layer));
+  }
+
   // ---- non-blocking collectives ---------------------------------------------
 
   /** {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String, ErrorBuffer)}: in-place sum. */
@@ -656,7 +757,42 @@ public final class Comm implements AutoCloseable {
         sr[0], sr[1]);
   }
 
-  /** One of the qcj_i* starts: comm and error buffer handles in, request handle out[0]. */
+  /**
+   * Start {@link #sparseAllreduce(LongBuffer, FloatBuffer, int, ReduceOp, String)} and
+   * return at once (qc_isparse_allreduce). The arguments are checked as there; the buffers
+   * belong to the request until it has completed, as for {@link #iallreduce(FloatBuffer,
+   * FloatBuffer, ReduceOp, String, ErrorBuffer)}. The request owns the result:
+   * {@link Request#sparseRows()} waits for it and copies the rows out, and
+   * {@link Request#close()} frees them.
+   */
+  public Request isparseAllreduce(LongBuffer indices, FloatBuffer values, int rowLen,
+      ReduceOp op, String layer) {
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
+    return start(null, (h, ebh, out) -> QcNative.qcj_isparse_allreduce(h, a.indices, a.values,
+        a.nnz, rowLen, Dtype.FLOAT32, op, a.layer, out), rowLen,
+        new Buffer[] {a.indices, a.values});
+  }
+
+  /**
+   * Start {@link #sparseAllreduceDense(LongBuffer, FloatBuffer, int, long, FloatBuffer,
+   * ReduceOp, String)} and return at once (qc_isparse_allreduce_dense). The arguments are
+   * checked as there; the buffers, {@code dense} too, belong to the request until it has
+   * completed, as for {@link #iallreduce(FloatBuffer, FloatBuffer, ReduceOp, String,
+   * ErrorBuffer)}.
+   */
+  public Request isparseAllreduceDense(LongBuffer indices, FloatBuffer values, int rowLen,
+      long nrows, FloatBuffer dense, ReduceOp op, String layer) {
+    SparseArgs a = new SparseArgs(indices, values, rowLen, op, layer);
+    FloatBuffer table = a.table(dense, nrows, rowLen);
+    return start(null, (h, ebh, out) -> QcNative.qcj_isparse_allreduce_dense(h, a.indices,
+        a.values, a.nnz, rowLen, nrows, table, Dtype.FLOAT32, op, a.layer, out), a.indices,
+        a.values, table);
+  }
+
+  /**
+   * One of the qcj_i* starts: comm and error buffer handles in, request handle out[0]
+   * (and a sparse allreduce's result handle out[1]).
+   */
   private interface Start {
     void run(long comm, long errorBuffer, long[] out);
   }
@@ -691,10 +827,21 @@ public final class Comm implements AutoCloseable {
    * blocking calls do) and wraps the request, which keeps {@code buffers} and the
    * error buffer reachable until it completes.
    */
-  private synchronized Request start(ErrorBuffer eb, Start start, Buffer... buffers) {
+  private Request start(ErrorBuffer eb, Start start, Buffer... buffers) {
+    return start(eb, start, 0, buffers);
+  }
+
+  /**
+   * As {@link #start(ErrorBuffer, Start, Buffer...)}; {@code rowLen > 0} for a sparse
+   * allreduce, whose result handle (out[1]) the Request then owns. A start that fails
+   * frees any result handle it made.
+   */
+  private synchronized Request start(ErrorBuffer eb, Start start, int rowLen,
+      Buffer[] buffers) {
     long h = handle();
     orphans.reap();
-    long[] out = new long[1];
+    long[] out = new long[2];
+    boolean started = false;
     try {
       if (eb == null) {
         start.run(h, 0, out);
@@ -703,13 +850,17 @@ public final class Comm implements AutoCloseable {
           start.run(h, eb.handle(), out);
         }
       }
+      started = true;
     } finally {
+      if (!started) {
+        QcNative.qc_sparse_result_destroy(out[1]);
+      }
       Reference.reachabilityFence(eb);
       Reference.reachabilityFence(this);
     }
     Object[] uses = java.util.Arrays.copyOf(buffers, buffers.length + 1, Object[].class);
     uses[buffers.length] = eb;
-    return new Request(out[0], this, orphans, uses);
+    return new Request(out[0], out[1], rowLen, this, orphans, uses);
   }
 
   // ---- policies -----------------------------------------------------------
@@ -900,6 +1051,74 @@ public final class Comm implements AutoCloseable {
           + " elements on the root but recvbuf " + count + "; a broadcast sends what it"
           + " receives");
     }
+  }
+
+  private static void requireRows(long[] indices, float[] values) {
+    if (indices == null) {
+      throw new NullPointerException("qc: argument 'indices' is null");
+    }
+    if (values == null) {
+      throw new NullPointerException("qc: argument 'values' is null");
+    }
+  }
+
+  private static LongBuffer directCopy(long[] a) {
+    LongBuffer b = Buffers.directLongs(a.length);
+    b.put(a).clear();
+    return b;
+  }
+
+  private static FloatBuffer directCopy(float[] a) {
+    FloatBuffer b = Buffers.directFloats(a.length);
+    b.put(a).clear();
+    return b;
+  }
+
+  /** A sparse allreduce's arguments, checked for C: slices from position to limit. */
+  private static final class SparseArgs {
+    final LongBuffer indices;
+    final FloatBuffer values; // nnz * rowLen
+    final long nnz;
+    final byte[] layer;       // UTF-8, or null for "*"
+
+    SparseArgs(LongBuffer indices, FloatBuffer values, int rowLen, ReduceOp op, String layer) {
+      if (rowLen < 1) {
+        throw new IllegalArgumentException("qc: argument 'rowLen' is " + rowLen
+            + "; expected >= 1");
+      }
+      this.indices = Buffers.check(indices, "indices", false);
+      this.values = Buffers.check(values, "values", false);
+      this.nnz = this.indices.remaining();
+      long expected = nnz * rowLen;
+      if (this.values.remaining() != expected) {
+        throw new IllegalArgumentException("qc: argument 'values' has "
+            + this.values.remaining() + " elements; " + nnz + " indices of rowLen " + rowLen
+            + " need " + expected);
+      }
+      requireOp(op);
+      this.layer = utf8(layer, "layer");
+    }
+
+    /** The dense forms' table, checked: room for nrows * rowLen floats, writable. */
+    FloatBuffer table(FloatBuffer dense, long nrows, int rowLen) {
+      FloatBuffer t = Buffers.check(dense, "dense", true);
+      denseCells(nrows, rowLen, t.remaining());
+      return t;
+    }
+  }
+
+  /** nrows * rowLen, checked against the {@code room} elements of the dense table. */
+  private static long denseCells(long nrows, int rowLen, long room) {
+    if (nrows < 0) {
+      throw new IllegalArgumentException("qc: argument 'nrows' is negative (" + nrows + ")");
+    }
+    long cells = nrows > Long.MAX_VALUE / Math.max(rowLen, 1) ? Long.MAX_VALUE
+        : nrows * Math.max(rowLen, 1);
+    if (room < cells) {
+      throw new IllegalArgumentException("qc: argument 'dense' has room for " + room
+          + " elements, nrows * rowLen is " + (cells == Long.MAX_VALUE ? "larger" : cells));
+    }
+    return cells;
   }
 
   private static void requireOp(ReduceOp op) {

@@ -3,6 +3,7 @@ package org.qc;
 import java.lang.ref.Reference;
 import java.nio.ByteBuffer;
 import java.nio.FloatBuffer;
+import java.nio.LongBuffer;
 
 /**
  * Library-wide functions of qc: version, emulation of collectives over virtual
@@ -350,6 +351,120 @@ public final class Qc {
       }
     }
     return n;
+  }
+
+  // ---- sparse allreduce emulation -------------------------------------------------
+
+  /**
+   * {@link #emulateSparseAllreduce(long[][], float[][], int, ReduceOp, Policy, String, long)}:
+   * sum, the first call of layer "*".
+   */
+  public static SparseRows emulateSparseAllreduce(long[][] indices, float[][] values, int rowLen,
+      Policy policy) {
+    return emulateSparseAllreduce(indices, values, rowLen, ReduceOp.SUM, policy, null, 0);
+  }
+
+  /**
+   * Run a sparse allreduce over {@code indices.length} virtual ranks
+   * (qc_emulate_sparse_allreduce), as call {@code callIndex} of {@code layer} (see
+   * {@link #emulateAllreduce(float[][], ReduceOp, Policy, ErrorBuffer[], String, long)}):
+   * rank r's rows are {@code indices[r]} and {@code values[r]} ({@code indices[r].length *
+   * rowLen} floats), as {@link Comm#sparseAllreduce(long[], float[], int, ReduceOp, String)}
+   * takes them. Every rank's result is the same bits, so one comes back: a real run's.
+   * Copies.
+   */
+  public static SparseRows emulateSparseAllreduce(long[][] indices, float[][] values, int rowLen,
+      ReduceOp op, Policy policy, String layer, long callIndex) {
+    SparseInputs in = new SparseInputs(indices, values, rowLen, op, policy, callIndex);
+    long[] result = new long[1]; // the qc_sparse_result_t, 0 until the call has made one
+    try {
+      try (PolicyStruct p = policy.toStruct()) {
+        QcNative.qcj_emulate_sparse(in.nranks, in.indices, in.values, in.counts, rowLen, 0, 0,
+            null, Dtype.FLOAT32, op, Comm.utf8(layer, "layer"), callIndex, p, result);
+      }
+      return SparseRows.read(result[0], rowLen);
+    } finally {
+      QcNative.qc_sparse_result_destroy(result[0]);
+    }
+  }
+
+  /**
+   * Run a sparse allreduce into dense tables over {@code indices.length} virtual ranks
+   * (qc_emulate_sparse_allreduce_dense): as {@link #emulateSparseAllreduce(long[][],
+   * float[][], int, ReduceOp, Policy, String, long)}, each rank's output a table of
+   * {@code nrows * rowLen} floats, as {@link Comm#sparseAllreduceDense(long[], float[], int,
+   * long, float[], ReduceOp, String)} writes it. Copies.
+   */
+  public static float[][] emulateSparseAllreduceDense(long[][] indices, float[][] values,
+      int rowLen, long nrows, ReduceOp op, Policy policy, String layer, long callIndex) {
+    SparseInputs in = new SparseInputs(indices, values, rowLen, op, policy, callIndex);
+    if (nrows < 0) {
+      throw new IllegalArgumentException("qc: argument 'nrows' is negative (" + nrows + ")");
+    }
+    int cells = Buffers.checkedInt(nrows > Integer.MAX_VALUE ? nrows : nrows * rowLen,
+        "table size nrows * rowLen");
+    FloatBuffer tables = Buffers.directFloats((long) cells * in.nranks);
+    try (PolicyStruct p = policy.toStruct()) {
+      QcNative.qcj_emulate_sparse(in.nranks, in.indices, in.values, in.counts, rowLen, 1, nrows,
+          tables, Dtype.FLOAT32, op, Comm.utf8(layer, "layer"), callIndex, p, new long[1]);
+    }
+    float[][] out = new float[in.nranks][cells];
+    for (float[] table : out) {
+      tables.get(table);
+    }
+    return out;
+  }
+
+  /** The virtual ranks' rows, checked and laid out rank after rank for qcj_emulate_sparse. */
+  private static final class SparseInputs {
+    final int nranks;
+    final long[] counts; // rows per rank
+    final LongBuffer indices;
+    final FloatBuffer values;
+
+    SparseInputs(long[][] indices, float[][] values, int rowLen, ReduceOp op, Policy policy,
+        long callIndex) {
+      if (callIndex < 0) {
+        throw new IllegalArgumentException("qc: argument 'callIndex' is negative (" + callIndex
+            + ")");
+      }
+      if (indices == null || values == null || op == null || policy == null) {
+        throw new NullPointerException("qc: argument '" + (indices == null ? "indices"
+            : values == null ? "values" : op == null ? "op" : "policy") + "' is null");
+      }
+      if (rowLen < 1) {
+        throw new IllegalArgumentException("qc: argument 'rowLen' is " + rowLen
+            + "; expected >= 1");
+      }
+      nranks = indices.length;
+      if (nranks == 0 || values.length != nranks) {
+        throw new IllegalArgumentException("qc: " + nranks + " ranks of indices and "
+            + values.length + " of values; expected the same number, at least 1");
+      }
+      counts = new long[nranks];
+      long rows = 0;
+      for (int r = 0; r < nranks; ++r) {
+        if (indices[r] == null || values[r] == null) {
+          throw new NullPointerException("qc: " + (indices[r] == null ? "indices" : "values")
+              + "[" + r + "] is null (a rank without rows passes empty arrays)");
+        }
+        if (values[r].length != (long) indices[r].length * rowLen) {
+          throw new IllegalArgumentException("qc: values[" + r + "] has " + values[r].length
+              + " elements; " + indices[r].length + " indices of rowLen " + rowLen + " need "
+              + (long) indices[r].length * rowLen);
+        }
+        counts[r] = indices[r].length;
+        rows += counts[r];
+      }
+      this.indices = Buffers.directLongs(rows);
+      this.values = Buffers.directFloats(rows * rowLen);
+      for (int r = 0; r < nranks; ++r) {
+        this.indices.put(indices[r]);
+        this.values.put(values[r]);
+      }
+      this.indices.clear();
+      this.values.clear();
+    }
   }
 
   // ---- codecs on their own --------------------------------------------------

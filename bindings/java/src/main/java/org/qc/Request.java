@@ -5,7 +5,8 @@ import java.lang.ref.Reference;
 /**
  * A non-blocking collective in flight (qc_request_t), started by
  * {@link Comm#iallreduce}, {@link Comm#iallreduceSegments}, {@link Comm#ialltoall},
- * {@link Comm#ireduceScatter}, {@link Comm#iallgather} or {@link Comm#ibroadcast}.
+ * {@link Comm#ireduceScatter}, {@link Comm#iallgather}, {@link Comm#ibroadcast},
+ * {@link Comm#isparseAllreduce} or {@link Comm#isparseAllreduceDense}.
  *
  * <p>{@link #waitFor()} blocks until it has completed and throws its
  * {@link QcException} if it failed; {@link #test()} says whether it has completed
@@ -30,10 +31,17 @@ import java.lang.ref.Reference;
  * {@link #test()} never blocks. {@link #close()} waits for threads inside
  * {@link #waitFor()} to return. A closed request throws
  * {@link IllegalStateException}.
+ *
+ * <h2>Sparse allreduce</h2>
+ * A request of {@link Comm#isparseAllreduce} also owns the result (a
+ * qc_sparse_result_t): {@link #sparseRows()} waits for the request and copies it out;
+ * {@link #close()} (or the Cleaner) frees it, whether or not the request has completed.
  */
 public final class Request implements AutoCloseable {
   private final NativeHandle handle;
   private final InFlight inFlight;
+  private final NativeHandle sparseResult; // isparseAllreduce's result, else null
+  private final int rowLen;                // of sparseResult's rows
   private int waiters; // threads inside waitFor (guarded by this)
 
   /**
@@ -73,9 +81,17 @@ public final class Request implements AutoCloseable {
     }
   }
 
-  Request(long h, Comm comm, OrphanedRequests orphans, Object... uses) {
+  /**
+   * {@code sparseResult}: the qc_sparse_result_t of an isparseAllreduce (rows of
+   * {@code rowLen}), which this request then owns; 0 for the other collectives.
+   */
+  Request(long h, long sparseResult, int rowLen, Comm comm, OrphanedRequests orphans,
+      Object... uses) {
     this.inFlight = new InFlight(comm, orphans, uses);
     this.handle = new NativeHandle(this, h, inFlight::release);
+    this.sparseResult = sparseResult == 0 ? null
+        : new NativeHandle(this, sparseResult, QcNative::qc_sparse_result_destroy);
+    this.rowLen = rowLen;
   }
 
   private long handle() {
@@ -133,6 +149,28 @@ public final class Request implements AutoCloseable {
     return done[0] != 0;
   }
 
+  /**
+   * The result of the sparse allreduce this request runs ({@link Comm#isparseAllreduce}):
+   * waits for it as {@link #waitFor()} does (throwing its failure), then copies the
+   * rows out. May be called again; each call copies.
+   *
+   * @throws IllegalStateException if the request is closed, or is not a sparse
+   *     allreduce's (those of {@link Comm#isparseAllreduceDense} write their table)
+   */
+  public SparseRows sparseRows() {
+    if (sparseResult == null) {
+      handle(); // a closed request says so first
+      throw new IllegalStateException("qc: this Request has no sparse rows (only those of "
+          + "Comm.isparseAllreduce do)");
+    }
+    waitFor();
+    try {
+      return sparseResult.withHandle("qc: Request is closed", h -> SparseRows.read(h, rowLen));
+    } finally {
+      Reference.reachabilityFence(this);
+    }
+  }
+
   /** Whether {@link #close()} was called. */
   public boolean isClosed() {
     return handle.isClosed();
@@ -153,7 +191,13 @@ public final class Request implements AutoCloseable {
         interrupted = true; // the handle must outlive the waiters: keep waiting
       }
     }
-    handle.close();
+    try {
+      handle.close();
+    } finally {
+      if (sparseResult != null) {
+        sparseResult.close();
+      }
+    }
     if (interrupted) {
       Thread.currentThread().interrupt();
     }
