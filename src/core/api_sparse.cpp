@@ -32,13 +32,14 @@ void make_sparse_result(size_t row_len, qc_dtype_t dtype, std::shared_ptr<Sparse
   *result = reinterpret_cast<qc_sparse_result_t>(live_sparse_results().add(std::move(object)));
 }
 
-void drop_sparse_result(qc_sparse_result_t result) {
+bool drop_sparse_result(qc_sparse_result_t result) {
   SparseResult* object = nullptr;
   if (live_sparse_results().close(handle_value(result), &object) ==
       HandleTable<SparseResult>::Use::kNotLive) {
-    return;
+    return false;
   }
   live_sparse_results().take_when_unused(handle_value(result)).reset();
+  return true;
 }
 
 Status validate_sparse_rows(const int64_t* indices, const void* values, size_t nnz,
@@ -201,11 +202,9 @@ QC_API qc_status_t qc_sparse_result_copy(qc_sparse_result_t result, int64_t* ind
 QC_API qc_status_t qc_sparse_result_destroy(qc_sparse_result_t result) {
   return QC_API_CALL({
     if (result == nullptr) return Status::ok();
+    if (drop_sparse_result(result)) return Status::ok();
     ResultLease none;
-    QC_RETURN_IF_ERROR(lease_result(result, /*filled=*/false, &none));  // "not live"
-    none = ResultLease();
-    drop_sparse_result(result);
-    return Status::ok();
+    return lease_result(result, /*filled=*/false, &none);  // the "not live" message
   });
 }
 

@@ -32,8 +32,9 @@ HandleTable<SparseResult>& live_sparse_results();
 // A new, unfilled result handle in *result; *fill is what the call fills.
 void make_sparse_result(size_t row_len, qc_dtype_t dtype, std::shared_ptr<SparseFill>* fill,
                         qc_sparse_result_t* result);
-// Frees a handle made by make_sparse_result (on a failed start).
-void drop_sparse_result(qc_sparse_result_t result);
+// Frees a result handle once no call uses it; false when it is not live
+// (freed before, or never made).
+bool drop_sparse_result(qc_sparse_result_t result);
 
 // The rows' arguments, as every entry point takes them.
 Status validate_sparse_rows(const int64_t* indices, const void* values, size_t nnz,
