@@ -231,6 +231,57 @@ TEST(NcclTransport, ShardedCollectivesSameBytesAsTheLocalTransport) {
   }
 }
 
+// The sparse allreduce's three schedules over NCCL's point to point: few
+// rows (allgather), policy algorithm sra, and every row of the table on
+// every rank (a dense output densifies): the local transport's bits.
+TEST(NcclTransport, SparseAllreduceSameBytesAsTheLocalTransport) {
+  const size_t row_len = 9, nrows = 120;
+  for (int n : {2, 3, 5}) {
+    for (int c : {0, 2, 4, 5}) {
+      for (qc_algorithm_t a : {QC_ALGO_AUTO, QC_ALGO_SRA}) {
+        for (bool full : {false, true}) {
+          SCOPED_TRACE("n " + std::to_string(n) + " codec " + kCodecs[c].name + " algorithm " +
+                       qct::algo_name(a) + (full ? " full table" : " few rows"));
+          qc_policy_t p = policy_of(kCodecs[c], a);
+          p.error_feedback = 0;
+          std::vector<std::vector<int64_t>> idx(static_cast<size_t>(n));
+          for (int r = 0; r < n; ++r) {
+            const size_t rows = full ? nrows : static_cast<size_t>(3 + 2 * r);
+            for (size_t k = 0; k < rows; ++k) {
+              idx[static_cast<size_t>(r)].push_back(
+                  full ? static_cast<int64_t>(k) : static_cast<int64_t>((k * 37 + 11 * r) % nrows));
+            }
+          }
+          auto run_group = [&](Group& g, std::vector<Bytes>* out) {
+            EXPECT_EQ(g.set_policy("*", p), QC_SUCCESS) << qc_last_error();
+            out->assign(static_cast<size_t>(n), Bytes(nrows * row_len * 4));
+            const auto in = qct::random_inputs(n, nrows * row_len, 11);
+            qct::run_ranks(n, [&](int r) {
+              const std::vector<int64_t>& i = idx[static_cast<size_t>(r)];
+              const qc_status_t s = qc_sparse_allreduce_dense(
+                  g[r], i.data(), in[static_cast<size_t>(r)].data(), i.size(), row_len, nrows,
+                  (*out)[static_cast<size_t>(r)].data(), QC_DTYPE_FLOAT32, QC_OP_SUM, "emb");
+              EXPECT_EQ(s, QC_SUCCESS) << "rank " << r << ": " << qc_last_error();
+            });
+          };
+          Group local(n);
+          NcclGroup nccl(n, qct::kTimeoutSeconds);
+          ASSERT_TRUE(local.ok() && nccl.group.ok());
+          std::vector<Bytes> want, got;
+          run_group(local, &want);
+          run_group(nccl.group, &got);
+          EXPECT_EQ(nccl.world->size_mismatch(), "");
+          for (int r = 0; r < n; ++r) {
+            EXPECT_EQ(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << "rank " << r;
+            EXPECT_EQ(got[static_cast<size_t>(r)], got[0]) << "rank " << r;
+            EXPECT_GT(nccl.world->groups(r), 0) << "rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(NcclTransport, OneRankSendsNothing) {
   NcclGroup nccl(1, qct::kTimeoutSeconds);
   ASSERT_TRUE(nccl.group.ok());
