@@ -950,6 +950,73 @@ class Comm:
         del keep  # the input (or its staged copy) was held for the call
         return out
 
+    def sparse_allreduce(
+        self,
+        indices: ArrayLike,
+        values: Optional[ArrayLike] = None,
+        *,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        nrows: Optional[int] = None,
+        out: Optional[ArrayLike] = None,
+    ) -> Any:
+        """Sum row-sparse tensors over all ranks (qc_sparse_allreduce), as
+        the gradients of an ``nn.Embedding(sparse=True)``: only the rows a
+        rank has travel, and the result is the union of every rank's rows,
+        each summed, the same bits on every rank.
+
+        Args:
+            indices: a torch sparse COO tensor of shape (nrows, ...) with
+                sparse_dim 1 (values must then be None), coalesced or not;
+                or the row indices, a 1-D integer numpy array or torch
+                tensor (int64; other integer types are converted), >= 0, in
+                any order: repeated indices add their rows.
+            values: with indices: a 2-D array (nnz, row_len), numpy float32
+                or float16, or a torch tensor float32, float16 or bfloat16,
+                C-contiguous: row k holds the values of indices[k].
+            op: "sum", or "avg" (the sum times 1/size).
+            layer: layer name whose policy applies (one scale per row;
+                codecs none, fp16, bf16, minmax, qsgd, onebit); None is "*".
+            nrows: the rows of a dense result: given (or out given), the
+                result is a dense table (nrows, row_len) (of the sparse
+                tensor's shape) with every summed row at its index and
+                zeros elsewhere (qc_sparse_allreduce_dense); every index
+                must be < nrows.
+            out: the dense table to fill instead of a new one: an array of
+                the values' dtype, nrows = out.shape[0] rows of row_len
+                elements each.
+
+        Returns:
+            for a torch sparse tensor, a coalesced torch sparse COO tensor of
+            its shape and dtype; for indices and values, a pair (indices,
+            values) of the values' kind: int64 indices, ascending and unique,
+            and their (nnz, row_len) summed rows; with nrows or out, the
+            dense table.
+
+        Raises:
+            TypeError: an unsupported dtype; values for a sparse tensor.
+            ValueError: indices not 1-D, values not 2-D, their lengths
+                differ, a sparse tensor with sparse_dim other than 1, out
+                of the wrong size; qc.InvalidArgumentError (a ValueError)
+                for a negative index or one >= nrows.
+            qc.UnsupportedError: a CUDA tensor (host memory only), a codec
+                without a per-row form.
+            qc.MismatchError: the ranks disagree on row_len, dtype, op,
+                layer or nrows (nnz may differ); raised on every rank.
+
+        Every rank must make the same call; the GIL is released while it runs.
+        """
+        rows = _sparse.rows_arg(indices, values)
+        table = _sparse.dense_arg(rows, nrows, out)
+        if table is None:
+            handle = self._h.sparse_allreduce(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len,
+                                              rows.values.dtype, _op(op), _layer(layer))
+            return _sparse.result(handle, rows)
+        out, dst, table_rows = table
+        self._h.sparse_allreduce_dense(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len, table_rows,
+                                       dst.ptr, rows.values.dtype, _op(op), _layer(layer))
+        return out
+
     def _block_count(self, src: _Buffer) -> int:
         if src.count % self._size:
             raise _bad_value(f"x has {src.count} elements, not a multiple of the group size {self._size}")
@@ -1565,3 +1632,7 @@ def emulate_broadcast(
     _qc.emulate_broadcast(len(entries), sends, [d.ptr for d in dsts], model.count, model.dtype, root,
                           _layer(layer), call_index, _policy_tuple(policy))
     return outs
+
+
+# Sparse rows and results; it uses the helpers above.
+from . import _sparse  # noqa: E402

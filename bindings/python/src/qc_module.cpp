@@ -562,6 +562,48 @@ class Request {
   int waiters_ = 0;  // threads inside wait(); changed with the GIL held
 };
 
+// A sparse allreduce's result (qc_sparse_result_t): the union of the ranks'
+// row indices with their summed rows, copied out by the Python layer into
+// arrays of the caller's kind. Destroyed on close() or with the object; a
+// non-blocking call's result may be destroyed before its request completes
+// (qc.h: the request then finishes without it).
+class SparseResult {
+ public:
+  SparseResult() = default;
+  ~SparseResult() {
+    if (h_) qc_sparse_result_destroy(h_);
+  }
+  SparseResult(const SparseResult&) = delete;
+  SparseResult& operator=(const SparseResult&) = delete;
+
+  qc_sparse_result_t* slot() { return &h_; }  // filled by the qc call that makes it
+  qc_sparse_result_t handle() const {
+    if (!h_) fail(QC_ERROR_INVALID_ARGUMENT, "the qc sparse result is closed");
+    return h_;
+  }
+  bool closed() const { return h_ == nullptr; }
+  void close() {
+    if (!h_) return;
+    call([&] { return qc_sparse_result_destroy(h_); });
+    h_ = nullptr;
+  }
+
+ private:
+  qc_sparse_result_t h_ = nullptr;
+};
+
+// The rows of one rank as the sparse calls take them: addresses of its
+// indices (int64) and values, and their counts.
+struct SparseRowsArg {
+  std::uintptr_t indices;
+  std::uintptr_t values;
+  size_t nnz;
+  SparseRowsArg(py::handle index_address, py::handle value_address, py::handle count)
+      : indices(address_arg(index_address, "argument 'indices'")),
+        values(address_arg(value_address, "argument 'values'")),
+        nnz(int_arg<size_t>(count, "argument 'nnz'")) {}
+};
+
 [[noreturn]] void refuse_pickle(py::handle self) {
   fail_type(std::string("a ") + type_name(self) +
             " cannot be pickled or copied: it is a live library handle (one rank of a group, or "
@@ -821,6 +863,28 @@ PYBIND11_MODULE(_qc, m) {
       .def("close", &Request::close)
       .def("__reduce__", [](py::handle self) { refuse_pickle(self); });
 
+  // ---- sparse allreduce results ----
+  py::class_<SparseResult>(m, "SparseResult", "qc_sparse_result_t")
+      .def_property_readonly("closed", &SparseResult::closed)
+      .def("close", &SparseResult::close)
+      .def("__reduce__", [](py::handle self) { refuse_pickle(self); })
+      .def("nnz",
+           [](SparseResult& r) {
+             size_t n = 0;
+             qc_sparse_result_t h = r.handle();
+             call([&] { return qc_sparse_result_nnz(h, &n); });
+             return n;
+           })
+      .def("copy",
+           [](SparseResult& r, py::handle indices, py::handle values, py::handle capacity) {
+             const std::uintptr_t to_indices = address_arg(indices, "argument 'indices'");
+             const std::uintptr_t to_values = address_arg(values, "argument 'values'");
+             const size_t rows = int_arg<size_t>(capacity, "argument 'capacity'");
+             qc_sparse_result_t h = r.handle();
+             call_nogil([&] { return qc_sparse_result_copy(h, ptr<int64_t>(to_indices), ptr<void>(to_values), rows); });
+           },
+           py::arg("indices"), py::arg("values"), py::arg("capacity"));
+
   // ---- communicators ----
   py::class_<Comm>(m, "Comm", "qc_comm_t")
       .def_static("create_local", &create_local, py::arg("n"), py::arg("timeout"))
@@ -991,6 +1055,48 @@ PYBIND11_MODULE(_qc, m) {
            },
            py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
            py::arg("layer").none(true), py::arg("stream") = 0)
+      // Sparse allreduce (qc.h section 5): host memory only.
+      .def("sparse_allreduce",
+           [](Comm& c, py::handle indices, py::handle values, py::handle nnz, py::handle row_len, py::handle dtype,
+              py::handle op, py::handle layer) {
+             const SparseRowsArg rows(indices, values, nnz);
+             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             auto result = std::make_unique<SparseResult>();
+             call_nogil([&] {
+               return qc_sparse_allreduce(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values), rows.nnz,
+                                          width, static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
+                                          opt_cstr(name), result->slot());
+             });
+             return result;
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("dtype"), py::arg("op"),
+           py::arg("layer").none(true))
+      .def("sparse_allreduce_dense",
+           [](Comm& c, py::handle indices, py::handle values, py::handle nnz, py::handle row_len, py::handle nrows,
+              py::handle dense, py::handle dtype, py::handle op, py::handle layer) {
+             const SparseRowsArg rows(indices, values, nnz);
+             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+             const size_t table_rows = int_arg<size_t>(nrows, "argument 'nrows'");
+             const std::uintptr_t table = address_arg(dense, "argument 'dense'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             call_nogil([&] {
+               return qc_sparse_allreduce_dense(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values),
+                                                rows.nnz, width, table_rows, ptr<void>(table),
+                                                static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
+                                                opt_cstr(name));
+             });
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("nrows"),
+           py::arg("dense"), py::arg("dtype"), py::arg("op"), py::arg("layer").none(true))
       // Non-blocking forms (qc.h section 6): host buffers only. `keep` is
       // whatever the buffers belong to (the arrays); the request holds it,
       // its error buffer and its communicator until it completes. Started
