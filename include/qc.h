@@ -794,8 +794,9 @@ QC_API qc_status_t qc_sparse_allreduce_dense(qc_comm_t comm, const int64_t* indi
 
 /**
  * A request: one non-blocking collective started by qc_iallreduce,
- * qc_iallreduce_segments, qc_ialltoall, qc_ireduce_scatter, qc_iallgather
- * or qc_ibroadcast. An opaque handle like qc_comm_t
+ * qc_iallreduce_segments, qc_ialltoall, qc_ireduce_scatter, qc_iallgather,
+ * qc_ibroadcast, qc_isparse_allreduce or qc_isparse_allreduce_dense. An
+ * opaque handle like qc_comm_t
  * (issued once, refused forever after qc_request_free).
  */
 typedef struct qc_request_s* qc_request_t;
@@ -871,6 +872,28 @@ QC_API qc_status_t qc_iallgather(qc_comm_t comm, const void* sendbuf, void* recv
 QC_API qc_status_t qc_ibroadcast(qc_comm_t comm, const void* sendbuf, void* recvbuf,
                                  size_t count, qc_dtype_t dtype, int root, const char* layer,
                                  qc_request_t* request);
+
+/**
+ * The non-blocking form of qc_sparse_allreduce: as qc_iallreduce (indices
+ * and values belong to the request until it completes). *result names a
+ * new result handle at once; it holds the rows once the request has
+ * completed successfully. Before that, or after the request failed,
+ * qc_sparse_result_nnz and qc_sparse_result_copy refuse it with
+ * QC_ERROR_INVALID_ARGUMENT; qc_sparse_result_destroy may free it at any
+ * time (the request then finishes without it).
+ */
+QC_API qc_status_t qc_isparse_allreduce(qc_comm_t comm, const int64_t* indices,
+                                        const void* values, size_t nnz, size_t row_len,
+                                        qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                                        qc_sparse_result_t* result, qc_request_t* request);
+
+/** The non-blocking form of qc_sparse_allreduce_dense: as qc_iallreduce
+ *  (dense belongs to the request until it completes). */
+QC_API qc_status_t qc_isparse_allreduce_dense(qc_comm_t comm, const int64_t* indices,
+                                              const void* values, size_t nnz, size_t row_len,
+                                              size_t nrows, void* dense, qc_dtype_t dtype,
+                                              qc_reduce_op_t op, const char* layer,
+                                              qc_request_t* request);
 
 /**
  * Whether the request has completed, without blocking: *done is 1 once it
@@ -1053,6 +1076,31 @@ QC_API qc_status_t qc_emulate_broadcast(int nranks, const void* const* sendbufs,
                                         void* const* recvbufs, size_t count, qc_dtype_t dtype,
                                         int root, const char* layer, uint64_t call_index,
                                         const qc_policy_t* policy);
+
+/**
+ * Run a sparse allreduce over `nranks` virtual ranks, as call `call_index`
+ * of `layer`; see qc_sparse_allreduce and qc_emulate_allreduce. Rank r's
+ * rows are indices[r] and values[r] (nnz[r] rows; NULL when nnz[r] is 0).
+ * Every rank's result is the same bits, so one handle comes back:
+ * *result, as qc_sparse_allreduce makes it.
+ */
+QC_API qc_status_t qc_emulate_sparse_allreduce(int nranks, const int64_t* const* indices,
+                                               const void* const* values, const size_t* nnz,
+                                               size_t row_len, qc_dtype_t dtype,
+                                               qc_reduce_op_t op, const char* layer,
+                                               uint64_t call_index, const qc_policy_t* policy,
+                                               qc_sparse_result_t* result);
+
+/** Run a sparse allreduce into dense tables over `nranks` virtual ranks:
+ *  as qc_emulate_sparse_allreduce, with rank r's table dense[r] (nrows x
+ *  row_len elements); see qc_sparse_allreduce_dense. */
+QC_API qc_status_t qc_emulate_sparse_allreduce_dense(int nranks, const int64_t* const* indices,
+                                                     const void* const* values,
+                                                     const size_t* nnz, size_t row_len,
+                                                     size_t nrows, void* const* dense,
+                                                     qc_dtype_t dtype, qc_reduce_op_t op,
+                                                     const char* layer, uint64_t call_index,
+                                                     const qc_policy_t* policy);
 
 /* ======================================================================== */
 /* 10. Experimental: QC_EXPERIMENTAL_API                                      */

@@ -49,6 +49,7 @@ PLACES = {
     "src/core/api_handles": "api",
     "src/core/api_requests": "api",
     "src/core/api_sparse": "api",
+    "src/core/sparse_result": "api",
     "src/core/emulate": "api",
     "src/core/adapt/adapt_policies": "api",
     # comm
@@ -70,6 +71,7 @@ PLACES = {
     # planner
     "src/core/planner": "planner",
     "src/core/plan_log": "planner",
+    "src/core/sparse_plan": "planner",
     "src/core/error_buffer_grid": "planner",
     "src/core/adapt/": "planner",
     # executors

@@ -115,7 +115,7 @@ def kind_of(h: Header, ctype: str) -> Tuple[str, str]:
         return "chars_out", base
     if ctype in ("void*", "const void*"):
         return "pointer", base
-    if ctype in ("const void* const*", "void* const*"):
+    if ctype in ("const void* const*", "void* const*", "const int64_t* const*"):
         return "pointer_array", base
     if ctype == "const char* const*":
         return "string_array", base

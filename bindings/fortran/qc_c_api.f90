@@ -586,6 +586,37 @@ module qc_c_api
       type(c_ptr), intent(out) :: request
       integer(c_int) :: res
     end function
+    function qc_isparse_allreduce_c(comm, indices, values, nnz, row_len, dtype, op, layer, &
+        result, request) bind(c, name="qc_isparse_allreduce") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      integer(c_int64_t), intent(in) :: indices(*)
+      type(c_ptr), value :: values
+      integer(c_size_t), value :: nnz
+      integer(c_size_t), value :: row_len
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      type(c_ptr), intent(out) :: result
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
+    function qc_isparse_allreduce_dense_c(comm, indices, values, nnz, row_len, nrows, dense, &
+        dtype, op, layer, request) bind(c, name="qc_isparse_allreduce_dense") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t
+      type(c_ptr), value :: comm
+      integer(c_int64_t), intent(in) :: indices(*)
+      type(c_ptr), value :: values
+      integer(c_size_t), value :: nnz
+      integer(c_size_t), value :: row_len
+      integer(c_size_t), value :: nrows
+      type(c_ptr), value :: dense
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      type(c_ptr), intent(out) :: request
+      integer(c_int) :: res
+    end function
     function qc_request_test_c(request, done) bind(c, name="qc_request_test") result(res)
       import :: c_int, c_ptr
       type(c_ptr), value :: request
@@ -746,6 +777,40 @@ module qc_c_api
       type(qc_policy_t), intent(in) :: policy
       integer(c_int) :: res
     end function
+    function qc_emulate_sparse_allreduce_c(nranks, indices, values, nnz, row_len, dtype, op, &
+        layer, call_index, policy, result) bind(c, name="qc_emulate_sparse_allreduce") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t, qc_policy_t
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(in) :: indices(*)
+      type(c_ptr), intent(in) :: values(*)
+      integer(c_size_t), intent(in) :: nnz(*)
+      integer(c_size_t), value :: row_len
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: call_index
+      type(qc_policy_t), intent(in) :: policy
+      type(c_ptr), intent(out) :: result
+      integer(c_int) :: res
+    end function
+    function qc_emulate_sparse_allreduce_dense_c(nranks, indices, values, nnz, row_len, nrows, &
+        dense, dtype, op, layer, call_index, policy) bind(c, &
+        name="qc_emulate_sparse_allreduce_dense") result(res)
+      import :: c_int, c_int64_t, c_ptr, c_size_t, qc_policy_t
+      integer(c_int), value :: nranks
+      type(c_ptr), intent(in) :: indices(*)
+      type(c_ptr), intent(in) :: values(*)
+      integer(c_size_t), intent(in) :: nnz(*)
+      integer(c_size_t), value :: row_len
+      integer(c_size_t), value :: nrows
+      type(c_ptr), intent(in) :: dense(*)
+      integer(c_int), value :: dtype
+      integer(c_int), value :: op
+      type(c_ptr), value :: layer
+      integer(c_int64_t), value :: call_index
+      type(qc_policy_t), intent(in) :: policy
+      integer(c_int) :: res
+    end function
     ! experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
     function qc_adapt_method_name_c(method) bind(c, name="qc_adapt_method_name") result(res)
       import :: c_int, c_ptr
@@ -812,10 +877,11 @@ module qc_c_api
   public :: qc_broadcast_c, qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c
   public :: qc_sparse_result_destroy_c, qc_sparse_allreduce_dense_c, qc_iallreduce_c, qc_iallreduce_segments_c
   public :: qc_ialltoall_c, qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c
-  public :: qc_request_test_c, qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c
-  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, qc_error_buffer_save_c
-  public :: qc_error_buffer_load_c, qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c
-  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c, qc_emulate_reduce_scatter_c, qc_emulate_allgather_c
-  public :: qc_emulate_broadcast_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
+  public :: qc_isparse_allreduce_c, qc_isparse_allreduce_dense_c, qc_request_test_c, qc_request_wait_c
+  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
+  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, qc_codec_encoded_size_c
+  public :: qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
+  public :: qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c, qc_emulate_sparse_allreduce_c
+  public :: qc_emulate_sparse_allreduce_dense_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
   public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
 end module qc_c_api

@@ -87,12 +87,6 @@ Status check_emulation_aliasing(int nranks, const void* const* sendbufs, size_t 
   return Status::ok();
 }
 
-// A rank's argument error, naming the rank.
-Status for_rank(int r, const Status& s) {
-  if (s) return s;
-  return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
-}
-
 // The emulation's error buffers: one exclusive lease per rank's (an entry
 // that repeats an earlier rank's is refused), each checked to hold
 // `residuals` and to belong to its rank, before any rank starts.

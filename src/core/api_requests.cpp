@@ -11,6 +11,7 @@
 #include "core/emulate.h"
 #include "core/error_buffer.h"
 #include "core/request_queue.h"
+#include "core/sparse_result.h"
 
 using namespace qc;
 
@@ -216,6 +217,55 @@ QC_API qc_status_t qc_ibroadcast(qc_comm_t comm, const void* sendbuf, void* recv
     return start_request(object, nullptr, [=](ErrorBuffer*) {
       return comm_broadcast(object, nullptr, nullptr, send, recvbuf, count, dtype, root,
                             name->get());
+    }, request);
+  });
+}
+
+QC_API qc_status_t qc_isparse_allreduce(qc_comm_t comm, const int64_t* indices,
+                                        const void* values, size_t nnz, size_t row_len,
+                                        qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                                        qc_sparse_result_t* result, qc_request_t* request) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(result, "result"));
+    *result = nullptr;
+    CommLease c;
+    QC_RETURN_IF_ERROR(begin_start(comm, request, &c));
+    QC_RETURN_IF_ERROR(validate_sparse_rows(indices, values, nnz, row_len, dtype, op));
+    Communicator* object = c.get();
+    auto name = std::make_shared<LayerName>(layer);
+    std::shared_ptr<SparseFill> fill;
+    make_sparse_result(row_len, dtype, &fill, result);
+    Status started = start_request(object, nullptr, [=](ErrorBuffer*) -> Status {
+      SparseRows rows;
+      QC_RETURN_IF_ERROR(comm_sparse_allreduce(object, indices, values, nnz, row_len, dtype, op,
+                                               name->get(), &rows));
+      fill->rows = std::move(rows);
+      fill->ready.store(true, std::memory_order_release);
+      return Status::ok();
+    }, request);
+    if (!started) {
+      drop_sparse_result(*result);
+      *result = nullptr;
+    }
+    return started;
+  });
+}
+
+QC_API qc_status_t qc_isparse_allreduce_dense(qc_comm_t comm, const int64_t* indices,
+                                              const void* values, size_t nnz, size_t row_len,
+                                              size_t nrows, void* dense, qc_dtype_t dtype,
+                                              qc_reduce_op_t op, const char* layer,
+                                              qc_request_t* request) {
+  return QC_API_CALL({
+    CommLease c;
+    QC_RETURN_IF_ERROR(begin_start(comm, request, &c));
+    QC_RETURN_IF_ERROR(validate_sparse_rows(indices, values, nnz, row_len, dtype, op));
+    QC_RETURN_IF_ERROR(validate_sparse_dense(nnz, row_len, nrows, dense, dtype));
+    Communicator* object = c.get();
+    auto name = std::make_shared<LayerName>(layer);
+    return start_request(object, nullptr, [=](ErrorBuffer*) {
+      return comm_sparse_allreduce_dense(object, indices, values, nnz, row_len, nrows, dense,
+                                         dtype, op, name->get());
     }, request);
   });
 }

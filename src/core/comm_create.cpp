@@ -31,6 +31,7 @@ struct CommDefaults {
   bool device_codec = true;
   bool progress_thread = true;
   size_t pipeline_chunk_bytes = 0;
+  int sparse_schedule = -1;
 };
 
 // Reads the QC_* environment over the configured timeout. A bad value fails
@@ -51,6 +52,7 @@ Status environment_defaults(double configured_timeout, CommDefaults* out) {
   out->device_codec = env_device_codec(env);
   out->progress_thread = env_progress_thread(env);
   out->pipeline_chunk_bytes = env_pipeline_chunk(env);
+  out->sparse_schedule = env_sparse_schedule(env);
   return Status::ok();
 }
 
@@ -103,6 +105,7 @@ std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
   comm->progress_inline =
       !defaults.progress_thread || !comm->transport->supports_progress_thread();
   comm->pipeline_chunk_values = defaults.pipeline_chunk_bytes / sizeof(float);
+  comm->sparse_schedule = defaults.sparse_schedule;
   comm->policies.set("*", defaults.star);
   comm->stats.struct_size = sizeof(qc_stats_t);
   log_created(*comm, defaults);

@@ -74,6 +74,8 @@ struct Communicator {
   // QC_PIPELINE_CHUNK at creation, in float32 values: the pieces pipelined
   // schedules cut blocks into on the host (0: whole blocks).
   size_t pipeline_chunk_values = 0;
+  // QC_SPARSE_SCHEDULE at creation (a SparseSchedule; -1: auto).
+  int sparse_schedule = -1;
 
   // Reused by every call (the communicator serves one thread at a time).
   qc::Scratch scratch;
@@ -174,13 +176,18 @@ Status comm_broadcast(Communicator* comm, const DeviceMemory* mem, void* stream,
                       const void* sendbuf, void* recvbuf, size_t count, qc_dtype_t dtype,
                       int root, const char* layer);
 
-// A sparse allreduce (sparse_host.cpp; work in progress): this rank's nnz
-// rows (indices in any order, duplicates summed; each < nrows unless nrows
-// is 0) of row_len values; *result gets the union of every rank's indices,
-// ascending, with the summed rows (float32), the same bits on every rank.
+// A sparse allreduce (sparse_host.cpp): this rank's nnz rows (indices in
+// any order, duplicates summed) of row_len values; *result gets the union
+// of every rank's indices, ascending, with the summed rows (float32), the
+// same bits on every rank.
 Status comm_sparse_allreduce(Communicator* comm, const int64_t* indices, const void* values,
-                             size_t nnz, size_t row_len, int64_t nrows, qc_dtype_t dtype,
-                             qc_reduce_op_t op, const char* layer, SparseRows* result);
+                             size_t nnz, size_t row_len, qc_dtype_t dtype, qc_reduce_op_t op,
+                             const char* layer, SparseRows* result);
+// The same into `dense` (nrows x row_len of dtype; every index < nrows):
+// the summed rows at their indices, zeros elsewhere.
+Status comm_sparse_allreduce_dense(Communicator* comm, const int64_t* indices, const void* values,
+                                   size_t nnz, size_t row_len, size_t nrows, void* dense,
+                                   qc_dtype_t dtype, qc_reduce_op_t op, const char* layer);
 
 // Squared L2 norm, accumulated in double.
 double squared_norm(const float* x, size_t count);

@@ -54,22 +54,38 @@ Status run_ranks(const EmulationArgs& args,
 
 }  // namespace
 
-Status check_emulation_args(int nranks, const void* const* sendbufs, void* const* recvbufs,
-                            const char* layer, uint64_t call_index, const qc_policy_t* policy,
-                            EmulationArgs* args) {
+Status check_emulation_group(int nranks, const char* layer, uint64_t call_index,
+                             const qc_policy_t* policy, EmulationArgs* args) {
   if (nranks < 1 || nranks > kMaxLocalRanks) {
     return invalid_argument("argument 'nranks' is " + std::to_string(nranks) + "; expected 1.." +
                             std::to_string(kMaxLocalRanks));
   }
-  QC_RETURN_IF_ERROR(require(sendbufs, "sendbufs"));
-  QC_RETURN_IF_ERROR(require(recvbufs, "recvbufs"));
   QC_RETURN_IF_ERROR(read_policy(policy, "policy", &args->policy));
   args->nranks = nranks;
-  args->sendbufs = sendbufs;
-  args->recvbufs = recvbufs;
   args->layer = layer;
   args->call_index = call_index;
   return Status::ok();
+}
+
+Status check_emulation_args(int nranks, const void* const* sendbufs, void* const* recvbufs,
+                            const char* layer, uint64_t call_index, const qc_policy_t* policy,
+                            EmulationArgs* args) {
+  QC_RETURN_IF_ERROR(check_emulation_group(nranks, layer, call_index, policy, args));
+  QC_RETURN_IF_ERROR(require(sendbufs, "sendbufs"));
+  QC_RETURN_IF_ERROR(require(recvbufs, "recvbufs"));
+  args->sendbufs = sendbufs;
+  args->recvbufs = recvbufs;
+  return Status::ok();
+}
+
+Status for_rank(int r, const Status& s) {
+  if (s) return s;
+  return Status(s.code(), "rank " + std::to_string(r) + ": " + s.message());
+}
+
+Status emulate_ranks(const EmulationArgs& args,
+                     const std::function<Status(int, Communicator*)>& body) {
+  return run_ranks(args, body);
 }
 
 Status emulate_allreduce(const EmulationArgs& args, size_t count, qc_dtype_t dtype,

@@ -2,6 +2,8 @@
 // each, running exactly the code a real run runs.
 #pragma once
 
+#include <functional>
+
 #include "core/status.h"
 
 namespace qc {
@@ -18,6 +20,17 @@ struct EmulationArgs {
 Status check_emulation_args(int nranks, const void* const* sendbufs, void* const* recvbufs,
                             const char* layer, uint64_t call_index, const qc_policy_t* policy,
                             EmulationArgs* args);
+// The same without the buffers (args->sendbufs and recvbufs stay NULL).
+Status check_emulation_group(int nranks, const char* layer, uint64_t call_index,
+                             const qc_policy_t* policy, EmulationArgs* args);
+// A rank's argument error, naming the rank.
+Status for_rank(int r, const Status& s);
+
+struct Communicator;
+// Creates the group, gives every rank the policy, runs body(rank, comm) on
+// one thread per rank, and returns the first failure by rank order.
+Status emulate_ranks(const EmulationArgs& args,
+                     const std::function<Status(int, Communicator*)>& body);
 struct ErrorBuffer;
 
 // error_buffers: NULL, or one per rank (entries may be NULL).

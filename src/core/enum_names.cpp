@@ -35,6 +35,10 @@ const EnumName kTransports[] = {
     {QC_TRANSPORT_LOCAL, "local"}, {QC_TRANSPORT_MPI, "mpi"}, {QC_TRANSPORT_NCCL, "nccl"},
 };
 const EnumName kAdaptMethods[] = {{QC_ADAPT_KMEANS, "kmeans"}, {QC_ADAPT_LINEAR, "linear"}};
+const EnumName kSparseSchedules[] = {{static_cast<int>(SparseSchedule::kAuto), "auto"},
+                                     {static_cast<int>(SparseSchedule::kAllgather), "allgather"},
+                                     {static_cast<int>(SparseSchedule::kScatterReduce), "sra"},
+                                     {static_cast<int>(SparseSchedule::kDensify), "densify"}};
 
 template <size_t N>
 constexpr EnumNames table(const char* what, const EnumName (&names)[N]) {
@@ -55,6 +59,7 @@ const EnumNames kReduceOpNames = table("reduce op", kReduceOps);
 const EnumNames kRoundingNames = table("rounding", kRoundings, kRoundingAliases);
 const EnumNames kTransportNames = table("transport", kTransports);
 const EnumNames kAdaptMethodNames = table("adapt method", kAdaptMethods);
+const EnumNames kSparseScheduleNames = table("sparse schedule", kSparseSchedules);
 
 const char* EnumNames::name_of(int value) const {
   for (size_t i = 0; i < count; ++i) {
@@ -93,6 +98,11 @@ const char* codec_name(qc_codec_t codec) {
 
 const char* algorithm_name(qc_algorithm_t algorithm) {
   const char* name = kAlgorithmNames.name_of(algorithm);
+  return name != nullptr ? name : "unknown";
+}
+
+const char* sparse_schedule_name(SparseSchedule schedule) {
+  const char* name = kSparseScheduleNames.name_of(static_cast<int>(schedule));
   return name != nullptr ? name : "unknown";
 }
 

@@ -41,8 +41,19 @@ extern const EnumNames kRoundingNames;
 extern const EnumNames kTransportNames;
 extern const EnumNames kAdaptMethodNames;
 
+// Not an ABI enum: the sparse allreduce's schedules (sparse_plan.h), named
+// here because QC_SPARSE_SCHEDULE (params.h) spells them.
+enum class SparseSchedule : int {
+  kAuto = -1,          // by the model
+  kAllgather = 0,      // every rank's rows to every rank
+  kScatterReduce = 1,  // rows to their index's owner, owners' sums allgathered
+  kDensify = 2,        // the dense table's allreduce (dense output only)
+};
+extern const EnumNames kSparseScheduleNames;
+
 // For messages: the canonical name, or "unknown".
 const char* codec_name(qc_codec_t codec);
 const char* algorithm_name(qc_algorithm_t algorithm);
+const char* sparse_schedule_name(SparseSchedule schedule);
 
 }  // namespace qc

@@ -217,6 +217,14 @@ size_t env_pipeline_chunk(const EnvParams& env) {
   return env.pipeline_chunk.set ? env.pipeline_chunk.value : kDefaultPipelineChunkBytes;
 }
 
+bool parse_sparse_schedule(const char* text, int* out) {
+  return kSparseScheduleNames.lookup(text, out);
+}
+
+int env_sparse_schedule(const EnvParams& env) {
+  return env.sparse_schedule.set ? env.sparse_schedule.value : -1;
+}
+
 LogLevel env_log_level(const EnvParams& env) {
   if (env.debug.set) return env.debug.value;
   if (env.log_level.set) return env.log_level.value;

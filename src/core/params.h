@@ -37,6 +37,8 @@ bool parse_positive_seconds(const char* text, double* out);
 // Isa is opaque here, so this parser stores the Isa's value as an int and
 // auto as -1 (let the dispatcher choose).
 bool parse_cpu_isa(const char* text, int* out);
+// A SparseSchedule (sparse_plan.h) as an int, auto as -1.
+bool parse_sparse_schedule(const char* text, int* out);
 
 // X(field, NAME, type, C++ type, parser, default, allowed, doc)
 //   type: enum | int | size | double | string; it prefixes `allowed` in error
@@ -101,7 +103,13 @@ bool parse_cpu_isa(const char* text, int* out);
     "Host SRA, ring and alltoall cut blocks larger than this (in float32 bytes, rounded up "   \
     "to the codec's bucket) into pieces whose encode, transfer and decode overlap; the "       \
     "results are the same bits. 0: whole blocks. Top-k and fused (segments) calls are never " \
-    "cut.")
+    "cut.")                                                                                    \
+  X(sparse_schedule, "QC_SPARSE_SCHEDULE", enum, int, ::qc::parse_sparse_schedule, "auto",     \
+    "auto, allgather, sra, densify",                                                           \
+    "Schedule of every sparse allreduce (docs/algorithms.md): auto chooses per call by the "   \
+    "modeled bytes (and the policy's algorithm sra forces sra); the others force one: every "  \
+    "rank's rows to every rank, rows summed at their index's owner, or the dense table's "     \
+    "allreduce (qc_sparse_allreduce_dense only; the sparse form then runs allgather).")
 
 // One variable as read: set only when the text parsed; raw is kept even when
 // it did not, so qc-info can show what was wrong.
@@ -146,6 +154,8 @@ bool env_progress_thread(const EnvParams& env);
 constexpr size_t kDefaultPipelineChunkBytes = 128 * 1024;
 // QC_PIPELINE_CHUNK in bytes (its default when unset).
 size_t env_pipeline_chunk(const EnvParams& env);
+// QC_SPARSE_SCHEDULE (a SparseSchedule; kAuto when unset).
+int env_sparse_schedule(const EnvParams& env);
 // QC_DEBUG when set, else QC_LOG_LEVEL when set, else warn.
 LogLevel env_log_level(const EnvParams& env);
 

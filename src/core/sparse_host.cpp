@@ -4,7 +4,7 @@
 // of the values (one bucket per row: one scale per row) with the row
 // indices behind it; receive sizes come from row counts exchanged first
 // (Schedule::slot_bytes), and the schedules of the registry carry them.
-//  - allgather (policy.algorithm anything but sra): each rank's rows go to
+//  - allgather: each rank's rows go to
 //    every rank (the direct allgather schedule), encoded once by their
 //    owner; every rank adds them in rank order.
 //  - scatter-reduce-allgather (sra): rows go to the rank that owns their
@@ -12,19 +12,27 @@
 //    in rank order (its own exactly), encodes the union of its rows once,
 //    and the owners' rows are allgathered. Each value is quantized at most
 //    twice, and a row many ranks share travels to its owner only.
-// WORK IN PROGRESS (issue 31, item 4): AUTO's choice by density, the
-// densified SRA for dense tables, i/emulate forms.
+//  - densify (dense output only): the rows scattered into the dense table,
+//    which the SRA allreduce sums, one scale per row; no index travels.
+// sparse_plan.h chooses among them, every rank alike, from the row counts
+// exchanged first.
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/byte_order.h"
+#include "core/algorithms/algorithm.h"
+#include "core/allreduce_host.h"
 #include "core/call_stats.h"
+#include "core/log.h"
 #include "core/communicator.h"
 #include "core/dtype.h"
 #include "core/executors/host_executor.h"
 #include "core/planner.h"
 #include "core/policy.h"
 #include "core/schedules/registry.h"
+#include "core/sparse_plan.h"
 #include "core/sparse_rows.h"
 #include "cpu/dtype_convert.h"
 
@@ -37,14 +45,6 @@ constexpr uint64_t kRefused = UINT64_MAX;  // a row count that says "this rank f
 bool row_codec(qc_codec_t c) {
   return c == QC_CODEC_NONE || c == QC_CODEC_FP16 || c == QC_CODEC_BF16 ||
          c == QC_CODEC_MINMAX || c == QC_CODEC_QSGD || c == QC_CODEC_ONEBIT;
-}
-
-// The most bytes a payload of `rows` rows takes (saturating: a peer's
-// count is not trusted to be small).
-size_t rows_capacity(const Codec& codec, uint64_t rows, size_t row_len) {
-  if (rows > SIZE_MAX / 16 / (row_len + 1)) return SIZE_MAX;
-  const size_t values = codec.max_encoded_size(static_cast<size_t>(rows) * row_len);
-  return values > SIZE_MAX - 8 * rows ? SIZE_MAX : values + 8 * static_cast<size_t>(rows);
 }
 
 Status encode_rows(CollectiveContext& ctx, const int64_t* indices, const float* values,
@@ -117,7 +117,7 @@ Status allgather_rows(CollectiveContext& ctx, const Codec& codec, const SparseRo
   schedule.slot_bytes.resize(static_cast<size_t>(n));
   for (int b = 0; b < n; ++b) {
     schedule.slot_bytes[static_cast<size_t>(b)] =
-        rows_capacity(codec, counts[static_cast<size_t>(b)], row_len);
+        sparse_rows_capacity(codec, counts[static_cast<size_t>(b)], row_len);
   }
   std::vector<Message> slots(static_cast<size_t>(n));
   std::vector<Message*> slot_ptrs;
@@ -151,8 +151,8 @@ Status scatter_reduce_rows(CollectiveContext& ctx, const Codec& codec,
   // those from rank i.
   schedule.slot_bytes.assign(2 * un, 0);
   for (size_t j = 0; j < un; ++j) {
-    schedule.slot_bytes[j] = rows_capacity(codec, counts[r * un + j], row_len);
-    schedule.slot_bytes[un + j] = rows_capacity(codec, counts[j * un + r], row_len);
+    schedule.slot_bytes[j] = sparse_rows_capacity(codec, counts[r * un + j], row_len);
+    schedule.slot_bytes[un + j] = sparse_rows_capacity(codec, counts[j * un + r], row_len);
   }
   std::vector<Message> slots(2 * un);
   std::vector<Message*> slot_ptrs;
@@ -185,19 +185,58 @@ Status scatter_reduce_rows(CollectiveContext& ctx, const Codec& codec,
 
 }  // namespace
 
-Status comm_sparse_allreduce(Communicator* comm, const int64_t* indices, const void* values,
-                             size_t nnz, size_t row_len, int64_t nrows, qc_dtype_t dtype,
-                             qc_reduce_op_t op, const char* layer, SparseRows* result) {
+namespace {
+
+// Where a sparse allreduce's result goes: the rows, or a dense table.
+struct SparseOutput {
+  SparseRows* rows = nullptr;  // the sparse form
+  void* dense = nullptr;       // the dense form: nrows x row_len of the call's dtype
+  size_t nrows = 0;
+};
+
+// The densified schedule: the rows scattered into a float32 table, which
+// the SRA allreduce sums (one scale per row, as the sparse schedules). The
+// table is padded to a multiple of n rows, so that every rank's block, and
+// so every bucket, starts at a row: a bucket across two rows would give an
+// all-zero row its neighbour's scale, and the zero would not come back
+// exactly zero.
+Status run_densified(CollectiveContext& ctx, const SparseRows& mine, size_t row_len,
+                     size_t nrows, std::vector<float>* table) {
+  const size_t n = static_cast<size_t>(ctx.size());
+  table->assign((nrows + n - 1) / n * n * row_len, 0.0f);
+  for (size_t k = 0; k < mine.indices.size(); ++k) {
+    std::copy(mine.values.begin() + k * row_len, mine.values.begin() + (k + 1) * row_len,
+              table->begin() + static_cast<size_t>(mine.indices[k]) * row_len);
+  }
+  return run_allreduce(ctx, QC_ALGO_SRA, table->data(), table->size(), /*group_size=*/1);
+}
+
+void write_dense(const SparseRows& rows, size_t row_len, size_t nrows, qc_dtype_t dtype,
+                 void* dense) {
+  // Zero bits are +0 in every dtype, and only the union's rows are converted.
+  const size_t row_bytes = row_len * dtype_size(dtype);
+  std::memset(dense, 0, nrows * row_bytes);
+  for (size_t k = 0; k < rows.indices.size(); ++k) {
+    cpu::from_float32(rows.values.data() + k * row_len, dtype,
+                      static_cast<char*>(dense) + static_cast<size_t>(rows.indices[k]) * row_bytes,
+                      row_len);
+  }
+}
+
+Status run_sparse(Communicator* comm, const int64_t* indices, const void* values, size_t nnz,
+                  size_t row_len, qc_dtype_t dtype, qc_reduce_op_t op, const char* layer,
+                  const SparseOutput& output) {
   QC_RETURN_IF_ERROR(check_healthy(comm));
   const int n = comm->transport->size();
   const size_t un = static_cast<size_t>(n);
+  const bool dense_output = output.dense != nullptr || output.rows == nullptr;
+  const int64_t limit = dense_output ? static_cast<int64_t>(output.nrows) : 0;
   qc_policy_t policy = comm->policies.resolve(layer);
   if (row_len > static_cast<size_t>(INT32_MAX)) {
     return invalid_argument("argument 'row_len' is " + std::to_string(row_len) +
                             "; expected at most " + std::to_string(INT32_MAX));
   }
-  policy.bucket_size = static_cast<int>(row_len > 0 ? row_len : 1);
-  const bool scatter = policy.algorithm == QC_ALGO_SRA && n > 1;
+  policy.bucket_size = static_cast<int>(row_len);
   std::vector<float> widened(nnz * row_len);
   cpu::to_float32(values, dtype, widened.data(), widened.size());
   SparseRows mine;
@@ -205,87 +244,154 @@ Status comm_sparse_allreduce(Communicator* comm, const int64_t* indices, const v
   // way: this rank says so in the count exchange (kRefused), so every rank
   // fails the call (this one with its own status, the peers with MISMATCH)
   // and none waits, and the communicator stays usable.
-  Status local = canonical_rows(indices, widened.data(), nnz, row_len, nrows, &mine);
+  Status local = canonical_rows(indices, widened.data(), nnz, row_len, limit, &mine);
   if (local && !row_codec(policy.codec)) {
     local = unsupported(std::string("a sparse allreduce quantizes each row with its own scale; "
                                     "codec '") + codec_name(policy.codec) +
                         "' has no such form (use none, fp16, bf16, minmax, qsgd or onebit)");
   }
-  // Rows per owner (index mod n) for the scatter; all of them for the allgather.
-  std::vector<SparseRows> by_owner(scatter ? un : 1);
-  std::vector<uint64_t> my_counts(scatter ? un : 1, 0);
+  // Rows per owner (index mod n), and one past the largest index: what
+  // every rank needs to size the messages and choose the schedule.
+  std::vector<uint64_t> my_counts(un + 1, 0);
+  std::vector<SparseRows> by_owner(un);
   if (local) {
     for (size_t k = 0; k < mine.indices.size(); ++k) {
-      const size_t j = scatter ? static_cast<size_t>(mine.indices[k] % n) : 0;
+      const size_t j = static_cast<size_t>(mine.indices[k] % n);
       by_owner[j].indices.push_back(mine.indices[k]);
       by_owner[j].values.insert(by_owner[j].values.end(), mine.values.begin() + k * row_len,
                                 mine.values.begin() + (k + 1) * row_len);
       my_counts[j] += 1;
     }
+    if (!mine.indices.empty()) my_counts[un] = static_cast<uint64_t>(mine.indices.back()) + 1;
   } else {
     my_counts.assign(my_counts.size(), kRefused);
   }
 
-  // The row counts first (they size every message); row_len, dtype, op,
-  // layer, policy and nrows are every rank's, which the envelopes check.
+  // The counts first (they size every message); row_len, dtype, op, layer,
+  // policy, the output's form and nrows are every rank's, which the
+  // envelopes check.
   std::unique_ptr<Codec> none_codec;
   qc_policy_t none = policy;
   none.codec = QC_CODEC_NONE;
   QC_RETURN_IF_ERROR(make_codec(none, QC_DTYPE_FLOAT32, &none_codec));
   const uint64_t signature = call_signature(CollectiveKind::kSparseAllreduce, row_len, dtype, op,
                                             layer, policy, policy.algorithm) ^
-                             static_cast<uint64_t>(nrows);
+                             (dense_output ? static_cast<uint64_t>(output.nrows) + 1 : 0);
   std::vector<uint64_t> counts;
   QC_RETURN_IF_ERROR(run_collective(comm, *none_codec, signature, 0, {},
                                     [&](CollectiveContext& ctx) {
     return ctx.allgather_u64s(my_counts, &counts);
   }));
   QC_RETURN_IF_ERROR(local);
+  SparseShape shape;
+  shape.ranks = n;
+  shape.row_len = row_len;
+  shape.dense_output = dense_output;
+  shape.extent = dense_output ? output.nrows : 0;
+  shape.counts.resize(un * un);
   size_t total_rows = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    if (counts[e] == kRefused) {
-      return mismatch("rank " + std::to_string(e / my_counts.size()) +
-                      " refused its rows (an index out of range or a codec without a per-row "
-                      "form); no rank ran the sparse allreduce");
+  for (size_t r = 0; r < un; ++r) {
+    for (size_t j = 0; j <= un; ++j) {
+      const uint64_t c = counts[r * (un + 1) + j];
+      if (c == kRefused) {
+        return mismatch("rank " + std::to_string(r) +
+                        " refused its rows (an index out of range or a codec without a per-row "
+                        "form); no rank ran the sparse allreduce");
+      }
+      if (j == un) {
+        // A dense table takes no index past its end, whatever a peer says.
+        if (dense_output && c > output.nrows) {
+          return corrupt_data("rank " + std::to_string(r) + " has rows past the table's " +
+                              std::to_string(output.nrows));
+        }
+        shape.extent = std::max(shape.extent, c);
+        continue;
+      }
+      if (c > SIZE_MAX - total_rows) return corrupt_data("the ranks' row counts overflow");
+      total_rows += static_cast<size_t>(c);
+      shape.counts[r * un + j] = c;
     }
-    if (counts[e] > SIZE_MAX - total_rows) return corrupt_data("the ranks' row counts overflow");
-    total_rows += static_cast<size_t>(counts[e]);
   }
 
+  if (dense_output && output.nrows == 0 && total_rows > 0) {
+    return corrupt_data("a peer sent rows for an empty table");
+  }
   // The values' codec: min_compress_bytes judges all ranks' rows together
   // (every rank computes the same, from the same counts).
   const qc_policy_t effective = effective_policy(policy, total_rows * row_len * dtype_size(dtype));
   std::unique_ptr<Codec> codec;
   QC_RETURN_IF_ERROR(make_codec(effective, QC_DTYPE_FLOAT32, &codec));
+  const SparsePlan plan = plan_sparse(shape, *codec, policy.algorithm,
+                                      static_cast<SparseSchedule>(comm->sparse_schedule));
+  if (log_enabled(LogLevel::kDebug)) {
+    log_debug("sparse_allreduce of " + std::to_string(total_rows) + " rows x " +
+              std::to_string(row_len) + ", layer '" + (layer != nullptr ? layer : "*") +
+              "': schedule " + sparse_schedule_name(plan.schedule) + ": " + plan.why);
+  }
   const size_t logical = mine.indices.size() * row_len * dtype_size(dtype);
   const auto layers = one_layer(layer, mine.indices.size() * row_len, logical,
                                 squared_norm(mine.values.data(), mine.values.size()));
+  const uint64_t call = signature ^ (0x5ba75e5ull + static_cast<uint64_t>(plan.schedule));
+  SparseRows summed;
+  std::vector<float> table;
   std::vector<SparseRows> gathered;
-  if (!scatter) {
-    QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature ^ 0x5ba75e5ull, logical, layers,
-                                      [&](CollectiveContext& ctx) {
-      ctx.set_seed(effective.seed);
-      return allgather_rows(ctx, *codec, mine, counts, row_len, nrows, &gathered);
-    }));
-  } else {
-    SparseRows owned;
-    std::vector<uint64_t> owned_counts;
-    QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature ^ 0x5ca77e4ull, logical, layers,
-                                      [&](CollectiveContext& ctx) -> Status {
-      ctx.set_seed(effective.seed);
-      QC_RETURN_IF_ERROR(scatter_reduce_rows(ctx, *codec, by_owner, counts, row_len, nrows, &owned));
-      // The owners' unions have sizes only they know: one more count round.
-      QC_RETURN_IF_ERROR(ctx.allgather_u64(owned.indices.size(), &owned_counts));
-      return allgather_rows(ctx, *codec, owned, owned_counts, row_len, nrows, &gathered);
-    }));
+  const Status ran = run_collective(comm, *codec, call, logical, layers,
+                                   [&](CollectiveContext& ctx) -> Status {
+    ctx.set_seed(effective.seed);
+    switch (plan.schedule) {
+      case SparseSchedule::kDensify:
+        return run_densified(ctx, mine, row_len, output.nrows, &table);
+      case SparseSchedule::kScatterReduce: {
+        SparseRows owned;
+        std::vector<uint64_t> owned_counts;
+        QC_RETURN_IF_ERROR(scatter_reduce_rows(ctx, *codec, by_owner, shape.counts, row_len,
+                                               limit, &owned));
+        // The owners' unions have sizes only they know: one more count round.
+        QC_RETURN_IF_ERROR(ctx.allgather_u64(owned.indices.size(), &owned_counts));
+        return allgather_rows(ctx, *codec, owned, owned_counts, row_len, limit, &gathered);
+      }
+      default: {
+        std::vector<uint64_t> rank_rows(un, 0);
+        for (size_t r = 0; r < un; ++r) {
+          for (size_t j = 0; j < un; ++j) rank_rows[r] += shape.counts[r * un + j];
+        }
+        return allgather_rows(ctx, *codec, mine, rank_rows, row_len, limit, &gathered);
+      }
+    }
+  });
+  QC_RETURN_IF_ERROR(ran);
+  if (plan.schedule == SparseSchedule::kDensify) {
+    finish_allreduce(table.data(), output.nrows * row_len, dtype, op, n, output.dense);
+    return Status::ok();
   }
   // Rank order: the same sums on every rank (the owners' rows are disjoint).
-  add_rows_in_order(gathered, row_len, result);
+  SparseRows& result = output.rows != nullptr ? *output.rows : summed;
+  add_rows_in_order(gathered, row_len, &result);
   if (op == QC_OP_AVG) {
     const float scale = 1.0f / static_cast<float>(n);
-    for (float& v : result->values) v *= scale;
+    for (float& v : result.values) v *= scale;
   }
+  if (output.dense != nullptr) write_dense(result, row_len, output.nrows, dtype, output.dense);
   return Status::ok();
+}
+
+}  // namespace
+
+Status comm_sparse_allreduce(Communicator* comm, const int64_t* indices, const void* values,
+                             size_t nnz, size_t row_len, qc_dtype_t dtype, qc_reduce_op_t op,
+                             const char* layer, SparseRows* result) {
+  SparseOutput output;
+  output.rows = result;
+  return run_sparse(comm, indices, values, nnz, row_len, dtype, op, layer, output);
+}
+
+Status comm_sparse_allreduce_dense(Communicator* comm, const int64_t* indices, const void* values,
+                                   size_t nnz, size_t row_len, size_t nrows, void* dense,
+                                   qc_dtype_t dtype, qc_reduce_op_t op, const char* layer) {
+  SparseOutput output;
+  output.dense = dense;
+  output.nrows = nrows;
+  return run_sparse(comm, indices, values, nnz, row_len, dtype, op, layer, output);
 }
 
 }  // namespace qc

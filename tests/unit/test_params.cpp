@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/params.h"
 #include "core/policy.h"
 
@@ -81,6 +82,7 @@ const std::vector<Case>& cases() {
       {"QC_DEVICE_CODEC", {"0", "1"}, {"2", "off", "true", "-1", "1 "}},
       {"QC_PROGRESS_THREAD", {"0", "1"}, {"2", "no", "yes", "-1", " 0"}},
       {"QC_PIPELINE_CHUNK", {"0", "4096", "256K", "1M"}, {"-1", "1.5", "1T", "abc"}},
+      {"QC_SPARSE_SCHEDULE", {"auto", "allgather", "sra", "densify"}, {"ring", "0", "SRA", "dense"}},
   };
   return kCases;
 }
@@ -162,6 +164,7 @@ TEST(Params, UnsetAndEmptyKeepDefaults) {
   EXPECT_TRUE(env_device_codec(p));
   EXPECT_TRUE(env_progress_thread(p));
   EXPECT_EQ(env_pipeline_chunk(p), kDefaultPipelineChunkBytes);
+  EXPECT_EQ(env_sparse_schedule(p), static_cast<int>(SparseSchedule::kAuto));
   EXPECT_EQ(env_log_level(p), LogLevel::kWarn);
 }
 
@@ -173,7 +176,7 @@ TEST(Params, ParsedValues) {
               {"QC_EF", "1"},          {"QC_MIN_COMPRESS", "64K"},
               {"QC_TIMEOUT", "2.5"},   {"QC_CPU_ISA", "scalar"},
               {"QC_DEVICE_CODEC", "0"}, {"QC_PROGRESS_THREAD", "0"},
-              {"QC_PIPELINE_CHUNK", "1M"}};
+              {"QC_PIPELINE_CHUNK", "1M"}, {"QC_SPARSE_SCHEDULE", "densify"}};
   EnvParams p;
   ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
   EXPECT_EQ(p.debug.value, LogLevel::kDebug);
@@ -190,6 +193,7 @@ TEST(Params, ParsedValues) {
   EXPECT_FALSE(env_device_codec(p));
   EXPECT_FALSE(env_progress_thread(p));
   EXPECT_EQ(env_pipeline_chunk(p), 1024u * 1024u);
+  EXPECT_EQ(env_sparse_schedule(p), static_cast<int>(SparseSchedule::kDensify));
   EXPECT_EQ(p.codec.raw, "qsgd");
 }
 
@@ -240,6 +244,7 @@ TEST(Params, ApplyOverridesExactlyTheSetFields) {
       {"QC_DEVICE_CODEC", "0", [](qc_policy_t*) {}},
       {"QC_PROGRESS_THREAD", "0", [](qc_policy_t*) {}},
       {"QC_PIPELINE_CHUNK", "0", [](qc_policy_t*) {}},
+      {"QC_SPARSE_SCHEDULE", "sra", [](qc_policy_t*) {}},
   };
   // A non-default starting point, so "unchanged" is not the same as "reset".
   qc_policy_t start = default_policy();

@@ -373,6 +373,12 @@ qc_iallgather(comm, sendbuf, recvbuf, sendcount, dtype, layer, error_buffer, req
 qc_ibroadcast(comm, sendbuf, recvbuf, count, dtype, root, layer, request) =
     @ccall libqc.qc_ibroadcast(comm::qc_comm_t, sendbuf::Ptr{Cvoid}, recvbuf::Ptr{Cvoid}, count::Csize_t, dtype::qc_dtype_t, root::Cint, layer::Cstring, request::Ptr{qc_request_t})::qc_status_t
 
+qc_isparse_allreduce(comm, indices, values, nnz, row_len, dtype, op, layer, result, request) =
+    @ccall libqc.qc_isparse_allreduce(comm::qc_comm_t, indices::Ptr{Int64}, values::Ptr{Cvoid}, nnz::Csize_t, row_len::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, result::Ptr{qc_sparse_result_t}, request::Ptr{qc_request_t})::qc_status_t
+
+qc_isparse_allreduce_dense(comm, indices, values, nnz, row_len, nrows, dense, dtype, op, layer, request) =
+    @ccall libqc.qc_isparse_allreduce_dense(comm::qc_comm_t, indices::Ptr{Int64}, values::Ptr{Cvoid}, nnz::Csize_t, row_len::Csize_t, nrows::Csize_t, dense::Ptr{Cvoid}, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, request::Ptr{qc_request_t})::qc_status_t
+
 qc_request_test(request, done) =
     @ccall libqc.qc_request_test(request::qc_request_t, done::Ptr{Cint})::qc_status_t
 
@@ -423,6 +429,12 @@ qc_emulate_allgather(nranks, sendbufs, recvbufs, sendcount, dtype, layer, call_i
 
 qc_emulate_broadcast(nranks, sendbufs, recvbufs, count, dtype, root, layer, call_index, policy) =
     @ccall libqc.qc_emulate_broadcast(nranks::Cint, sendbufs::Ptr{Ptr{Cvoid}}, recvbufs::Ptr{Ptr{Cvoid}}, count::Csize_t, dtype::qc_dtype_t, root::Cint, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t})::qc_status_t
+
+qc_emulate_sparse_allreduce(nranks, indices, values, nnz, row_len, dtype, op, layer, call_index, policy, result) =
+    @ccall libqc.qc_emulate_sparse_allreduce(nranks::Cint, indices::Ptr{Ptr{Cvoid}}, values::Ptr{Ptr{Cvoid}}, nnz::Ptr{Csize_t}, row_len::Csize_t, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t}, result::Ptr{qc_sparse_result_t})::qc_status_t
+
+qc_emulate_sparse_allreduce_dense(nranks, indices, values, nnz, row_len, nrows, dense, dtype, op, layer, call_index, policy) =
+    @ccall libqc.qc_emulate_sparse_allreduce_dense(nranks::Cint, indices::Ptr{Ptr{Cvoid}}, values::Ptr{Ptr{Cvoid}}, nnz::Ptr{Csize_t}, row_len::Csize_t, nrows::Csize_t, dense::Ptr{Ptr{Cvoid}}, dtype::qc_dtype_t, op::qc_reduce_op_t, layer::Cstring, call_index::UInt64, policy::Ptr{qc_policy_t})::qc_status_t
 
 # experimental: declared in the QC_EXPERIMENTAL_API section of qc.h, may change in a minor release
 qc_adapt_method_name(method) =
