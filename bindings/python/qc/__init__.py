@@ -92,6 +92,7 @@ __all__ = [
     "emulate_reduce_scatter",
     "emulate_allgather",
     "emulate_broadcast",
+    "emulate_sparse_allreduce",
     "CODECS",
     "ROUNDINGS",
     "ALGORITHMS",
@@ -1182,6 +1183,33 @@ class Comm:
         handle = self._h.ibroadcast(send, dst.ptr, dst.count, dst.dtype, root, _layer(layer), (keep, out))
         return Request(handle, out)
 
+    def isparse_allreduce(
+        self,
+        indices: ArrayLike,
+        values: Optional[ArrayLike] = None,
+        *,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        nrows: Optional[int] = None,
+        out: Optional[ArrayLike] = None,
+    ) -> "Request":
+        """Start sparse_allreduce(indices, values, ...) and return a
+        qc.Request whose wait() returns its result (the sparse tensor, the
+        (indices, values) pair or the dense table); as iallreduce: the
+        input's arrays and out belong to the request until it completes.
+        Host memory only."""
+        rows = _sparse.rows_arg(indices, values)
+        table = _sparse.dense_arg(rows, nrows, out)
+        if table is None:
+            result, handle = self._h.isparse_allreduce(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len,
+                                                       rows.values.dtype, _op(op), _layer(layer), rows.keep())
+            return Request(handle, None, lambda: _sparse.result(result, rows))
+        out, dst, table_rows = table
+        handle = self._h.isparse_allreduce_dense(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len,
+                                                 table_rows, dst.ptr, rows.values.dtype, _op(op), _layer(layer),
+                                                 rows.keep() + (out,))
+        return Request(handle, out)
+
     # ---- policies ----
     def set_layer_policy(self, pattern: str, policy: Policy) -> None:
         """Set the policy of the layers whose name matches pattern (an exact
@@ -1264,7 +1292,8 @@ def _host_only(buf: _Buffer, what: str) -> None:
 class Request:
     """A non-blocking collective in flight (qc_request_t), from
     Comm.iallreduce, Comm.iallreduce_segments, Comm.ialltoall,
-    Comm.ireduce_scatter, Comm.iallgather or Comm.ibroadcast.
+    Comm.ireduce_scatter, Comm.iallgather, Comm.ibroadcast or
+    Comm.isparse_allreduce.
 
     ``wait()`` blocks until it has completed and returns the collective's
     result (or raises its qc.Error); ``test()`` says whether it has
@@ -1281,19 +1310,26 @@ class Request:
     (qc.TransportError or qc.QcTimeoutError from wait()).
     """
 
-    __slots__ = ("_h", "_result")
+    __slots__ = ("_h", "_result", "_finish")
 
-    def __init__(self, handle: Any, result: Any) -> None:
+    def __init__(self, handle: Any, result: Any, finish: Optional[Any] = None) -> None:
         if not isinstance(handle, _qc.Request):
             raise _bad_type("requests are started by Comm.iallreduce, Comm.iallreduce_segments, "
-                            "Comm.ialltoall, Comm.ireduce_scatter, Comm.iallgather and Comm.ibroadcast")
+                            "Comm.ialltoall, Comm.ireduce_scatter, Comm.iallgather, Comm.ibroadcast "
+                            "and Comm.isparse_allreduce")
         self._h = handle
         self._result = result
+        # Makes the result once the request has completed (a sparse result
+        # is copied out of its handle then).
+        self._finish = finish
 
     def wait(self) -> ArrayLike:
         """Block until the request has completed (without the GIL); return
         the collective's result (its out array), or raise its qc.Error."""
         self._h.wait()
+        if self._finish is not None:
+            self._result = self._finish()
+            self._finish = None
         return self._result
 
     def test(self) -> bool:
@@ -1632,6 +1668,40 @@ def emulate_broadcast(
     _qc.emulate_broadcast(len(entries), sends, [d.ptr for d in dsts], model.count, model.dtype, root,
                           _layer(layer), call_index, _policy_tuple(policy))
     return outs
+
+
+def emulate_sparse_allreduce(
+    inputs: Sequence[Any],
+    policy: Policy,
+    op: str = "sum",
+    layer: Optional[str] = None,
+    call_index: int = 0,
+    nrows: Optional[int] = None,
+) -> Any:
+    """Run one sparse allreduce over len(inputs) virtual ranks
+    (qc_emulate_sparse_allreduce), as call `call_index` of `layer` (see
+    emulate_allreduce). inputs[r] is rank r's rows: a torch sparse COO
+    tensor, or an (indices, values) pair, as Comm.sparse_allreduce takes
+    them (nnz may differ between ranks; dtype and row length may not).
+    Every rank's result is the same bits, so one result comes back, in the
+    form Comm.sparse_allreduce gives for inputs[0]: a coalesced sparse
+    tensor or an (indices, values) pair; with nrows, the dense table
+    (qc_emulate_sparse_allreduce_dense)."""
+    rows = _sparse.emulated_rows(inputs)
+    n = len(rows)
+    first = rows[0]
+    sparse_args = ([r.index_ptr for r in rows], [r.values.ptr for r in rows], [r.nnz for r in rows],
+                   first.row_len)
+    table = _sparse.dense_arg(first, nrows, None)
+    if table is None:
+        handle = _qc.emulate_sparse_allreduce(n, *sparse_args, first.values.dtype, _op(op), _layer(layer),
+                                              call_index, _policy_tuple(policy))
+        return _sparse.result(handle, first)
+    # One table per virtual rank (the library writes each); they are equal.
+    tables = [table] + [_sparse.dense_arg(first, nrows, None) for _ in range(n - 1)]
+    _qc.emulate_sparse_allreduce_dense(n, *sparse_args, table[2], [t[1].ptr for t in tables], first.values.dtype,
+                                       _op(op), _layer(layer), call_index, _policy_tuple(policy))
+    return table[0]
 
 
 # Sparse rows and results; it uses the helpers above.

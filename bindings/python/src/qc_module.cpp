@@ -689,6 +689,24 @@ class EmulatedErrorBuffers {
   std::vector<qc_error_buffer_t> handles_;
 };
 
+// Every virtual rank's rows for qc_emulate_sparse_allreduce*: one index
+// address, one value address and one row count per rank.
+struct EmulatedSparseRows {
+  std::vector<const int64_t*> indices;
+  std::vector<const void*> values;
+  std::vector<size_t> nnz;
+  EmulatedSparseRows(int nranks, py::handle index_list, py::handle value_list, py::handle nnz_list) {
+    for (std::uintptr_t a : addresses_arg(index_list, "argument 'indices'")) indices.push_back(ptr<const int64_t>(a));
+    for (std::uintptr_t a : addresses_arg(value_list, "argument 'values'")) values.push_back(ptr<const void>(a));
+    const py::sequence counts = sequence_arg(nnz_list, "argument 'nnz'");
+    for (size_t i = 0; i < counts.size(); ++i) nnz.push_back(int_arg<size_t>(counts[i], item("argument 'nnz'", i)));
+    const size_t n = static_cast<size_t>(nranks);
+    if (nranks < 1 || indices.size() != n || values.size() != n || nnz.size() != n)
+      fail_value("argument 'nranks' is " + std::to_string(nranks) + "; expected >= 1 and one index address, "
+                 "value address and row count per rank");
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_qc, m) {
@@ -1259,6 +1277,61 @@ PYBIND11_MODULE(_qc, m) {
            },
            py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
            py::arg("layer").none(true), py::arg("keep").none(true))
+      // The result handle is made at once and read once the request has
+      // completed (qc.h); (result, request) come back together.
+      .def("isparse_allreduce",
+           [](py::object self, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+              py::handle dtype, py::handle op, py::handle layer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const SparseRowsArg rows(indices, values, nnz);
+             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             auto result = std::make_unique<SparseResult>();
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_isparse_allreduce(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values),
+                                           rows.nnz, width, static_cast<qc_dtype_t>(type),
+                                           static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), result->slot(),
+                                           &request);
+             });
+             auto started = std::make_unique<Request>(request, std::move(keep), self);
+             return py::make_tuple(py::cast(result.release(), py::return_value_policy::take_ownership),
+                                   py::cast(started.release(), py::return_value_policy::take_ownership));
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("dtype"), py::arg("op"),
+           py::arg("layer").none(true), py::arg("keep").none(true))
+      .def("isparse_allreduce_dense",
+           [](py::object self, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+              py::handle nrows, py::handle dense, py::handle dtype, py::handle op, py::handle layer,
+              py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const SparseRowsArg rows(indices, values, nnz);
+             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+             const size_t table_rows = int_arg<size_t>(nrows, "argument 'nrows'");
+             const std::uintptr_t table = address_arg(dense, "argument 'dense'");
+             const int type = int_arg<int>(dtype, "argument 'dtype'");
+             const int reduce = int_arg<int>(op, "argument 'op'");
+             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_isparse_allreduce_dense(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values),
+                                                 rows.nnz, width, table_rows, ptr<void>(table),
+                                                 static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
+                                                 opt_cstr(name), &request);
+             });
+             return std::make_unique<Request>(request, std::move(keep), self);
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("nrows"),
+           py::arg("dense"), py::arg("dtype"), py::arg("op"), py::arg("layer").none(true),
+           py::arg("keep").none(true))
       .def("set_layer_policy",
            [](Comm& c, py::handle pattern, py::handle policy) {
              const std::string name = name_arg(pattern, "argument 'pattern'");
@@ -1466,4 +1539,51 @@ PYBIND11_MODULE(_qc, m) {
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count"), py::arg("dtype"), py::arg("root"),
         py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"));
+
+  m.def("emulate_sparse_allreduce",
+        [](py::handle nranks, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+           py::handle dtype, py::handle op, py::handle layer, py::handle call_index, py::handle policy) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const EmulatedSparseRows rows(n, indices, values, nnz);
+          const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const int reduce = int_arg<int>(op, "argument 'op'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          auto result = std::make_unique<SparseResult>();
+          call_nogil([&] {
+            return qc_emulate_sparse_allreduce(n, rows.indices.data(), rows.values.data(), rows.nnz.data(), width,
+                                               static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
+                                               opt_cstr(name), index, &p, result->slot());
+          });
+          return result;
+        },
+        py::arg("nranks"), py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"),
+        py::arg("dtype"), py::arg("op"), py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"));
+  m.def("emulate_sparse_allreduce_dense",
+        [](py::handle nranks, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+           py::handle nrows, py::handle denses, py::handle dtype, py::handle op, py::handle layer,
+           py::handle call_index, py::handle policy) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const EmulatedSparseRows rows(n, indices, values, nnz);
+          const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+          const size_t table_rows = int_arg<size_t>(nrows, "argument 'nrows'");
+          std::vector<void*> tables;
+          for (std::uintptr_t a : addresses_arg(denses, "argument 'dense'")) tables.push_back(ptr<void>(a));
+          if (tables.size() != rows.nnz.size()) fail_value("argument 'dense' must have one table per rank");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const int reduce = int_arg<int>(op, "argument 'op'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          call_nogil([&] {
+            return qc_emulate_sparse_allreduce_dense(n, rows.indices.data(), rows.values.data(), rows.nnz.data(),
+                                                     width, table_rows, tables.data(), static_cast<qc_dtype_t>(type),
+                                                     static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), index, &p);
+          });
+        },
+        py::arg("nranks"), py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"),
+        py::arg("nrows"), py::arg("dense"), py::arg("dtype"), py::arg("op"), py::arg("layer").none(true),
+        py::arg("call_index"), py::arg("policy"));
 }

@@ -85,8 +85,12 @@ def test_sparse_allreduce(algorithm):
         c.set_layer_policy("*", qc.Policy(algorithm=algorithm))
         got_idx, got_vals = c.sparse_allreduce(idx, vals, layer="emb")
         table = c.sparse_allreduce(idx, vals, layer="emb", nrows=50)
-        c.set_layer_policy("*", qc.Policy(codec="minmax", bits=8, algorithm=algorithm, min_compress_bytes=0))
+        quantized = qc.Policy(codec="minmax", bits=8, algorithm=algorithm, min_compress_bytes=0)
+        c.set_layer_policy("*", quantized)
         q_idx, q_vals = c.sparse_allreduce(idx, vals + np.float32(0.3), layer="emb")
+    e_idx, e_vals = qc.emulate_sparse_allreduce([(i, v + np.float32(0.3)) for i, v in everyone], quantized,
+                                                layer="emb", call_index=2)
+    assert e_idx.tobytes() == q_idx.tobytes() and e_vals.tobytes() == q_vals.tobytes()
     want, want_q = np.zeros((50, 16)), np.zeros((50, 16))
     for i, v in everyone:
         np.add.at(want, i, v)
