@@ -592,16 +592,38 @@ class SparseResult {
   qc_sparse_result_t h_ = nullptr;
 };
 
-// The rows of one rank as the sparse calls take them: addresses of its
-// indices (int64) and values, and their counts.
-struct SparseRowsArg {
+// The arguments of a sparse call on a communicator, converted in their
+// order: one rank's rows (nnz int64 indices and nnz x row_len values, by
+// address), their dtype, the op and the layer.
+struct SparseCallArgs {
   std::uintptr_t indices;
   std::uintptr_t values;
   size_t nnz;
-  SparseRowsArg(py::handle index_address, py::handle value_address, py::handle count)
-      : indices(address_arg(index_address, "argument 'indices'")),
-        values(address_arg(value_address, "argument 'values'")),
-        nnz(int_arg<size_t>(count, "argument 'nnz'")) {}
+  size_t row_len;
+  qc_dtype_t dtype;
+  qc_reduce_op_t op;
+  std::optional<std::string> layer;
+  SparseCallArgs(py::handle indices_arg, py::handle values_arg, py::handle nnz_arg, py::handle row_len_arg,
+                 py::handle dtype_arg, py::handle op_arg, py::handle layer_arg)
+      : indices(address_arg(indices_arg, "argument 'indices'")),
+        values(address_arg(values_arg, "argument 'values'")),
+        nnz(int_arg<size_t>(nnz_arg, "argument 'nnz'")),
+        row_len(int_arg<size_t>(row_len_arg, "argument 'row_len'")),
+        dtype(static_cast<qc_dtype_t>(int_arg<int>(dtype_arg, "argument 'dtype'"))),
+        op(static_cast<qc_reduce_op_t>(int_arg<int>(op_arg, "argument 'op'"))),
+        layer(opt_name_arg(layer_arg, "argument 'layer'")) {}
+  const int64_t* index_data() const { return ptr<const int64_t>(indices); }
+  const void* value_data() const { return ptr<const void>(values); }
+  const char* layer_name() const { return layer ? layer->c_str() : nullptr; }
+};
+
+// The table of a dense sparse call: nrows rows, by address.
+struct DenseTableArg {
+  size_t nrows;
+  std::uintptr_t address;
+  DenseTableArg(py::handle nrows_arg, py::handle dense_arg)
+      : nrows(int_arg<size_t>(nrows_arg, "argument 'nrows'")), address(address_arg(dense_arg, "argument 'dense'")) {}
+  void* data() const { return ptr<void>(address); }
 };
 
 [[noreturn]] void refuse_pickle(py::handle self) {
@@ -1077,18 +1099,13 @@ PYBIND11_MODULE(_qc, m) {
       .def("sparse_allreduce",
            [](Comm& c, py::handle indices, py::handle values, py::handle nnz, py::handle row_len, py::handle dtype,
               py::handle op, py::handle layer) {
-             const SparseRowsArg rows(indices, values, nnz);
-             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
-             const int type = int_arg<int>(dtype, "argument 'dtype'");
-             const int reduce = int_arg<int>(op, "argument 'op'");
-             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              auto result = std::make_unique<SparseResult>();
              call_nogil([&] {
-               return qc_sparse_allreduce(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values), rows.nnz,
-                                          width, static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
-                                          opt_cstr(name), result->slot());
+               return qc_sparse_allreduce(h, a.index_data(), a.value_data(), a.nnz, a.row_len, a.dtype, a.op,
+                                          a.layer_name(), result->slot());
              });
              return result;
            },
@@ -1097,20 +1114,13 @@ PYBIND11_MODULE(_qc, m) {
       .def("sparse_allreduce_dense",
            [](Comm& c, py::handle indices, py::handle values, py::handle nnz, py::handle row_len, py::handle nrows,
               py::handle dense, py::handle dtype, py::handle op, py::handle layer) {
-             const SparseRowsArg rows(indices, values, nnz);
-             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
-             const size_t table_rows = int_arg<size_t>(nrows, "argument 'nrows'");
-             const std::uintptr_t table = address_arg(dense, "argument 'dense'");
-             const int type = int_arg<int>(dtype, "argument 'dtype'");
-             const int reduce = int_arg<int>(op, "argument 'op'");
-             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
+             const DenseTableArg table(nrows, dense);
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              call_nogil([&] {
-               return qc_sparse_allreduce_dense(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values),
-                                                rows.nnz, width, table_rows, ptr<void>(table),
-                                                static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
-                                                opt_cstr(name));
+               return qc_sparse_allreduce_dense(h, a.index_data(), a.value_data(), a.nnz, a.row_len, table.nrows,
+                                                table.data(), a.dtype, a.op, a.layer_name());
              });
            },
            py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("nrows"),
@@ -1283,21 +1293,15 @@ PYBIND11_MODULE(_qc, m) {
            [](py::object self, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
               py::handle dtype, py::handle op, py::handle layer, py::object keep) {
              Comm& c = self.cast<Comm&>();
-             const SparseRowsArg rows(indices, values, nnz);
-             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
-             const int type = int_arg<int>(dtype, "argument 'dtype'");
-             const int reduce = int_arg<int>(op, "argument 'op'");
-             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              c.reap_orphans();
              auto result = std::make_unique<SparseResult>();
              qc_request_t request = nullptr;
              call_nogil([&] {
-               return qc_isparse_allreduce(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values),
-                                           rows.nnz, width, static_cast<qc_dtype_t>(type),
-                                           static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), result->slot(),
-                                           &request);
+               return qc_isparse_allreduce(h, a.index_data(), a.value_data(), a.nnz, a.row_len, a.dtype, a.op,
+                                           a.layer_name(), result->slot(), &request);
              });
              auto started = std::make_unique<Request>(request, std::move(keep), self);
              return py::make_tuple(py::cast(result.release(), py::return_value_policy::take_ownership),
@@ -1310,22 +1314,15 @@ PYBIND11_MODULE(_qc, m) {
               py::handle nrows, py::handle dense, py::handle dtype, py::handle op, py::handle layer,
               py::object keep) {
              Comm& c = self.cast<Comm&>();
-             const SparseRowsArg rows(indices, values, nnz);
-             const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
-             const size_t table_rows = int_arg<size_t>(nrows, "argument 'nrows'");
-             const std::uintptr_t table = address_arg(dense, "argument 'dense'");
-             const int type = int_arg<int>(dtype, "argument 'dtype'");
-             const int reduce = int_arg<int>(op, "argument 'op'");
-             const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
+             const DenseTableArg table(nrows, dense);
              InUse use(c.busy(), "the qc.Comm");
              qc_comm_t h = c.handle();
              c.reap_orphans();
              qc_request_t request = nullptr;
              call_nogil([&] {
-               return qc_isparse_allreduce_dense(h, ptr<const int64_t>(rows.indices), ptr<const void>(rows.values),
-                                                 rows.nnz, width, table_rows, ptr<void>(table),
-                                                 static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
-                                                 opt_cstr(name), &request);
+               return qc_isparse_allreduce_dense(h, a.index_data(), a.value_data(), a.nnz, a.row_len, table.nrows,
+                                                 table.data(), a.dtype, a.op, a.layer_name(), &request);
              });
              return std::make_unique<Request>(request, std::move(keep), self);
            },
