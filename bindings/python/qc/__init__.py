@@ -92,6 +92,7 @@ __all__ = [
     "emulate_reduce_scatter",
     "emulate_allgather",
     "emulate_broadcast",
+    "emulate_sparse_allreduce",
     "CODECS",
     "ROUNDINGS",
     "ALGORITHMS",
@@ -950,6 +951,73 @@ class Comm:
         del keep  # the input (or its staged copy) was held for the call
         return out
 
+    def sparse_allreduce(
+        self,
+        indices: ArrayLike,
+        values: Optional[ArrayLike] = None,
+        *,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        nrows: Optional[int] = None,
+        out: Optional[ArrayLike] = None,
+    ) -> Any:
+        """Sum row-sparse tensors over all ranks (qc_sparse_allreduce), as
+        the gradients of an ``nn.Embedding(sparse=True)``: only the rows a
+        rank has travel, and the result is the union of every rank's rows,
+        each summed, the same bits on every rank.
+
+        Args:
+            indices: a torch sparse COO tensor of shape (nrows, ...) with
+                sparse_dim 1 (values must then be None), coalesced or not;
+                or the row indices, a 1-D integer numpy array or torch
+                tensor (int64; other integer types are converted), >= 0, in
+                any order: repeated indices add their rows.
+            values: with indices: a 2-D array (nnz, row_len), numpy float32
+                or float16, or a torch tensor float32, float16 or bfloat16,
+                C-contiguous: row k holds the values of indices[k].
+            op: "sum", or "avg" (the sum times 1/size).
+            layer: layer name whose policy applies (one scale per row;
+                codecs none, fp16, bf16, minmax, qsgd, onebit); None is "*".
+            nrows: the rows of a dense result: given (or out given), the
+                result is a dense table (nrows, row_len) (of the sparse
+                tensor's shape) with every summed row at its index and
+                zeros elsewhere (qc_sparse_allreduce_dense); every index
+                must be < nrows.
+            out: the dense table to fill instead of a new one: an array of
+                the values' dtype, nrows = out.shape[0] rows of row_len
+                elements each.
+
+        Returns:
+            for a torch sparse tensor, a coalesced torch sparse COO tensor of
+            its shape and dtype; for indices and values, a pair (indices,
+            values) of the values' kind: int64 indices, ascending and unique,
+            and their (nnz, row_len) summed rows; with nrows or out, the
+            dense table.
+
+        Raises:
+            TypeError: an unsupported dtype; values for a sparse tensor.
+            ValueError: indices not 1-D, values not 2-D, their lengths
+                differ, a sparse tensor with sparse_dim other than 1, out
+                of the wrong size; qc.InvalidArgumentError (a ValueError)
+                for a negative index or one >= nrows.
+            qc.UnsupportedError: a CUDA tensor (host memory only), a codec
+                without a per-row form.
+            qc.MismatchError: the ranks disagree on row_len, dtype, op,
+                layer or nrows (nnz may differ); raised on every rank.
+
+        Every rank must make the same call; the GIL is released while it runs.
+        """
+        rows = _sparse.rows_arg(indices, values)
+        table = _sparse.dense_arg(rows, nrows, out)
+        if table is None:
+            handle = self._h.sparse_allreduce(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len,
+                                              rows.values.dtype, _op(op), _layer(layer))
+            return _sparse.result(handle, rows)
+        out, dst, table_rows = table
+        self._h.sparse_allreduce_dense(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len, table_rows,
+                                       dst.ptr, rows.values.dtype, _op(op), _layer(layer))
+        return out
+
     def _block_count(self, src: _Buffer) -> int:
         if src.count % self._size:
             raise _bad_value(f"x has {src.count} elements, not a multiple of the group size {self._size}")
@@ -1115,6 +1183,33 @@ class Comm:
         handle = self._h.ibroadcast(send, dst.ptr, dst.count, dst.dtype, root, _layer(layer), (keep, out))
         return Request(handle, out)
 
+    def isparse_allreduce(
+        self,
+        indices: ArrayLike,
+        values: Optional[ArrayLike] = None,
+        *,
+        op: str = "sum",
+        layer: Optional[str] = None,
+        nrows: Optional[int] = None,
+        out: Optional[ArrayLike] = None,
+    ) -> "Request":
+        """Start sparse_allreduce(indices, values, ...) and return a
+        qc.Request whose wait() returns its result (the sparse tensor, the
+        (indices, values) pair or the dense table); as iallreduce: the
+        input's arrays and out belong to the request until it completes.
+        Host memory only."""
+        rows = _sparse.rows_arg(indices, values)
+        table = _sparse.dense_arg(rows, nrows, out)
+        if table is None:
+            result, handle = self._h.isparse_allreduce(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len,
+                                                       rows.values.dtype, _op(op), _layer(layer), rows.keep())
+            return Request(handle, None, lambda: _sparse.result(result, rows))
+        out, dst, table_rows = table
+        handle = self._h.isparse_allreduce_dense(rows.index_ptr, rows.values.ptr, rows.nnz, rows.row_len,
+                                                 table_rows, dst.ptr, rows.values.dtype, _op(op), _layer(layer),
+                                                 rows.keep() + (out,))
+        return Request(handle, out)
+
     # ---- policies ----
     def set_layer_policy(self, pattern: str, policy: Policy) -> None:
         """Set the policy of the layers whose name matches pattern (an exact
@@ -1197,7 +1292,8 @@ def _host_only(buf: _Buffer, what: str) -> None:
 class Request:
     """A non-blocking collective in flight (qc_request_t), from
     Comm.iallreduce, Comm.iallreduce_segments, Comm.ialltoall,
-    Comm.ireduce_scatter, Comm.iallgather or Comm.ibroadcast.
+    Comm.ireduce_scatter, Comm.iallgather, Comm.ibroadcast or
+    Comm.isparse_allreduce.
 
     ``wait()`` blocks until it has completed and returns the collective's
     result (or raises its qc.Error); ``test()`` says whether it has
@@ -1214,19 +1310,26 @@ class Request:
     (qc.TransportError or qc.QcTimeoutError from wait()).
     """
 
-    __slots__ = ("_h", "_result")
+    __slots__ = ("_h", "_result", "_finish")
 
-    def __init__(self, handle: Any, result: Any) -> None:
+    def __init__(self, handle: Any, result: Any, finish: Optional[Any] = None) -> None:
         if not isinstance(handle, _qc.Request):
             raise _bad_type("requests are started by Comm.iallreduce, Comm.iallreduce_segments, "
-                            "Comm.ialltoall, Comm.ireduce_scatter, Comm.iallgather and Comm.ibroadcast")
+                            "Comm.ialltoall, Comm.ireduce_scatter, Comm.iallgather, Comm.ibroadcast "
+                            "and Comm.isparse_allreduce")
         self._h = handle
         self._result = result
+        # Makes the result once the request has completed (a sparse result
+        # is copied out of its handle then).
+        self._finish = finish
 
     def wait(self) -> ArrayLike:
         """Block until the request has completed (without the GIL); return
         the collective's result (its out array), or raise its qc.Error."""
         self._h.wait()
+        if self._finish is not None:
+            self._result = self._finish()
+            self._finish = None
         return self._result
 
     def test(self) -> bool:
@@ -1565,3 +1668,41 @@ def emulate_broadcast(
     _qc.emulate_broadcast(len(entries), sends, [d.ptr for d in dsts], model.count, model.dtype, root,
                           _layer(layer), call_index, _policy_tuple(policy))
     return outs
+
+
+def emulate_sparse_allreduce(
+    inputs: Sequence[Any],
+    policy: Policy,
+    op: str = "sum",
+    layer: Optional[str] = None,
+    call_index: int = 0,
+    nrows: Optional[int] = None,
+) -> Any:
+    """Run one sparse allreduce over len(inputs) virtual ranks
+    (qc_emulate_sparse_allreduce), as call `call_index` of `layer` (see
+    emulate_allreduce). inputs[r] is rank r's rows: a torch sparse COO
+    tensor, or an (indices, values) pair, as Comm.sparse_allreduce takes
+    them (nnz may differ between ranks; dtype and row length may not).
+    Every rank's result is the same bits, so one result comes back, in the
+    form Comm.sparse_allreduce gives for inputs[0]: a coalesced sparse
+    tensor or an (indices, values) pair; with nrows, the dense table
+    (qc_emulate_sparse_allreduce_dense)."""
+    rows = _sparse.emulated_rows(inputs)
+    n = len(rows)
+    first = rows[0]
+    sparse_args = ([r.index_ptr for r in rows], [r.values.ptr for r in rows], [r.nnz for r in rows],
+                   first.row_len)
+    table = _sparse.dense_arg(first, nrows, None)
+    if table is None:
+        handle = _qc.emulate_sparse_allreduce(n, *sparse_args, first.values.dtype, _op(op), _layer(layer),
+                                              call_index, _policy_tuple(policy))
+        return _sparse.result(handle, first)
+    # One table per virtual rank (the library writes each); they are equal.
+    tables = [table] + [_sparse.dense_arg(first, nrows, None) for _ in range(n - 1)]
+    _qc.emulate_sparse_allreduce_dense(n, *sparse_args, table[2], [t[1].ptr for t in tables], first.values.dtype,
+                                       _op(op), _layer(layer), call_index, _policy_tuple(policy))
+    return table[0]
+
+
+# Sparse rows and results; it uses the helpers above.
+from . import _sparse  # noqa: E402

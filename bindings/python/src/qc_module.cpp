@@ -562,6 +562,70 @@ class Request {
   int waiters_ = 0;  // threads inside wait(); changed with the GIL held
 };
 
+// A sparse allreduce's result (qc_sparse_result_t): the union of the ranks'
+// row indices with their summed rows, copied out by the Python layer into
+// arrays of the caller's kind. Destroyed on close() or with the object; a
+// non-blocking call's result may be destroyed before its request completes
+// (qc.h: the request then finishes without it).
+class SparseResult {
+ public:
+  SparseResult() = default;
+  ~SparseResult() {
+    if (h_) qc_sparse_result_destroy(h_);
+  }
+  SparseResult(const SparseResult&) = delete;
+  SparseResult& operator=(const SparseResult&) = delete;
+
+  qc_sparse_result_t* slot() { return &h_; }  // filled by the qc call that makes it
+  qc_sparse_result_t handle() const {
+    if (!h_) fail(QC_ERROR_INVALID_ARGUMENT, "the qc sparse result is closed");
+    return h_;
+  }
+  bool closed() const { return h_ == nullptr; }
+  void close() {
+    if (!h_) return;
+    call([&] { return qc_sparse_result_destroy(h_); });
+    h_ = nullptr;
+  }
+
+ private:
+  qc_sparse_result_t h_ = nullptr;
+};
+
+// The arguments of a sparse call on a communicator, converted in their
+// order: one rank's rows (nnz int64 indices and nnz x row_len values, by
+// address), their dtype, the op and the layer.
+struct SparseCallArgs {
+  std::uintptr_t indices;
+  std::uintptr_t values;
+  size_t nnz;
+  size_t row_len;
+  qc_dtype_t dtype;
+  qc_reduce_op_t op;
+  std::optional<std::string> layer;
+  SparseCallArgs(py::handle indices_arg, py::handle values_arg, py::handle nnz_arg, py::handle row_len_arg,
+                 py::handle dtype_arg, py::handle op_arg, py::handle layer_arg)
+      : indices(address_arg(indices_arg, "argument 'indices'")),
+        values(address_arg(values_arg, "argument 'values'")),
+        nnz(int_arg<size_t>(nnz_arg, "argument 'nnz'")),
+        row_len(int_arg<size_t>(row_len_arg, "argument 'row_len'")),
+        dtype(static_cast<qc_dtype_t>(int_arg<int>(dtype_arg, "argument 'dtype'"))),
+        op(static_cast<qc_reduce_op_t>(int_arg<int>(op_arg, "argument 'op'"))),
+        layer(opt_name_arg(layer_arg, "argument 'layer'")) {}
+  const int64_t* index_data() const { return ptr<const int64_t>(indices); }
+  const void* value_data() const { return ptr<const void>(values); }
+  const char* layer_name() const { return layer ? layer->c_str() : nullptr; }
+};
+
+// The table of a dense sparse call: nrows rows, by address.
+struct DenseTableArg {
+  size_t nrows;
+  std::uintptr_t address;
+  DenseTableArg(py::handle nrows_arg, py::handle dense_arg)
+      : nrows(int_arg<size_t>(nrows_arg, "argument 'nrows'")), address(address_arg(dense_arg, "argument 'dense'")) {}
+  void* data() const { return ptr<void>(address); }
+};
+
 [[noreturn]] void refuse_pickle(py::handle self) {
   fail_type(std::string("a ") + type_name(self) +
             " cannot be pickled or copied: it is a live library handle (one rank of a group, or "
@@ -645,6 +709,24 @@ class EmulatedErrorBuffers {
   bool given_;
   std::vector<std::unique_ptr<ErrorBufferUse>> uses_;
   std::vector<qc_error_buffer_t> handles_;
+};
+
+// Every virtual rank's rows for qc_emulate_sparse_allreduce*: one index
+// address, one value address and one row count per rank.
+struct EmulatedSparseRows {
+  std::vector<const int64_t*> indices;
+  std::vector<const void*> values;
+  std::vector<size_t> nnz;
+  EmulatedSparseRows(int nranks, py::handle index_list, py::handle value_list, py::handle nnz_list) {
+    for (std::uintptr_t a : addresses_arg(index_list, "argument 'indices'")) indices.push_back(ptr<const int64_t>(a));
+    for (std::uintptr_t a : addresses_arg(value_list, "argument 'values'")) values.push_back(ptr<const void>(a));
+    const py::sequence counts = sequence_arg(nnz_list, "argument 'nnz'");
+    for (size_t i = 0; i < counts.size(); ++i) nnz.push_back(int_arg<size_t>(counts[i], item("argument 'nnz'", i)));
+    const size_t n = static_cast<size_t>(nranks);
+    if (nranks < 1 || indices.size() != n || values.size() != n || nnz.size() != n)
+      fail_value("argument 'nranks' is " + std::to_string(nranks) + "; expected >= 1 and one index address, "
+                 "value address and row count per rank");
+  }
 };
 
 }  // namespace
@@ -821,6 +903,28 @@ PYBIND11_MODULE(_qc, m) {
       .def("close", &Request::close)
       .def("__reduce__", [](py::handle self) { refuse_pickle(self); });
 
+  // ---- sparse allreduce results ----
+  py::class_<SparseResult>(m, "SparseResult", "qc_sparse_result_t")
+      .def_property_readonly("closed", &SparseResult::closed)
+      .def("close", &SparseResult::close)
+      .def("__reduce__", [](py::handle self) { refuse_pickle(self); })
+      .def("nnz",
+           [](SparseResult& r) {
+             size_t n = 0;
+             qc_sparse_result_t h = r.handle();
+             call([&] { return qc_sparse_result_nnz(h, &n); });
+             return n;
+           })
+      .def("copy",
+           [](SparseResult& r, py::handle indices, py::handle values, py::handle capacity) {
+             const std::uintptr_t to_indices = address_arg(indices, "argument 'indices'");
+             const std::uintptr_t to_values = address_arg(values, "argument 'values'");
+             const size_t rows = int_arg<size_t>(capacity, "argument 'capacity'");
+             qc_sparse_result_t h = r.handle();
+             call_nogil([&] { return qc_sparse_result_copy(h, ptr<int64_t>(to_indices), ptr<void>(to_values), rows); });
+           },
+           py::arg("indices"), py::arg("values"), py::arg("capacity"));
+
   // ---- communicators ----
   py::class_<Comm>(m, "Comm", "qc_comm_t")
       .def_static("create_local", &create_local, py::arg("n"), py::arg("timeout"))
@@ -991,6 +1095,36 @@ PYBIND11_MODULE(_qc, m) {
            },
            py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
            py::arg("layer").none(true), py::arg("stream") = 0)
+      // Sparse allreduce (qc.h section 5): host memory only.
+      .def("sparse_allreduce",
+           [](Comm& c, py::handle indices, py::handle values, py::handle nnz, py::handle row_len, py::handle dtype,
+              py::handle op, py::handle layer) {
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             auto result = std::make_unique<SparseResult>();
+             call_nogil([&] {
+               return qc_sparse_allreduce(h, a.index_data(), a.value_data(), a.nnz, a.row_len, a.dtype, a.op,
+                                          a.layer_name(), result->slot());
+             });
+             return result;
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("dtype"), py::arg("op"),
+           py::arg("layer").none(true))
+      .def("sparse_allreduce_dense",
+           [](Comm& c, py::handle indices, py::handle values, py::handle nnz, py::handle row_len, py::handle nrows,
+              py::handle dense, py::handle dtype, py::handle op, py::handle layer) {
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
+             const DenseTableArg table(nrows, dense);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             call_nogil([&] {
+               return qc_sparse_allreduce_dense(h, a.index_data(), a.value_data(), a.nnz, a.row_len, table.nrows,
+                                                table.data(), a.dtype, a.op, a.layer_name());
+             });
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("nrows"),
+           py::arg("dense"), py::arg("dtype"), py::arg("op"), py::arg("layer").none(true))
       // Non-blocking forms (qc.h section 6): host buffers only. `keep` is
       // whatever the buffers belong to (the arrays); the request holds it,
       // its error buffer and its communicator until it completes. Started
@@ -1153,6 +1287,48 @@ PYBIND11_MODULE(_qc, m) {
            },
            py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"), py::arg("root"),
            py::arg("layer").none(true), py::arg("keep").none(true))
+      // The result handle is made at once and read once the request has
+      // completed (qc.h); (result, request) come back together.
+      .def("isparse_allreduce",
+           [](py::object self, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+              py::handle dtype, py::handle op, py::handle layer, py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             auto result = std::make_unique<SparseResult>();
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_isparse_allreduce(h, a.index_data(), a.value_data(), a.nnz, a.row_len, a.dtype, a.op,
+                                           a.layer_name(), result->slot(), &request);
+             });
+             auto started = std::make_unique<Request>(request, std::move(keep), self);
+             return py::make_tuple(py::cast(result.release(), py::return_value_policy::take_ownership),
+                                   py::cast(started.release(), py::return_value_policy::take_ownership));
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("dtype"), py::arg("op"),
+           py::arg("layer").none(true), py::arg("keep").none(true))
+      .def("isparse_allreduce_dense",
+           [](py::object self, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+              py::handle nrows, py::handle dense, py::handle dtype, py::handle op, py::handle layer,
+              py::object keep) {
+             Comm& c = self.cast<Comm&>();
+             const SparseCallArgs a(indices, values, nnz, row_len, dtype, op, layer);
+             const DenseTableArg table(nrows, dense);
+             InUse use(c.busy(), "the qc.Comm");
+             qc_comm_t h = c.handle();
+             c.reap_orphans();
+             qc_request_t request = nullptr;
+             call_nogil([&] {
+               return qc_isparse_allreduce_dense(h, a.index_data(), a.value_data(), a.nnz, a.row_len, table.nrows,
+                                                 table.data(), a.dtype, a.op, a.layer_name(), &request);
+             });
+             return std::make_unique<Request>(request, std::move(keep), self);
+           },
+           py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"), py::arg("nrows"),
+           py::arg("dense"), py::arg("dtype"), py::arg("op"), py::arg("layer").none(true),
+           py::arg("keep").none(true))
       .def("set_layer_policy",
            [](Comm& c, py::handle pattern, py::handle policy) {
              const std::string name = name_arg(pattern, "argument 'pattern'");
@@ -1360,4 +1536,51 @@ PYBIND11_MODULE(_qc, m) {
         },
         py::arg("nranks"), py::arg("sends"), py::arg("recvs"), py::arg("count"), py::arg("dtype"), py::arg("root"),
         py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"));
+
+  m.def("emulate_sparse_allreduce",
+        [](py::handle nranks, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+           py::handle dtype, py::handle op, py::handle layer, py::handle call_index, py::handle policy) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const EmulatedSparseRows rows(n, indices, values, nnz);
+          const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const int reduce = int_arg<int>(op, "argument 'op'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          auto result = std::make_unique<SparseResult>();
+          call_nogil([&] {
+            return qc_emulate_sparse_allreduce(n, rows.indices.data(), rows.values.data(), rows.nnz.data(), width,
+                                               static_cast<qc_dtype_t>(type), static_cast<qc_reduce_op_t>(reduce),
+                                               opt_cstr(name), index, &p, result->slot());
+          });
+          return result;
+        },
+        py::arg("nranks"), py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"),
+        py::arg("dtype"), py::arg("op"), py::arg("layer").none(true), py::arg("call_index"), py::arg("policy"));
+  m.def("emulate_sparse_allreduce_dense",
+        [](py::handle nranks, py::handle indices, py::handle values, py::handle nnz, py::handle row_len,
+           py::handle nrows, py::handle denses, py::handle dtype, py::handle op, py::handle layer,
+           py::handle call_index, py::handle policy) {
+          const int n = int_arg<int>(nranks, "argument 'nranks'");
+          const EmulatedSparseRows rows(n, indices, values, nnz);
+          const size_t width = int_arg<size_t>(row_len, "argument 'row_len'");
+          const size_t table_rows = int_arg<size_t>(nrows, "argument 'nrows'");
+          std::vector<void*> tables;
+          for (std::uintptr_t a : addresses_arg(denses, "argument 'dense'")) tables.push_back(ptr<void>(a));
+          if (tables.size() != rows.nnz.size()) fail_value("argument 'dense' must have one table per rank");
+          const int type = int_arg<int>(dtype, "argument 'dtype'");
+          const int reduce = int_arg<int>(op, "argument 'op'");
+          const std::optional<std::string> name = opt_name_arg(layer, "argument 'layer'");
+          const uint64_t index = int_arg<uint64_t>(call_index, "argument 'call_index'");
+          const qc_policy_t p = policy_arg(policy, "argument 'policy'");
+          call_nogil([&] {
+            return qc_emulate_sparse_allreduce_dense(n, rows.indices.data(), rows.values.data(), rows.nnz.data(),
+                                                     width, table_rows, tables.data(), static_cast<qc_dtype_t>(type),
+                                                     static_cast<qc_reduce_op_t>(reduce), opt_cstr(name), index, &p);
+          });
+        },
+        py::arg("nranks"), py::arg("indices"), py::arg("values"), py::arg("nnz"), py::arg("row_len"),
+        py::arg("nrows"), py::arg("dense"), py::arg("dtype"), py::arg("op"), py::arg("layer").none(true),
+        py::arg("call_index"), py::arg("policy"));
 }

@@ -239,6 +239,36 @@ CASES = [
     ("emulate_broadcast.layer.nul", lambda e: qc.emulate_broadcast([e.x, None], P, 0, layer="a\0b"), BAD_VALUE),
     ("_qc.emulate_broadcast.sends.len",
      lambda e: qc._qc.emulate_broadcast(2, [0], [0, 0], 0, 0, 0, None, 0, P_TUPLE), BAD_VALUE),
+    ("sparse_allreduce.values.1d", lambda e: e.comm.sparse_allreduce(np.arange(8), e.x), BAD_VALUE),
+    ("sparse_allreduce.indices.float",
+     lambda e: e.comm.sparse_allreduce(e.x, e.x.reshape(8, 1)), BAD_TYPE),
+    ("sparse_allreduce.indices.negative",
+     lambda e: e.comm.sparse_allreduce(np.arange(8) - 1, e.x.reshape(8, 1)), BAD_VALUE),
+    ("sparse_allreduce.layer.nul",
+     lambda e: e.comm.sparse_allreduce(np.arange(8), e.x.reshape(8, 1), layer="a\0b"), BAD_VALUE),
+    ("sparse_allreduce.op.value",
+     lambda e: e.comm.sparse_allreduce(np.arange(8), e.x.reshape(8, 1), op="max"), BAD_VALUE),
+    ("sparse_allreduce.nrows.small",
+     lambda e: e.comm.sparse_allreduce(np.arange(8), e.x.reshape(8, 1), nrows=4), BAD_VALUE),
+    ("sparse_allreduce.nrows.str",
+     lambda e: e.comm.sparse_allreduce(np.arange(8), e.x.reshape(8, 1), nrows="8"), BAD_TYPE),
+    ("_qc.sparse_allreduce.row_len.2**64",
+     lambda e: e.comm._h.sparse_allreduce(0, 0, 0, 2**64, 0, 0, None), BAD_VALUE),
+    ("_qc.SparseResult.closed",
+     lambda e: _closed(e.comm._h.sparse_allreduce(0, 0, 0, 1, 0, 0, None)).nnz(), BAD_VALUE),
+    ("isparse_allreduce.values.3d",
+     lambda e: e.comm.isparse_allreduce(np.arange(2), e.x.reshape(2, 2, 2)), BAD_VALUE),
+    ("isparse_allreduce.out.dtype",
+     lambda e: e.comm.isparse_allreduce(np.arange(8), e.x.reshape(8, 1), out=np.zeros(8, np.float16)), BAD_TYPE),
+    ("emulate_sparse_allreduce.inputs.pair",
+     lambda e: qc.emulate_sparse_allreduce([(np.arange(8),)], P), BAD_TYPE),
+    ("emulate_sparse_allreduce.inputs.row_len",
+     lambda e: qc.emulate_sparse_allreduce([(np.arange(8), e.x.reshape(8, 1)),
+                                            (np.arange(4), e.x.reshape(4, 2))], P), BAD_VALUE),
+    ("emulate_sparse_allreduce.call_index.-1",
+     lambda e: qc.emulate_sparse_allreduce([(np.arange(8), e.x.reshape(8, 1))], P, call_index=-1), BAD_VALUE),
+    ("_qc.emulate_sparse_allreduce.nnz.len",
+     lambda e: qc._qc.emulate_sparse_allreduce(2, [0, 0], [0, 0], [0], 1, 0, 0, None, 0, P_TUPLE), BAD_VALUE),
     ("load_state.int", lambda e: e.comm.load_state(10), BAD_TYPE),
     ("load_state.strided", lambda e: e.comm.load_state(memoryview(e.image + e.image)[::2]), BAD_VALUE),
     ("Comm.handle.type", lambda e: qc.Comm(1, "local"), BAD_TYPE),
@@ -254,12 +284,18 @@ CASES = [
     ("deepcopy.ErrorBuffer", lambda e: copy.deepcopy(e.eb), BAD_TYPE),
     ("pickle._qc.Comm", lambda e: pickle.dumps(e.comm._h), BAD_TYPE),
     ("copy._qc.ErrorBuffer", lambda e: copy.copy(e.eb._h), BAD_TYPE),
+    ("copy._qc.SparseResult", lambda e: copy.copy(e.comm._h.sparse_allreduce(0, 0, 0, 1, 0, 0, None)), BAD_TYPE),
     ("unpickle.Policy.codec", lambda e: pickle.loads(_bad_pickle()), BAD_VALUE),
     ("setstate.Policy.bits", lambda e: qc.Policy().__setstate__(dict(qc.Policy().to_dict(), bits=99)),
      BAD_VALUE),
     ("setstate.Policy.unknown", lambda e: qc.Policy().__setstate__({"bitz": 4}), BAD_VALUE),
     ("setstate.Policy.type", lambda e: qc.Policy().__setstate__([("bits", 4)]), BAD_TYPE),
 ]
+
+
+def _closed(handle):
+    handle.close()
+    return handle
 
 
 @pytest.mark.parametrize("call, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -285,14 +321,15 @@ def test_every_entry_point_has_a_case():
     names = ["Comm.local", "set_layer_policy", "get_layer_policy", "policy_preset", "layer_stats",
              "allreduce", "segments", "alltoall", "reduce_scatter", "allgather", "broadcast",
              "ireduce_scatter", "iallgather", "ibroadcast", "emulate_reduce_scatter", "emulate_allgather",
-             "emulate_broadcast", "adapt_policies", "ErrorBuffer", "encoded_size",
+             "emulate_broadcast", "sparse_allreduce", "isparse_allreduce",
+             "emulate_sparse_allreduce", "adapt_policies", "ErrorBuffer", "encoded_size",
              "decode", "emulate", "Policy", "error_class", "pickle", "copy", "load_state"]
     for name in names:
         assert name in covered, name
     public = {n for n in qc.__all__ if callable(getattr(qc, n)) and not isinstance(getattr(qc, n), type)}
     assert public <= {"library_version", "error_class", "encode", "decode", "encoded_size",
                       "emulate_allreduce", "emulate_alltoall", "emulate_reduce_scatter", "emulate_allgather",
-                      "emulate_broadcast"}, public
+                      "emulate_broadcast", "emulate_sparse_allreduce"}, public
 
 
 def test_nul_names_are_not_cut(env):

@@ -74,6 +74,36 @@ def test_sharded_collectives_equal_emulation():
         assert all(o.tobytes() == result.tobytes() for o in WORLD.allgather(result))
 
 
+@pytest.mark.parametrize("algorithm", ["auto", "sra"])
+def test_sparse_allreduce(algorithm):
+    rank = WORLD.Get_rank()
+    rng = np.random.default_rng(300 + rank)
+    idx = np.concatenate([[3], rng.integers(0, 50, 20 + 7 * rank)]).astype(np.int64)  # repeats, nnz per rank
+    vals = rng.integers(-8, 9, (len(idx), 16)).astype(np.float32)  # integers: exact sums
+    everyone = WORLD.allgather((idx, vals))
+    with qc.Comm.from_mpi(WORLD, timeout=TIMEOUT) as c:
+        c.set_layer_policy("*", qc.Policy(algorithm=algorithm))
+        got_idx, got_vals = c.sparse_allreduce(idx, vals, layer="emb")
+        table = c.sparse_allreduce(idx, vals, layer="emb", nrows=50)
+        quantized = qc.Policy(codec="minmax", bits=8, algorithm=algorithm, min_compress_bytes=0)
+        c.set_layer_policy("*", quantized)
+        q_idx, q_vals = c.sparse_allreduce(idx, vals + np.float32(0.3), layer="emb")
+    e_idx, e_vals = qc.emulate_sparse_allreduce([(i, v + np.float32(0.3)) for i, v in everyone], quantized,
+                                                layer="emb", call_index=2)
+    assert e_idx.tobytes() == q_idx.tobytes() and e_vals.tobytes() == q_vals.tobytes()
+    want, want_q = np.zeros((50, 16)), np.zeros((50, 16))
+    for i, v in everyone:
+        np.add.at(want, i, v)
+        np.add.at(want_q, i, v + np.float32(0.3))
+    union = np.unique(np.concatenate([i for i, _ in everyone]))
+    np.testing.assert_array_equal(got_idx, union)
+    np.testing.assert_array_equal(got_vals, want[union])
+    np.testing.assert_array_equal(table, want)
+    np.testing.assert_array_equal(q_idx, union)
+    assert 0 < np.abs(q_vals - want_q[union]).max() < 1  # 8 bits over a range of 16, 3 ranks
+    for result in (got_vals, q_vals):  # the same bits on every process
+        assert all(o.tobytes() == result.tobytes() for o in WORLD.allgather(result))
+
 def test_split_sub_communicator():
     color = WORLD.Get_rank() % 2
     sub = WORLD.Split(color, WORLD.Get_rank())
