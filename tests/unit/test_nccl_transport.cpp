@@ -623,6 +623,89 @@ TEST(NcclDevice, OtherCallsAreStagedAndMatchTheHostPath) {
   }
 }
 
+// Reduce-scatter, allgather and broadcast on device buffers are staged
+// whole (no device-executor path for them yet): the host path's bytes, in
+// and out through the device, error feedback included.
+TEST(NcclDevice, ShardedCollectivesAreStagedAndMatchTheHostPath) {
+  const int n = 3;
+  const size_t block = 500;
+  enum Kind { kReduceScatter, kAllgather, kBroadcast };
+  for (int kind : {kReduceScatter, kAllgather, kBroadcast}) {
+    for (bool feedback : {false, true}) {
+      if (kind == kBroadcast && feedback) continue;
+      SCOPED_TRACE("kind " + std::to_string(kind) + (feedback ? " with feedback" : ""));
+      qc_policy_t p = QC_POLICY_INIT;
+      p.codec = QC_CODEC_MINMAX;
+      p.bits = 4;
+      p.error_feedback = feedback ? 1 : 0;
+      p.min_compress_bytes = 0;
+      const size_t in_n = kind == kReduceScatter ? block * n : block;
+      const size_t out_n = kind == kAllgather ? block * n : block;
+      std::vector<qcfake::FakeDevice> dev(n);  // outlives the communicators
+      NcclGroup on_device(n, qct::kTimeoutSeconds), on_host(n, qct::kTimeoutSeconds);
+      ASSERT_TRUE(on_device.group.ok() && on_host.group.ok());
+      ASSERT_EQ(on_device.group.set_policy("*", p), QC_SUCCESS);
+      ASSERT_EQ(on_host.group.set_policy("*", p), QC_SUCCESS);
+      const auto in = qct::random_inputs(n, in_n, 13);
+      std::vector<Bytes> host_out(n, Bytes(out_n * 4));
+      std::vector<void*> send(n), recv(n);
+      std::vector<qc_error_buffer_t> eb_dev(n, nullptr), eb_host(n, nullptr);
+      for (int r = 0; r < n; ++r) {
+        send[r] = dev[r].upload(bytes_of(in[r]));
+        recv[r] = dev[r].alloc(out_n * 4);
+        if (feedback) {
+          ASSERT_EQ(qc_error_buffer_create(on_device.group[r], in_n, &eb_dev[r]), QC_SUCCESS);
+          ASSERT_EQ(qc_error_buffer_create(on_host.group[r], in_n, &eb_host[r]), QC_SUCCESS);
+        }
+      }
+      std::vector<qc::Status> sd(n);
+      std::vector<qc_status_t> sh(n);
+      for (int call = 0; call < 2; ++call) {  // the second call spends the residuals
+        qct::run_ranks(n, [&](int r) {
+          qc::Communicator* c = qct::internals_of(on_device.group[r]);
+          qc::ErrorBuffer* e = qct::internals_of(eb_dev[r]);
+          sd[r] = kind == kReduceScatter
+                      ? qc::comm_reduce_scatter(c, &dev[r], stream_of(r), send[r], recv[r], block,
+                                                QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr, e)
+                  : kind == kAllgather
+                      ? qc::comm_allgather(c, &dev[r], stream_of(r), send[r], recv[r], block,
+                                           QC_DTYPE_FLOAT32, nullptr, e)
+                      : qc::comm_broadcast(c, &dev[r], stream_of(r), r == 1 ? send[r] : nullptr,
+                                           recv[r], block, QC_DTYPE_FLOAT32, 1, nullptr);
+        });
+        qct::run_ranks(n, [&](int r) {
+          const float* x = in[r].data();
+          void* y = host_out[r].data();
+          sh[r] = kind == kReduceScatter
+                      ? qc_reduce_scatter(on_host.group[r], x, y, block, QC_DTYPE_FLOAT32,
+                                          QC_OP_SUM, nullptr, eb_host[r], nullptr)
+                  : kind == kAllgather
+                      ? qc_allgather(on_host.group[r], x, y, block, QC_DTYPE_FLOAT32, nullptr,
+                                     eb_host[r], nullptr)
+                      : qc_broadcast(on_host.group[r], x, y, block, QC_DTYPE_FLOAT32, 1, nullptr,
+                                     nullptr);
+        });
+        for (int r = 0; r < n; ++r) {
+          SCOPED_TRACE("call " + std::to_string(call) + " rank " + std::to_string(r));
+          ASSERT_TRUE(sd[r].is_ok()) << sd[r].message();
+          ASSERT_EQ(sh[r], QC_SUCCESS) << qc_last_error();
+          EXPECT_EQ(dev[r].download(recv[r], out_n * 4), host_out[r]);
+          // Staged: the input up (a broadcast's only at its root), the output down.
+          if (kind != kBroadcast || r == 1) {
+            EXPECT_GT(dev[r].copies_to_host, 0) << "staged";
+          }
+          EXPECT_GT(dev[r].copies_to_device, 0) << "staged";
+          EXPECT_EQ(on_device.world->enqueued(r), 0) << "not enqueued";
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        if (eb_dev[r] != nullptr) qc_error_buffer_destroy(eb_dev[r]);
+        if (eb_host[r] != nullptr) qc_error_buffer_destroy(eb_host[r]);
+      }
+    }
+  }
+}
+
 // A rank whose buffers are on another device than its communicator's says
 // so in the agreement: it gets INVALID_ARGUMENT, every peer MISMATCH, and no
 // rank enqueues an allreduce that would wait on its stream for ever.
