@@ -253,15 +253,8 @@ Status run_sparse(Communicator* comm, const int64_t* indices, const void* values
   // Rows per owner (index mod n), and one past the largest index: what
   // every rank needs to size the messages and choose the schedule.
   std::vector<uint64_t> my_counts(un + 1, 0);
-  std::vector<SparseRows> by_owner(un);
   if (local) {
-    for (size_t k = 0; k < mine.indices.size(); ++k) {
-      const size_t j = static_cast<size_t>(mine.indices[k] % n);
-      by_owner[j].indices.push_back(mine.indices[k]);
-      by_owner[j].values.insert(by_owner[j].values.end(), mine.values.begin() + k * row_len,
-                                mine.values.begin() + (k + 1) * row_len);
-      my_counts[j] += 1;
-    }
+    for (int64_t index : mine.indices) my_counts[static_cast<size_t>(index % n)] += 1;
     if (!mine.indices.empty()) my_counts[un] = static_cast<uint64_t>(mine.indices.back()) + 1;
   } else {
     my_counts.assign(my_counts.size(), kRefused);
@@ -342,6 +335,14 @@ Status run_sparse(Communicator* comm, const int64_t* indices, const void* values
       case SparseSchedule::kDensify:
         return run_densified(ctx, mine, row_len, output.nrows, &table);
       case SparseSchedule::kScatterReduce: {
+        // The rows split by owner: only this schedule needs the copy.
+        std::vector<SparseRows> by_owner(un);
+        for (size_t k = 0; k < mine.indices.size(); ++k) {
+          SparseRows& part = by_owner[static_cast<size_t>(mine.indices[k] % n)];
+          part.indices.push_back(mine.indices[k]);
+          part.values.insert(part.values.end(), mine.values.begin() + k * row_len,
+                             mine.values.begin() + (k + 1) * row_len);
+        }
         SparseRows owned;
         std::vector<uint64_t> owned_counts;
         QC_RETURN_IF_ERROR(scatter_reduce_rows(ctx, *codec, by_owner, shape.counts, row_len,
