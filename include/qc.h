@@ -184,7 +184,8 @@ typedef enum qc_rounding QC_ENUM_BASE {
 typedef enum qc_transport QC_ENUM_BASE {
   QC_TRANSPORT_LOCAL = 0,  /* ranks are threads of this process */
   QC_TRANSPORT_MPI = 1,
-  QC_TRANSPORT_NCCL = 2
+  QC_TRANSPORT_NCCL = 2,
+  QC_TRANSPORT_CALLBACKS = 3  /* the caller's own, qc_comm_create_callbacks */
 } qc_transport_t;
 
 /**
@@ -334,6 +335,106 @@ QC_API qc_status_t qc_comm_create_local(int nranks, qc_comm_t* comms);
 QC_API qc_status_t qc_comm_create_local_with_config(int nranks,
                                                     const qc_comm_config_t* config,
                                                     qc_comm_t* comms);
+
+/**
+ * A transport the caller brings: callbacks through which a framework carries
+ * qc's messages over its own communication library (torch.distributed's
+ * gloo, UCX, a custom fabric). qc's algorithms, codecs, error feedback,
+ * timeouts and checks run unchanged over it (docs/transports.md).
+ *
+ * What the callbacks move: opaque messages of bytes between ranks
+ * 0..size-1. qc asks three things of them:
+ *   - order: the k-th receive this rank posts from `peer` gets the k-th
+ *     message `peer` posted to this rank (as MPI, gloo and NCCL keep it);
+ *   - exact sizes: every receive names the exact size of the message it
+ *     gets (qc pads and frames its messages so that it can), so libraries
+ *     whose receives must know the size work;
+ *   - progress: a posted transfer completes while qc polls `test` (or
+ *     blocks in `wait`) on it or on any other posted transfer; qc posts all
+ *     sends and receives of a step before it waits for any of them.
+ * Everything else is qc's: each message carries a small header that qc
+ * checks (a message of another step or call is QC_ERROR_MISMATCH), send
+ * data are copied before post_send (the caller's buffers are free once the
+ * collective returns), receives land in qc's memory and are copied out.
+ *
+ * Callbacks return 0 on success; any other value fails the collective (and
+ * breaks the group) with QC_ERROR_TRANSPORT, whose message carries the value
+ * and error_message's text (a post that fails has posted nothing). Callbacks must not call qc on this communicator,
+ * must not throw (C++) or longjmp out, and are never called concurrently for
+ * one communicator: all of them run on the thread of the call in progress
+ * (with any_thread set, that may be qc's progress thread; see below).
+ */
+typedef struct qc_transport_callbacks {
+  size_t struct_size;   /* sizeof(qc_transport_callbacks_t) */
+  void* context;        /* passed first to every callback; qc never reads it */
+  int rank;             /* this process's rank, 0 <= rank < size */
+  int size;             /* ranks in the group, >= 1 */
+  /* Whether qc may call the callbacks from a thread it starts: 1 lets
+   * non-blocking calls (qc_iallreduce ...) progress on qc's progress thread
+   * while the program computes; 0 keeps every call on the program's threads
+   * (non-blocking calls then progress inside qc_request_test/wait), for a
+   * library that must be called from one thread (MPI below
+   * MPI_THREAD_MULTIPLE). Default 0. */
+  int any_thread;
+  /* Required. Start sending `bytes` bytes at `data` to rank `peer` (never
+   * this rank). `data` stays valid and unchanged until test or wait says
+   * the transfer is done, or cancel returns. *handle: any value the
+   * library uses to know this transfer again (qc only passes it back). */
+  int (*post_send)(void* context, int peer, const void* data, size_t bytes, void** handle);
+  /* Required. Start receiving the next message from `peer`, of exactly
+   * `bytes` bytes, into `data` (valid until done or cancelled). */
+  int (*post_recv)(void* context, int peer, void* data, size_t bytes, void** handle);
+  /* Required. Never blocks for long: *done = 1 once the transfer is
+   * complete (a send's data may be reused, a receive's bytes are all in
+   * place), else 0. After *done = 1 qc never passes the handle again: the
+   * library may free what it holds for it. */
+  int (*test)(void* context, void* handle, int* done);
+  /* Optional (NULL: qc polls test with growing pauses). As test, but may
+   * block up to `timeout_seconds` (> 0, at most 0.1: qc checks its own
+   * deadline and qc_comm_destroy between waits). */
+  int (*wait)(void* context, void* handle, double timeout_seconds, int* done);
+  /* Optional. qc gives up on a transfer that is not done (its collective
+   * failed): after cancel returns, the library never touches its data
+   * again and qc never passes the handle again. Without cancel qc keeps
+   * such transfers' memory until destroy has returned. */
+  void (*cancel)(void* context, void* handle);
+  /* Optional. This rank's collective failed (timeout, mismatch, damaged
+   * data, a failed callback) and the group is broken: tell the peers, so
+   * that their transfers fail promptly rather than at their timeout.
+   * Called once per communicator. `reason` is valid during the call. */
+  void (*abort)(void* context, int status, const char* reason);
+  /* Optional. A message about the last non-zero return of a callback on
+   * the calling thread, copied at once by qc; NULL or "" for none. */
+  const char* (*error_message)(void* context);
+  /* Optional. Called once, by qc_comm_destroy, after qc's last call of any
+   * other callback: release `context`. Not called when
+   * qc_comm_create_callbacks fails (the caller still owns context then). */
+  void (*destroy)(void* context);
+} qc_transport_callbacks_t;
+
+#define QC_TRANSPORT_CALLBACKS_INIT \
+  { sizeof(qc_transport_callbacks_t), NULL, 0, 1, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
+/** Fill *callbacks with the defaults above (rank 0 of 1, no callbacks), as
+ *  qc_policy_init_sized. */
+QC_API qc_status_t qc_transport_callbacks_init_sized(qc_transport_callbacks_t* callbacks,
+                                                     size_t struct_size);
+#define qc_transport_callbacks_init(callbacks) \
+  qc_transport_callbacks_init_sized((callbacks), sizeof *(callbacks))
+
+/**
+ * Create this rank's communicator over the caller's transport `callbacks`
+ * (copied: the caller may free its table after the call). A local
+ * operation: nothing is sent, no peer is waited for; every rank of the
+ * group creates its own, with its own rank and the same size.
+ * config: NULL for the defaults, else its transport must be
+ *   QC_TRANSPORT_CALLBACKS (its timeout_seconds applies; mpi_comm and
+ *   nccl_comm are not read).
+ * @return QC_ERROR_INVALID_ARGUMENT for NULL callbacks or comm, a required
+ *         callback missing, size < 1, rank outside 0..size-1.
+ */
+QC_API qc_status_t qc_comm_create_callbacks(const qc_transport_callbacks_t* callbacks,
+                                            const qc_comm_config_t* config, qc_comm_t* comm);
 
 /**
  * Release a communicator. A local operation: it never waits for peers.

@@ -150,6 +150,8 @@ def _f_scalar(h: Header, ctype: str) -> Tuple[str, str]:
         return F_SCALAR["int"]
     if ctype == "void*":
         return "type(c_ptr)", "c_ptr"
+    if "(*" in ctype:  # a callback (qc_transport_callbacks_t): c_funloc(f)
+        return "type(c_funptr)", "c_funptr"
     if ctype not in F_SCALAR:
         raise HeaderError(f"Fortran: no mapping for field type '{ctype}'")
     return F_SCALAR[ctype]
@@ -162,7 +164,7 @@ def _f_literal(h: Header, ctype: str, expr: str) -> str:
         # the friendly layer sets struct_size when it is 0.
         expr = "0"
     if expr == "NULL":
-        return "c_null_ptr"
+        return "c_null_funptr" if "(*" in ctype else "c_null_ptr"
     if re.match(r"^QC_\w+$", expr):
         return expr
     decl, kind = _f_scalar(h, ctype)
@@ -211,7 +213,7 @@ def gen_fortran(h: Header) -> Tuple[str, str]:
     L.append("! the Fortran-style routines.")
     L.append("module qc_c_api")
     L.append("  use, intrinsic :: iso_c_binding, only: c_int, c_size_t, c_int64_t, c_float, c_double, &")
-    L.append("      c_ptr, c_null_ptr")
+    L.append("      c_ptr, c_null_ptr, c_funptr, c_null_funptr")
     L.append("  implicit none")
     L.append("  private")
     L.append("")
@@ -261,13 +263,13 @@ def gen_fortran(h: Header) -> Tuple[str, str]:
     L.append("  end interface")
     L.append("")
     for chunk in _chunks(names, 4):
-        L.append("  public :: " + ", ".join(chunk))
+        L.extend(_f_wrap("  public :: " + ", ".join(chunk), "  "))
     L.append("end module qc_c_api")
 
     inc = [f"! qc_c_api_public.inc - {GENERATED}.",
            "! Included by module qc (qc.f90) to re-export module qc_c_api."]
     for chunk in _chunks(names, 4):
-        inc.append("  public :: " + ", ".join(chunk))
+        inc.extend(_f_wrap("  public :: " + ", ".join(chunk), "  "))
     return "\n".join(L) + "\n", "\n".join(inc) + "\n"
 
 
@@ -373,6 +375,8 @@ def _j_field_type(h: Header, f: Field) -> str:
         t = f.ctype
     elif f.ctype in J_SCALAR:
         t = J_SCALAR[f.ctype]
+    elif "(*" in f.ctype:  # a callback: @cfunction(...)
+        t = "Ptr{Cvoid}"
     else:
         raise HeaderError(f"Julia: no mapping for field type '{f.ctype}'")
     return f"NTuple{{{f.array},{t}}}" if f.array else t

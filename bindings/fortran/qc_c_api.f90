@@ -11,7 +11,7 @@
 ! the Fortran-style routines.
 module qc_c_api
   use, intrinsic :: iso_c_binding, only: c_int, c_size_t, c_int64_t, c_float, c_double, &
-      c_ptr, c_null_ptr
+      c_ptr, c_null_ptr, c_funptr, c_null_funptr
   implicit none
   private
 
@@ -72,6 +72,7 @@ module qc_c_api
   integer(c_int), parameter :: QC_TRANSPORT_LOCAL = 0  ! ranks are threads of this process
   integer(c_int), parameter :: QC_TRANSPORT_MPI = 1
   integer(c_int), parameter :: QC_TRANSPORT_NCCL = 2
+  integer(c_int), parameter :: QC_TRANSPORT_CALLBACKS = 3  ! the caller's own, qc_comm_create_callbacks
 
   ! qc_adapt_method_t
   integer(c_int), parameter :: QC_ADAPT_KMEANS = 0  ! cluster layers by size and sensitivity (Alg. 1)
@@ -101,6 +102,23 @@ module qc_c_api
     type(c_ptr) :: nccl_comm = c_null_ptr  ! an existing ncclComm_t
     real(c_double) :: timeout_seconds = 300.0_c_double
   end type qc_comm_config_t
+
+  ! qc_transport_callbacks_t (defaults: QC_TRANSPORT_CALLBACKS_INIT)
+  type, bind(c) :: qc_transport_callbacks_t
+    integer(c_size_t) :: struct_size = 0_c_size_t  ! sizeof(qc_transport_callbacks_t)
+    type(c_ptr) :: context = c_null_ptr  ! passed first to every callback; qc never reads it
+    integer(c_int) :: rank = 0  ! this process's rank, 0 <= rank < size
+    integer(c_int) :: size = 1  ! ranks in the group, >= 1
+    integer(c_int) :: any_thread = 0
+    type(c_funptr) :: post_send = c_null_funptr
+    type(c_funptr) :: post_recv = c_null_funptr
+    type(c_funptr) :: test = c_null_funptr
+    type(c_funptr) :: wait = c_null_funptr
+    type(c_funptr) :: cancel = c_null_funptr
+    type(c_funptr) :: abort = c_null_funptr
+    type(c_funptr) :: error_message = c_null_funptr
+    type(c_funptr) :: destroy = c_null_funptr
+  end type qc_transport_callbacks_t
 
   ! qc_stats_t (defaults: QC_STATS_INIT)
   type, bind(c) :: qc_stats_t
@@ -265,6 +283,21 @@ module qc_c_api
       integer(c_int), value :: nranks
       type(c_ptr), value :: config
       type(c_ptr), intent(out) :: comms(*)
+      integer(c_int) :: res
+    end function
+    function qc_transport_callbacks_init_sized_c(callbacks, struct_size) bind(c, &
+        name="qc_transport_callbacks_init_sized") result(res)
+      import :: c_int, c_size_t, qc_transport_callbacks_t
+      type(qc_transport_callbacks_t), intent(inout) :: callbacks
+      integer(c_size_t), value :: struct_size
+      integer(c_int) :: res
+    end function
+    function qc_comm_create_callbacks_c(callbacks, config, comm) bind(c, &
+        name="qc_comm_create_callbacks") result(res)
+      import :: c_int, c_ptr, qc_comm_config_t, qc_transport_callbacks_t
+      type(qc_transport_callbacks_t), intent(in) :: callbacks
+      type(qc_comm_config_t), intent(in) :: config
+      type(c_ptr), intent(out) :: comm
       integer(c_int) :: res
     end function
     function qc_comm_destroy_c(comm) bind(c, name="qc_comm_destroy") result(res)
@@ -861,27 +894,39 @@ module qc_c_api
   public :: QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP, QC_CODEC_ONEBIT, QC_CODEC_TOPK
   public :: QC_ALGO_AUTO, QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA
   public :: QC_ALGO_TREE, QC_ALGO_NATIVE, QC_ROUND_NEAREST_EVEN, QC_ROUND_STOCHASTIC
-  public :: QC_TRANSPORT_LOCAL, QC_TRANSPORT_MPI, QC_TRANSPORT_NCCL, QC_ADAPT_KMEANS
-  public :: QC_ADAPT_LINEAR, qc_policy_t, qc_comm_config_t, qc_stats_t
-  public :: qc_layer_stats_t, qc_adapt_config_t, qc_adapt_report_t, qc_version_number_c
-  public :: qc_version_string_c, qc_status_string_c, qc_last_error_c, qc_codec_name_c
-  public :: qc_codec_from_name_c, qc_algorithm_name_c, qc_algorithm_from_name_c, qc_dtype_name_c
-  public :: qc_dtype_from_name_c, qc_reduce_op_name_c, qc_reduce_op_from_name_c, qc_rounding_name_c
-  public :: qc_rounding_from_name_c, qc_transport_name_c, qc_transport_from_name_c, qc_policy_init_sized_c
-  public :: qc_comm_config_init_sized_c, qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c
+  public :: QC_TRANSPORT_LOCAL, QC_TRANSPORT_MPI, QC_TRANSPORT_NCCL, QC_TRANSPORT_CALLBACKS
+  public :: QC_ADAPT_KMEANS, QC_ADAPT_LINEAR, qc_policy_t, qc_comm_config_t
+  public :: qc_transport_callbacks_t, qc_stats_t, qc_layer_stats_t, qc_adapt_config_t
+  public :: qc_adapt_report_t, qc_version_number_c, qc_version_string_c, qc_status_string_c
+  public :: qc_last_error_c, qc_codec_name_c, qc_codec_from_name_c, qc_algorithm_name_c
+  public :: qc_algorithm_from_name_c, qc_dtype_name_c, qc_dtype_from_name_c, qc_reduce_op_name_c
+  public :: qc_reduce_op_from_name_c, qc_rounding_name_c, qc_rounding_from_name_c, &
+      qc_transport_name_c
+  public :: qc_transport_from_name_c, qc_policy_init_sized_c, qc_comm_config_init_sized_c, &
+      qc_comm_create_c
+  public :: qc_comm_create_local_c, qc_comm_create_local_with_config_c, &
+      qc_transport_callbacks_init_sized_c, qc_comm_create_callbacks_c
   public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
-  public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c
+  public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, &
+      qc_comm_get_layer_stats_c
   public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c
-  public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, qc_allreduce_c
+  public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, &
+      qc_allreduce_c
   public :: qc_allreduce_segments_c, qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c
   public :: qc_broadcast_c, qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c
-  public :: qc_sparse_result_destroy_c, qc_sparse_allreduce_dense_c, qc_iallreduce_c, qc_iallreduce_segments_c
+  public :: qc_sparse_result_destroy_c, qc_sparse_allreduce_dense_c, qc_iallreduce_c, &
+      qc_iallreduce_segments_c
   public :: qc_ialltoall_c, qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c
-  public :: qc_isparse_allreduce_c, qc_isparse_allreduce_dense_c, qc_request_test_c, qc_request_wait_c
-  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c
-  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, qc_codec_encoded_size_c
+  public :: qc_isparse_allreduce_c, qc_isparse_allreduce_dense_c, qc_request_test_c, &
+      qc_request_wait_c
+  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, &
+      qc_error_buffer_reset_c
+  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, &
+      qc_codec_encoded_size_c
   public :: qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
-  public :: qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c, qc_emulate_sparse_allreduce_c
-  public :: qc_emulate_sparse_allreduce_dense_c, qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
+  public :: qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c, &
+      qc_emulate_sparse_allreduce_c
+  public :: qc_emulate_sparse_allreduce_dense_c, qc_adapt_method_name_c, &
+      qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
   public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
 end module qc_c_api

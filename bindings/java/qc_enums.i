@@ -61,7 +61,8 @@ typedef enum qc_rounding {
 typedef enum qc_transport {
   QC_TRANSPORT_LOCAL = 0, /* ranks are threads of this process */
   QC_TRANSPORT_MPI = 1,
-  QC_TRANSPORT_NCCL = 2
+  QC_TRANSPORT_NCCL = 2,
+  QC_TRANSPORT_CALLBACKS = 3 /* the caller's own, qc_comm_create_callbacks */
 } qc_transport_t;
 
 typedef enum qc_adapt_method {

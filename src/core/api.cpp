@@ -24,15 +24,50 @@ Status read_comm_config(const qc_comm_config_t* user, qc_comm_config_t* out) {
   QC_RETURN_IF_ERROR(read_struct(user, kCommConfigV0Size, default_comm_config(), "config",
                                  "qc_comm_config_t", out));
   const int transport = static_cast<int>(out->transport);
-  if (transport < QC_TRANSPORT_LOCAL || transport > QC_TRANSPORT_NCCL) {
+  if (transport < QC_TRANSPORT_LOCAL || transport > QC_TRANSPORT_CALLBACKS) {
     return invalid_argument("argument 'config': field 'transport' is " + std::to_string(transport) +
-                            "; expected a qc_transport_t value (0..2)");
+                            "; expected a qc_transport_t value (0..3)");
   }
   if (!(out->timeout_seconds > 0.0) || !std::isfinite(out->timeout_seconds)) {
     return invalid_argument("argument 'config': field 'timeout_seconds' is " +
                             std::to_string(out->timeout_seconds) +
                             "; expected a finite number of seconds > 0");
   }
+  return Status::ok();
+}
+
+// The first released layout of qc_transport_callbacks_t.
+constexpr size_t kTransportCallbacksV0Size = sizeof(qc_transport_callbacks_t);
+
+qc_transport_callbacks_t default_transport_callbacks() {
+  const qc_transport_callbacks_t defaults = QC_TRANSPORT_CALLBACKS_INIT;
+  return defaults;
+}
+
+Status read_transport_callbacks(const qc_transport_callbacks_t* user,
+                                qc_transport_callbacks_t* out) {
+  QC_RETURN_IF_ERROR(require(user, "callbacks"));
+  QC_RETURN_IF_ERROR(read_struct(user, kTransportCallbacksV0Size, default_transport_callbacks(),
+                                 "callbacks", "qc_transport_callbacks_t", out));
+  const auto field = [](const char* name) {
+    return std::string("argument 'callbacks': field '") + name + "'";
+  };
+  if (out->size < 1) {
+    return invalid_argument(field("size") + " is " + std::to_string(out->size) +
+                            "; expected the number of ranks, >= 1");
+  }
+  if (out->rank < 0 || out->rank >= out->size) {
+    return invalid_argument(field("rank") + " is " + std::to_string(out->rank) + "; expected 0.." +
+                            std::to_string(out->size - 1) + " (size is " +
+                            std::to_string(out->size) + ")");
+  }
+  if (out->any_thread != 0 && out->any_thread != 1) {
+    return invalid_argument(field("any_thread") + " is " + std::to_string(out->any_thread) +
+                            "; expected 0 or 1");
+  }
+  if (out->post_send == nullptr) return invalid_argument(field("post_send") + " is NULL; it is required");
+  if (out->post_recv == nullptr) return invalid_argument(field("post_recv") + " is NULL; it is required");
+  if (out->test == nullptr) return invalid_argument(field("test") + " is NULL; it is required");
   return Status::ok();
 }
 
@@ -171,6 +206,10 @@ QC_API qc_status_t qc_comm_create(const qc_comm_config_t* config, qc_comm_t* com
               return create_nccl_comm(c.nccl_comm, c.timeout_seconds, made);
             },
             comm);
+      case QC_TRANSPORT_CALLBACKS:
+        return invalid_argument(
+            "argument 'config': transport QC_TRANSPORT_CALLBACKS needs the callbacks; use "
+            "qc_comm_create_callbacks");
     }
     return internal_error("unreachable transport");
   });
@@ -194,6 +233,37 @@ QC_API qc_status_t qc_comm_create_local_with_config(int nranks, const qc_comm_co
                               "for a local group");
     }
     return create_published_local_group(nranks, c.timeout_seconds, comms);
+  });
+}
+
+QC_API qc_status_t qc_transport_callbacks_init_sized(qc_transport_callbacks_t* callbacks,
+                                                     size_t struct_size) {
+  return QC_API_CALL({
+    return init_struct_sized(default_transport_callbacks(), kTransportCallbacksV0Size,
+                             "callbacks", "qc_transport_callbacks_t", callbacks, struct_size);
+  });
+}
+
+QC_API qc_status_t qc_comm_create_callbacks(const qc_transport_callbacks_t* callbacks,
+                                            const qc_comm_config_t* config, qc_comm_t* comm) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    qc_transport_callbacks_t table;
+    QC_RETURN_IF_ERROR(read_transport_callbacks(callbacks, &table));
+    qc_comm_config_t c = default_comm_config();
+    if (config != nullptr) {
+      QC_RETURN_IF_ERROR(read_comm_config(config, &c));
+      if (c.transport != QC_TRANSPORT_CALLBACKS) {
+        return invalid_argument("argument 'config': field 'transport' must be "
+                                "QC_TRANSPORT_CALLBACKS for qc_comm_create_callbacks (it is " +
+                                std::string(qc_transport_name(c.transport)) + ")");
+      }
+    }
+    return create_published(
+        [&](std::unique_ptr<Communicator>* made) {
+          return create_callback_comm(table, c.timeout_seconds, made);
+        },
+        comm);
   });
 }
 

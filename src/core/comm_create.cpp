@@ -1,5 +1,5 @@
 // Creating communicators: the QC_* environment's defaults, and the local,
-// MPI and NCCL transports a communicator is made over.
+// MPI, NCCL and callback transports a communicator is made over.
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/policy.h"
+#include "core/transports/callback_transport.h"
 #include "core/transports/local_transport.h"
 #include "cpu/codec_kernels.h"
 #if QC_HAVE_NCCL
@@ -166,6 +167,14 @@ Status create_nccl_comm(void* nccl_comm, double timeout_seconds,
   return unsupported("argument 'config': this build of qc has no NCCL transport (it needs a "
                      "CUDA build with NCCL's header: -DQC_WITH_CUDA=ON, NCCL_ROOT)");
 #endif
+}
+
+Status create_callback_comm(const qc_transport_callbacks_t& callbacks, double timeout_seconds,
+                            std::unique_ptr<Communicator>* comm) {
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
+  *comm = make_comm(std::make_unique<CallbackTransport>(callbacks), defaults);
+  return Status::ok();
 }
 
 }  // namespace qc

@@ -206,5 +206,9 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds,
 // collective over its ranks. UNSUPPORTED in builds without NCCL.
 Status create_nccl_comm(void* nccl_comm, double timeout_seconds,
                         std::unique_ptr<Communicator>* comm);
+// Over the caller's callbacks (validated by the entry point): local, no
+// message is sent.
+Status create_callback_comm(const qc_transport_callbacks_t& callbacks, double timeout_seconds,
+                            std::unique_ptr<Communicator>* comm);
 
 }  // namespace qc

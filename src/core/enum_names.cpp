@@ -33,6 +33,7 @@ const EnumName kRoundings[] = {{QC_ROUND_NEAREST_EVEN, "nearest"},
 const EnumName kRoundingAliases[] = {{QC_ROUND_NEAREST_EVEN, "nearest_even"}};
 const EnumName kTransports[] = {
     {QC_TRANSPORT_LOCAL, "local"}, {QC_TRANSPORT_MPI, "mpi"}, {QC_TRANSPORT_NCCL, "nccl"},
+    {QC_TRANSPORT_CALLBACKS, "callbacks"},
 };
 const EnumName kAdaptMethods[] = {{QC_ADAPT_KMEANS, "kmeans"}, {QC_ADAPT_LINEAR, "linear"}};
 const EnumName kSparseSchedules[] = {{static_cast<int>(SparseSchedule::kAuto), "auto"},

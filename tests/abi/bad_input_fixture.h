@@ -61,6 +61,7 @@ typedef struct qct_fx {
   qct_big_policy bigpol;       /* QC_POLICY_INIT followed by 64 spare bytes */
   qc_comm_config_t cfg;        /* QC_COMM_CONFIG_INIT */
   qct_big_config bigcfg;       /* QC_COMM_CONFIG_INIT followed by 64 spare bytes */
+  qc_transport_callbacks_t cbs; /* rank 0 of 2; every callback fails (returns 1) */
   qc_stats_t stats;            /* struct_size set */
   qct_big_stats bigstats;      /* struct_size set, 64 spare bytes */
   qc_layer_stats_t lstats;     /* struct_size set */
@@ -95,6 +96,25 @@ typedef struct qct_fx {
   int ncopies;
   char check_note[256];        /* why a checking helper returned QCT_WRONG_OUTPUT */
 } qct_fx;
+
+/* The callbacks of `cbs`: a library that refuses every transfer. */
+static int qct_cb_refuse_send(void* ctx, int peer, const void* data, size_t bytes, void** handle) {
+  (void)ctx; (void)peer; (void)data; (void)bytes; (void)handle;
+  return 1;
+}
+static int qct_cb_refuse_recv(void* ctx, int peer, void* data, size_t bytes, void** handle) {
+  (void)ctx; (void)peer; (void)data; (void)bytes; (void)handle;
+  return 1;
+}
+static int qct_cb_refuse_test(void* ctx, void* handle, int* done) {
+  (void)ctx; (void)handle;
+  *done = 0;
+  return 1;
+}
+static const char* qct_cb_error(void* ctx) {
+  (void)ctx;
+  return "the fixture's library refuses every transfer";
+}
 
 /* A row of the table, as the generator writes it. */
 typedef struct qct_row {
@@ -248,6 +268,12 @@ static inline int qct_fx_setup(qct_fx* fx) {
   fx->cfg = defcfg;
   memset(&fx->bigcfg, 0, sizeof fx->bigcfg);
   fx->bigcfg.config = defcfg;
+  qc_transport_callbacks_init(&fx->cbs);
+  fx->cbs.size = 2;
+  fx->cbs.post_send = qct_cb_refuse_send;
+  fx->cbs.post_recv = qct_cb_refuse_recv;
+  fx->cbs.test = qct_cb_refuse_test;
+  fx->cbs.error_message = qct_cb_error;
   memset(&fx->stats, 0, sizeof fx->stats);
   fx->stats.struct_size = sizeof fx->stats;
   memset(&fx->bigstats, 0, sizeof fx->bigstats);

@@ -29,6 +29,7 @@
 #define bigpol (fx->bigpol.policy)
 #define cfg (fx->cfg)
 #define bigcfg (fx->bigcfg.config)
+#define cbs (fx->cbs)
 #define stats (fx->stats)
 #define bigstats (fx->bigstats.value)
 #define lstats (fx->lstats)
@@ -88,6 +89,7 @@
 #undef bigpol
 #undef cfg
 #undef bigcfg
+#undef cbs
 #undef stats
 #undef bigstats
 #undef lstats

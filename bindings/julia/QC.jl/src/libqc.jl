@@ -59,6 +59,7 @@ const qc_transport_t = Cint
 const QC_TRANSPORT_LOCAL = qc_transport_t(0)  # ranks are threads of this process
 const QC_TRANSPORT_MPI = qc_transport_t(1)
 const QC_TRANSPORT_NCCL = qc_transport_t(2)
+const QC_TRANSPORT_CALLBACKS = qc_transport_t(3)  # the caller's own, qc_comm_create_callbacks
 
 const qc_adapt_method_t = Cint
 const QC_ADAPT_KMEANS = qc_adapt_method_t(0)  # cluster layers by size and sensitivity (Alg. 1)
@@ -137,6 +138,37 @@ qc_comm_config_t(; struct_size=Csize_t(sizeof(qc_comm_config_t)),
     nccl_comm=C_NULL,
     timeout_seconds=Cdouble(300.0)) =
     qc_comm_config_t(struct_size, transport, mpi_comm, nccl_comm, timeout_seconds)
+
+# qc_transport_callbacks_t (defaults: QC_TRANSPORT_CALLBACKS_INIT)
+struct qc_transport_callbacks_t
+    struct_size::Csize_t  # sizeof(qc_transport_callbacks_t)
+    context::Ptr{Cvoid}  # passed first to every callback; qc never reads it
+    rank::Cint  # this process's rank, 0 <= rank < size
+    size::Cint  # ranks in the group, >= 1
+    any_thread::Cint
+    post_send::Ptr{Cvoid}
+    post_recv::Ptr{Cvoid}
+    test::Ptr{Cvoid}
+    wait::Ptr{Cvoid}
+    cancel::Ptr{Cvoid}
+    abort::Ptr{Cvoid}
+    error_message::Ptr{Cvoid}
+    destroy::Ptr{Cvoid}
+end
+qc_transport_callbacks_t(; struct_size=Csize_t(sizeof(qc_transport_callbacks_t)),
+    context=C_NULL,
+    rank=Cint(0),
+    size=Cint(1),
+    any_thread=Cint(0),
+    post_send=C_NULL,
+    post_recv=C_NULL,
+    test=C_NULL,
+    wait=C_NULL,
+    cancel=C_NULL,
+    abort=C_NULL,
+    error_message=C_NULL,
+    destroy=C_NULL) =
+    qc_transport_callbacks_t(struct_size, context, rank, size, any_thread, post_send, post_recv, test, wait, cancel, abort, error_message, destroy)
 
 # qc_stats_t (defaults: QC_STATS_INIT)
 struct qc_stats_t
@@ -276,6 +308,12 @@ qc_comm_create_local(nranks, comms) =
 
 qc_comm_create_local_with_config(nranks, config, comms) =
     @ccall libqc.qc_comm_create_local_with_config(nranks::Cint, config::Ptr{qc_comm_config_t}, comms::Ptr{qc_comm_t})::qc_status_t
+
+qc_transport_callbacks_init_sized(callbacks, struct_size) =
+    @ccall libqc.qc_transport_callbacks_init_sized(callbacks::Ptr{qc_transport_callbacks_t}, struct_size::Csize_t)::qc_status_t
+
+qc_comm_create_callbacks(callbacks, config, comm) =
+    @ccall libqc.qc_comm_create_callbacks(callbacks::Ptr{qc_transport_callbacks_t}, config::Ptr{qc_comm_config_t}, comm::Ptr{qc_comm_t})::qc_status_t
 
 qc_comm_destroy(comm) =
     @ccall libqc.qc_comm_destroy(comm::qc_comm_t)::qc_status_t
