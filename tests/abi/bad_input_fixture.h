@@ -116,6 +116,13 @@ static const char* qct_cb_error(void* ctx) {
   return "the fixture's library refuses every transfer";
 }
 
+/* `cbs` with its rank field set: rows cannot write cbs.rank, `rank` being
+ * a name of the fixture (bad_input_names.h). */
+static inline qc_transport_callbacks_t* qct_cbs_with_rank(qct_fx* fx, int r) {
+  fx->cbs.rank = r;
+  return &fx->cbs;
+}
+
 /* A row of the table, as the generator writes it. */
 typedef struct qct_row {
   const char* id;

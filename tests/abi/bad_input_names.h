@@ -68,6 +68,7 @@
 #define nonfinite_span(st, lo, hi) qct_nonfinite_span(fx, (st), (lo), (hi))
 #define finite_residuals(st) qct_finite_residuals(fx, (st))
 #define out_untouched(st) qct_out_untouched(fx, (st))
+#define cbs_with_rank(r) qct_cbs_with_rank(fx, (r))
 
 #else /* QCT_NAMES_OFF */
 
@@ -126,6 +127,7 @@
 #undef nonfinite_span
 #undef finite_residuals
 #undef out_untouched
+#undef cbs_with_rank
 #undef QCT_NAMES_OFF
 
 #endif /* QCT_NAMES_OFF */

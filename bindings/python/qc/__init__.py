@@ -657,7 +657,8 @@ class Comm:
 
     def __init__(self, handle: Any, transport: str) -> None:
         if not isinstance(handle, _qc.Comm):
-            raise _bad_type("create communicators with qc.Comm.local(n) or qc.Comm.from_mpi(comm)")
+            raise _bad_type("create communicators with qc.Comm.local(n), qc.Comm.from_mpi(comm) "
+                            "or qc.Comm.from_transport(transport)")
         self._h = handle
         self._rank: int = handle.rank
         self._size: int = handle.size
@@ -698,6 +699,45 @@ class Comm:
         with _open_lock:
             _open_mpi_comms.add(c)
         return c
+
+    @classmethod
+    def from_transport(cls, transport: Any, rank: Optional[int] = None, size: Optional[int] = None,
+                       any_thread: bool = False, timeout: float = 300.0) -> "Comm":
+        """Create this rank's communicator over a transport you bring (qc_comm_create_callbacks).
+
+        ``transport`` carries qc's messages over your own communication library
+        (mpi4py, torch.distributed, sockets...) through its methods:
+
+        - ``post_send(peer, data) -> handle``: start sending ``data`` (a read-only
+          ``memoryview`` of qc's memory) to rank ``peer``;
+        - ``post_recv(peer, data) -> handle``: start receiving the next message from
+          ``peer`` into ``data`` (a writable ``memoryview`` of exactly its size);
+        - ``test(handle) -> bool``: whether the transfer is done, never blocking long;
+        - optional ``wait(handle, timeout) -> bool``: as test, but may block up to
+          ``timeout`` seconds (at most 0.1: qc checks its deadline in between);
+        - optional ``cancel(handle)``: qc gives up on the transfer (its call failed);
+        - optional ``abort(status, reason)``: this rank's call failed and the group is
+          broken; tell the peers so that they fail promptly.
+
+        Messages between two ranks must arrive in the order they were posted, and
+        a receive names the exact size of its message. The memoryviews are valid
+        until ``test``/``wait`` said done or ``cancel`` returned. An exception in a
+        method fails the collective with ``qc.TransportError`` carrying its text.
+        ``rank`` and ``size`` default to ``transport.rank`` and ``transport.size``.
+        ``any_thread=True`` lets qc call the methods from its progress thread (so
+        ``iallreduce`` and friends run while you compute; the methods then run on
+        another thread than yours, with the GIL); leave it False for a library that
+        must be called from one thread. A local call: nothing is sent. See
+        docs/transports.md.
+        """
+        if rank is None:
+            rank = getattr(transport, "rank", None)
+        if size is None:
+            size = getattr(transport, "size", None)
+        if rank is None or size is None:
+            raise _bad_type("Comm.from_transport: pass rank= and size=, or give the transport "
+                            "rank and size attributes")
+        return cls(_qc.Comm.create_callbacks(transport, rank, size, any_thread, timeout), "callbacks")
 
     # ---- properties ----
     @property

@@ -2,7 +2,7 @@
 # buffers as addresses. Use the package `qc` instead. Every argument is
 # converted by a named check (qc.InvalidArgumentError for a wrong value,
 # qc.ArgumentTypeError for a wrong type); `data` takes any contiguous buffer.
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
@@ -81,6 +81,8 @@ class Comm:
     def create_local(n: int, timeout: float) -> List[Comm]: ...
     @staticmethod
     def create_mpi(fortran_handle: int, timeout: float) -> Comm: ...
+    @staticmethod
+    def create_callbacks(transport: Any, rank: int, size: int, any_thread: bool, timeout: float) -> Comm: ...
     @property
     def closed(self) -> bool: ...
     @property

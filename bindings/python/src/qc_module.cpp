@@ -42,6 +42,7 @@
 
 #define QC_EXPERIMENTAL_API /* Comm.adapt_policies wraps qc_comm_adapt_policies */
 #include "qc.h"
+#include "py_transport.h"
 
 namespace py = pybind11;
 
@@ -428,6 +429,28 @@ std::unique_ptr<Comm> create_mpi(py::handle fortran_handle, py::handle timeout) 
   qc_comm_t h = nullptr;
   // Collective over the MPI communicator: waits for the other processes.
   call_nogil([&] { return qc_comm_create(&cfg, &h); });
+  return std::make_unique<Comm>(h);
+}
+
+std::unique_ptr<Comm> create_callbacks(py::handle transport, py::handle rank, py::handle size,
+                                       py::handle any_thread, py::handle timeout) {
+  qc_comm_config_t cfg = comm_config(real_arg(timeout, "argument 'timeout'"));
+  cfg.transport = QC_TRANSPORT_CALLBACKS;
+  const int r = int_arg<int>(rank, "argument 'rank'");
+  const int n = int_arg<int>(size, "argument 'size'");
+  if (!PyBool_Check(any_thread.ptr())) fail_type("argument 'any_thread' must be a bool, not " + type_name(any_thread));
+  qc_transport_callbacks_t callbacks;
+  const std::string missing =
+      qcpy::make_transport_callbacks(transport, r, n, any_thread.cast<bool>(), &callbacks);
+  if (!missing.empty()) fail_type("argument 'transport': " + missing);
+  qc_comm_t h = nullptr;
+  // Local: nothing is sent. On failure the table was not taken over.
+  const qc_status_t st = qc_comm_create_callbacks(&callbacks, &cfg, &h);
+  if (st != QC_SUCCESS) {
+    std::string message = qc_last_error();
+    qcpy::release_transport_callbacks(&callbacks);
+    fail(st, std::move(message));
+  }
   return std::make_unique<Comm>(h);
 }
 
@@ -929,6 +952,8 @@ PYBIND11_MODULE(_qc, m) {
   py::class_<Comm>(m, "Comm", "qc_comm_t")
       .def_static("create_local", &create_local, py::arg("n"), py::arg("timeout"))
       .def_static("create_mpi", &create_mpi, py::arg("fortran_handle"), py::arg("timeout"))
+      .def_static("create_callbacks", &create_callbacks, py::arg("transport"), py::arg("rank"),
+                  py::arg("size"), py::arg("any_thread"), py::arg("timeout"))
       .def_property_readonly("closed", &Comm::closed)
       .def("close", &Comm::close)
       .def("__reduce__", [](py::handle self) { refuse_pickle(self); })

@@ -12,6 +12,7 @@ Table driven: CASES lists (id, call, expected class). No MPI, no torch.
 """
 
 import copy
+import math
 import pickle
 
 import numpy as np
@@ -68,6 +69,22 @@ def _bad_pickle():
     return data.replace(b"minmax", b"zzzzzz")
 
 
+class _Transport:
+    """A transport with the required methods (never used to send: rows fail first)."""
+
+    def __init__(self, **overrides):
+        self.__dict__.update(overrides)
+
+    def post_send(self, peer, data):
+        return None
+
+    def post_recv(self, peer, data):
+        return None
+
+    def test(self, handle):
+        return True
+
+
 CASES = [
     # ---- names with an embedded NUL (C strings end there) ----
     ("set_layer_policy.pattern.nul", lambda e: e.comm.set_layer_policy("x\0a", P), BAD_VALUE),
@@ -94,6 +111,15 @@ CASES = [
     ("policy_preset.name.unknown", lambda e: e.comm.policy_preset("nope"), BAD_VALUE),
     ("policy_preset.name.type", lambda e: e.comm.policy_preset(None), BAD_TYPE),
     # ---- ints out of C range, or not ints ----
+    ("Comm.from_transport.no_methods", lambda e: qc.Comm.from_transport(object(), rank=0, size=2), BAD_TYPE),
+    ("Comm.from_transport.no_rank", lambda e: qc.Comm.from_transport(_Transport(), size=2), BAD_TYPE),
+    ("Comm.from_transport.rank.str", lambda e: qc.Comm.from_transport(_Transport(), rank="0", size=2), BAD_TYPE),
+    ("Comm.from_transport.rank.past_size", lambda e: qc.Comm.from_transport(_Transport(), rank=2, size=2), BAD_VALUE),
+    ("Comm.from_transport.size.0", lambda e: qc.Comm.from_transport(_Transport(), rank=0, size=0), BAD_VALUE),
+    ("Comm.from_transport.size.2**40", lambda e: qc.Comm.from_transport(_Transport(), rank=0, size=2**40), BAD_VALUE),
+    ("Comm.from_transport.any_thread.int", lambda e: qc.Comm.from_transport(_Transport(), 0, 2, any_thread=1), BAD_TYPE),
+    ("Comm.from_transport.timeout.nan", lambda e: qc.Comm.from_transport(_Transport(), 0, 2, timeout=math.nan), BAD_VALUE),
+    ("Comm.from_transport.test.not_callable", lambda e: qc.Comm.from_transport(_Transport(test=3), 0, 2), BAD_TYPE),
     ("Comm.local.n.2**40", lambda e: qc.Comm.local(2**40), BAD_VALUE),
     ("Comm.local.n.2**31", lambda e: qc.Comm.local(2**31), BAD_VALUE),
     ("Comm.local.n.np_int64", lambda e: qc.Comm.local(np.int64(2**40)), BAD_VALUE),
