@@ -3,7 +3,7 @@
 Import it explicitly (``import qc.torch``); ``import qc`` never imports torch, so the
 package keeps working where torch is not installed.
 
-Usage (CPU, torch 1.13, DDP over gloo, qc over MPI)::
+Usage (CPU, torch 1.13 or 2.x, DDP over gloo, qc over MPI; under torchrun see below)::
 
     import torch
     from mpi4py import MPI
@@ -30,14 +30,20 @@ Launch line (OpenMPI; one process per rank, all on this host or across hosts)::
 with ``PYTHONPATH`` pointing at the directory that holds the ``qc`` package (for a build
 tree: ``<build>/bindings/python``).
 
-Launch with mpirun, not torchrun. The communicator is built from MPI's world, so MPI's
-ranks must be DDP's. Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR; no mpirun) each
-process is alone in MPI's world and the hook would average every gradient with itself:
-:class:`QcHookState` refuses that with ``qc.MismatchError`` (see :func:`check_ranks_match`).
-To use another launcher, pass ``comm=`` a ``qc.Comm`` whose ranks are the process
-group's. Use Debian's ``/usr/bin/python3`` (it sees the apt
-torch/mpi4py). On a single host, :func:`init_process_group_from_mpi` sets
-``GLOO_SOCKET_IFNAME=lo`` unless it is already set.
+Launchers. Under mpirun the communicator is built from MPI's world (MPI's ranks must be
+DDP's). Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR; no MPI launcher in the
+environment), with torch.distributed initialized, it is built over DDP's process group
+instead (:func:`comm_from_process_group`: qc's bytes over a gloo group of the same ranks,
+through :class:`ProcessGroupTransport`), so no MPI is needed::
+
+    torchrun --nproc_per_node 4 train.py      # dist.init_process_group("gloo") inside
+
+Handed MPI's world under torchrun (``mpi_comm=MPI.COMM_WORLD``) each process is alone in
+it and the hook would average every gradient with itself: :class:`QcHookState` refuses
+that with ``qc.MismatchError`` (see :func:`check_ranks_match`), as any ``comm=`` whose
+ranks are not the process group's. On a single host,
+:func:`init_process_group_from_mpi` sets ``GLOO_SOCKET_IFNAME=lo`` unless it is already
+set.
 
 Policies. :class:`QcHookState` applies qc's ``"cgx"`` preset
 (``comm.policy_preset("cgx", base=policy)``, see ``qc_comm_apply_preset`` in include/qc.h):
@@ -98,6 +104,8 @@ import qc as _qc
 __all__ = [
     "QcHookState",
     "allreduce_hook",
+    "ProcessGroupTransport",
+    "comm_from_process_group",
     "check_ranks_match",
     "qc_policies_for_model",
     "init_process_group_from_mpi",
@@ -142,8 +150,9 @@ def _mismatch(qc_rank: int, qc_size: int, torch_rank: int, torch_size: int, peer
            f"process group is rank {torch_rank} of {torch_size}{peer}: the hook would reduce over other "
            "processes than DDP and the replicas would drift apart. Launch with mpirun (and "
            "qc.torch.init_process_group_from_mpi()), so that MPI's world is DDP's group; torchrun "
-           "without mpirun leaves each process alone in MPI's world. Or pass comm= a qc.Comm whose "
-           "ranks are the process group's, in the same order.")
+           "without mpirun leaves each process alone in MPI's world (there, leave comm= and "
+           "mpi_comm= unset: qc then reduces over the process group itself). Or pass comm= a "
+           "qc.Comm whose ranks are the process group's, in the same order.")
 
 
 def check_ranks_match(comm: Any, process_group: Any = None, collective: bool = False) -> None:
@@ -243,8 +252,11 @@ class QcHookState:
     Args:
         model: the model (or its DDP wrapper) whose ``named_parameters()`` name the
             segments of each bucket; None sends every segment under the "*" policy.
-        comm: a ``qc.Comm`` to use (not closed by :meth:`close`). None: build one with
-            ``qc.Comm.from_mpi(mpi_comm)`` (owned, closed by :meth:`close`).
+        comm: a ``qc.Comm`` to use (not closed by :meth:`close`). None: build one
+            (owned, closed by :meth:`close`): under an MPI launcher, or when `mpi_comm` is
+            given, ``qc.Comm.from_mpi(mpi_comm)``; otherwise, when torch.distributed is
+            initialized (torchrun), :func:`comm_from_process_group` over DDP's process
+            group, so qc's bytes travel over gloo and no MPI is needed.
         mpi_comm: an mpi4py communicator for that case; None means ``MPI.COMM_WORLD``.
             Its ranks must be the DDP process group's ranks, in the same order.
         policy: a ``qc.Policy`` for the compressed layers, or None to keep the
@@ -290,10 +302,15 @@ class QcHookState:
         self._closed = True  # until constructed: close() does nothing
         self._owns_comm = comm is None
         if comm is None:
-            if mpi_comm is None:
-                from mpi4py import MPI  # imported here: qc.torch works with any qc.Comm
-                mpi_comm = MPI.COMM_WORLD
-            comm = _qc.Comm.from_mpi(mpi_comm, timeout=timeout)
+            if (mpi_comm is None and dist.is_available() and dist.is_initialized()
+                    and not _launched_by_mpi()):
+                # torchrun and friends: qc's bytes over DDP's own process group
+                comm = comm_from_process_group(_process_group_of(model), timeout=timeout)
+            else:
+                if mpi_comm is None:
+                    from mpi4py import MPI  # imported here: qc.torch works with any qc.Comm
+                    mpi_comm = MPI.COMM_WORLD
+                comm = _qc.Comm.from_mpi(mpi_comm, timeout=timeout)
         self.comm = comm
         self.op = op.lower()
         self.preset = preset
@@ -649,6 +666,117 @@ def allreduce_hook(state: QcHookState, bucket: dist.GradBucket) -> torch.futures
 
 def _value_or_raise(fut: torch.futures.Future) -> torch.Tensor:
     return fut.value()
+
+
+# ---- a qc communicator over torch.distributed ---------------------------------
+
+def _launched_by_mpi() -> bool:
+    """Whether an MPI launcher started this process (its environment says so), without
+    importing mpi4py: under torchrun that would start a singleton MPI for nothing."""
+    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                                         "MPI_LOCALNRANKS"))
+
+
+class _Transfer:
+    """One isend/irecv: done once the observer thread's ``Work.wait()`` returned."""
+    __slots__ = ("work", "done", "error")
+
+    def __init__(self, work: Any):
+        self.work = work
+        self.done = threading.Event()
+        self.error: Optional[BaseException] = None
+
+
+class ProcessGroupTransport:
+    """qc's messages over a torch.distributed process group (a qc.Comm.from_transport
+    transport): each message an ``isend``/``irecv`` of a uint8 tensor that views qc's
+    memory (no copy).
+
+    gloo's send and receive Work objects report completion only through ``wait()``
+    (``is_completed()`` stays False until then, and a ``wait(timeout)`` that expires
+    breaks the whole gloo context), so one observer thread waits on the transfers in
+    the order they were posted and marks each done; ``test`` reads the mark. Waiting in
+    post order is only observation: gloo moves every transfer in its own threads.
+
+    qc's traffic gets its own gloo group with the same ranks (``dist.new_group``, a
+    collective call: every rank of `group` must make it, in the same order as its other
+    new_group calls), so it never meets the program's own messages. Ranks are the
+    group's (0..size-1), mapped to global ranks for torch. CPU memory only: qc stages
+    what it sends, so this works whatever device the gradients are on.
+    """
+
+    def __init__(self, group: Any = None):
+        if not (dist.is_available() and dist.is_initialized()):
+            raise _qc.InvalidArgumentError(1, "qc.torch.ProcessGroupTransport: torch.distributed is not "
+                                              "initialized (dist.init_process_group first)")
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        if group is None:
+            ranks = list(range(self.size))
+        else:
+            ranks = [dist.distributed_c10d.get_global_rank(group, r) for r in range(self.size)]
+        self._global = ranks
+        self.group = dist.new_group(ranks=ranks, backend="gloo")
+        self.aborted: Optional[str] = None
+        self._posted: "queue.SimpleQueue[Optional[_Transfer]]" = queue.SimpleQueue()
+        self._observer: Optional[threading.Thread] = None
+
+    def _observe(self) -> None:
+        while True:
+            t = self._posted.get()
+            if t is None:
+                return
+            try:
+                t.work.wait()  # without the GIL: torch releases it
+            except BaseException as e:  # noqa: BLE001 - handed to test()
+                t.error = e
+            t.done.set()
+
+    def _post(self, work: Any) -> _Transfer:
+        if self._observer is None:
+            self._observer = threading.Thread(target=self._observe, name="qc-torch-transport",
+                                              daemon=True)
+            self._observer.start()
+        t = _Transfer(work)
+        self._posted.put(t)
+        return t
+
+    def _tensor(self, data: memoryview) -> torch.Tensor:
+        if data.readonly:
+            # torch has no read-only tensors: isend only reads this one
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return torch.frombuffer(data, dtype=torch.uint8)
+        return torch.frombuffer(data, dtype=torch.uint8)
+
+    def post_send(self, peer: int, data: memoryview) -> _Transfer:
+        return self._post(dist.isend(self._tensor(data), dst=self._global[peer], group=self.group))
+
+    def post_recv(self, peer: int, data: memoryview) -> _Transfer:
+        return self._post(dist.irecv(self._tensor(data), src=self._global[peer], group=self.group))
+
+    def test(self, t: _Transfer) -> bool:
+        if not t.done.is_set():
+            return False
+        if t.error is not None:
+            raise t.error  # what failed it (gloo reports a lost peer here)
+        return True
+
+    def wait(self, t: _Transfer, timeout: float) -> bool:
+        return t.done.wait(timeout) and self.test(t)
+
+    def abort(self, status: int, reason: str) -> None:
+        # gloo has no way to wake the peers: they learn of it when their own
+        # transfers fail or their timeout passes
+        self.aborted = reason
+
+
+def comm_from_process_group(group: Any = None, timeout: float = 300.0) -> "_qc.Comm":
+    """A qc.Comm whose ranks are those of torch.distributed's `group` (None: the default
+    group), carried over gloo by :class:`ProcessGroupTransport`: what qc needs under
+    torchrun, without MPI. Collective over `group` (it makes a new gloo group)."""
+    transport = ProcessGroupTransport(group)
+    return _qc.Comm.from_transport(transport, any_thread=True, timeout=timeout)
 
 
 # ---- process group from mpirun ------------------------------------------------

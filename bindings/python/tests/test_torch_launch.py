@@ -1,14 +1,18 @@
-"""qc.torch refuses a communicator whose ranks are not torch.distributed's.
+"""qc.torch under a torchrun-style launch, and its refusal of a communicator whose
+ranks are not torch.distributed's.
 
-QcHookState builds its communicator from MPI's world by default. Launched the
-way torchrun launches (RANK, WORLD_SIZE, MASTER_ADDR; no mpirun) every process
-is alone in MPI's world while DDP's process group spans all of them: the hook
-then "averages" each gradient with itself and the replicas drift apart with no
-error (issue 28, item 7). The hook must refuse with qc.MismatchError naming
-both ranks and sizes and what to do.
+Launched the way torchrun launches (RANK, WORLD_SIZE, MASTER_ADDR; no mpirun),
+QcHookState builds its communicator over torch.distributed's process group (qc's
+bytes over gloo, issue 32 item 4). Given MPI's world there instead, every process
+is alone in it while DDP's process group spans all of them: the hook would then
+"average" each gradient with itself and the replicas drift apart with no error
+(issue 28, item 7). The hook must refuse with qc.MismatchError naming both ranks
+and sizes and what to do.
 
-  - test_torchrun_style_launch_is_refused: two processes launched by
-    subprocess with torchrun's environment, gloo, no mpirun;
+  - test_torchrun_style_launch_reduces_over_the_process_group: three processes
+    with torchrun's environment, gloo, no mpirun: they train, replicas identical;
+  - test_torchrun_style_launch_with_mpi_world_is_refused: two such processes
+    handed mpi_comm=MPI.COMM_WORLD;
   - the unit tests: one process, a one-rank gloo group, and a qc
     communicator (or a fake one) whose rank/size differ.
 
@@ -84,9 +88,22 @@ def _result(out, rank):
     return lines[-1]
 
 
-def test_torchrun_style_launch_is_refused():
+def test_torchrun_style_launch_reduces_over_the_process_group():
+    """No MPI and no comm=: the hook's communicator is built over torch.distributed's
+    group (qc.torch.comm_from_process_group), so every replica ends identical."""
+    for args in ((), ("--compress",)):
+        outs = _launch(3, *args)
+        lines = [_result(out, rank) for rank, out in enumerate(outs)]
+        for rank, line in enumerate(lines):
+            assert line.startswith("LAUNCH_WORKER ACCEPTED"), f"rank {rank}: {outs[rank][-3000:]}"
+            assert f"callbacks rank {rank} of 3" in line, line
+        digests = {line.split()[2] for line in lines}
+        assert len(digests) == 1, lines  # bit-identical replicas
+
+
+def test_torchrun_style_launch_with_mpi_world_is_refused():
     pytest.importorskip("mpi4py")
-    outs = _launch(2)
+    outs = _launch(2, "--mpi-world")
     if any("REFUSED UnsupportedError" in o for o in outs):
         pytest.skip("qc was built without the MPI transport")
     for rank, out in enumerate(outs):

@@ -2,12 +2,13 @@
 
     RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p python3 torch_launch_worker.py
 
-No mpirun: torch.distributed's group spans the n processes (gloo, env://), but
-MPI's world, from which QcHookState builds its communicator by default, is
-each process alone. The hook must refuse. The worker prints one line:
+No mpirun: torch.distributed's group spans the n processes (gloo, env://).
+QcHookState then builds its communicator over that process group (qc's bytes
+over gloo) and trains; with --mpi-world it is given MPI's world instead, in
+which each process is alone, and must refuse. The worker prints one line:
 
-    LAUNCH_WORKER REFUSED <exception class> <message>   the hook refused (expected)
-    LAUNCH_WORKER ACCEPTED <digest after 3 steps>       it did not (the bug)
+    LAUNCH_WORKER REFUSED <exception class> <message>   the hook refused
+    LAUNCH_WORKER ACCEPTED <digest after 3 steps> <comm> it trained
 
 and exits 0 either way, so the test judges the lines, not the exit status. It
 leaves with os._exit once its line is out: the shutdown of an MPI singleton
@@ -47,8 +48,16 @@ def main() -> int:
         return 0
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(16, 4))
+    kwargs = {}
+    if "--mpi-world" in sys.argv:
+        from mpi4py import MPI  # each process alone in MPI's world: must be refused
+
+        kwargs["mpi_comm"] = MPI.COMM_WORLD
+    policy = qc.Policy(codec="none")
+    if "--compress" in sys.argv:
+        policy = qc.Policy(codec="minmax", bits=4, error_feedback=True, min_compress_bytes=0)
     try:
-        state = qct.QcHookState(model, policy=qc.Policy(codec="none"), preset=None, timeout=20.0)
+        state = qct.QcHookState(model, policy=policy, preset=None, timeout=20.0, **kwargs)
     except qc.Error as e:
         print(f"LAUNCH_WORKER REFUSED {type(e).__name__} {e}", flush=True)
         return 0
@@ -63,7 +72,7 @@ def main() -> int:
     h = hashlib.sha256()
     for p in model.parameters():
         h.update(p.detach().numpy().tobytes())
-    print(f"LAUNCH_WORKER ACCEPTED {h.hexdigest()[:16]}", flush=True)
+    print(f"LAUNCH_WORKER ACCEPTED {h.hexdigest()[:16]} {state.comm!r}", flush=True)
     state.close()
     return 0
 
