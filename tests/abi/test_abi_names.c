@@ -29,7 +29,8 @@ static const name_entry k_ops[] = {{QC_OP_SUM, "sum"}, {QC_OP_AVG, "avg"}};
 static const name_entry k_roundings[] = {{QC_ROUND_NEAREST_EVEN, "nearest"},
                                          {QC_ROUND_STOCHASTIC, "stochastic"}};
 static const name_entry k_transports[] = {
-    {QC_TRANSPORT_LOCAL, "local"}, {QC_TRANSPORT_MPI, "mpi"}, {QC_TRANSPORT_NCCL, "nccl"}};
+    {QC_TRANSPORT_LOCAL, "local"}, {QC_TRANSPORT_MPI, "mpi"}, {QC_TRANSPORT_NCCL, "nccl"},
+    {QC_TRANSPORT_CALLBACKS, "callbacks"}};
 static const name_entry k_methods[] = {{QC_ADAPT_KMEANS, "kmeans"}, {QC_ADAPT_LINEAR, "linear"}};
 
 /* One enum's functions behind one signature, so each test runs over all. */

@@ -55,6 +55,21 @@ int main(void) {
   FIELD(qc_comm_config_t, nccl_comm, 24);
   FIELD(qc_comm_config_t, timeout_seconds, 32);
 
+  SIZE(qc_transport_callbacks_t, 96);
+  FIELD(qc_transport_callbacks_t, struct_size, 0);
+  FIELD(qc_transport_callbacks_t, context, 8);
+  FIELD(qc_transport_callbacks_t, rank, 16);
+  FIELD(qc_transport_callbacks_t, size, 20);
+  FIELD(qc_transport_callbacks_t, any_thread, 24);
+  FIELD(qc_transport_callbacks_t, post_send, 32);
+  FIELD(qc_transport_callbacks_t, post_recv, 40);
+  FIELD(qc_transport_callbacks_t, test, 48);
+  FIELD(qc_transport_callbacks_t, wait, 56);
+  FIELD(qc_transport_callbacks_t, cancel, 64);
+  FIELD(qc_transport_callbacks_t, abort, 72);
+  FIELD(qc_transport_callbacks_t, error_message, 80);
+  FIELD(qc_transport_callbacks_t, destroy, 88);
+
   SIZE(qc_stats_t, 56);
   FIELD(qc_stats_t, struct_size, 0);
   FIELD(qc_stats_t, calls, 8);
