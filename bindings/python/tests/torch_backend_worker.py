@@ -186,10 +186,11 @@ def check_ddp(rank, world):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses
+    # DDP's start also exchanges int32/int64 metadata: those go to the fallback.
+    counts = qct.fallback_counts()
+    assert not any(k.startswith("allreduce") or "Float" in k for k in counts), counts
     digests = all_equal_on_ranks(params_digest(list(model.parameters())))
     assert len(set(digests)) == 1, digests
-    counts = qct.fallback_counts()
-    assert not any(k.startswith("allreduce:") for k in counts), counts
     stats = qct.backend_stats()
     assert stats["wire_bytes"] < stats["logical_bytes"], stats  # compressed
     # error feedback: residual sites, a k counter restarted by each step
@@ -238,10 +239,10 @@ def check_fsdp(rank, world):
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses
     full = [p.full_tensor() for p in model.parameters()]
+    counts = qct.fallback_counts()  # before all_gather_object's own (int64, uint8) calls
+    assert counts == {}, counts
     digests = all_equal_on_ranks(params_digest(full))
     assert len(set(digests)) == 1, digests
-    counts = qct.fallback_counts()
-    assert not any(k.startswith(("reduce_scatter", "all_gather_into")) for k in counts), counts
     state = qct.backend_state_dict()
     assert any(k.startswith("reduce_scatter:") for k in state["residuals"]), list(state["residuals"])
 
