@@ -85,6 +85,76 @@ def test_backend_is_registered():
     assert dist.Backend.backend_capability["qc"] == ["cpu", "cuda"]
 
 
+@pytest.fixture
+def one_rank_group(backend_compiled, monkeypatch):
+    """A one-rank "qc" group in this process (a HashStore: no launcher)."""
+    import qc.torch  # noqa: F401
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    for k in [k for k in os.environ if k.startswith("QC_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setattr(backend_compiled, "_default_policies", [])
+
+    def start(**env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        dist.init_process_group("qc", store=dist.HashStore(), rank=0, world_size=1)
+
+    yield start
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_environment_gives_the_default_policy(one_rank_group):
+    import qc.torch as qct
+    one_rank_group(QC_CODEC="minmax", QC_BITS="2")
+    p = qct.backend_policy("allreduce:float32:10:0")
+    assert (p.codec, p.bits) == ("minmax", 2)
+    qct.set_backend_policy("allreduce:*", qc.Policy(codec="fp16"))
+    assert qct.backend_policy("allreduce:float32:10:0").codec == "fp16"
+    assert qct.backend_policy("broadcast:float32:10:0").codec == "minmax"
+    x = torch.arange(10, dtype=torch.float32)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.arange(10, dtype=torch.float32))
+
+
+def test_bad_arguments_are_refused(one_rank_group):
+    import qc.torch as qct
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        qct.backend_state_dict()
+    one_rank_group()
+    with pytest.raises(TypeError):
+        qct.set_backend_policy("*", 5)
+    with pytest.raises(ValueError):
+        qct.set_backend_policy("*", {"codec": "minmax", "bits": 99})
+    with pytest.raises(ValueError, match="state dict"):
+        qct.load_backend_state_dict({"format": "something else"})
+    state = {"format": "qc.torch_backend/1", "residuals": {"allreduce:float32:8:0": (8, b"junk")}}
+    with pytest.raises(RuntimeError, match="allreduce:float32:8:0"):
+        qct.load_backend_state_dict(state)
+
+
+def test_call_sites_wrap_and_reset_on_optimizer_steps(one_rank_group, capfd):
+    import qc.torch as qct
+    one_rank_group(QC_TORCH_MAX_SITES="3")
+    qct.set_backend_policy("allreduce:*", qc.Policy(codec="minmax", bits=4, error_feedback=True,
+                                                    min_compress_bytes=0))
+    for _ in range(5):  # no optimizer: sites 0, 1, 2, then the counter wraps
+        dist.all_reduce(torch.ones(256))
+    names = sorted(qct.backend_state_dict()["residuals"])
+    assert names == ["allreduce:float32:256:0", "allreduce:float32:256:1", "allreduce:float32:256:2"]
+    assert capfd.readouterr().err.count("call counters wrap") == 1
+    # An optimizer step restarts the counters: the same sites again, no new ones.
+    w = torch.nn.Parameter(torch.ones(1))
+    opt = torch.optim.SGD([w], lr=0.1)
+    w.grad = torch.ones(1)
+    opt.step()
+    dist.all_reduce(torch.ones(256))
+    dist.all_reduce(torch.ones(100))
+    names = sorted(qct.backend_state_dict()["residuals"])
+    assert names == ["allreduce:float32:100:0", "allreduce:float32:256:0",
+                     "allreduce:float32:256:1", "allreduce:float32:256:2"]
+
+
 def test_collectives(backend_compiled, tmp_path):
     _run("ops", tmp_path)
 

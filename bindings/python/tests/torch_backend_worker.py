@@ -93,6 +93,11 @@ def check_ops(rank, world):
     dist.all_to_all_single(recv, send)
     want = torch.cat([torch.arange(rank * 3, rank * 3 + 3, dtype=f32) + 1000 * r for r in range(world)])
     assert torch.equal(recv, want), (recv, want)
+    # PREMUL_SUM with a scalar factor: a qc SUM, scaled after
+    if hasattr(dist, "_make_nccl_premul_sum"):
+        p = torch.full((8,), float(rank))
+        dist.all_reduce(p, op=dist._make_nccl_premul_sum(0.5))
+        assert torch.equal(p, torch.full((8,), 0.5 * sum(range(world)))), p
     dist.barrier()
     stats = qct.backend_stats()
     assert stats["calls"] >= 13, stats  # one qc call per collective above
@@ -138,6 +143,15 @@ def check_ops(rank, world):
                 "reduce: not a qc collective", "all_to_all_single: unequal splits"):
         assert counts.get(key, 0) >= 1, (key, counts)
     assert counts.get("send: point to point", 0) + counts.get("recv: point to point", 0) >= (1 if rank < 2 else 0)
+
+    # a sub-group is a backend of its own (its own inner gloo groups)
+    sub = dist.new_group([0, 1], backend="qc")
+    if rank < 2:
+        y = torch.full((16,), float(rank + 1))
+        dist.all_reduce(y, group=sub)
+        assert torch.equal(y, torch.full((16,), 3.0)), y
+        assert qct.backend_stats(sub)["calls"] == 1
+        dist.destroy_process_group(sub)
 
     # ---- compressed: 8-bit minmax, within the bound, identical on every rank ----
     qct.set_backend_policy("allreduce:*", qc.Policy(codec="minmax", bits=8, min_compress_bytes=0))
