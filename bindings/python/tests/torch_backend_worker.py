@@ -11,7 +11,9 @@ MODE:
          state dict round trip;
   fsdp   FSDP2 fully_shard, 4-bit reduce-scatter with error feedback, 8-bit
          allgather: the loss falls and the gathered parameters are
-         identical on every rank.
+         identical on every rank;
+  mismatch  ranks that disagree fail with qc's message on every rank
+         (wait() and the Future), and the broken group fails fast.
 Exits non-zero (an AssertionError's traceback) on any failure.
 """
 
@@ -261,11 +263,41 @@ def check_fsdp(rank, world):
     assert any(k.startswith("reduce_scatter:") for k in state["residuals"]), list(state["residuals"])
 
 
+def check_mismatch(rank, world):
+    """Ranks that disagree (count) fail on every rank with qc's message,
+    through wait() and through the Future; the broken group then refuses
+    every qc call at once instead of hanging; shutting down still works."""
+    x = torch.ones(10 + (rank == 0))
+    work = dist.all_reduce(x, async_op=True)
+    fut = work.get_future()
+    try:
+        work.wait()
+        raise AssertionError("a mismatched allreduce succeeded")
+    except RuntimeError as e:
+        assert "disagree" in str(e), str(e)  # QC_ERROR_MISMATCH, or the transport naming both sizes
+    try:
+        fut.wait()
+        raise AssertionError("the future of a failed allreduce succeeded")
+    except RuntimeError as e:
+        assert "disagree" in str(e), str(e)  # QC_ERROR_MISMATCH, or the transport naming both sizes
+    try:
+        dist.all_reduce(torch.ones(10))
+        raise AssertionError("a broken group ran an allreduce")
+    except RuntimeError as e:
+        assert "qc" in str(e), str(e)
+    # the fallback group is not qc's: it still works
+    i = torch.tensor([rank], dtype=torch.int64)
+    dist.all_reduce(i)
+    assert i.item() == sum(range(world))
+
+
 def main():
     dist.init_process_group("cpu:qc")
     rank, world = dist.get_rank(), dist.get_world_size()
-    {"ops": check_ops, "ddp": check_ddp, "fsdp": check_fsdp}[MODE](rank, world)
-    dist.barrier()
+    modes = {"ops": check_ops, "ddp": check_ddp, "fsdp": check_fsdp, "mismatch": check_mismatch}
+    modes[MODE](rank, world)
+    if MODE != "mismatch":
+        dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: {MODE} ok", flush=True)
 

@@ -18,28 +18,48 @@ int fail(const std::string& what, int code) {
   return code;
 }
 
+at::Tensor view_bytes(void* data, size_t bytes) {
+  return at::from_blob(data, {static_cast<int64_t>(bytes)},
+                       at::TensorOptions().dtype(at::kByte).device(at::kCPU));
+}
+
 }  // namespace
 
 BackendTransport::BackendTransport(c10::intrusive_ptr<c10d::Backend> backend, int rank, int size)
     : backend_(std::move(backend)), rank_(rank), size_(size) {
-  completer_ = std::thread([this] { complete_in_order(); });
+  lanes_.resize(static_cast<size_t>(size) + 1);
 }
 
 BackendTransport::~BackendTransport() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
-    if (waiting_on_ != nullptr) {
+    for (auto& lane : lanes_) {
+      if (!lane || lane->waiting_on == nullptr) continue;
+      Transfer* t = lane->waiting_on;
       try {
-        waiting_on_->work->abort();
+        if (t->payload_work) t->payload_work->abort();
+        if (t->length_work) t->length_work->abort();
       } catch (...) {
         // Nothing more to do: the completer's wait returns or throws.
       }
     }
   }
   changed_.notify_all();
-  if (completer_.joinable()) completer_.join();
+  for (auto& lane : lanes_) {
+    if (lane && lane->thread.joinable()) lane->thread.join();
+  }
   for (Transfer* t : live_) delete t;
+}
+
+void BackendTransport::queue_locked(Transfer* t) {
+  auto& lane = lanes_[t->is_send ? static_cast<size_t>(size_) : static_cast<size_t>(t->peer)];
+  if (!lane) {
+    lane = std::make_unique<Lane>();
+    Lane* raw = lane.get();
+    lane->thread = std::thread([this, raw] { complete_in_order(raw); });
+  }
+  lane->posted.push_back(t);
 }
 
 qc_transport_callbacks_t BackendTransport::callbacks() {
@@ -58,20 +78,41 @@ qc_transport_callbacks_t BackendTransport::callbacks() {
   return cb;
 }
 
+c10::intrusive_ptr<c10d::Work> BackendTransport::gloo_send(const at::Tensor& t, int peer,
+                                                           int tag) {
+  std::vector<at::Tensor> tensors{t};
+  std::lock_guard<std::mutex> lock(post_mutex_);
+  return backend_->send(tensors, peer, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> BackendTransport::gloo_recv(const at::Tensor& t, int peer,
+                                                           int tag) {
+  std::vector<at::Tensor> tensors{t};
+  std::lock_guard<std::mutex> lock(post_mutex_);
+  return backend_->recv(tensors, peer, tag);
+}
+
 int BackendTransport::post(bool is_send, int peer, void* data, size_t bytes, void** handle) {
   // Exceptions stop here: never across qc's C interface.
   try {
     auto t = std::make_unique<Transfer>();
-    t->bytes = at::from_blob(data, {static_cast<int64_t>(bytes)},
-                             at::TensorOptions().dtype(at::kByte).device(at::kCPU));
-    std::vector<at::Tensor> tensors{t->bytes};
-    t->work = is_send ? backend_->send(tensors, peer, /*tag=*/0)
-                      : backend_->recv(tensors, peer, /*tag=*/0);
+    t->is_send = is_send;
+    t->peer = peer;
+    t->expected = bytes;
+    t->length = is_send ? static_cast<uint64_t>(bytes) : 0;
+    t->length_bytes = view_bytes(&t->length, sizeof t->length);
+    t->bytes = view_bytes(data, bytes);
+    if (is_send) {
+      t->length_work = gloo_send(t->length_bytes, peer, kLengthTag);
+      if (bytes > 0) t->payload_work = gloo_send(t->bytes, peer, kPayloadTag);
+    } else {
+      t->length_work = gloo_recv(t->length_bytes, peer, kLengthTag);
+    }
     Transfer* raw = t.release();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       live_.insert(raw);
-      posted_.push_back(raw);
+      queue_locked(raw);
     }
     changed_.notify_all();
     *handle = raw;
@@ -128,29 +169,77 @@ int BackendTransport::wait(void* context, void* handle, double timeout_seconds, 
   return self->finish_locked(t, done);
 }
 
+void BackendTransport::close_connections() {
+  // gloo closes every connection of the group when a wait expires; a wait
+  // on a receive nobody sends is the one way to do that through c10d.
+  if (size_ < 2) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_connections_) return;
+    closed_connections_ = true;
+  }
+  try {
+    auto work = gloo_recv(view_bytes(&abort_byte_, 1), (rank_ + 1) % size_, kAbortTag);
+    work->wait(std::chrono::milliseconds(1));
+  } catch (...) {
+    // Expected: "Timed out waiting ... for recv operation".
+  }
+}
+
 void BackendTransport::abort(void* context, int status, const char* reason) {
   auto* self = static_cast<BackendTransport*>(context);
   log_line(LogLevel::kInfo, self->rank_,
            std::string("qc's group failed (") + qc_status_string(static_cast<qc_status_t>(status)) +
-               "): " + (reason != nullptr ? reason : ""));
+               "): " + (reason != nullptr ? reason : "") +
+               "; closing this rank's gloo connections of qc's group");
+  self->close_connections();
 }
 
 const char* BackendTransport::error_message(void* /*context*/) { return tls_error.c_str(); }
 
-void BackendTransport::complete_in_order() {
+bool BackendTransport::advance(Transfer* t) {
+  if (t->is_send) {
+    if (!t->length_work->wait()) throw std::runtime_error("gloo send aborted");
+    if (t->payload_work && !t->payload_work->wait()) throw std::runtime_error("gloo send aborted");
+    return true;
+  }
+  if (!t->length_seen) {
+    if (!t->length_work->wait()) throw std::runtime_error("gloo recv aborted");
+    t->length_seen = true;
+    if (t->length == t->expected) {
+      if (t->expected == 0) return true;
+      t->payload_work = gloo_recv(t->bytes, t->peer, kPayloadTag);
+    } else {
+      // Take the message anyway (gloo would fail on it otherwise), then fail.
+      t->error = "rank " + std::to_string(t->peer) + " sent a message of " +
+                 std::to_string(t->length) + " bytes where rank " + std::to_string(rank_) +
+                 " expects " + std::to_string(t->expected) +
+                 ": the ranks disagree on the collective (count, dtype, op or policy)";
+      if (t->length == 0) return true;
+      t->scratch = at::empty({static_cast<int64_t>(t->length)}, at::kByte);
+      t->payload_work = gloo_recv(t->scratch, t->peer, kPayloadTag);
+    }
+    return false;  // its payload is waited for next
+  }
+  if (!t->payload_work->wait()) throw std::runtime_error("gloo recv aborted");
+  return true;
+}
+
+void BackendTransport::complete_in_order(Lane* lane) {
   for (;;) {
     Transfer* t = nullptr;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [this] { return stopping_ || !posted_.empty(); });
+      changed_.wait(lock, [this, lane] { return stopping_ || !lane->posted.empty(); });
       if (stopping_) return;
-      t = posted_.front();
-      posted_.pop_front();
-      waiting_on_ = t;
+      t = lane->posted.front();
+      lane->posted.pop_front();
+      lane->waiting_on = t;
     }
+    bool finished = true;
     std::string error;
     try {
-      if (!t->work->wait()) error = "gloo transfer aborted";
+      finished = advance(t);
     } catch (const std::exception& e) {
       error = e.what();
       if (error.empty()) error = "gloo transfer failed";
@@ -159,10 +248,15 @@ void BackendTransport::complete_in_order() {
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      waiting_on_ = nullptr;
-      t->done = true;
-      t->error = error;
+      lane->waiting_on = nullptr;
       if (stopping_) return;
+      if (!error.empty() && t->error.empty()) t->error = error;
+      if (finished || !error.empty()) {
+        t->done = true;
+      } else {
+        // Its payload next: the receives from one peer complete in order.
+        lane->posted.push_front(t);
+      }
     }
     changed_.notify_all();
   }

@@ -2,21 +2,39 @@
 // over a c10d backend's point-to-point send/recv: ProcessGroupGloo, in a
 // group of its own that carries nothing but qc's bytes.
 //
-// gloo's send/recv Work completes only inside Work::wait, and a wait with a
-// timeout that expires closes gloo's connections, so test and wait cannot
-// poll gloo. One completer thread waits (without a timeout: gloo's own
-// applies) on the posted transfers in posting order and marks each done;
-// the callbacks only look at that mark. Waiting in order cannot deadlock:
-// a posted transfer completes on gloo's I/O threads once the peer posted
-// its side, which qc does for a whole step before it waits.
+// Length first. gloo kills the process (an exception in its I/O thread)
+// when a message is larger than the receive posted for it, which is what
+// ranks that disagree on a collective's count would send. So each qc
+// message travels as an 8-byte length (tag kLengthTag) then the payload
+// (tag kPayloadTag); the receiver posts the payload's receive once the
+// length has arrived, into qc's memory when it is the size qc expects,
+// else into scratch memory, and fails the transfer with a message naming
+// both sizes (qc then fails the collective, QC_ERROR_TRANSPORT).
+//
+// Completion. gloo's send/recv Work completes only inside Work::wait, and a
+// wait with a timeout that expires closes all of gloo's connections of the
+// group, so test and wait cannot poll gloo. Completer threads wait (without
+// a timeout: gloo's own applies) on the posted transfers and mark each
+// done; the callbacks only look at that mark. One thread per peer waits on
+// the receives from it, in order (a length, then the payload's receive is
+// posted and waited for); one thread waits on all sends, in order. No
+// cycle: a receive completes once the peer posted the message, which qc
+// does for a whole step before it waits, and a send once the peer's receive
+// thread posted the payload's receive, which never waits on a send.
+// When qc's group fails (the abort callback) this rank closes its
+// gloo connections on purpose (an expired wait), so peers blocked on it
+// fail at once instead of at their timeout.
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <memory>
 #include <unordered_set>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -38,11 +56,23 @@ class BackendTransport {
   qc_transport_callbacks_t callbacks();
 
  private:
+  static constexpr int kPayloadTag = 0;
+  static constexpr int kLengthTag = 1;
+  static constexpr int kAbortTag = 2;  // never sent: a wait on it closes the group
+
   struct Transfer {
-    c10::intrusive_ptr<c10d::Work> work;
-    at::Tensor bytes;  // qc's memory, viewed as uint8 (no copy)
+    bool is_send = false;
+    int peer = -1;
+    size_t expected = 0;     // recv: the size qc named
+    uint64_t length = 0;     // send: ours; recv: what the sender announced
+    at::Tensor length_bytes; // `length` viewed as 8 uint8 (no copy)
+    at::Tensor bytes;        // qc's memory viewed as uint8 (no copy)
+    at::Tensor scratch;      // recv of a message of the wrong size
+    c10::intrusive_ptr<c10d::Work> length_work;
+    c10::intrusive_ptr<c10d::Work> payload_work;
+    bool length_seen = false;  // recv: the length arrived, payload posted
     bool done = false;
-    std::string error;  // set with done when gloo's wait threw
+    std::string error;       // set with done on failure
   };
 
   static int post_send(void* context, int peer, const void* data, size_t bytes, void** handle);
@@ -53,19 +83,33 @@ class BackendTransport {
   static const char* error_message(void* context);
 
   int post(bool is_send, int peer, void* data, size_t bytes, void** handle);
+  c10::intrusive_ptr<c10d::Work> gloo_send(const at::Tensor& t, int peer, int tag);
+  c10::intrusive_ptr<c10d::Work> gloo_recv(const at::Tensor& t, int peer, int tag);
   int finish_locked(Transfer* t, int* done);  // under mutex_, t->done
-  void complete_in_order();
+  // Completer thread: one step of t (wait for its length or its payload);
+  // returns whether t is finished. Throws what gloo throws.
+  bool advance(Transfer* t);
+  // A queue of transfers and the thread that completes them in order.
+  struct Lane {
+    std::deque<Transfer*> posted;
+    Transfer* waiting_on = nullptr;
+    std::thread thread;
+  };
+  void queue_locked(Transfer* t);  // under mutex_: onto its lane (started lazily)
+  void complete_in_order(Lane* lane);
+  void close_connections();
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   int rank_;
   int size_;
+  std::mutex post_mutex_;            // one gloo post at a time
   std::mutex mutex_;
   std::condition_variable changed_;  // a transfer was posted or completed
-  std::deque<Transfer*> posted_;     // waiting for the completer, in order
+  std::vector<std::unique_ptr<Lane>> lanes_;  // [peer]: its receives; [size]: all sends
   std::unordered_set<Transfer*> live_;  // posted, not yet reported done
-  Transfer* waiting_on_ = nullptr;   // the completer's current transfer
   bool stopping_ = false;
-  std::thread completer_;
+  bool closed_connections_ = false;
+  uint8_t abort_byte_ = 0;
 };
 
 }  // namespace qc_torch

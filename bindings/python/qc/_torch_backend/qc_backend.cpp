@@ -1,8 +1,11 @@
 // qc_backend.cpp - see qc_backend.h.
 #include "qc_backend.h"
 
+#include <pybind11/pybind11.h>
+
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "log.h"
@@ -111,7 +114,16 @@ QcBackend::QcBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> bytes
   g_live.insert(this);
 }
 
-QcBackend::~QcBackend() { close(); }
+QcBackend::~QcBackend() {
+  // Python drops the last reference with the GIL held (pybind's dealloc);
+  // gloo's threads (joined by ~ProcessGroupGloo) and the completer (Future
+  // callbacks) may need the GIL to finish: let go of it while tearing down.
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  close();
+  fallback_.reset();
+  bytes_group_.reset();
+}
 
 void QcBackend::shutdown() {
   close();
