@@ -1,5 +1,10 @@
 """qc.torch: a PyTorch DDP communication hook that allreduces gradient buckets with qc.
 
+With torch >= 2.0, importing this module also registers the torch.distributed backend
+"qc" (qc/torch_backend.py: ``dist.init_process_group("cpu:qc")`` under torchrun, no MPI;
+``set_backend_policy``, ``backend_state_dict`` ... are re-exported here). The rest of this
+docstring is about the hook.
+
 Import it explicitly (``import qc.torch``); ``import qc`` never imports torch, so the
 package keeps working where torch is not installed.
 
