@@ -104,9 +104,10 @@ int BackendTransport::post(bool is_send, int peer, void* data, size_t bytes, voi
     t->bytes = view_bytes(data, bytes);
     if (is_send) {
       t->length_work = gloo_send(t->length_bytes, peer, kLengthTag);
-      if (bytes > 0) t->payload_work = gloo_send(t->bytes, peer, kPayloadTag);
+      if (bytes > 0) t->payload_work = gloo_send(t->bytes, peer, payload_tag(bytes));
     } else {
       t->length_work = gloo_recv(t->length_bytes, peer, kLengthTag);
+      if (bytes > 0) t->payload_work = gloo_recv(t->bytes, peer, payload_tag(bytes));
     }
     Transfer* raw = t.release();
     {
@@ -206,20 +207,20 @@ bool BackendTransport::advance(Transfer* t) {
   if (!t->length_seen) {
     if (!t->length_work->wait()) throw std::runtime_error("gloo recv aborted");
     t->length_seen = true;
-    if (t->length == t->expected) {
-      if (t->expected == 0) return true;
-      t->payload_work = gloo_recv(t->bytes, t->peer, kPayloadTag);
-    } else {
-      // Take the message anyway (gloo would fail on it otherwise), then fail.
-      t->error = "rank " + std::to_string(t->peer) + " sent a message of " +
-                 std::to_string(t->length) + " bytes where rank " + std::to_string(rank_) +
-                 " expects " + std::to_string(t->expected) +
-                 ": the ranks disagree on the collective (count, dtype, op or policy)";
-      if (t->length == 0) return true;
-      t->scratch = at::empty({static_cast<int64_t>(t->length)}, at::kByte);
-      t->payload_work = gloo_recv(t->scratch, t->peer, kPayloadTag);
-    }
-    return false;  // its payload is waited for next
+    if (t->length == t->expected) return t->expected == 0;  // then its payload
+    // The payload went to the slot of its own size, not to qc's buffer:
+    // take it into scratch memory (the peer's send completes), then fail.
+    // qc's receive stays posted, abandoned; qc keeps its memory until
+    // qc_comm_destroy.
+    t->error = "rank " + std::to_string(t->peer) + " sent a message of " +
+               std::to_string(t->length) + " bytes where rank " + std::to_string(rank_) +
+               " expects " + std::to_string(t->expected) +
+               ": the ranks disagree on the collective (count, dtype, op or policy)";
+    t->payload_work.reset();
+    if (t->length == 0) return true;
+    t->scratch = at::empty({static_cast<int64_t>(t->length)}, at::kByte);
+    t->payload_work = gloo_recv(t->scratch, t->peer, payload_tag(t->length));
+    return false;
   }
   if (!t->payload_work->wait()) throw std::runtime_error("gloo recv aborted");
   return true;

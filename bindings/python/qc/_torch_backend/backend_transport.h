@@ -2,25 +2,26 @@
 // over a c10d backend's point-to-point send/recv: ProcessGroupGloo, in a
 // group of its own that carries nothing but qc's bytes.
 //
-// Length first. gloo kills the process (an exception in its I/O thread)
-// when a message is larger than the receive posted for it, which is what
-// ranks that disagree on a collective's count would send. So each qc
-// message travels as an 8-byte length (tag kLengthTag) then the payload
-// (tag kPayloadTag); the receiver posts the payload's receive once the
-// length has arrived, into qc's memory when it is the size qc expects,
-// else into scratch memory, and fails the transfer with a message naming
-// both sizes (qc then fails the collective, QC_ERROR_TRANSPORT).
+// Sizes. gloo kills the process (an exception in its I/O thread) when a
+// message is larger than the receive posted for it, which is what ranks
+// that disagree on a collective's count would send. So a payload travels
+// under a tag made of its size (payload_tag): a receive only ever meets a
+// message of its own size. Each payload is preceded by its 8-byte length
+// (tag kLengthTag, one slot for all); a length that is not what the
+// receive expects fails the transfer at once with a message naming both
+// sizes (qc then fails the collective, QC_ERROR_TRANSPORT), after taking
+// the payload into scratch memory. Both are posted together: no extra
+// round trip when the ranks agree.
 //
 // Completion. gloo's send/recv Work completes only inside Work::wait, and a
 // wait with a timeout that expires closes all of gloo's connections of the
 // group, so test and wait cannot poll gloo. Completer threads wait (without
 // a timeout: gloo's own applies) on the posted transfers and mark each
 // done; the callbacks only look at that mark. One thread per peer waits on
-// the receives from it, in order (a length, then the payload's receive is
-// posted and waited for); one thread waits on all sends, in order. No
-// cycle: a receive completes once the peer posted the message, which qc
-// does for a whole step before it waits, and a send once the peer's receive
-// thread posted the payload's receive, which never waits on a send.
+// the receives from it, in order (the length, then the payload); one
+// thread waits on all sends, in order. Every receive is posted by qc, so
+// each completes once the peer posted its message, which qc does for a
+// whole step before it waits: no wait depends on another thread's wait.
 // When qc's group fails (the abort callback) this rank closes its
 // gloo connections on purpose (an expired wait), so peers blocked on it
 // fail at once instead of at their timeout.
@@ -56,9 +57,12 @@ class BackendTransport {
   qc_transport_callbacks_t callbacks();
 
  private:
-  static constexpr int kPayloadTag = 0;
   static constexpr int kLengthTag = 1;
   static constexpr int kAbortTag = 2;  // never sent: a wait on it closes the group
+  // Payloads: 3 and up, by size (two sizes share a tag only 2^31 - 8 bytes apart).
+  static int payload_tag(size_t bytes) {
+    return 3 + static_cast<int>(bytes % static_cast<size_t>(0x7ffffff8));
+  }
 
   struct Transfer {
     bool is_send = false;
@@ -70,7 +74,7 @@ class BackendTransport {
     at::Tensor scratch;      // recv of a message of the wrong size
     c10::intrusive_ptr<c10d::Work> length_work;
     c10::intrusive_ptr<c10d::Work> payload_work;
-    bool length_seen = false;  // recv: the length arrived, payload posted
+    bool length_seen = false;  // recv: the length arrived
     bool done = false;
     std::string error;       // set with done on failure
   };

@@ -258,12 +258,23 @@ void QcBackend::start_failed(const c10::intrusive_ptr<QcWork>& work, const std::
 
 // ---- starting qc requests ----------------------------------------------
 
+CallSites::Lease QcBackend::next_site(const c10::intrusive_ptr<QcWork>& work,
+                                      const std::string& op, qc_dtype_t dtype, size_t numel,
+                                      bool with_residuals) {
+  try {
+    return sites_->next(op, dtype, numel, with_residuals);
+  } catch (...) {
+    if (!work->empty()) enqueue(work);  // the requests already started run out
+    throw;
+  }
+}
+
 void QcBackend::start_allreduce(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& tensor,
                                 qc_reduce_op_t op) {
   at::Tensor buf = writable(work, tensor, true);
   const qc_dtype_t dtype = dtype_of(buf);
   const size_t n = static_cast<size_t>(buf.numel());
-  CallSites::Lease lease = sites_->next("allreduce", dtype, n, true);
+  CallSites::Lease lease = next_site(work, "allreduce", dtype, n, true);
   qc_request_t request = nullptr;
   if (qc_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), n, dtype, op, lease.layer.c_str(),
                     lease.buffer, &request) != QC_SUCCESS) {
@@ -285,7 +296,7 @@ void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work,
                         static_cast<char*>(src.data_ptr()) + getRank() * n * elem;
   if (!in_place && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
-  CallSites::Lease lease = sites_->next("reduce_scatter", dtype, src.numel(), true);
+  CallSites::Lease lease = next_site(work, "reduce_scatter", dtype, src.numel(), true);
   qc_request_t request = nullptr;
   if (qc_ireduce_scatter(comm_, src.data_ptr(), dst.data_ptr(), n, dtype, op,
                          lease.layer.c_str(), lease.buffer, &request) != QC_SUCCESS) {
@@ -306,7 +317,7 @@ void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, const at
                         static_cast<char*>(dst.data_ptr()) + getRank() * n * src.element_size();
   if (!in_place && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
-  CallSites::Lease lease = sites_->next("allgather", dtype, n, true);
+  CallSites::Lease lease = next_site(work, "allgather", dtype, n, true);
   qc_request_t request = nullptr;
   if (qc_iallgather(comm_, src.data_ptr(), dst.data_ptr(), n, dtype, lease.layer.c_str(),
                     lease.buffer, &request) != QC_SUCCESS) {
@@ -372,7 +383,7 @@ QcBackend::WorkPtr QcBackend::broadcast(std::vector<at::Tensor>& tensors,
     at::Tensor buf = writable(work, t, getRank() == root);
     const qc_dtype_t dtype = dtype_of(buf);
     const size_t n = static_cast<size_t>(buf.numel());
-    CallSites::Lease lease = sites_->next("broadcast", dtype, n, false);
+    CallSites::Lease lease = next_site(work, "broadcast", dtype, n, false);
     qc_request_t request = nullptr;
     if (qc_ibroadcast(comm_, getRank() == root ? buf.data_ptr() : nullptr, buf.data_ptr(), n,
                       dtype, root, lease.layer.c_str(), &request) != QC_SUCCESS) {
@@ -559,7 +570,7 @@ QcBackend::WorkPtr QcBackend::alltoall_base(at::Tensor& output, at::Tensor& inpu
   if (src.data_ptr() != dst.data_ptr() && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
   const size_t per_rank = static_cast<size_t>(src.numel() / size);
-  CallSites::Lease lease = sites_->next("alltoall", dtype, src.numel(), false);
+  CallSites::Lease lease = next_site(work, "alltoall", dtype, src.numel(), false);
   qc_request_t request = nullptr;
   if (qc_ialltoall(comm_, src.data_ptr(), dst.data_ptr(), per_rank, dtype, lease.layer.c_str(),
                    &request) != QC_SUCCESS) {

@@ -137,6 +137,9 @@ class QcBackend : public c10d::Backend {
   // Queues what was started, then throws qc's message.
   [[noreturn]] void start_failed(const c10::intrusive_ptr<QcWork>& work, const std::string& call);
   void before_qc_call();
+  // sites_->next, queueing what `work` already started when it throws.
+  CallSites::Lease next_site(const c10::intrusive_ptr<QcWork>& work, const std::string& op,
+                             qc_dtype_t dtype, size_t numel, bool with_residuals);
 
   void start_allreduce(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& tensor,
                        qc_reduce_op_t op);
