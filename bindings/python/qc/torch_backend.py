@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 _STATE_FORMAT = "qc.torch_backend/1"
+_PIPELINE_CHUNK = "4M"  # QC_PIPELINE_CHUNK of the backend's communicator, unless set
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_backend")
 _lock = threading.Lock()
 _extension: Any = None
@@ -158,7 +159,18 @@ def _create_backend(opts: Any, backend_options: Any) -> Any:
     bytes_group = dist.ProcessGroupGloo(dist.PrefixStore("qc/bytes/", store), rank, size, timeout)
     fallback = dist.ProcessGroupGloo(dist.PrefixStore("qc/fallback/", store), rank, size, timeout)
     max_sites = int(os.environ.get("QC_TORCH_MAX_SITES", "4096"))
-    backend = ext.QcBackend(rank, size, bytes_group, fallback, timeout.total_seconds(), max_sites)
+    # Every message over gloo costs a rendezvous and thread hand-offs, so qc's
+    # default pipeline pieces (128 KiB) cost more than they overlap here:
+    # unless QC_PIPELINE_CHUNK says otherwise, this communicator cuts blocks
+    # at 4 MiB (docs/python.md has the measurement). qc reads it at creation.
+    own_chunk = "QC_PIPELINE_CHUNK" not in os.environ
+    if own_chunk:
+        os.environ["QC_PIPELINE_CHUNK"] = _PIPELINE_CHUNK
+    try:
+        backend = ext.QcBackend(rank, size, bytes_group, fallback, timeout.total_seconds(), max_sites)
+    finally:
+        if own_chunk:
+            del os.environ["QC_PIPELINE_CHUNK"]
     for pattern, t in _default_policies:
         backend.set_layer_policy(pattern, t)
     _install_optimizer_hook(ext)

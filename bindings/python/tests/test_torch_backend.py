@@ -112,6 +112,8 @@ def one_rank_group(backend_compiled, monkeypatch):
 def test_environment_gives_the_default_policy(one_rank_group):
     import qc.torch as qct
     one_rank_group(QC_CODEC="minmax", QC_BITS="2")
+    # the backend's own pipeline piece size is set for its creation only
+    assert "QC_PIPELINE_CHUNK" not in os.environ
     p = qct.backend_policy("allreduce:float32:10:0")
     assert (p.codec, p.bits) == ("minmax", 2)
     qct.set_backend_policy("allreduce:*", qc.Policy(codec="fp16"))
