@@ -140,6 +140,25 @@ def test_bad_arguments_are_refused(one_rank_group):
         qct.load_backend_state_dict(state)
 
 
+def test_coalesced_forms_go_through_qc(one_rank_group):
+    import qc.torch as qct
+    one_rank_group()
+    outs, ins = [torch.empty(4), torch.empty(6)], [torch.ones(4), torch.full((6,), 2.0)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    assert torch.equal(outs[0], torch.ones(4)) and torch.equal(outs[1], torch.full((6,), 2.0))
+    rs_out, rs_in = [torch.empty(3), torch.empty(5)], [torch.ones(3), torch.full((5,), 3.0)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(rs_out, rs_in):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    assert torch.equal(rs_out[0], torch.ones(3)) and torch.equal(rs_out[1], torch.full((5,), 3.0))
+    assert qct.fallback_counts() == {}
+    assert qct.backend_stats()["calls"] == 4
+
+
 def test_call_sites_wrap_and_reset_on_optimizer_steps(one_rank_group, capfd):
     import qc.torch as qct
     one_rank_group(QC_TORCH_MAX_SITES="3")
