@@ -140,6 +140,22 @@ def test_bad_arguments_are_refused(one_rank_group):
         qct.load_backend_state_dict(state)
 
 
+def test_fallback_is_logged_once_per_op_and_reason(one_rank_group, capfd):
+    import qc.torch as qct
+    one_rank_group(QC_DEBUG="info")
+    for _ in range(2):
+        m = torch.ones(3)
+        dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        assert torch.equal(m, torch.ones(3))
+        i = torch.ones(3, dtype=torch.int64)
+        dist.all_reduce(i)
+        assert torch.equal(i, torch.ones(3, dtype=torch.int64))
+    err = capfd.readouterr().err
+    assert err.count("allreduce goes to gloo (reduce op MAX)") == 1, err
+    assert err.count("allreduce goes to gloo (dtype Long)") == 1, err
+    assert qct.fallback_counts() == {"allreduce: reduce op MAX": 2, "allreduce: dtype Long": 2}
+
+
 def test_coalesced_forms_go_through_qc(one_rank_group):
     import qc.torch as qct
     one_rank_group()

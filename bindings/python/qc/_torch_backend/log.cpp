@@ -37,7 +37,9 @@ const char* level_word(LogLevel level) {
 }  // namespace
 
 bool log_enabled(LogLevel level) {
-  static const LogLevel threshold = level_from_environment();
+  // Read at every line (lines are rare: a fallback's first call, warnings),
+  // so a process may change QC_DEBUG between process groups.
+  const LogLevel threshold = level_from_environment();
   return level != LogLevel::kNone && static_cast<int>(level) <= static_cast<int>(threshold);
 }
 

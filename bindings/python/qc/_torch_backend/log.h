@@ -9,7 +9,7 @@ namespace qc_torch {
 
 enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
-// Whether QC_DEBUG asks for lines of `level` (read once per process).
+// Whether QC_DEBUG asks for lines of `level` (read at each call).
 bool log_enabled(LogLevel level);
 
 // One line on stderr (one write, flushed), when log_enabled(level).
