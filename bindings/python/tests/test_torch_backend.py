@@ -11,7 +11,8 @@ Each test launches torchrun with 4 processes (tests/torch_backend_worker.py):
     8-bit allgather trains, gathered parameters identical on every rank;
   - test_ranks_that_disagree_fail_cleanly: an allreduce whose count differs
     between ranks fails on every rank (wait() and the Future) with a message
-    saying the ranks disagree, no process dies, the fallback still works.
+    saying the ranks disagree, no process dies, the fallback still works;
+  - test_a_rank_that_dies_fails_the_others: the others' next call fails.
 One-rank groups in this process check the QC_* default, bad arguments and
 the call-site counters.
 Needs torch >= 2.0 and torchrun (skips otherwise); run it with that
@@ -64,7 +65,7 @@ def backend_compiled():
     return qtb
 
 
-def _run(mode, tmp_path):
+def _run(mode, tmp_path, ranks=range(NPROC)):
     launcher = _torchrun()
     if launcher is None:
         pytest.skip("torchrun is not available")
@@ -80,7 +81,7 @@ def _run(mode, tmp_path):
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
-    for r in range(NPROC):
+    for r in ranks:
         assert f"rank {r}: {mode} ok" in proc.stdout, proc.stdout[-4000:]
 
 
@@ -217,3 +218,9 @@ def test_ranks_that_disagree_fail_cleanly(backend_compiled, tmp_path):
     # gloo would kill a process whose receive is smaller than the message:
     # the transport sends lengths first, so every rank gets an error instead.
     _run("mismatch", tmp_path)
+
+
+def test_a_rank_that_dies_fails_the_others(backend_compiled, tmp_path):
+    # Its gloo connections close: the others' next qc call fails at once
+    # (not at the 30-minute timeout), and they still shut down cleanly.
+    _run("peer_exit", tmp_path, ranks=range(NPROC - 1))

@@ -13,7 +13,9 @@ MODE:
          allgather: the loss falls and the gathered parameters are
          identical on every rank;
   mismatch  ranks that disagree fail with qc's message on every rank
-         (wait() and the Future), and the broken group fails fast.
+         (wait() and the Future), and the broken group fails fast;
+  peer_exit  the last rank exits without a word: the others' next qc call
+         fails instead of waiting.
 Exits non-zero (an AssertionError's traceback) on any failure.
 """
 
@@ -291,12 +293,27 @@ def check_mismatch(rank, world):
     assert i.item() == sum(range(world))
 
 
+def check_peer_exit(rank, world):
+    """A rank that dies makes the others' next qc call fail, not hang."""
+    import time
+    dist.barrier()
+    if rank == world - 1:
+        os._exit(0)  # gone without a word (its sockets close)
+    time.sleep(1.0)
+    try:
+        dist.all_reduce(torch.ones(100000))
+        raise AssertionError("an allreduce with a dead rank succeeded")
+    except RuntimeError as e:
+        assert "qc" in str(e), str(e)
+
+
 def main():
     dist.init_process_group("cpu:qc")
     rank, world = dist.get_rank(), dist.get_world_size()
-    modes = {"ops": check_ops, "ddp": check_ddp, "fsdp": check_fsdp, "mismatch": check_mismatch}
+    modes = {"ops": check_ops, "ddp": check_ddp, "fsdp": check_fsdp, "mismatch": check_mismatch,
+             "peer_exit": check_peer_exit}
     modes[MODE](rank, world)
-    if MODE != "mismatch":
+    if MODE not in ("mismatch", "peer_exit"):
         dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: {MODE} ok", flush=True)
