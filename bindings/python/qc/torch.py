@@ -1,5 +1,10 @@
 """qc.torch: a PyTorch DDP communication hook that allreduces gradient buckets with qc.
 
+With torch >= 2.0, importing this module also registers the torch.distributed backend
+"qc" (qc/torch_backend.py: ``dist.init_process_group("cpu:qc")`` under torchrun, no MPI;
+``set_backend_policy``, ``backend_state_dict`` ... are re-exported here). The rest of this
+docstring is about the hook.
+
 Import it explicitly (``import qc.torch``); ``import qc`` never imports torch, so the
 package keeps working where torch is not installed.
 
@@ -857,3 +862,30 @@ def init_process_group_from_mpi(backend: str = "gloo", mpi_comm: Any = None,
     kwargs = {} if timeout is None else {"timeout": timeout}
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size, **kwargs)
     return rank, size
+
+
+# ---- the torch.distributed backend "qc" (torch >= 2.0; qc/torch_backend.py) ----
+# Registering is cheap (the C++ backend compiles at the first init_process_group("qc")).
+from .torch_backend import (  # noqa: E402
+    backend_policy,
+    backend_state_dict,
+    backend_stats,
+    fallback_counts,
+    load_backend_state_dict,
+    register as register_backend,
+    reset_call_sites,
+    set_backend_policy,
+)
+
+__all__ += [
+    "backend_policy",
+    "backend_state_dict",
+    "backend_stats",
+    "fallback_counts",
+    "load_backend_state_dict",
+    "register_backend",
+    "reset_call_sites",
+    "set_backend_policy",
+]
+
+register_backend()

@@ -1,0 +1,731 @@
+// qc_backend.cpp - see qc_backend.h.
+#include "qc_backend.h"
+
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+#include "log.h"
+
+namespace qc_torch {
+namespace {
+
+std::mutex g_live_mutex;
+std::set<QcBackend*> g_live;  // for reset_all_call_sites
+
+[[noreturn]] void throw_qc(const std::string& what) {
+  throw std::runtime_error("qc: " + what + ": " + qc_last_error());
+}
+
+bool qc_dtype_of(const at::Tensor& t, qc_dtype_t* dtype) {
+  switch (t.scalar_type()) {
+    case at::kFloat: *dtype = QC_DTYPE_FLOAT32; return true;
+    case at::kHalf: *dtype = QC_DTYPE_FLOAT16; return true;
+    case at::kBFloat16: *dtype = QC_DTYPE_BFLOAT16; return true;
+    default: return false;
+  }
+}
+
+qc_dtype_t dtype_of(const at::Tensor& t) {
+  qc_dtype_t d = QC_DTYPE_FLOAT32;
+  qc_dtype_of(t, &d);
+  return d;
+}
+
+// SUM and AVG are qc's; PREMUL_SUM with a scalar factor is a SUM scaled
+// after (what FSDP2 asks for with a gradient divide factor).
+bool reduce_op_of(const c10d::ReduceOp& op, qc_reduce_op_t* out, double* post_factor) {
+  *post_factor = 1.0;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: *out = QC_OP_SUM; return true;
+    case c10d::ReduceOp::AVG: *out = QC_OP_AVG; return true;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      if (s == nullptr || s->tensor_factor.defined()) return false;
+      *out = QC_OP_SUM;
+      *post_factor = s->double_factor;
+      return true;
+    }
+    default: return false;
+  }
+}
+
+const char* reduce_op_name(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM (tensor factor)";
+    default: return "unknown";
+  }
+}
+
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  auto* a0 = static_cast<const char*>(a.data_ptr());
+  auto* b0 = static_cast<const char*>(b.data_ptr());
+  auto* a1 = a0 + a.nbytes();
+  auto* b1 = b0 + b.nbytes();
+  return a0 < b1 && b0 < a1;
+}
+
+// A contiguous tensor qc can write: `t` itself, or a staging copy that is
+// copied back into `t` once the call succeeded.
+at::Tensor writable(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& t, bool copy_in) {
+  if (t.is_contiguous()) return t;
+  at::Tensor staged = copy_in ? t.contiguous() : at::empty(t.sizes(), t.options());
+  work->keep_alive(staged);
+  at::Tensor target = t;
+  work->after_success([target, staged]() mutable { target.copy_(staged); });
+  return staged;
+}
+
+}  // namespace
+
+QcBackend::QcBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> bytes_group,
+                     c10::intrusive_ptr<c10d::Backend> fallback_group, double timeout_seconds,
+                     size_t max_sites)
+    : c10d::Backend(rank, size),
+      bytes_group_(std::move(bytes_group)),
+      fallback_(std::move(fallback_group)) {
+  TORCH_CHECK(bytes_group_ && fallback_, "qc: QcBackend needs two inner groups");
+  transport_ = std::make_unique<BackendTransport>(bytes_group_, rank, size);
+  qc_transport_callbacks_t callbacks = transport_->callbacks();
+  qc_comm_config_t config;
+  qc_comm_config_init(&config);
+  config.transport = QC_TRANSPORT_CALLBACKS;
+  config.timeout_seconds = timeout_seconds;
+  if (qc_comm_create_callbacks(&callbacks, &config, &comm_) != QC_SUCCESS) {
+    const std::string message = qc_last_error();
+    transport_.reset();
+    throw std::runtime_error("qc: creating the communicator over gloo failed: " + message);
+  }
+  sites_ = std::make_unique<CallSites>(comm_, rank, max_sites);
+  completer_ = std::thread([this] { complete_in_order(); });
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  g_live.insert(this);
+}
+
+QcBackend::~QcBackend() {
+  // Python drops the last reference with the GIL held (pybind's dealloc);
+  // gloo's threads (joined by ~ProcessGroupGloo) and the completer (Future
+  // callbacks) may need the GIL to finish: let go of it while tearing down.
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+  close();
+  fallback_.reset();
+  bytes_group_.reset();
+}
+
+void QcBackend::shutdown() {
+  close();
+  fallback_->shutdown();
+  bytes_group_->shutdown();
+}
+
+void QcBackend::close() {
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    g_live.erase(this);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  // Outstanding requests get the communicator's timeout to finish, then
+  // fail; the completer sees them complete either way.
+  qc_comm_destroy(comm_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (completer_.joinable()) completer_.join();
+  sites_.reset();
+  transport_.reset();
+}
+
+void QcBackend::complete_in_order() {
+  for (;;) {
+    c10::intrusive_ptr<QcWork> work;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      work = queue_.front();
+      queue_.pop_front();
+    }
+    work->complete(*sites_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --outstanding_;
+    }
+    changed_.notify_all();
+  }
+}
+
+void QcBackend::synchronize() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return outstanding_ == 0; });
+}
+
+// ---- routing -------------------------------------------------------------
+
+std::string QcBackend::why_not(const std::vector<at::Tensor>& tensors) const {
+  for (const auto& t : tensors) {
+    if (!t.defined()) return "undefined tensor";
+    if (t.is_sparse()) return "sparse tensors";
+    if (!t.device().is_cpu()) {
+      return std::string(t.device().type() == at::kCUDA
+                             ? "CUDA tensors (this backend compresses CPU tensors only)"
+                             : "tensors on device ") +
+             (t.device().type() == at::kCUDA ? "" : t.device().str());
+    }
+    qc_dtype_t d;
+    if (!qc_dtype_of(t, &d)) return std::string("dtype ") + c10::toString(t.scalar_type());
+    if (t.scalar_type() != tensors[0].scalar_type()) return "mixed dtypes";
+  }
+  return "";
+}
+
+std::string QcBackend::why_not_reduce(const std::vector<at::Tensor>& tensors,
+                                      const c10d::ReduceOp& op) const {
+  std::string why = why_not(tensors);
+  if (!why.empty()) return why;
+  qc_reduce_op_t r;
+  double f;
+  if (!reduce_op_of(op, &r, &f)) return std::string("reduce op ") + reduce_op_name(op);
+  return "";
+}
+
+QcBackend::WorkPtr QcBackend::to_fallback(const std::string& op, const std::string& why,
+                                          const std::function<WorkPtr()>& call,
+                                          bool collective) {
+  {
+    std::lock_guard<std::mutex> lock(fallback_mutex_);
+    const std::string key = op + ": " + why;
+    if (fallback_counts_[key]++ == 0) {
+      log_line(LogLevel::kInfo, getRank(), "torch backend: " + op + " goes to gloo (" + why + ")");
+    }
+  }
+  // Program order on shared tensors: the qc calls started before come first.
+  if (collective) synchronize();
+  WorkPtr work = call();
+  if (collective) last_fallback_ = work;
+  return work;
+}
+
+void QcBackend::before_qc_call() {
+  if (last_fallback_) {
+    WorkPtr previous = std::move(last_fallback_);
+    last_fallback_.reset();
+    if (!previous->isCompleted()) previous->wait();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(!closed_, "qc: the process group was shut down");
+}
+
+c10::intrusive_ptr<QcWork> QcBackend::new_work(c10d::OpType type,
+                                                std::vector<at::Tensor> outputs) {
+  before_qc_call();
+  return c10::make_intrusive<QcWork>(getRank(), type, std::move(outputs));
+}
+
+QcBackend::WorkPtr QcBackend::enqueue(const c10::intrusive_ptr<QcWork>& work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(work);
+    ++outstanding_;
+  }
+  changed_.notify_all();
+  return work;
+}
+
+void QcBackend::start_failed(const c10::intrusive_ptr<QcWork>& work, const std::string& call) {
+  const std::string message = qc_last_error();
+  if (!work->empty()) enqueue(work);  // the requests already started run out
+  throw std::runtime_error("qc: " + call + " failed: " + message);
+}
+
+// ---- starting qc requests ----------------------------------------------
+
+CallSites::Lease QcBackend::next_site(const c10::intrusive_ptr<QcWork>& work,
+                                      const std::string& op, qc_dtype_t dtype, size_t numel,
+                                      bool with_residuals) {
+  try {
+    return sites_->next(op, dtype, numel, with_residuals);
+  } catch (...) {
+    if (!work->empty()) enqueue(work);  // the requests already started run out
+    throw;
+  }
+}
+
+void QcBackend::start_allreduce(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& tensor,
+                                qc_reduce_op_t op) {
+  at::Tensor buf = writable(work, tensor, true);
+  const qc_dtype_t dtype = dtype_of(buf);
+  const size_t n = static_cast<size_t>(buf.numel());
+  CallSites::Lease lease = next_site(work, "allreduce", dtype, n, true);
+  qc_request_t request = nullptr;
+  if (qc_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), n, dtype, op, lease.layer.c_str(),
+                    lease.buffer, &request) != QC_SUCCESS) {
+    sites_->release(lease.buffer);
+    start_failed(work, "qc_iallreduce (layer " + lease.layer + ")");
+  }
+  work->keep_alive(tensor);
+  work->add_request(request, lease.buffer);
+}
+
+void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work,
+                                     const at::Tensor& output, const at::Tensor& input,
+                                     qc_reduce_op_t op) {
+  at::Tensor src = input.contiguous();
+  at::Tensor dst = writable(work, output, false);
+  const size_t n = static_cast<size_t>(dst.numel());
+  const size_t elem = dst.element_size();
+  const bool in_place = static_cast<char*>(dst.data_ptr()) ==
+                        static_cast<char*>(src.data_ptr()) + getRank() * n * elem;
+  if (!in_place && overlaps(src, dst)) src = src.clone();
+  const qc_dtype_t dtype = dtype_of(src);
+  CallSites::Lease lease = next_site(work, "reduce_scatter", dtype, src.numel(), true);
+  qc_request_t request = nullptr;
+  if (qc_ireduce_scatter(comm_, src.data_ptr(), dst.data_ptr(), n, dtype, op,
+                         lease.layer.c_str(), lease.buffer, &request) != QC_SUCCESS) {
+    sites_->release(lease.buffer);
+    start_failed(work, "qc_ireduce_scatter (layer " + lease.layer + ")");
+  }
+  work->keep_alive(src);
+  work->keep_alive(dst);
+  work->add_request(request, lease.buffer);
+}
+
+void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& output,
+                                const at::Tensor& input) {
+  at::Tensor src = input.contiguous();
+  at::Tensor dst = writable(work, output, false);
+  const size_t n = static_cast<size_t>(src.numel());
+  const bool in_place = static_cast<char*>(src.data_ptr()) ==
+                        static_cast<char*>(dst.data_ptr()) + getRank() * n * src.element_size();
+  if (!in_place && overlaps(src, dst)) src = src.clone();
+  const qc_dtype_t dtype = dtype_of(src);
+  CallSites::Lease lease = next_site(work, "allgather", dtype, n, true);
+  qc_request_t request = nullptr;
+  if (qc_iallgather(comm_, src.data_ptr(), dst.data_ptr(), n, dtype, lease.layer.c_str(),
+                    lease.buffer, &request) != QC_SUCCESS) {
+    sites_->release(lease.buffer);
+    start_failed(work, "qc_iallgather (layer " + lease.layer + ")");
+  }
+  work->keep_alive(src);
+  work->keep_alive(dst);
+  work->add_request(request, lease.buffer);
+}
+
+// ---- the collectives -----------------------------------------------------
+
+QcBackend::WorkPtr QcBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::AllreduceOptions& opts) {
+  const std::string why = why_not_reduce(tensors, opts.reduceOp);
+  if (!why.empty()) {
+    return to_fallback("allreduce", why, [&] { return fallback_->allreduce(tensors, opts); });
+  }
+  qc_reduce_op_t op;
+  double factor;
+  reduce_op_of(opts.reduceOp, &op, &factor);
+  auto work = new_work(c10d::OpType::ALLREDUCE, tensors);
+  for (const auto& t : tensors) {
+    start_allreduce(work, t, op);
+    if (factor != 1.0) {
+      at::Tensor target = t;
+      work->after_success([target, factor]() mutable { target.mul_(factor); });
+    }
+  }
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceCoalescedOptions& opts) {
+  const std::string why = why_not_reduce(tensors, opts.reduceOp);
+  if (!why.empty()) {
+    return to_fallback("allreduce_coalesced", why,
+                       [&] { return fallback_->allreduce_coalesced(tensors, opts); });
+  }
+  c10d::AllreduceOptions single;
+  single.reduceOp = opts.reduceOp;
+  single.timeout = opts.timeout;
+  return allreduce(tensors, single);
+}
+
+QcBackend::WorkPtr QcBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                               const c10d::AllreduceOptions& opts) {
+  return to_fallback("allreduce_sparse", "sparse tensors",
+                     [&] { return fallback_->allreduce_sparse(tensors, opts); });
+}
+
+QcBackend::WorkPtr QcBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                        const c10d::BroadcastOptions& opts) {
+  std::string why = why_not(tensors);
+  if (why.empty() && opts.rootTensor != 0) why = "rootTensor != 0";
+  if (!why.empty()) {
+    return to_fallback("broadcast", why, [&] { return fallback_->broadcast(tensors, opts); });
+  }
+  auto work = new_work(c10d::OpType::BROADCAST, tensors);
+  const int root = static_cast<int>(opts.rootRank);
+  for (const auto& t : tensors) {
+    at::Tensor buf = writable(work, t, getRank() == root);
+    const qc_dtype_t dtype = dtype_of(buf);
+    const size_t n = static_cast<size_t>(buf.numel());
+    CallSites::Lease lease = next_site(work, "broadcast", dtype, n, false);
+    qc_request_t request = nullptr;
+    if (qc_ibroadcast(comm_, getRank() == root ? buf.data_ptr() : nullptr, buf.data_ptr(), n,
+                      dtype, root, lease.layer.c_str(), &request) != QC_SUCCESS) {
+      start_failed(work, "qc_ibroadcast (layer " + lease.layer + ")");
+    }
+    work->keep_alive(t);
+    work->add_request(request, nullptr);
+  }
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                   const c10d::ReduceScatterOptions& opts) {
+  std::string why = why_not_reduce({output, input}, opts.reduceOp);
+  if (why.empty() && input.numel() != output.numel() * getSize()) {
+    why = "input is not world_size x output elements";
+  }
+  if (!why.empty()) {
+    return to_fallback("reduce_scatter_tensor", why,
+                       [&] { return fallback_->_reduce_scatter_base(output, input, opts); });
+  }
+  qc_reduce_op_t op;
+  double factor;
+  reduce_op_of(opts.reduceOp, &op, &factor);
+  auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
+  start_reduce_scatter(work, output, input, op);
+  if (factor != 1.0) {
+    at::Tensor target = output;
+    work->after_success([target, factor]() mutable { target.mul_(factor); });
+  }
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> all(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  std::string why = why_not_reduce(all, opts.reduceOp);
+  if (why.empty() && outputs.size() != inputs.size()) why = "as many inputs as outputs";
+  for (size_t i = 0; why.empty() && i < outputs.size(); ++i) {
+    if (inputs[i].numel() != outputs[i].numel() * getSize()) {
+      why = "input is not world_size x output elements";
+    }
+  }
+  if (!why.empty()) {
+    return to_fallback("reduce_scatter_tensor_coalesced", why, [&] {
+      return fallback_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+    });
+  }
+  qc_reduce_op_t op;
+  double factor;
+  reduce_op_of(opts.reduceOp, &op, &factor);
+  auto work = new_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    start_reduce_scatter(work, outputs[i], inputs[i], op);
+    if (factor != 1.0) {
+      at::Tensor target = outputs[i];
+      work->after_success([target, factor]() mutable { target.mul_(factor); });
+    }
+  }
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                             std::vector<std::vector<at::Tensor>>& inputs,
+                                             const c10d::ReduceScatterOptions& opts) {
+  std::string why;
+  if (outputs.size() != 1 || inputs.size() != 1 ||
+      inputs[0].size() != static_cast<size_t>(getSize())) {
+    why = "more than one output tensor";
+  } else {
+    std::vector<at::Tensor> all(inputs[0]);
+    all.push_back(outputs[0]);
+    why = why_not_reduce(all, opts.reduceOp);
+    for (const auto& t : inputs[0]) {
+      if (why.empty() && t.numel() != outputs[0].numel()) why = "unequal sizes";
+    }
+  }
+  if (!why.empty()) {
+    return to_fallback("reduce_scatter", why,
+                       [&] { return fallback_->reduce_scatter(outputs, inputs, opts); });
+  }
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& t : inputs[0]) flat_parts.push_back(t.reshape({-1}));
+  at::Tensor flat = at::cat(flat_parts);
+  return _reduce_scatter_base(outputs[0], flat, opts);
+}
+
+QcBackend::WorkPtr QcBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                              const c10d::AllgatherOptions& opts) {
+  std::string why = why_not({output, input});
+  if (why.empty() && output.numel() != input.numel() * getSize()) {
+    why = "output is not world_size x input elements";
+  }
+  if (!why.empty()) {
+    return to_fallback("all_gather_into_tensor", why,
+                       [&] { return fallback_->_allgather_base(output, input, opts); });
+  }
+  auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output});
+  start_allgather(work, output, input);
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> all(outputs);
+  all.insert(all.end(), inputs.begin(), inputs.end());
+  std::string why = why_not(all);
+  if (why.empty() && outputs.size() != inputs.size()) why = "as many inputs as outputs";
+  for (size_t i = 0; why.empty() && i < outputs.size(); ++i) {
+    if (outputs[i].numel() != inputs[i].numel() * getSize()) {
+      why = "output is not world_size x input elements";
+    }
+  }
+  if (!why.empty()) {
+    return to_fallback("allgather_into_tensor_coalesced", why, [&] {
+      return fallback_->allgather_into_tensor_coalesced(outputs, inputs, opts);
+    });
+  }
+  auto work = new_work(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs);
+  for (size_t i = 0; i < outputs.size(); ++i) start_allgather(work, outputs[i], inputs[i]);
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::AllgatherOptions& opts) {
+  std::string why;
+  if (outputs.size() != 1 || inputs.size() != 1 ||
+      outputs[0].size() != static_cast<size_t>(getSize())) {
+    why = "more than one input tensor";
+  } else {
+    std::vector<at::Tensor> all(outputs[0]);
+    all.push_back(inputs[0]);
+    why = why_not(all);
+    for (const auto& t : outputs[0]) {
+      if (why.empty() && t.numel() != inputs[0].numel()) why = "unequal sizes";
+    }
+  }
+  if (!why.empty()) {
+    return to_fallback("allgather", why,
+                       [&] { return fallback_->allgather(outputs, inputs, opts); });
+  }
+  auto work = new_work(c10d::OpType::ALLGATHER, outputs[0]);
+  at::Tensor flat = at::empty({inputs[0].numel() * getSize()}, inputs[0].options());
+  start_allgather(work, flat, inputs[0]);
+  std::vector<at::Tensor> targets = outputs[0];
+  const int64_t n = inputs[0].numel();
+  work->after_success([targets, flat, n]() mutable {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      targets[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(targets[i].sizes()));
+    }
+  });
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                            std::vector<int64_t>& output_splits,
+                                            std::vector<int64_t>& input_splits,
+                                            const c10d::AllToAllOptions& opts) {
+  std::string why = why_not({output, input});
+  const int64_t size = getSize();
+  auto equal = [&](const std::vector<int64_t>& splits, const at::Tensor& t) {
+    if (splits.empty()) return t.dim() > 0 && t.size(0) % size == 0;
+    for (int64_t s : splits) {
+      if (t.dim() == 0 || s * size != t.size(0)) return false;
+    }
+    return true;
+  };
+  if (why.empty() && (!equal(output_splits, output) || !equal(input_splits, input) ||
+                      output.numel() != input.numel())) {
+    why = "unequal splits";
+  }
+  if (!why.empty()) {
+    return to_fallback("all_to_all_single", why, [&] {
+      return fallback_->alltoall_base(output, input, output_splits, input_splits, opts);
+    });
+  }
+  auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output});
+  at::Tensor src = input.contiguous();
+  at::Tensor dst = writable(work, output, false);
+  if (src.data_ptr() != dst.data_ptr() && overlaps(src, dst)) src = src.clone();
+  const qc_dtype_t dtype = dtype_of(src);
+  const size_t per_rank = static_cast<size_t>(src.numel() / size);
+  CallSites::Lease lease = next_site(work, "alltoall", dtype, src.numel(), false);
+  qc_request_t request = nullptr;
+  if (qc_ialltoall(comm_, src.data_ptr(), dst.data_ptr(), per_rank, dtype, lease.layer.c_str(),
+                   &request) != QC_SUCCESS) {
+    start_failed(work, "qc_ialltoall (layer " + lease.layer + ")");
+  }
+  work->keep_alive(src);
+  work->keep_alive(dst);
+  work->add_request(request, nullptr);
+  return enqueue(work);
+}
+
+QcBackend::WorkPtr QcBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
+  // One float summed by qc: it runs after every qc call started before.
+  auto work = new_work(c10d::OpType::BARRIER, {});
+  at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kFloat));
+  qc_request_t request = nullptr;
+  if (qc_iallreduce(comm_, token.data_ptr(), token.data_ptr(), 1, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                    "barrier", nullptr, &request) != QC_SUCCESS) {
+    start_failed(work, "qc_iallreduce (barrier)");
+  }
+  work->keep_alive(token);
+  work->add_request(request, nullptr);
+  return enqueue(work);
+}
+
+// ---- what qc does not do: the fallback ------------------------------------
+
+QcBackend::WorkPtr QcBackend::reduce(std::vector<at::Tensor>& tensors,
+                                     const c10d::ReduceOptions& opts) {
+  return to_fallback("reduce", "not a qc collective",
+                     [&] { return fallback_->reduce(tensors, opts); });
+}
+
+QcBackend::WorkPtr QcBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  return to_fallback("allgather_coalesced", "not a qc collective",
+                     [&] { return fallback_->allgather_coalesced(outputs, inputs, opts); });
+}
+
+QcBackend::WorkPtr QcBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                     std::vector<at::Tensor>& inputs,
+                                     const c10d::GatherOptions& opts) {
+  return to_fallback("gather", "not a qc collective",
+                     [&] { return fallback_->gather(outputs, inputs, opts); });
+}
+
+QcBackend::WorkPtr QcBackend::scatter(std::vector<at::Tensor>& outputs,
+                                      std::vector<std::vector<at::Tensor>>& inputs,
+                                      const c10d::ScatterOptions& opts) {
+  return to_fallback("scatter", "not a qc collective",
+                     [&] { return fallback_->scatter(outputs, inputs, opts); });
+}
+
+QcBackend::WorkPtr QcBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                       std::vector<at::Tensor>& inputs,
+                                       const c10d::AllToAllOptions& opts) {
+  return to_fallback("all_to_all", "tensor lists",
+                     [&] { return fallback_->alltoall(outputs, inputs, opts); });
+}
+
+QcBackend::WorkPtr QcBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  return to_fallback("send", "point to point",
+                     [&] { return fallback_->send(tensors, dst, tag); }, false);
+}
+
+QcBackend::WorkPtr QcBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  return to_fallback("recv", "point to point",
+                     [&] { return fallback_->recv(tensors, src, tag); }, false);
+}
+
+QcBackend::WorkPtr QcBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return to_fallback("recv", "point to point",
+                     [&] { return fallback_->recvAnysource(tensors, tag); }, false);
+}
+
+void QcBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  synchronize();
+  fallback_->monitoredBarrier(opts, wait_all_ranks);
+}
+
+uint64_t QcBackend::getSequenceNumberForGroup() {
+  return fallback_->getSequenceNumberForGroup();
+}
+
+// ---- the Python API ------------------------------------------------------
+
+void QcBackend::set_layer_policy(const std::string& pattern, const PolicyTuple& t) {
+  qc_policy_t p;
+  qc_policy_init(&p);
+  p.codec = static_cast<qc_codec_t>(std::get<0>(t));
+  p.bits = std::get<1>(t);
+  p.bucket_size = std::get<2>(t);
+  p.rounding = static_cast<qc_rounding_t>(std::get<3>(t));
+  p.algorithm = static_cast<qc_algorithm_t>(std::get<4>(t));
+  p.error_feedback = std::get<5>(t);
+  p.group_size = std::get<6>(t);
+  p.topk_ratio = static_cast<float>(std::get<7>(t));
+  p.scale_update_period = std::get<8>(t);
+  p.seed = std::get<9>(t);
+  p.min_compress_bytes = static_cast<size_t>(std::get<10>(t));
+  if (qc_comm_set_layer_policy(comm_, pattern.c_str(), &p) != QC_SUCCESS) {
+    throw_qc("set_layer_policy(\"" + pattern + "\")");
+  }
+}
+
+PolicyTuple QcBackend::get_layer_policy(const std::string& layer) {
+  qc_policy_t p;
+  qc_policy_init(&p);
+  if (qc_comm_get_layer_policy(comm_, layer.c_str(), &p) != QC_SUCCESS) {
+    throw_qc("get_layer_policy(\"" + layer + "\")");
+  }
+  return PolicyTuple(p.codec, p.bits, p.bucket_size, p.rounding, p.algorithm, p.error_feedback,
+                     p.group_size, p.topk_ratio, p.scale_update_period, p.seed,
+                     p.min_compress_bytes);
+}
+
+void QcBackend::reset_call_sites() { sites_->reset_counters(); }
+
+size_t QcBackend::call_site_count() { return sites_->site_count(); }
+
+std::map<std::string, std::pair<size_t, std::string>> QcBackend::residuals() {
+  synchronize();
+  std::map<std::string, std::pair<size_t, std::string>> out;
+  for (auto& s : sites_->save()) out[s.layer] = {s.count, std::move(s.image)};
+  return out;
+}
+
+void QcBackend::load_residuals(
+    const std::map<std::string, std::pair<size_t, std::string>>& saved) {
+  synchronize();
+  for (const auto& entry : saved) {
+    sites_->load(CallSites::Saved{entry.first, entry.second.first, entry.second.second});
+  }
+}
+
+std::map<std::string, double> QcBackend::stats() {
+  qc_stats_t s;
+  qc_stats_init(&s);
+  if (qc_comm_get_stats(comm_, &s) != QC_SUCCESS) throw_qc("stats");
+  return {{"calls", static_cast<double>(s.calls)},
+          {"logical_bytes", static_cast<double>(s.logical_bytes)},
+          {"wire_bytes", static_cast<double>(s.wire_bytes)},
+          {"codec_seconds", s.codec_seconds},
+          {"transport_seconds", s.transport_seconds}};
+}
+
+std::map<std::string, uint64_t> QcBackend::fallback_counts() {
+  std::lock_guard<std::mutex> lock(fallback_mutex_);
+  return fallback_counts_;
+}
+
+void QcBackend::reset_all_call_sites() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  for (QcBackend* b : g_live) b->reset_call_sites();
+}
+
+}  // namespace qc_torch

@@ -1,0 +1,226 @@
+"""The torch.distributed backend "qc" (qc/torch_backend.py, qc/_torch_backend/).
+
+Each test launches torchrun with 4 processes (tests/torch_backend_worker.py):
+  - test_collectives: every collective against its exact value (codec none),
+    compressed allreduce within qc's bound and identical on every rank, and
+    the ops that go to the gloo fallback (MAX, int64, float64, send/recv,
+    gather, scatter, reduce, unequal all_to_all splits) give gloo's results;
+  - test_ddp: DDP with 4-bit minmax + error feedback trains, replicas stay
+    bit-identical, the residuals' state dict round-trips;
+  - test_fsdp2: fully_shard with 4-bit reduce-scatter + error feedback and
+    8-bit allgather trains, gathered parameters identical on every rank;
+  - test_ranks_that_disagree_fail_cleanly: an allreduce whose count differs
+    between ranks fails on every rank (wait() and the Future) with a message
+    saying the ranks disagree, no process dies, the fallback still works;
+  - test_a_rank_that_dies_fails_the_others: the others' next call fails.
+One-rank groups in this process check the QC_* default, bad arguments and
+the call-site counters.
+Needs torch >= 2.0 and torchrun (skips otherwise); run it with that
+interpreter, e.g. /work/venv-torch/bin/python -m pytest, PYTHONPATH=<build>/bindings/python.
+The first run compiles the backend (torch.utils.cpp_extension, cached).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+qc = pytest.importorskip("qc")
+if not hasattr(qc, "Comm"):
+    pytest.skip("the qc extension is not built", allow_module_level=True)
+if int(torch.__version__.split(".")[0]) < 2:
+    pytest.skip(f"the qc backend needs torch >= 2.0 (this is {torch.__version__})", allow_module_level=True)
+import torch.distributed as dist  # noqa: E402
+
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "torch_backend_worker.py"
+NPROC = 4
+
+
+def _torchrun():
+    exe = Path(sys.executable).with_name("torchrun")
+    if exe.exists():
+        return [str(exe)]
+    try:
+        import torch.distributed.run  # noqa: F401
+    except ImportError:
+        return None
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.fixture(scope="module")
+def backend_compiled():
+    import qc.torch_backend as qtb
+    try:
+        qtb.load_extension()
+    except Exception as e:  # a missing compiler or headers: say so
+        pytest.fail(f"compiling the qc torch backend failed: {e}")
+    return qtb
+
+
+def _run(mode, tmp_path, ranks=range(NPROC)):
+    launcher = _torchrun()
+    if launcher is None:
+        pytest.skip("torchrun is not available")
+    qc_root = os.path.dirname(os.path.dirname(os.path.abspath(qc.__file__)))
+    env = dict(os.environ)
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               QC_TEST_TMP=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([qc_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    for k in list(env):
+        if k.startswith("QC_") and k not in ("QC_TEST_TMP", "QC_DEBUG"):
+            del env[k]  # the policies are the test's own
+    cmd = launcher + ["--standalone", "--nproc_per_node", str(NPROC), str(WORKER), mode]
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
+    for r in ranks:
+        assert f"rank {r}: {mode} ok" in proc.stdout, proc.stdout[-4000:]
+
+
+def test_backend_is_registered():
+    import qc.torch  # noqa: F401
+    assert "qc" in dist.Backend.backend_list
+    assert dist.Backend.backend_capability["qc"] == ["cpu", "cuda"]
+
+
+@pytest.fixture
+def one_rank_group(backend_compiled, monkeypatch):
+    """A one-rank "qc" group in this process (a HashStore: no launcher)."""
+    import qc.torch  # noqa: F401
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    for k in [k for k in os.environ if k.startswith("QC_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setattr(backend_compiled, "_default_policies", [])
+
+    def start(**env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        dist.init_process_group("qc", store=dist.HashStore(), rank=0, world_size=1)
+
+    yield start
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_environment_gives_the_default_policy(one_rank_group):
+    import qc.torch as qct
+    one_rank_group(QC_CODEC="minmax", QC_BITS="2")
+    # the backend's own pipeline piece size is set for its creation only
+    assert "QC_PIPELINE_CHUNK" not in os.environ
+    p = qct.backend_policy("allreduce:float32:10:0")
+    assert (p.codec, p.bits) == ("minmax", 2)
+    qct.set_backend_policy("allreduce:*", qc.Policy(codec="fp16"))
+    assert qct.backend_policy("allreduce:float32:10:0").codec == "fp16"
+    assert qct.backend_policy("broadcast:float32:10:0").codec == "minmax"
+    x = torch.arange(10, dtype=torch.float32)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.arange(10, dtype=torch.float32))
+
+
+def test_bad_arguments_are_refused(one_rank_group):
+    import qc.torch as qct
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        qct.backend_state_dict()
+    one_rank_group()
+    with pytest.raises(TypeError):
+        qct.set_backend_policy("*", 5)
+    with pytest.raises(ValueError):
+        qct.set_backend_policy("*", {"codec": "minmax", "bits": 99})
+    with pytest.raises(ValueError, match="state dict"):
+        qct.load_backend_state_dict({"format": "something else"})
+    state = {"format": "qc.torch_backend/1", "residuals": {"allreduce:float32:8:0": (8, b"junk")}}
+    with pytest.raises(RuntimeError, match="allreduce:float32:8:0"):
+        qct.load_backend_state_dict(state)
+
+
+def test_fallback_is_logged_once_per_op_and_reason(one_rank_group, capfd):
+    import qc.torch as qct
+    one_rank_group(QC_DEBUG="info")
+    for _ in range(2):
+        m = torch.ones(3)
+        dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        assert torch.equal(m, torch.ones(3))
+        i = torch.ones(3, dtype=torch.int64)
+        dist.all_reduce(i)
+        assert torch.equal(i, torch.ones(3, dtype=torch.int64))
+    err = capfd.readouterr().err
+    assert err.count("allreduce goes to gloo (reduce op MAX)") == 1, err
+    assert err.count("allreduce goes to gloo (dtype Long)") == 1, err
+    assert qct.fallback_counts() == {"allreduce: reduce op MAX": 2, "allreduce: dtype Long": 2}
+
+
+def test_coalesced_forms_go_through_qc(one_rank_group):
+    import qc.torch as qct
+    one_rank_group()
+    outs, ins = [torch.empty(4), torch.empty(6)], [torch.ones(4), torch.full((6,), 2.0)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    assert torch.equal(outs[0], torch.ones(4)) and torch.equal(outs[1], torch.full((6,), 2.0))
+    rs_out, rs_in = [torch.empty(3), torch.empty(5)], [torch.ones(3), torch.full((5,), 3.0)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(rs_out, rs_in):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    assert torch.equal(rs_out[0], torch.ones(3)) and torch.equal(rs_out[1], torch.full((5,), 3.0))
+    assert qct.fallback_counts() == {}
+    assert qct.backend_stats()["calls"] == 4
+
+
+def test_call_sites_wrap_and_reset_on_optimizer_steps(one_rank_group, capfd):
+    import qc.torch as qct
+    one_rank_group(QC_TORCH_MAX_SITES="3")
+    qct.set_backend_policy("allreduce:*", qc.Policy(codec="minmax", bits=4, error_feedback=True,
+                                                    min_compress_bytes=0))
+    for _ in range(5):  # no optimizer: sites 0, 1, 2, then the counter wraps
+        dist.all_reduce(torch.ones(256))
+    names = sorted(qct.backend_state_dict()["residuals"])
+    assert names == ["allreduce:float32:256:0", "allreduce:float32:256:1", "allreduce:float32:256:2"]
+    assert capfd.readouterr().err.count("call counters wrap") == 1
+    # An optimizer step restarts the counters: the same sites again, no new ones.
+    w = torch.nn.Parameter(torch.ones(1))
+    opt = torch.optim.SGD([w], lr=0.1)
+    w.grad = torch.ones(1)
+    opt.step()
+    dist.all_reduce(torch.ones(256))
+    dist.all_reduce(torch.ones(100))
+    names = sorted(qct.backend_state_dict()["residuals"])
+    assert names == ["allreduce:float32:100:0", "allreduce:float32:256:0",
+                     "allreduce:float32:256:1", "allreduce:float32:256:2"]
+
+
+def test_collectives(backend_compiled, tmp_path):
+    _run("ops", tmp_path)
+
+
+def test_ddp(backend_compiled, tmp_path):
+    _run("ddp", tmp_path)
+
+
+def test_fsdp2(backend_compiled, tmp_path):
+    pytest.importorskip("torch.distributed.fsdp")
+    from torch.distributed import fsdp
+    if not hasattr(fsdp, "fully_shard"):
+        pytest.skip("this torch has no FSDP2 fully_shard")
+    _run("fsdp", tmp_path)
+
+
+def test_ranks_that_disagree_fail_cleanly(backend_compiled, tmp_path):
+    # gloo would kill a process whose receive is smaller than the message:
+    # the transport sends lengths first, so every rank gets an error instead.
+    _run("mismatch", tmp_path)
+
+
+def test_a_rank_that_dies_fails_the_others(backend_compiled, tmp_path):
+    # Its gloo connections close: the others' next qc call fails at once
+    # (not at the 30-minute timeout), and they still shut down cleanly.
+    _run("peer_exit", tmp_path, ranks=range(NPROC - 1))
