@@ -7,6 +7,9 @@ Each test launches torchrun with 4 processes (tests/torch_backend_worker.py):
     gather, scatter, reduce, unequal all_to_all splits) give gloo's results;
   - test_ddp: DDP with 4-bit minmax + error feedback trains, replicas stay
     bit-identical, the residuals' state dict round-trips;
+  - test_ddp_gloo_with_the_qc_hook: DDP over gloo with qc.torch's comm hook
+    (4-bit minmax + error feedback, its communicator over the process group:
+    no MPI) trains, replicas bit-identical, fewer bytes on the wire;
   - test_fsdp2: fully_shard with 4-bit reduce-scatter + error feedback and
     8-bit allgather trains, gathered parameters identical on every rank;
   - test_ranks_that_disagree_fail_cleanly: an allreduce whose count differs
@@ -204,6 +207,10 @@ def test_collectives(backend_compiled, tmp_path):
 
 def test_ddp(backend_compiled, tmp_path):
     _run("ddp", tmp_path)
+
+
+def test_ddp_gloo_with_the_qc_hook(tmp_path):
+    _run("ddp_hook", tmp_path)
 
 
 def test_fsdp2(backend_compiled, tmp_path):

@@ -233,6 +233,32 @@ def check_ddp(rank, world):
         pass
 
 
+def check_ddp_hook(rank, world):
+    """DDP over gloo with qc's comm hook under torchrun: the hook's communicator is
+    built over the process group (no MPI), 4-bit minmax with error feedback."""
+    model = torch.nn.parallel.DistributedDataParallel(make_model())
+    state = qct.QcHookState(model, policy=qc.Policy(codec="minmax", bits=4, bucket_size=64,
+                                                    error_feedback=True, min_compress_bytes=0),
+                            preset=None)
+    assert "callbacks" in repr(state.comm), state.comm
+    model.register_comm_hook(state, qct.allreduce_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    xs, ys = make_data(rank, world)
+    losses = []
+    for step in range(30):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(xs), ys)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+    digests = all_equal_on_ranks(params_digest(list(model.parameters())))
+    assert len(set(digests)) == 1, digests
+    stats = state.stats()
+    assert stats["wire_bytes"] < stats["logical_bytes"], stats  # compressed
+    state.close()
+
+
 def check_fsdp(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -308,10 +334,10 @@ def check_peer_exit(rank, world):
 
 
 def main():
-    dist.init_process_group("cpu:qc")
+    dist.init_process_group("gloo" if MODE == "ddp_hook" else "cpu:qc")
     rank, world = dist.get_rank(), dist.get_world_size()
-    modes = {"ops": check_ops, "ddp": check_ddp, "fsdp": check_fsdp, "mismatch": check_mismatch,
-             "peer_exit": check_peer_exit}
+    modes = {"ops": check_ops, "ddp": check_ddp, "ddp_hook": check_ddp_hook, "fsdp": check_fsdp,
+             "mismatch": check_mismatch, "peer_exit": check_peer_exit}
     modes[MODE](rank, world)
     if MODE not in ("mismatch", "peer_exit"):
         dist.barrier()
