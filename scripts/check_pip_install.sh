@@ -19,7 +19,10 @@
 # compiled again: pip's isolated build environment moves pybind11's headers
 # each run). Environment: QC_PIP_PYTHON, the interpreter the venvs are made
 # from (default /usr/bin/python3); CMAKE_BUILD_PARALLEL_LEVEL, build jobs
-# (default 2). Exit status 0 when all checks pass.
+# (default 2); QC_PIP_PREINSTALL, requirements pip installs into the first
+# venv before qc (e.g. "torch pytest": then `import qc.torch` must work and
+# register the torch.distributed backend "qc"). Exit status 0 when all
+# checks pass.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -112,10 +115,17 @@ for r in range(2):
         problems.append(f"allreduce: rank {r} got {data[r][:4]}..., expected 3.0")
 
 # qc.torch needs torch: without it, importing it raises ModuleNotFoundError
-# for torch, nothing else.
+# for torch, nothing else; with torch >= 2 it registers the backend "qc".
 try:
     import qc.torch  # noqa: F401
-    torch_note = "qc.torch imports"
+    import torch
+    import torch.distributed as dist
+    torch_note = f"qc.torch imports (torch {torch.__version__})"
+    if int(torch.__version__.split(".")[0]) >= 2:
+        if "qc" not in dist.Backend.backend_list:
+            problems.append(f"import qc.torch did not register the backend 'qc': {dist.Backend.backend_list}")
+        else:
+            torch_note += ", backend 'qc' registered"
 except ModuleNotFoundError as e:
     if e.name != "torch":
         problems.append(f"import qc.torch: {e!r}")
@@ -158,6 +168,11 @@ check_elf() {
 rm -rf "$work/venv-install" "$work/venv-wheel" "$work/wheels"
 "$python" -m venv "$work/venv-install"
 stage "venv $work/venv-install"
+if [[ -n ${QC_PIP_PREINSTALL:-} ]]; then
+  # shellcheck disable=SC2086 # a list of requirements
+  "$work/venv-install/bin/pip" install --disable-pip-version-check -q $QC_PIP_PREINSTALL
+  stage "pip install $QC_PIP_PREINSTALL"
+fi
 "$work/venv-install/bin/pip" install --disable-pip-version-check -q ${pip_settings[@]+"${pip_settings[@]}"} "$root"
 stage "pip install . (builds libqc and qc._qc in build/pip)"
 check_elf "$work/venv-install"
