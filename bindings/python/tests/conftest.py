@@ -41,3 +41,16 @@ def local3():
     yield comms
     for c in comms:
         c.close()
+
+
+def qc_has_mpi_transport(world, timeout=60.0):
+    """Whether this libqc has the MPI transport (a communicator over mpi4py's
+    `world` can be made). Collective over `world`."""
+    import qc
+
+    try:
+        c = qc.Comm.from_mpi(world, timeout=timeout)
+    except qc.UnsupportedError:
+        return False
+    c.close()
+    return True

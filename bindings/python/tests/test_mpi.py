@@ -11,21 +11,14 @@ import pytest
 
 MPI = pytest.importorskip("mpi4py.MPI")
 import qc  # noqa: E402
+from conftest import qc_has_mpi_transport  # noqa: E402
 
 WORLD = MPI.COMM_WORLD
 TIMEOUT = 60.0
 
 
-def _mpi_build():
-    try:
-        c = qc.Comm.from_mpi(WORLD, timeout=TIMEOUT)
-    except qc.UnsupportedError:
-        return False
-    c.close()
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _mpi_build(), reason="libqc built without the MPI transport")
+pytestmark = pytest.mark.skipif(not qc_has_mpi_transport(WORLD, TIMEOUT),
+                                reason="libqc built without the MPI transport")
 
 
 def test_from_world():

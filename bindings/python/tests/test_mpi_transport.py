@@ -10,6 +10,7 @@ import pytest
 
 MPI = pytest.importorskip("mpi4py.MPI")
 import qc  # noqa: E402
+from conftest import qc_has_mpi_transport  # noqa: E402
 
 WORLD = MPI.COMM_WORLD
 TIMEOUT = 60.0
@@ -47,15 +48,6 @@ class Mpi4pyTransport:
         self.comm.Free()
 
 
-def _mpi_build():
-    try:
-        c = qc.Comm.from_mpi(WORLD, timeout=TIMEOUT)
-    except qc.UnsupportedError:
-        return False
-    c.close()
-    return True
-
-
 POLICIES = [
     qc.Policy(codec="minmax", bits=4, bucket_size=64, algorithm="ring", error_feedback=True,
               min_compress_bytes=0),
@@ -90,7 +82,7 @@ def run(c, policy, nonblocking):
 @pytest.mark.parametrize("policy", POLICIES, ids=["minmax4-ef-ring", "qsgd4-sra", "minmax8-rd", "none-ring"])
 @pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
 def test_same_bits_as_qc_mpi_transport(policy, nonblocking):
-    if not _mpi_build():
+    if not qc_has_mpi_transport(WORLD, TIMEOUT):
         pytest.skip("libqc built without the MPI transport: nothing to compare with")
     transport = Mpi4pyTransport(WORLD)
     # qc may call MPI from its progress thread only at MPI_THREAD_MULTIPLE

@@ -190,20 +190,25 @@ def make_model():
     return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
 
 
-def check_ddp(rank, world):
-    qct.set_backend_policy("allreduce:*", qc.Policy(codec="minmax", bits=4, bucket_size=64,
-                                                    error_feedback=True, min_compress_bytes=0))
-    model = torch.nn.parallel.DistributedDataParallel(make_model())
+def train(model, rank, world, steps):
+    """SGD on this rank's shard of the regression data; the loss must halve."""
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     xs, ys = make_data(rank, world)
     losses = []
-    for step in range(30):
+    for _ in range(steps):
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(xs), ys)
         loss.backward()
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def check_ddp(rank, world):
+    qct.set_backend_policy("allreduce:*", qc.Policy(codec="minmax", bits=4, bucket_size=64,
+                                                    error_feedback=True, min_compress_bytes=0))
+    model = torch.nn.parallel.DistributedDataParallel(make_model())
+    train(model, rank, world, steps=30)
     # DDP's start also exchanges int32/int64 metadata: those go to the fallback.
     counts = qct.fallback_counts()
     assert not any(k.startswith("allreduce") or "Float" in k for k in counts), counts
@@ -242,16 +247,7 @@ def check_ddp_hook(rank, world):
                             preset=None)
     assert "callbacks" in repr(state.comm), state.comm
     model.register_comm_hook(state, qct.allreduce_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    xs, ys = make_data(rank, world)
-    losses = []
-    for step in range(30):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(xs), ys)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert losses[-1] < 0.5 * losses[0], losses
+    train(model, rank, world, steps=30)
     digests = all_equal_on_ranks(params_digest(list(model.parameters())))
     assert len(set(digests)) == 1, digests
     stats = state.stats()
@@ -272,16 +268,7 @@ def check_fsdp(rank, world):
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    xs, ys = make_data(rank, world)
-    losses = []
-    for step in range(25):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(xs), ys)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert losses[-1] < 0.5 * losses[0], losses
+    train(model, rank, world, steps=25)
     full = [p.full_tensor() for p in model.parameters()]
     counts = qct.fallback_counts()  # before all_gather_object's own (int64, uint8) calls
     assert counts == {}, counts
