@@ -273,6 +273,7 @@ def worker(args):
         wire = wire_formula
         wire_src = "formula"
     acc = dc.accuracy(model, Xte, yte)
+    final_train_loss = dc.mean_over_ranks(statistics.mean(losses[-min(10, len(losses)):]))
     rows = dc.gather({"wire": wire, "ms": ms, "acc": acc,
                       "digest": dc.digest(model.parameters())})
     pol = None
@@ -289,6 +290,7 @@ def worker(args):
                "wire_bytes_per_step": sum(r["wire"] for r in rows) / world,
                "wire_source": wire_src, "test_accuracy": acc,
                "replicas_agree": len({r["digest"] for r in rows}) == 1,
+               "final_train_loss": final_train_loss,  # last 10 steps, mean over ranks
                "first_loss": epoch_losses[0], "last_loss": epoch_losses[-1],
                "epoch_losses": [round(v, 4) for v in epoch_losses],
                "loss_curve": [round(v, 4) for v in losses[::max(1, len(losses) // 10)]]}
