@@ -375,6 +375,8 @@ def main(argv=None):
     if is_worker(args):
         try:
             worker(args)
+        except SystemExit as e:  # a clear message of ours: no traceback
+            dc.fail_worker(f"error: {e}")
         except BaseException:  # noqa: BLE001 - end every rank, not just this one
             import traceback
             dc.fail_worker(traceback.format_exc())

@@ -109,8 +109,12 @@ def worker(args):
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        raise SystemExit(f"torch_fsdp_digits.py needs FSDP2 (torch.distributed.fsdp.fully_shard, "
+                         f"torch >= 2.4); this is torch {torch.__version__}") from None
 
     backend = args.backend or "gloo"
     torch.set_num_threads(args.threads)
@@ -261,6 +265,8 @@ def main(argv=None):
     if args.backend or dc.launched_by_torchrun() or dc.launched_by_mpi():
         try:
             worker(args)
+        except SystemExit as e:  # a clear message of ours: no traceback
+            dc.fail_worker(f"error: {e}")
         except BaseException:  # noqa: BLE001 - end every rank, not just this one
             import traceback
             dc.fail_worker(traceback.format_exc())
