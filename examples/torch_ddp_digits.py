@@ -1,44 +1,64 @@
 #!/usr/bin/python3
-"""Train an MLP on scikit-learn's digits with PyTorch DDP, once per gradient-allreduce
+"""Train an MLP on scikit-learn's digits with PyTorch DDP, once per gradient-reduction
 method, and compare step time, bytes on the wire and test accuracy.
 
-Methods (all with the same seeds, data order, model and optimizer):
-  allreduce    DDP's own allreduce over gloo (fp32)
-  fp16         torch's fp16_compress_hook (gloo allreduce of an fp16 copy)
-  powersgd     torch's powerSGD_hook, rank 4, error feedback, warm start,
-               start_powerSGD_iter 2 (the least allowed with error feedback)
-  qc-minmax4   qc.torch hook: minmax 4-bit, bucket 128, SRA, error feedback
-  qc-qsgd4     qc.torch hook: qsgd 4-bit, bucket 128
-  qc-onebit    qc.torch hook: onebit + error feedback
-  qc-none      (not in the default list) qc.torch hook with codec none: the hook's overhead
-  qc-custom    (not in the default list) the policy given by --qc-policy
-Every qc method uses qc's "cgx" preset (comm.policy_preset("cgx", base=policy)): biases
+One training run (a worker job), under torchrun or mpirun:
+
+    PYTHONPATH=<build>/bindings/python GLOO_SOCKET_IFNAME=lo \\
+    torchrun --standalone --nproc_per_node 4 examples/torch_ddp_digits.py \\
+        --backend gloo|qc --hook none|fp16|powersgd|qc-minmax4|qc-qsgd4|qc-onebit
+
+  --backend gloo   DDP over torch's gloo process group
+  --backend qc     DDP over qc's torch.distributed backend ("cpu:qc"): DDP's own bucket
+                   allreduces are compressed by the backend, policy "allreduce:*" =
+                   --qc-policy (default minmax 4-bit, bucket 128, error feedback)
+  --hook none      DDP's default allreduce
+  --hook fp16      torch's fp16_compress_hook (allreduce of an fp16 copy)
+  --hook powersgd  torch's powerSGD_hook, rank 4, error feedback, warm start,
+                   start_powerSGD_iter 2 (the least allowed with error feedback)
+  --hook qc-minmax4  qc.torch hook: minmax 4-bit, bucket 128, SRA, error feedback
+  --hook qc-qsgd4    qc.torch hook: qsgd 4-bit, bucket 128
+  --hook qc-onebit   qc.torch hook: onebit + error feedback
+  --hook qc-none     qc.torch hook with codec none (the hook's overhead)
+  --hook qc-custom   qc.torch hook with --qc-policy
+Every qc hook uses qc's "cgx" preset (comm.policy_preset("cgx", base=policy)): biases
 (and norms) and every layer under 16 KiB travel uncompressed, the rest with the policy.
+Under torchrun the hook's communicator runs over the process group; under mpirun over MPI.
 
-Driver (default; runs each method in its own `mpirun` with a timeout, so a method that
-deadlocks, as torch 1.13's powerSGD_hook can on CPU/gloo, is recorded as "deadlock"):
-
-    PYTHONPATH=<build>/bindings/python /usr/bin/python3 examples/torch_ddp_digits.py \\
-        --np 4 --hidden 1024 --epochs 10            # the issue's 1.1 M-parameter MLP
-    ... --np 2 --hidden 32 --steps 6 --methods allreduce,qc-minmax4   # CI smoke (seconds)
-
-One method by hand (what the driver runs):
+The same run under mpirun (Debian's python with torch 1.13 has no backend "qc"):
 
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 GLOO_SOCKET_IFNAME=lo \\
     mpirun -np 4 --oversubscribe --mca pml ob1 --mca btl tcp,self \\
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \\
-        /usr/bin/python3 examples/torch_ddp_digits.py --method qc-minmax4 --hidden 1024
+        /usr/bin/python3 examples/torch_ddp_digits.py --hook qc-minmax4 --hidden 1024
 
-By default the driver passes the --mca flags above so that qc's MPI traffic goes over TCP
-on the loopback, like gloo's (not through shared memory): the same path for every
+(`--method M` is the older spelling: allreduce = gloo/none, fp16, powersgd, qc-* =
+gloo with that hook, backend-qc = qc/none.) Rank 0 prints one line per epoch
+("epoch E: loss L test acc A% ms/step T") and at the end one "RESULT {json}" line.
+
+Driver (no --backend/--hook/--method and not started by a launcher): runs each method
+in its own job (`--launcher mpirun`, default, or `torchrun`) with a timeout, so that a
+method that deadlocks (torch 1.13's powerSGD_hook can on CPU/gloo) is recorded as
+"deadlock", and prints a table:
+
+    PYTHONPATH=<build>/bindings/python /usr/bin/python3 examples/torch_ddp_digits.py \\
+        --np 4 --hidden 1024 --epochs 10            # the issue's 1.1 M-parameter MLP
+    PYTHONPATH=<build>/bindings/python /work/venv-torch/bin/python \\
+        examples/torch_ddp_digits.py --launcher torchrun \\
+        --methods allreduce,fp16,powersgd,backend-qc   # torch >= 2
+
+With mpirun the driver passes the --mca flags above so that qc's MPI traffic goes over
+TCP on the loopback, like gloo's (not through shared memory): the same path for every
 method, and the one tools/slowlink.sh rate-limits. --mpi-shm keeps OpenMPI's default.
 
-Output: per method one line "RESULT {json}" and a table at the end:
+Output columns:
   ms/step   median wall time of a training step (forward, backward with the gradient
             reduction, optimizer step) on rank 0, first 3 steps (warm-up, DDP's bucket
-            rebuild) excluded; 4 processes share this machine's cores.
+            rebuild) excluded; the processes share this machine's cores.
   wire B/step  bytes one rank sends per step, averaged over the ranks.
-            qc methods: measured, qc's stats (wire_bytes, headers included) / steps.
+            qc hook: measured, qc's stats (wire_bytes, headers included) / steps.
+            backend qc: measured, qc.torch.backend_stats() wire_bytes over the
+            training steps / steps.
             torch methods: from the hook's format, for a bandwidth-optimal (ring)
             allreduce of P bytes, which sends 2(n-1)/n * P bytes per rank (n ranks):
               allreduce  P = 4 * N                  (N gradient elements, fp32)
@@ -47,7 +67,7 @@ Output: per method one line "RESULT {json}" and a table at the end:
                               + elements of the uncompressed tensors)
                          (steady state; a tensor is viewed as rows = shape[0], cols = the
                          rest, r = min(rows, cols, 4), and compressed when
-                         (rows + cols) * r * 2 < rows * cols, torch 1.13's rule with
+                         (rows + cols) * r * 2 < rows * cols, torch's rule with
                          min_compression_rate 2; 1-D tensors never are; the first 2
                          steps are a plain allreduce)
             gloo's own headers are not counted.
@@ -57,24 +77,51 @@ Output: per method one line "RESULT {json}" and a table at the end:
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import digits_common as dc  # noqa: E402
+
+HOOKS = ["none", "fp16", "powersgd", "qc-minmax4", "qc-qsgd4", "qc-onebit", "qc-none",
+         "qc-custom"]
 ALL_METHODS = ["allreduce", "fp16", "powersgd", "qc-minmax4", "qc-qsgd4", "qc-onebit"]
+TORCH2_METHODS = ["backend-qc"]
 EXTRA_METHODS = ["qc-none", "qc-custom"]
-WARMUP = 3
+KNOWN_METHODS = ALL_METHODS + TORCH2_METHODS + EXTRA_METHODS
+
+
+def method_parts(method):
+    """Driver method name -> (backend, hook)."""
+    if method == "allreduce":
+        return "gloo", "none"
+    if method == "backend-qc":
+        return "qc", "none"
+    if method.startswith("backend-qc+"):
+        return "qc", method[len("backend-qc+"):]
+    return "gloo", method
+
+
+def method_name(backend, hook):
+    if backend == "qc":
+        return "backend-qc" if hook == "none" else "backend-qc+" + hook
+    return "allreduce" if hook == "none" else hook
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--method", choices=ALL_METHODS + EXTRA_METHODS,
-                    help="run this one method (under mpirun); without it: driver mode")
-    ap.add_argument("--methods", default=",".join(ALL_METHODS),
-                    help="driver: comma-separated methods (default: all six)")
+    ap.add_argument("--backend", choices=["gloo", "qc"],
+                    help="worker: the process group's backend (default gloo)")
+    ap.add_argument("--hook", choices=HOOKS, help="worker: DDP comm hook (default none)")
+    ap.add_argument("--method", choices=KNOWN_METHODS,
+                    help="worker: older spelling of --backend/--hook (see above)")
+    ap.add_argument("--methods", default=None,
+                    help="driver: comma-separated methods (default: the six hook methods, "
+                         "and backend-qc when this python's torch >= 2)")
+    ap.add_argument("--launcher", choices=["mpirun", "torchrun"], default="mpirun",
+                    help="driver: how each method's job starts (default mpirun)")
     ap.add_argument("--np", type=int, default=4, help="driver: processes (default 4)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="driver: seconds per method before it counts as a deadlock")
@@ -93,21 +140,18 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--powersgd-rank", type=int, default=4)
-    ap.add_argument("--qc-policy", default="codec=minmax,bits=4",
-                    help="qc-custom: qc.Policy keywords, e.g. "
-                         "codec=minmax,bits=4,algorithm=sra,error_feedback=1")
-    ap.add_argument("--qc-preset", default="cgx", help="qc methods: preset, or 'none'")
+    ap.add_argument("--qc-policy", default=None,
+                    help="backend qc: the allreduce:* policy (default codec=minmax,bits=4,"
+                         "bucket_size=128,error_feedback=1); hook qc-custom: its policy "
+                         "(default codec=minmax,bits=4), as qc.Policy keywords")
+    ap.add_argument("--qc-preset", default="cgx", help="qc hooks: preset, or 'none'")
+    ap.add_argument("--quiet", action="store_true", help="worker: no per-epoch lines")
     return ap.parse_args(argv)
 
 
 # ---------------------------------------------------------------------------------------
-# Worker: one method, one MPI rank
+# Worker: one method, one rank
 # ---------------------------------------------------------------------------------------
-
-def ring_bytes(payload, n):
-    """Bytes one rank sends in a bandwidth-optimal allreduce of `payload` bytes."""
-    return 2.0 * (n - 1) / n * payload if n > 1 else 0.0
-
 
 def powersgd_payload(model, rank):
     total = 0
@@ -122,242 +166,180 @@ def powersgd_payload(model, rank):
     return 4 * total
 
 
+def qc_hook_policy(hook, args):
+    import qc
+    if hook == "qc-custom":
+        return dc.parse_policy(args.qc_policy or "codec=minmax,bits=4")
+    return {
+        "qc-minmax4": qc.Policy(codec="minmax", bits=4, bucket_size=128,
+                                algorithm="sra", error_feedback=True),
+        "qc-qsgd4": qc.Policy(codec="qsgd", bits=4, bucket_size=128),
+        "qc-onebit": qc.Policy(codec="onebit", error_feedback=True),
+        "qc-none": qc.Policy(codec="none"),
+    }[hook]
+
+
 def worker(args):
-    from mpi4py import MPI
     import torch
+    import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
-    from collections import OrderedDict
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
-    world_comm = MPI.COMM_WORLD
-    method = args.method
+    if args.method:
+        backend, hook = method_parts(args.method)
+    else:
+        backend, hook = args.backend or "gloo", args.hook or "none"
+    method = method_name(backend, hook)
     torch.set_num_threads(args.threads)
-    if method.startswith("qc"):
+    if backend == "qc":
         import qc
         import qc.torch as qct
-        rank, world = qct.init_process_group_from_mpi()
-    else:
-        # Only torch.distributed here, but the same rendezvous helper when qc is there.
-        try:
-            import qc.torch as qct
-            rank, world = qct.init_process_group_from_mpi()
-        except ImportError:
-            rank, world = _init_gloo_without_qc(world_comm)
+        qct.set_backend_policy("allreduce:*", dc.parse_policy(
+            args.qc_policy or "codec=minmax,bits=4,bucket_size=128,error_feedback=1"))
+    rank, world, launcher = dc.init_distributed(backend)
 
-    # ---- data (identical on every rank; each rank takes its slice of each batch) ----
-    digits = load_digits()
-    X = (digits.data / 16.0).astype("float32")
-    y = digits.target.astype("int64")
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, random_state=args.seed,
-                                          stratify=y)
-    Xtr, Xte = torch.from_numpy(Xtr), torch.from_numpy(Xte)
-    ytr, yte = torch.from_numpy(ytr), torch.from_numpy(yte)
-    gbatch = args.batch * world
-    per_epoch = len(Xtr) // gbatch
+    Xtr, Xte, ytr, yte = dc.load_digits_tensors(args.seed)
+    per_epoch = len(Xtr) // (args.batch * world)
     total_steps = args.steps if args.steps is not None else args.epochs * per_epoch
 
-    # ---- model ----
-    torch.manual_seed(args.seed)
-    h = args.hidden
-    model = nn.Sequential(OrderedDict(
-        fc1=nn.Linear(64, h), act1=nn.ReLU(),
-        fc2=nn.Linear(h, h), act2=nn.ReLU(),
-        out=nn.Linear(h, 10)))
+    model = dc.make_mlp(args.hidden, args.seed)
     nparams = sum(p.numel() for p in model.parameters())
     ddp = nn.parallel.DistributedDataParallel(model)
 
     state = None
     wire_formula = None
-    if method == "allreduce":
-        wire_formula = ring_bytes(4 * nparams, world)
-    elif method == "fp16":
+    if hook == "none":
+        wire_formula = dc.ring_allreduce_bytes(4 * nparams, world)
+    elif hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        wire_formula = ring_bytes(2 * nparams, world)
-    elif method == "powersgd":
+        wire_formula = dc.ring_allreduce_bytes(2 * nparams, world)
+    elif hook == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         state = psgd.PowerSGDState(process_group=None,
                                    matrix_approximation_rank=args.powersgd_rank,
                                    start_powerSGD_iter=2, use_error_feedback=True,
                                    warm_start=True, random_seed=args.seed)
         ddp.register_comm_hook(state, psgd.powerSGD_hook)
-        wire_formula = ring_bytes(powersgd_payload(model, args.powersgd_rank), world)
+        wire_formula = dc.ring_allreduce_bytes(powersgd_payload(model, args.powersgd_rank), world)
     else:
-        policy = {
-            "qc-minmax4": qc.Policy(codec="minmax", bits=4, bucket_size=128,
-                                    algorithm="sra", error_feedback=True),
-            "qc-qsgd4": qc.Policy(codec="qsgd", bits=4, bucket_size=128),
-            "qc-onebit": qc.Policy(codec="onebit", error_feedback=True),
-            "qc-none": qc.Policy(codec="none"),
-            "qc-custom": None,
-        }[method]
-        if policy is None:
-            kw = {}
-            for item in args.qc_policy.split(","):
-                k, v = item.split("=")
-                kw[k] = int(v) if v.lstrip("-").isdigit() else v
-            policy = qc.Policy(**kw)
-        state = qct.QcHookState(ddp, policy=policy,
+        import qc.torch as qct
+        state = qct.QcHookState(ddp, policy=qc_hook_policy(hook, args),
                                 preset=None if args.qc_preset == "none" else args.qc_preset)
         ddp.register_comm_hook(state, qct.allreduce_hook)
 
-    # ---- train ----
+    def backend_wire():
+        return qct.backend_stats()["wire_bytes"] if backend == "qc" else 0.0
+
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    times, losses = [], []
-    step = 0
-    epoch = 0
+    times, losses, epoch_losses = [], [], []
+    backend_wire_bytes = 0.0
+    step = epoch = 0
     while step < total_steps:
-        g = torch.Generator().manual_seed(args.seed * 1000 + epoch)
-        perm = torch.randperm(len(Xtr), generator=g)
-        for b in range(per_epoch):
+        wire0 = backend_wire()
+        ep_times, ep_losses = [], []
+        for idx in dc.epoch_batches(len(Xtr), args.batch, world, rank, args.seed, epoch):
             if step >= total_steps:
                 break
-            idx = perm[b * gbatch + rank * args.batch: b * gbatch + (rank + 1) * args.batch]
             x, t = Xtr[idx], ytr[idx]
             t0 = time.perf_counter()
             opt.zero_grad()
             loss = F.cross_entropy(ddp(x), t)
             loss.backward()
             opt.step()
-            times.append(time.perf_counter() - t0)
-            losses.append(float(loss))
+            ep_times.append(time.perf_counter() - t0)
+            ep_losses.append(loss.item())
             step += 1
+        backend_wire_bytes += backend_wire() - wire0  # training steps only
+        times += ep_times
+        losses += ep_losses
+        mean_loss = dc.mean_over_ranks(statistics.mean(ep_losses))
+        epoch_losses.append(mean_loss)
+        acc = dc.accuracy(model, Xte, yte)
+        if rank == 0 and not args.quiet:
+            print(f"epoch {epoch}: loss {mean_loss:.4f} test acc {100 * acc:.2f}% "
+                  f"ms/step {statistics.median(ep_times) * 1e3:.1f}", flush=True)
         epoch += 1
 
-    measured = times[WARMUP:] if len(times) > WARMUP else times
-    ms = statistics.median(measured) * 1e3
-    if method.startswith("qc"):
+    ms = dc.median_ms(times)
+    if hook.startswith("qc"):
         st = state.stats()
         wire = st["wire_bytes"] / max(st["steps"], 1)
-        wire_src = "qc stats"
+        wire_src = "qc hook stats"
+    elif backend == "qc":
+        wire = backend_wire_bytes / max(step, 1)
+        wire_src = "qc backend stats"
     else:
         wire = wire_formula
         wire_src = "formula"
-    wire = world_comm.allreduce(wire) / world
-    with torch.no_grad():
-        acc = float((model(Xte).argmax(dim=1) == yte).float().mean())
-    accs = world_comm.gather(acc)
-    ms_all = world_comm.gather(ms)
-    last_loss = world_comm.allreduce(statistics.mean(losses[-min(10, len(losses)):])) / world
+    acc = dc.accuracy(model, Xte, yte)
+    final_train_loss = dc.mean_over_ranks(statistics.mean(losses[-min(10, len(losses)):]))
+    rows = dc.gather({"wire": wire, "ms": ms, "acc": acc,
+                      "digest": dc.digest(model.parameters())})
     pol = None
-    if state is not None and method.startswith("qc"):
+    if hook.startswith("qc"):
         pol = repr(state.comm.get_layer_policy("fc2.weight"))
         state.close()
+    elif backend == "qc":
+        pol = repr(qct.backend_policy("allreduce:float32:1:0"))
     if rank == 0:
-        res = {"method": method, "status": "ok", "ranks": world, "params": nparams,
-               "hidden": h, "steps": step, "ms_per_step": ms,
-               "ms_per_step_max_rank": max(ms_all), "wire_bytes_per_step": wire,
+        res = {"method": method, "backend": backend, "hook": hook, "launcher": launcher,
+               "status": "ok", "ranks": world, "params": nparams, "hidden": args.hidden,
+               "steps": step, "ms_per_step": ms,
+               "ms_per_step_max_rank": max(r["ms"] for r in rows),
+               "wire_bytes_per_step": sum(r["wire"] for r in rows) / world,
                "wire_source": wire_src, "test_accuracy": acc,
-               "replicas_agree": len(set(accs)) == 1, "final_train_loss": last_loss,
+               "replicas_agree": len({r["digest"] for r in rows}) == 1,
+               "final_train_loss": final_train_loss,  # last 10 steps, mean over ranks
+               "first_loss": epoch_losses[0], "last_loss": epoch_losses[-1],
+               "epoch_losses": [round(v, 4) for v in epoch_losses],
                "loss_curve": [round(v, 4) for v in losses[::max(1, len(losses) // 10)]]}
         if pol is not None:
-            res["policy_fc2_weight"] = pol
+            res["policy"] = pol
         print("RESULT " + json.dumps(res), flush=True)
-    world_comm.Barrier()
-    import torch.distributed as dist
+    dist.barrier()
     dist.destroy_process_group()
 
 
-def _init_gloo_without_qc(comm):
-    """init_process_group over gloo without qc installed (the torch-only methods)."""
-    import shutil
-    import tempfile
-    import torch.distributed as dist
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    path = None
-    if comm.rank == 0:
-        path = tempfile.mkdtemp(prefix="digits-rdzv-")
-    path = comm.bcast(path)
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(path, "store"),
-                            rank=comm.rank, world_size=comm.size)
-    if comm.rank == 0:
-        import atexit
-        atexit.register(shutil.rmtree, path, True)
-    return comm.rank, comm.size
-
-
 # ---------------------------------------------------------------------------------------
-# Driver: one mpirun per method
+# Driver: one job per method
 # ---------------------------------------------------------------------------------------
 
-def run_method(args, method):
-    cmd = [args.mpirun, "-np", str(args.np), "--oversubscribe"]
-    if not args.mpi_shm:
-        cmd += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
-                "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
-    cmd += args.mpirun_args.split()
-    cmd += [sys.executable, os.path.abspath(__file__), "--method", method,
-            "--hidden", str(args.hidden), "--epochs", str(args.epochs),
-            "--batch", str(args.batch), "--lr", str(args.lr), "--momentum", str(args.momentum),
-            "--seed", str(args.seed), "--threads", str(args.threads),
-            "--powersgd-rank", str(args.powersgd_rank),
-            "--qc-policy", args.qc_policy, "--qc-preset", args.qc_preset]
-    if args.steps is not None:
-        cmd += ["--steps", str(args.steps)]
-    env = dict(os.environ)
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    env.setdefault("OMP_NUM_THREADS", str(args.threads))
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    t0 = time.time()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
-    hung = False
+def _torch_major():
     try:
-        out, _ = p.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        hung = True
-        out = ""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                out, _ = p.communicate(timeout=15)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-        out = out or ""
-        if "RESULT " not in out:
-            return {"method": method, "status": "deadlock",
-                    "detail": f"no result after {args.timeout:.0f} s (killed)",
-                    "wall_s": time.time() - t0}, out
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            res = json.loads(line[len("RESULT "):])
-            res["wall_s"] = time.time() - t0
-            if hung:  # trained and reported, then did not exit (teardown)
-                res["detail"] = f"result printed, but the job hung at exit (killed after {args.timeout:.0f} s)"
-            return res, out
-    # the innermost error message, e.g. gloo's "Connection reset by peer"
-    errs = [l.strip() for l in out.splitlines() if "Error" in l and "Traceback" not in l]
-    why = errs[-1].rsplit("RuntimeError: ", 1)[-1][:200] if errs else ""
-    return {"method": method, "status": "failed",
-            "detail": f"exit {p.returncode}" + (f": {why}" if why else ""),
-            "wall_s": time.time() - t0}, out
-
-
-def fmt_bytes(b):
-    for unit, div in (("MB", 1e6), ("kB", 1e3)):
-        if b >= div:
-            return f"{b / div:.2f} {unit}"
-    return f"{b:.0f} B"
+        import torch
+        return int(torch.__version__.split(".")[0])
+    except (ImportError, ValueError):
+        return 0
 
 
 def driver(args):
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.methods is None:
+        methods = ALL_METHODS + (TORCH2_METHODS if _torch_major() >= 2 else [])
+    else:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
-        if m not in ALL_METHODS + EXTRA_METHODS:
-            sys.exit(f"unknown method {m!r}; known: {', '.join(ALL_METHODS + EXTRA_METHODS)}")
+        if m not in KNOWN_METHODS and not m.startswith("backend-qc+"):
+            sys.exit(f"unknown method {m!r}; known: {', '.join(KNOWN_METHODS)}")
+    if any(method_parts(m)[0] == "qc" for m in methods):
+        dc.compile_qc_backend_first()
+    script = os.path.abspath(__file__)
     results = []
     for m in methods:
-        res, out = run_method(args, m)
+        job_args = ["--method", m] if m in KNOWN_METHODS else \
+            ["--backend", "qc", "--hook", method_parts(m)[1]]
+        job_args += ["--hidden", str(args.hidden), "--epochs", str(args.epochs),
+                     "--batch", str(args.batch), "--lr", str(args.lr),
+                     "--momentum", str(args.momentum), "--seed", str(args.seed),
+                     "--threads", str(args.threads), "--powersgd-rank", str(args.powersgd_rank),
+                     "--qc-preset", args.qc_preset]
+        if args.qc_policy:
+            job_args += ["--qc-policy", args.qc_policy]
+        if args.steps is not None:
+            job_args += ["--steps", str(args.steps)]
+        cmd = dc.launch_command(args.launcher, args.np, script, job_args, args.mpirun,
+                                args.mpi_shm, args.mpirun_args)
+        res, out = dc.run_job(m, cmd, dc.launch_env(args.threads), args.timeout, echo=True)
         results.append(res)
         print("RESULT " + json.dumps(res), flush=True)
         if res["status"] != "ok":
@@ -365,22 +347,13 @@ def driver(args):
                   + out[-3000:], flush=True)
     ok = [r for r in results if r["status"] == "ok"]
     params = ok[0]["params"] if ok else None
-    print()
-    print(f"digits MLP 64-{args.hidden}-{args.hidden}-10"
-          + (f" ({params:,} parameters)" if params else "")
-          + f", {args.np} processes, batch {args.batch}/rank, "
-          + (f"{args.steps} steps" if args.steps is not None else f"{args.epochs} epochs")
-          + f", seed {args.seed}, MPI over {'shared memory' if args.mpi_shm else 'TCP/lo'}")
-    print(f"{'method':<12} {'ms/step':>9} {'wire B/step/rank':>17} {'test acc':>9}  note")
-    for r in results:
-        if r["status"] == "ok":
-            print(f"{r['method']:<12} {r['ms_per_step']:9.1f} "
-                  f"{fmt_bytes(r['wire_bytes_per_step']):>17} "
-                  f"{100 * r['test_accuracy']:8.2f}%  {r['wire_source']}"
-                  + ("" if r.get("replicas_agree", True) else ", REPLICAS DISAGREE"))
-        else:
-            print(f"{r['method']:<12} {'-':>9} {'-':>17} {'-':>9}  {r['status']}: "
-                  f"{r.get('detail', '')}")
+    path = ("torchrun, gloo over TCP/lo" if args.launcher == "torchrun" else
+            f"mpirun, MPI over {'shared memory' if args.mpi_shm else 'TCP/lo'}")
+    dc.print_table(f"digits MLP 64-{args.hidden}-{args.hidden}-10"
+                   + (f" ({params:,} parameters)" if params else "")
+                   + f", DDP, {args.np} processes, batch {args.batch}/rank, "
+                   + (f"{args.steps} steps" if args.steps is not None else f"{args.epochs} epochs")
+                   + f", seed {args.seed}, {path}", results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=2)
@@ -392,18 +365,21 @@ def driver(args):
     return 1 if bad else 0
 
 
+def is_worker(args):
+    return bool(args.method or args.backend or args.hook
+                or dc.launched_by_torchrun() or dc.launched_by_mpi())
+
+
 def main(argv=None):
     args = parse_args(argv)
-    if args.method:
+    if is_worker(args):
         try:
             worker(args)
-        except BaseException:
+        except SystemExit as e:  # a clear message of ours: no traceback
+            dc.fail_worker(f"error: {e}")
+        except BaseException:  # noqa: BLE001 - end every rank, not just this one
             import traceback
-            traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            from mpi4py import MPI
-            MPI.COMM_WORLD.Abort(1)
+            dc.fail_worker(traceback.format_exc())
         return 0
     return driver(args)
 

@@ -1,0 +1,113 @@
+"""examples/torch_ddp_digits.py and examples/torch_fsdp_digits.py under torchrun
+(4 ranks, a tiny MLP, a few epochs): DDP over gloo, DDP over gloo with qc's
+hook, DDP over the backend "qc"; FSDP2 over gloo and over "qc". Each run must
+exit 0, print its RESULT line with replicas that agree (DDP: the same parameter
+digest on every rank; FSDP2: the same gathered full parameters, each rank's own
+shard unchanged in them) and a mean loss that fell from the first epoch to the last.
+
+Needs torch >= 2 (the backend "qc", FSDP2), torchrun and scikit-learn (skips
+otherwise); CTest runs it with QC_TORCH2_PYTHON (bindings/python/CMakeLists.txt).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+qc = pytest.importorskip("qc")
+if not hasattr(qc, "Comm"):
+    pytest.skip("the qc extension is not built", allow_module_level=True)
+if int(torch.__version__.split(".")[0]) < 2:
+    pytest.skip(f"the examples' torchrun modes need torch >= 2 (this is {torch.__version__})",
+                allow_module_level=True)
+import torch.distributed as dist  # noqa: E402
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+DDP = EXAMPLES / "torch_ddp_digits.py"
+FSDP = EXAMPLES / "torch_fsdp_digits.py"
+NPROC = 4
+TINY = ["--hidden", "96", "--epochs", "3", "--lr", "0.1", "--quiet"]
+
+
+def _torchrun():
+    exe = Path(sys.executable).with_name("torchrun")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.fixture(scope="module")
+def backend_compiled():
+    import qc.torch_backend as qtb
+    try:
+        qtb.load_extension()
+    except Exception as e:  # a missing compiler or headers: say so
+        pytest.fail(f"compiling the qc torch backend failed: {e}")
+
+
+def _run(script, args):
+    if not script.exists():
+        pytest.skip(f"{script} not found")
+    qc_root = os.path.dirname(os.path.dirname(os.path.abspath(qc.__file__)))
+    env = dict(os.environ)
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([qc_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    for k in list(env):
+        if k.startswith("QC_") and k != "QC_DEBUG":
+            del env[k]  # the examples set their own policies
+    cmd = _torchrun() + ["--standalone", "--nproc_per_node", str(NPROC), str(script)] + args + TINY
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
+    rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines()
+            if l.startswith("RESULT ")]
+    assert len(rows) == 1, proc.stdout[-4000:]
+    res = rows[0]
+    assert res["status"] == "ok" and res["ranks"] == NPROC, res
+    assert res["replicas_agree"], res
+    assert res["last_loss"] < res["first_loss"], res
+    assert res["ms_per_step"] > 0 and res["wire_bytes_per_step"] > 0, res
+    assert 0.0 <= res["test_accuracy"] <= 1.0, res
+    return res, proc.stdout
+
+
+def test_ddp_gloo():
+    res, _ = _run(DDP, ["--backend", "gloo", "--hook", "none"])
+    assert (res["method"], res["wire_source"]) == ("allreduce", "formula"), res
+
+
+def test_ddp_gloo_with_qc_hook():
+    res, _ = _run(DDP, ["--backend", "gloo", "--hook", "qc-minmax4"])
+    assert res["method"] == "qc-minmax4" and res["wire_source"] == "qc hook stats", res
+
+
+def test_ddp_backend_qc(backend_compiled):
+    res, _ = _run(DDP, ["--backend", "qc", "--hook", "none"])
+    assert res["method"] == "backend-qc" and res["wire_source"] == "qc backend stats", res
+    assert "minmax" in res["policy"], res
+
+
+def test_fsdp_gloo():
+    res, out = _run(FSDP, ["--backend", "gloo"])
+    assert "replicas identical" in out, out[-4000:]
+    assert res["own_shards_exact"], res
+    assert res["wire_bytes_per_step"] == res["wire_formula_uncompressed"], res
+
+
+def test_fsdp_backend_qc(backend_compiled):
+    # min_compress_bytes=0: the tiny model's messages are all under qc's 16 KiB default
+    res, out = _run(FSDP, ["--backend", "qc",
+                           "--rs-policy", "codec=minmax,bits=4,bucket_size=128,error_feedback=1,"
+                                          "min_compress_bytes=0",
+                           "--ag-policy", "codec=minmax,bits=8,bucket_size=128,min_compress_bytes=0"])
+    assert "replicas identical" in out, out[-4000:]
+    assert res["own_shards_exact"], res
+    # 4-bit gradients and 8-bit parameters send less than gloo's float32 would
+    assert res["wire_bytes_per_step"] < res["wire_formula_uncompressed"], res
