@@ -54,3 +54,50 @@ def qc_has_mpi_transport(world, timeout=60.0):
         return False
     c.close()
     return True
+
+
+# ---- torchrun launches (test_torch_backend.py, test_torch_examples.py) ----
+
+def torchrun_command():
+    """torchrun next to this interpreter, else `python -m torch.distributed.run`;
+    None without torch.distributed.run."""
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("torchrun")
+    if exe.exists():
+        return [str(exe)]
+    try:
+        import torch.distributed.run  # noqa: F401
+    except ImportError:
+        return None
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def torchrun_env(keep=("QC_DEBUG",), **extra):
+    """The environment of a torchrun launch: the package that this test imports
+    first on PYTHONPATH, gloo on the loopback, one thread per process, and no
+    QC_* variable but those in `keep` (the launched code sets its own policies)."""
+    import os
+
+    import qc
+
+    qc_root = os.path.dirname(os.path.dirname(os.path.abspath(qc.__file__)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QC_") or k in keep}
+    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([qc_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+               **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def backend_compiled():
+    """qc.torch_backend with its C++ extension compiled (once per test module)."""
+    import qc.torch_backend as qtb
+
+    try:
+        qtb.load_extension()
+    except Exception as e:  # a missing compiler or headers: say so
+        pytest.fail(f"compiling the qc torch backend failed: {e}")
+    return qtb
+

@@ -24,9 +24,7 @@ The first run compiles the backend (torch.utils.cpp_extension, cached).
 """
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +36,7 @@ if not hasattr(qc, "Comm"):
 if int(torch.__version__.split(".")[0]) < 2:
     pytest.skip(f"the qc backend needs torch >= 2.0 (this is {torch.__version__})", allow_module_level=True)
 import torch.distributed as dist  # noqa: E402
+from conftest import torchrun_command, torchrun_env  # noqa: E402
 
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
@@ -47,39 +46,11 @@ WORKER = HERE / "torch_backend_worker.py"
 NPROC = 4
 
 
-def _torchrun():
-    exe = Path(sys.executable).with_name("torchrun")
-    if exe.exists():
-        return [str(exe)]
-    try:
-        import torch.distributed.run  # noqa: F401
-    except ImportError:
-        return None
-    return [sys.executable, "-m", "torch.distributed.run"]
-
-
-@pytest.fixture(scope="module")
-def backend_compiled():
-    import qc.torch_backend as qtb
-    try:
-        qtb.load_extension()
-    except Exception as e:  # a missing compiler or headers: say so
-        pytest.fail(f"compiling the qc torch backend failed: {e}")
-    return qtb
-
-
 def _run(mode, tmp_path, ranks=range(NPROC)):
-    launcher = _torchrun()
+    launcher = torchrun_command()
     if launcher is None:
         pytest.skip("torchrun is not available")
-    qc_root = os.path.dirname(os.path.dirname(os.path.abspath(qc.__file__)))
-    env = dict(os.environ)
-    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               QC_TEST_TMP=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([qc_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    for k in list(env):
-        if k.startswith("QC_") and k not in ("QC_TEST_TMP", "QC_DEBUG"):
-            del env[k]  # the policies are the test's own
+    env = torchrun_env(QC_TEST_TMP=str(tmp_path))
     cmd = launcher + ["--standalone", "--nproc_per_node", str(NPROC), str(WORKER), mode]
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=300)

@@ -10,9 +10,7 @@ otherwise); CTest runs it with QC_TORCH2_PYTHON (bindings/python/CMakeLists.txt)
 """
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ if int(torch.__version__.split(".")[0]) < 2:
     pytest.skip(f"the examples' torchrun modes need torch >= 2 (this is {torch.__version__})",
                 allow_module_level=True)
 import torch.distributed as dist  # noqa: E402
+from conftest import torchrun_command, torchrun_env  # noqa: E402
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
@@ -36,33 +35,14 @@ NPROC = 4
 TINY = ["--hidden", "96", "--epochs", "3", "--lr", "0.1", "--quiet"]
 
 
-def _torchrun():
-    exe = Path(sys.executable).with_name("torchrun")
-    if exe.exists():
-        return [str(exe)]
-    return [sys.executable, "-m", "torch.distributed.run"]
-
-
-@pytest.fixture(scope="module")
-def backend_compiled():
-    import qc.torch_backend as qtb
-    try:
-        qtb.load_extension()
-    except Exception as e:  # a missing compiler or headers: say so
-        pytest.fail(f"compiling the qc torch backend failed: {e}")
-
-
 def _run(script, args):
     if not script.exists():
         pytest.skip(f"{script} not found")
-    qc_root = os.path.dirname(os.path.dirname(os.path.abspath(qc.__file__)))
-    env = dict(os.environ)
-    env.update(GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join([qc_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    for k in list(env):
-        if k.startswith("QC_") and k != "QC_DEBUG":
-            del env[k]  # the examples set their own policies
-    cmd = _torchrun() + ["--standalone", "--nproc_per_node", str(NPROC), str(script)] + args + TINY
+    launcher = torchrun_command()
+    if launcher is None:
+        pytest.skip("torchrun is not available")
+    env = torchrun_env()
+    cmd = launcher + ["--standalone", "--nproc_per_node", str(NPROC), str(script)] + args + TINY
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
