@@ -436,6 +436,44 @@ QC_API qc_status_t qc_transport_callbacks_init_sized(qc_transport_callbacks_t* c
 QC_API qc_status_t qc_comm_create_callbacks(const qc_transport_callbacks_t* callbacks,
                                             const qc_comm_config_t* config, qc_comm_t* comm);
 
+/** Bytes of an NCCL unique id (ncclUniqueId, NCCL_UNIQUE_ID_BYTES). */
+#define QC_NCCL_UNIQUE_ID_BYTES 128
+
+/**
+ * Make a new NCCL unique id (ncclGetUniqueId) for qc_comm_create_nccl_id,
+ * as NCCL's own set-up does: one rank calls this and hands the
+ * QC_NCCL_UNIQUE_ID_BYTES bytes written to id to every rank of the group by
+ * its own means (a key-value store, a file, MPI_Bcast). libnccl.so.2 is
+ * opened as for qc_comm_create.
+ * @return QC_ERROR_INVALID_ARGUMENT for NULL id or size <
+ *   QC_NCCL_UNIQUE_ID_BYTES (nothing written); QC_ERROR_UNSUPPORTED in a
+ *   build without NCCL or when libnccl.so.2 does not load; QC_ERROR_TRANSPORT
+ *   when NCCL fails.
+ */
+QC_API qc_status_t qc_nccl_unique_id_create(void* id, size_t size);
+
+/**
+ * Create this rank's communicator of `nranks` over a new NCCL communicator
+ * that qc makes from `id` (qc_nccl_unique_id_create's bytes, the same on
+ * every rank) with ncclCommInitRank on the calling thread's current CUDA
+ * device, owns, and destroys in qc_comm_destroy. Collective: every rank of
+ * the group calls it with its own rank, and it returns once all have joined
+ * (NCCL's set-up has no timeout; the communicator's applies from its first
+ * collective on). Everything else is as a communicator qc_comm_create makes
+ * over a caller's ncclComm_t (device buffers and streams: qc_allreduce).
+ * id, size: QC_NCCL_UNIQUE_ID_BYTES bytes (size must be exactly that).
+ * rank: 0..nranks-1. nranks: >= 1.
+ * config: NULL for the defaults, else its transport must be
+ *   QC_TRANSPORT_NCCL (its timeout_seconds applies; mpi_comm and nccl_comm
+ *   are not read).
+ * @return QC_ERROR_INVALID_ARGUMENT for NULL id or comm, a size other than
+ *   QC_NCCL_UNIQUE_ID_BYTES, nranks < 1 or rank outside 0..nranks-1, no
+ *   usable current CUDA device; QC_ERROR_UNSUPPORTED as
+ *   qc_nccl_unique_id_create; QC_ERROR_TRANSPORT when NCCL's set-up fails.
+ */
+QC_API qc_status_t qc_comm_create_nccl_id(const void* id, size_t size, int rank, int nranks,
+                                          const qc_comm_config_t* config, qc_comm_t* comm);
+
 /**
  * Release a communicator. A local operation: it never waits for peers.
  * Peers of a local group that later wait for a message this rank will never

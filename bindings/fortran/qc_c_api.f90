@@ -300,6 +300,24 @@ module qc_c_api
       type(c_ptr), intent(out) :: comm
       integer(c_int) :: res
     end function
+    function qc_nccl_unique_id_create_c(id, size) bind(c, &
+        name="qc_nccl_unique_id_create") result(res)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: id
+      integer(c_size_t), value :: size
+      integer(c_int) :: res
+    end function
+    function qc_comm_create_nccl_id_c(id, size, rank, nranks, config, comm) bind(c, &
+        name="qc_comm_create_nccl_id") result(res)
+      import :: c_int, c_ptr, c_size_t, qc_comm_config_t
+      type(c_ptr), value :: id
+      integer(c_size_t), value :: size
+      integer(c_int), value :: rank
+      integer(c_int), value :: nranks
+      type(qc_comm_config_t), intent(in) :: config
+      type(c_ptr), intent(out) :: comm
+      integer(c_int) :: res
+    end function
     function qc_comm_destroy_c(comm) bind(c, name="qc_comm_destroy") result(res)
       import :: c_int, c_ptr
       type(c_ptr), value :: comm
@@ -906,27 +924,26 @@ module qc_c_api
       qc_comm_create_c
   public :: qc_comm_create_local_c, qc_comm_create_local_with_config_c, &
       qc_transport_callbacks_init_sized_c, qc_comm_create_callbacks_c
-  public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
-  public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, &
-      qc_comm_get_layer_stats_c
-  public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c
-  public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, &
-      qc_allreduce_c
-  public :: qc_allreduce_segments_c, qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c
-  public :: qc_broadcast_c, qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c
-  public :: qc_sparse_result_destroy_c, qc_sparse_allreduce_dense_c, qc_iallreduce_c, &
-      qc_iallreduce_segments_c
-  public :: qc_ialltoall_c, qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c
-  public :: qc_isparse_allreduce_c, qc_isparse_allreduce_dense_c, qc_request_test_c, &
-      qc_request_wait_c
-  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, &
-      qc_error_buffer_reset_c
-  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, &
-      qc_codec_encoded_size_c
-  public :: qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
-  public :: qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c, &
-      qc_emulate_sparse_allreduce_c
-  public :: qc_emulate_sparse_allreduce_dense_c, qc_adapt_method_name_c, &
-      qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
-  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
+  public :: qc_nccl_unique_id_create_c, qc_comm_create_nccl_id_c, qc_comm_destroy_c, qc_comm_rank_c
+  public :: qc_comm_size_c, qc_comm_get_async_error_c, qc_stats_init_sized_c, qc_comm_get_stats_c
+  public :: qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c, qc_comm_layer_count_c, &
+      qc_comm_layer_name_c
+  public :: qc_comm_save_state_c, qc_comm_load_state_c, qc_comm_set_layer_policy_c, &
+      qc_comm_get_layer_policy_c
+  public :: qc_comm_apply_preset_c, qc_allreduce_c, qc_allreduce_segments_c, qc_alltoall_c
+  public :: qc_reduce_scatter_c, qc_allgather_c, qc_broadcast_c, qc_sparse_allreduce_c
+  public :: qc_sparse_result_nnz_c, qc_sparse_result_copy_c, qc_sparse_result_destroy_c, &
+      qc_sparse_allreduce_dense_c
+  public :: qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c, qc_ireduce_scatter_c
+  public :: qc_iallgather_c, qc_ibroadcast_c, qc_isparse_allreduce_c, qc_isparse_allreduce_dense_c
+  public :: qc_request_test_c, qc_request_wait_c, qc_request_free_c, qc_error_buffer_create_c
+  public :: qc_error_buffer_destroy_c, qc_error_buffer_reset_c, qc_error_buffer_norm_c, &
+      qc_error_buffer_save_c
+  public :: qc_error_buffer_load_c, qc_codec_encoded_size_c, qc_codec_encode_c, qc_codec_decode_c
+  public :: qc_emulate_allreduce_c, qc_emulate_alltoall_c, qc_emulate_reduce_scatter_c, &
+      qc_emulate_allgather_c
+  public :: qc_emulate_broadcast_c, qc_emulate_sparse_allreduce_c, &
+      qc_emulate_sparse_allreduce_dense_c, qc_adapt_method_name_c
+  public :: qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, &
+      qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
 end module qc_c_api

@@ -244,24 +244,79 @@ QC_API qc_status_t qc_transport_callbacks_init_sized(qc_transport_callbacks_t* c
   });
 }
 
+namespace {
+
+// The config of a creation function made for one transport: NULL gives the
+// defaults, else it must name that transport.
+Status read_config_of(const qc_comm_config_t* config, qc_transport_t transport,
+                      const char* transport_name, const char* function, qc_comm_config_t* out) {
+  *out = default_comm_config();
+  if (config == nullptr) return Status::ok();
+  QC_RETURN_IF_ERROR(read_comm_config(config, out));
+  if (out->transport != transport) {
+    return invalid_argument(std::string("argument 'config': field 'transport' must be ") +
+                            transport_name + " for " + function + " (it is " +
+                            qc_transport_name(out->transport) + ")");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 QC_API qc_status_t qc_comm_create_callbacks(const qc_transport_callbacks_t* callbacks,
                                             const qc_comm_config_t* config, qc_comm_t* comm) {
   return QC_API_CALL({
     QC_RETURN_IF_ERROR(require(comm, "comm"));
     qc_transport_callbacks_t table;
     QC_RETURN_IF_ERROR(read_transport_callbacks(callbacks, &table));
-    qc_comm_config_t c = default_comm_config();
-    if (config != nullptr) {
-      QC_RETURN_IF_ERROR(read_comm_config(config, &c));
-      if (c.transport != QC_TRANSPORT_CALLBACKS) {
-        return invalid_argument("argument 'config': field 'transport' must be "
-                                "QC_TRANSPORT_CALLBACKS for qc_comm_create_callbacks (it is " +
-                                std::string(qc_transport_name(c.transport)) + ")");
-      }
-    }
+    qc_comm_config_t c;
+    QC_RETURN_IF_ERROR(read_config_of(config, QC_TRANSPORT_CALLBACKS, "QC_TRANSPORT_CALLBACKS",
+                                      "qc_comm_create_callbacks", &c));
     return create_published(
         [&](std::unique_ptr<Communicator>* made) {
           return create_callback_comm(table, c.timeout_seconds, made);
+        },
+        comm);
+  });
+}
+
+QC_API qc_status_t qc_nccl_unique_id_create(void* id, size_t size) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(id, "id"));
+    if (size < QC_NCCL_UNIQUE_ID_BYTES) {
+      return invalid_argument("argument 'size' is " + std::to_string(size) +
+                              "; an NCCL unique id needs QC_NCCL_UNIQUE_ID_BYTES (" +
+                              std::to_string(QC_NCCL_UNIQUE_ID_BYTES) + ")");
+    }
+    return create_nccl_unique_id(static_cast<uint8_t*>(id));
+  });
+}
+
+QC_API qc_status_t qc_comm_create_nccl_id(const void* id, size_t size, int rank, int nranks,
+                                          const qc_comm_config_t* config, qc_comm_t* comm) {
+  return QC_API_CALL({
+    QC_RETURN_IF_ERROR(require(id, "id"));
+    QC_RETURN_IF_ERROR(require(comm, "comm"));
+    if (size != QC_NCCL_UNIQUE_ID_BYTES) {
+      return invalid_argument("argument 'size' is " + std::to_string(size) +
+                              "; expected QC_NCCL_UNIQUE_ID_BYTES (" +
+                              std::to_string(QC_NCCL_UNIQUE_ID_BYTES) + ")");
+    }
+    if (nranks < 1) {
+      return invalid_argument("argument 'nranks' is " + std::to_string(nranks) +
+                              "; expected >= 1");
+    }
+    if (rank < 0 || rank >= nranks) {
+      return invalid_argument("argument 'rank' is " + std::to_string(rank) + "; expected 0.." +
+                              std::to_string(nranks - 1));
+    }
+    qc_comm_config_t c;
+    QC_RETURN_IF_ERROR(read_config_of(config, QC_TRANSPORT_NCCL, "QC_TRANSPORT_NCCL",
+                                      "qc_comm_create_nccl_id", &c));
+    return create_published(
+        [&](std::unique_ptr<Communicator>* made) {
+          return create_nccl_id_comm(static_cast<const uint8_t*>(id), rank, nranks,
+                                     c.timeout_seconds, made);
         },
         comm);
   });

@@ -113,6 +113,13 @@ std::unique_ptr<Communicator> make_comm(std::unique_ptr<Transport> transport,
   return comm;
 }
 
+#if !QC_HAVE_NCCL
+Status no_nccl() {
+  return unsupported("this build of qc has no NCCL transport (it needs a CUDA build with "
+                     "NCCL's header: -DQC_WITH_CUDA=ON, NCCL_ROOT)");
+}
+#endif
+
 }  // namespace
 
 Status create_local_group(int nranks, double timeout_seconds,
@@ -164,8 +171,35 @@ Status create_nccl_comm(void* nccl_comm, double timeout_seconds,
   (void)nccl_comm;
   (void)timeout_seconds;
   (void)comm;
-  return unsupported("argument 'config': this build of qc has no NCCL transport (it needs a "
-                     "CUDA build with NCCL's header: -DQC_WITH_CUDA=ON, NCCL_ROOT)");
+  return unsupported("argument 'config': " + no_nccl().message());
+#endif
+}
+
+Status create_nccl_id_comm(const uint8_t* id, int rank, int nranks, double timeout_seconds,
+                           std::unique_ptr<Communicator>* comm) {
+#if QC_HAVE_NCCL
+  CommDefaults defaults;
+  QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
+  std::unique_ptr<NcclBackend> backend;
+  QC_RETURN_IF_ERROR(cuda::make_nccl_backend_from_id(id, rank, nranks, &backend));
+  *comm = make_comm(std::make_unique<NcclTransport>(std::move(backend)), defaults);
+  return Status::ok();
+#else
+  (void)id;
+  (void)rank;
+  (void)nranks;
+  (void)timeout_seconds;
+  (void)comm;
+  return no_nccl();
+#endif
+}
+
+Status create_nccl_unique_id(uint8_t* id) {
+#if QC_HAVE_NCCL
+  return cuda::make_nccl_unique_id(id);
+#else
+  (void)id;
+  return no_nccl();
 #endif
 }
 

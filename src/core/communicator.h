@@ -206,6 +206,12 @@ Status create_mpi_comm(int64_t fortran_handle, double timeout_seconds,
 // collective over its ranks. UNSUPPORTED in builds without NCCL.
 Status create_nccl_comm(void* nccl_comm, double timeout_seconds,
                         std::unique_ptr<Communicator>* comm);
+// Over qc's own NCCL communicator made from a unique id (validated by the
+// entry point): collective over its ranks. UNSUPPORTED without NCCL.
+Status create_nccl_id_comm(const uint8_t* id, int rank, int nranks, double timeout_seconds,
+                           std::unique_ptr<Communicator>* comm);
+// A new NCCL unique id (QC_NCCL_UNIQUE_ID_BYTES). UNSUPPORTED without NCCL.
+Status create_nccl_unique_id(uint8_t* id);
 // Over the caller's callbacks (validated by the entry point): local, no
 // message is sent.
 Status create_callback_comm(const qc_transport_callbacks_t& callbacks, double timeout_seconds,

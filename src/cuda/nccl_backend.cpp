@@ -9,6 +9,8 @@
 #include <string>
 #include <type_traits>
 
+#include "qc.h"
+
 namespace qc {
 namespace cuda {
 namespace {
@@ -17,6 +19,8 @@ namespace {
 struct NcclApi {
   decltype(&ncclGetErrorString) get_error_string = nullptr;
   decltype(&ncclCommSplit) comm_split = nullptr;
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRankConfig) comm_init_rank_config = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
   decltype(&ncclCommAbort) comm_abort = nullptr;
   decltype(&ncclCommGetAsyncError) comm_get_async_error = nullptr;
@@ -58,6 +62,8 @@ Status load_nccl(const NcclApi** api) {
       };
       get(&table.get_error_string, "ncclGetErrorString");
       get(&table.comm_split, "ncclCommSplit");
+      get(&table.get_unique_id, "ncclGetUniqueId");
+      get(&table.comm_init_rank_config, "ncclCommInitRankConfig");
       get(&table.comm_destroy, "ncclCommDestroy");
       get(&table.comm_abort, "ncclCommAbort");
       get(&table.comm_get_async_error, "ncclCommGetAsyncError");
@@ -377,6 +383,29 @@ class RealNcclBackend final : public NcclBackend {
   bool copied_back_ = true;
 };
 
+// qc's communicator `own` (rank of size on `device`) with a stream of its
+// own; destroys `own` when the stream cannot be made.
+Status wrap_own_comm(const NcclApi& api, ncclComm_t own, int rank, int size, int device,
+                     std::unique_ptr<NcclBackend>* out) {
+  cudaStream_t stream = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    api.comm_destroy(own);
+    return cuda_status(e, "cudaStreamCreateWithFlags");
+  }
+  *out = std::make_unique<RealNcclBackend>(api, own, rank, size, device, stream);
+  return Status::ok();
+}
+
+// Blocking, whatever NCCL_COMM_BLOCKING says: with a non-blocking
+// communicator every call could return ncclInProgress, which qc's waits do
+// not expect.
+ncclConfig_t blocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  return config;
+}
+
 }  // namespace
 
 Status make_nccl_backend(void* user_comm, std::unique_ptr<NcclBackend>* out) {
@@ -397,21 +426,45 @@ Status make_nccl_backend(void* user_comm, std::unique_ptr<NcclBackend>* out) {
   }
   DeviceScope scope(device);
   ncclComm_t own = nullptr;
-  // Blocking, whatever the caller's communicator is: a split inherits a
-  // non-blocking parent's config, and then every call could return
-  // ncclInProgress, which qc's waits do not expect.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 1;
+  // A split inherits a non-blocking parent's config unless given one.
+  ncclConfig_t config = blocking_config();
   r = api->comm_split(user, 0, rank, &own, &config);
   if (r != ncclSuccess) return nccl_status(*api, r, "ncclCommSplit of the caller's communicator");
-  cudaStream_t stream = nullptr;
-  cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    api->comm_destroy(own);
-    return cuda_status(e, "cudaStreamCreateWithFlags");
-  }
-  *out = std::make_unique<RealNcclBackend>(*api, own, rank, size, device, stream);
+  return wrap_own_comm(*api, own, rank, size, device, out);
+}
+
+Status make_nccl_unique_id(uint8_t* id) {
+  static_assert(sizeof(ncclUniqueId) == QC_NCCL_UNIQUE_ID_BYTES, "ncclUniqueId's size");
+  const NcclApi* api = nullptr;
+  QC_RETURN_IF_ERROR(load_nccl(&api));
+  ncclUniqueId made;
+  const ncclResult_t r = api->get_unique_id(&made);
+  if (r != ncclSuccess) return nccl_status(*api, r, "ncclGetUniqueId");
+  std::memcpy(id, &made, sizeof made);
   return Status::ok();
+}
+
+Status make_nccl_backend_from_id(const uint8_t* id, int rank, int nranks,
+                                 std::unique_ptr<NcclBackend>* out) {
+  int device = -1;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return invalid_argument(std::string("no usable current CUDA device for the NCCL "
+                                        "communicator (cudaGetDevice: ") +
+                            cudaGetErrorString(e) + ")");
+  }
+  const NcclApi* api = nullptr;
+  QC_RETURN_IF_ERROR(load_nccl(&api));
+  ncclUniqueId unique;
+  std::memcpy(&unique, id, sizeof unique);
+  ncclComm_t own = nullptr;
+  ncclConfig_t config = blocking_config();
+  const ncclResult_t r = api->comm_init_rank_config(&own, nranks, unique, rank, &config);
+  if (r != ncclSuccess) {
+    return nccl_status(*api, r, "ncclCommInitRank (every rank must call it with the same id)");
+  }
+  return wrap_own_comm(*api, own, rank, nranks, device, out);
 }
 
 }  // namespace cuda

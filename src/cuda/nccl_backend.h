@@ -4,6 +4,7 @@
 // with CUDA and NCCL's header (QC_HAVE_NCCL).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "core/transports/nccl_transport.h"
@@ -16,6 +17,15 @@ namespace cuda {
 // aborts and its destruction never touch the caller's communicator. The
 // groups run on a stream of the communicator's device that qc creates.
 Status make_nccl_backend(void* user_comm, std::unique_ptr<NcclBackend>* out);
+
+// A new ncclUniqueId (QC_NCCL_UNIQUE_ID_BYTES bytes) written to `id`.
+Status make_nccl_unique_id(uint8_t* id);
+
+// qc's own communicator, rank `rank` of `nranks`, made from a unique id
+// (ncclCommInitRankConfig, blocking) on the calling thread's current
+// device: collective over every rank.
+Status make_nccl_backend_from_id(const uint8_t* id, int rank, int nranks,
+                                 std::unique_ptr<NcclBackend>* out);
 
 }  // namespace cuda
 }  // namespace qc

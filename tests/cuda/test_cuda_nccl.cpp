@@ -1,5 +1,6 @@
 // NCCL transport smoke test (issue 8): a one-rank NCCL communicator made by
-// the test, handed to qc_comm_create, allreduces on host and device memory.
+// the test, handed to qc_comm_create, allreduces on host and device memory;
+// and (issue 32) one qc makes itself from a unique id.
 // One GPU allows only one rank (NCCL refuses two ranks on one device), so
 // no message moves here: this checks the real backend's set-up (dlopen,
 // ncclCommSplit, stream) and tear-down, and its ncclAllReduce of each
@@ -271,6 +272,68 @@ int main() {
       check_backend_allreduce(*backend, qc::NcclReduction::kMinUint64, "ncclAllReduce uint64 min");
       check_backend_start(*backend);
       check_backend_group(*backend);
+    }
+  }
+  {
+    // qc's own NCCL communicator from a unique id (what the torch backend
+    // makes, the id shared through torch's store): a device allreduce
+    // enqueued on a stream, then qc destroys the communicator it owns.
+    unsigned char qc_id[QC_NCCL_UNIQUE_ID_BYTES + 1];
+    std::memset(qc_id, 0xA5, sizeof qc_id);
+    check(qc_nccl_unique_id_create(qc_id, sizeof qc_id) == QC_SUCCESS &&
+              qc_id[QC_NCCL_UNIQUE_ID_BYTES] == 0xA5,
+          "qc_nccl_unique_id_create writes QC_NCCL_UNIQUE_ID_BYTES bytes");
+    qc_comm_t own = nullptr;
+    check(qc_comm_create_nccl_id(qc_id, QC_NCCL_UNIQUE_ID_BYTES, 1, 1, nullptr, &own) ==
+                  QC_ERROR_INVALID_ARGUMENT &&
+              own == nullptr,
+          "qc_comm_create_nccl_id refuses rank 1 of 1");
+    qc_comm_config_t nccl_cfg = QC_COMM_CONFIG_INIT;
+    nccl_cfg.transport = QC_TRANSPORT_NCCL;
+    nccl_cfg.timeout_seconds = 60;
+    check(qc_comm_create_nccl_id(qc_id, QC_NCCL_UNIQUE_ID_BYTES, 0, 1, &nccl_cfg, &own) ==
+              QC_SUCCESS,
+          "qc_comm_create_nccl_id of one rank");
+    if (own != nullptr) {
+      int size = 0;
+      check(qc_comm_size(own, &size) == QC_SUCCESS && size == 1, "one rank from the id");
+      qc_policy_t q = QC_POLICY_INIT;
+      q.codec = QC_CODEC_MINMAX;
+      q.bits = 4;
+      q.error_feedback = 1;
+      q.min_compress_bytes = 0;
+      check(qc_comm_set_layer_policy(own, "*", &q) == QC_SUCCESS, "4-bit minmax with feedback");
+      std::vector<float> x(3000), want(x.size(), -1.0f), back(x.size(), -1.0f);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 89) * 0.125f - 5.0f;
+      qc_error_buffer_t host_ebuf = nullptr, dev_ebuf = nullptr;
+      check(qc_error_buffer_create(own, x.size(), &host_ebuf) == QC_SUCCESS &&
+                qc_error_buffer_create(own, x.size(), &dev_ebuf) == QC_SUCCESS,
+            "two error buffers");
+      check(qc_allreduce(own, x.data(), want.data(), x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM,
+                         "grad", host_ebuf, nullptr) == QC_SUCCESS && want != x,
+            "host allreduce on the id's communicator (quantized)");
+      float* dx = nullptr;
+      cudaMalloc(&dx, x.size() * 4);
+      cudaStream_t stream = nullptr;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      cudaMemcpyAsync(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice, stream);
+      check(qc_allreduce(own, dx, dx, x.size(), QC_DTYPE_FLOAT32, QC_OP_SUM, "grad", dev_ebuf,
+                         stream) == QC_SUCCESS,
+            "device allreduce in place with error feedback, enqueued");
+      cudaStreamSynchronize(stream);
+      cudaMemcpy(back.data(), dx, x.size() * 4, cudaMemcpyDeviceToHost);
+      check(std::memcmp(back.data(), want.data(), x.size() * 4) == 0,
+            "the enqueued device allreduce gives the host call's bytes");
+      double host_norm = -1, dev_norm = -2;
+      check(qc_error_buffer_norm(host_ebuf, &host_norm) == QC_SUCCESS &&
+                qc_error_buffer_norm(dev_ebuf, &dev_norm) == QC_SUCCESS &&
+                host_norm == dev_norm && host_norm > 0,
+            "the device's residuals equal the host's");
+      cudaStreamDestroy(stream);
+      cudaFree(dx);
+      qc_error_buffer_destroy(host_ebuf);
+      qc_error_buffer_destroy(dev_ebuf);
+      check(qc_comm_destroy(own) == QC_SUCCESS, "qc_comm_destroy frees the id's communicator");
     }
   }
   // qc split its own communicator off: the caller's is still usable.

@@ -102,6 +102,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId, int ra
   *comm = reinterpret_cast<ncclComm_t>(new FakeComm());
   return ncclSuccess;
 }
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t*) {
+  return ncclCommInitRank(comm, nranks, id, rank);
+}
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                            ncclConfig_t*) {
   if (comm == nullptr || newcomm == nullptr || key != 0) return ncclInvalidArgument;

@@ -315,6 +315,12 @@ qc_transport_callbacks_init_sized(callbacks, struct_size) =
 qc_comm_create_callbacks(callbacks, config, comm) =
     @ccall libqc.qc_comm_create_callbacks(callbacks::Ptr{qc_transport_callbacks_t}, config::Ptr{qc_comm_config_t}, comm::Ptr{qc_comm_t})::qc_status_t
 
+qc_nccl_unique_id_create(id, size) =
+    @ccall libqc.qc_nccl_unique_id_create(id::Ptr{Cvoid}, size::Csize_t)::qc_status_t
+
+qc_comm_create_nccl_id(id, size, rank, nranks, config, comm) =
+    @ccall libqc.qc_comm_create_nccl_id(id::Ptr{Cvoid}, size::Csize_t, rank::Cint, nranks::Cint, config::Ptr{qc_comm_config_t}, comm::Ptr{qc_comm_t})::qc_status_t
+
 qc_comm_destroy(comm) =
     @ccall libqc.qc_comm_destroy(comm::qc_comm_t)::qc_status_t
 
