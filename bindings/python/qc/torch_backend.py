@@ -167,7 +167,10 @@ def _create_backend(opts: Any, backend_options: Any) -> Any:
     if own_chunk:
         os.environ["QC_PIPELINE_CHUNK"] = _PIPELINE_CHUNK
     try:
-        backend = ext.QcBackend(rank, size, bytes_group, fallback, timeout.total_seconds(), max_sites)
+        # CUDA tensors: qc's NCCL communicator, made at the first collective on
+        # them from a unique id that rank 0 puts in this store.
+        backend = ext.QcBackend(rank, size, bytes_group, fallback, timeout.total_seconds(), max_sites,
+                                dist.PrefixStore("qc/cuda/", store))
     finally:
         if own_chunk:
             del os.environ["QC_PIPELINE_CHUNK"]

@@ -16,8 +16,9 @@ Each test launches torchrun with 4 processes (tests/torch_backend_worker.py):
     between ranks fails on every rank (wait() and the Future) with a message
     saying the ranks disagree, no process dies, the fallback still works;
   - test_a_rank_that_dies_fails_the_others: the others' next call fails.
-One-rank groups in this process check the QC_* default, bad arguments and
-the call-site counters.
+One-rank groups in this process check the QC_* default, bad arguments,
+the call-site counters, "cpu:qc,cuda:qc" on a machine without a GPU and,
+with a GPU, CUDA tensors through qc's NCCL communicator.
 Needs torch >= 2.0 and torchrun (skips otherwise); run it with that
 interpreter, e.g. /work/venv-torch/bin/python -m pytest, PYTHONPATH=<build>/bindings/python.
 The first run compiles the backend (torch.utils.cpp_extension, cached).
@@ -74,10 +75,10 @@ def one_rank_group(backend_compiled, monkeypatch):
         monkeypatch.delenv(k)
     monkeypatch.setattr(backend_compiled, "_default_policies", [])
 
-    def start(**env):
+    def start(backend="qc", **env):
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-        dist.init_process_group("qc", store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 
     yield start
     if dist.is_initialized():
@@ -170,6 +171,94 @@ def test_call_sites_wrap_and_reset_on_optimizer_steps(one_rank_group, capfd):
     names = sorted(qct.backend_state_dict()["residuals"])
     assert names == ["allreduce:float32:100:0", "allreduce:float32:256:0",
                      "allreduce:float32:256:1", "allreduce:float32:256:2"]
+
+
+def test_cpu_and_cuda_share_one_backend_whose_nccl_part_is_lazy(one_rank_group):
+    """"cpu:qc,cuda:qc" works on any machine: one QcBackend serves both devices,
+    and its NCCL communicator is made only by a first collective on CUDA tensors
+    (none here), so CPU-only training never loads NCCL."""
+    import qc.torch as qct
+    import qc.torch_backend
+    one_rank_group(backend="cpu:qc,cuda:qc")
+    ext = qc.torch_backend.load_extension()
+    pg = dist.group.WORLD
+    assert isinstance(pg._get_backend(torch.device("cuda")), ext.QcBackend)
+    backend = qc.torch_backend.backend_of()
+    x = torch.arange(10, dtype=torch.float32)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.arange(10, dtype=torch.float32))
+    assert not backend.cuda_ready()
+    assert qct.backend_stats()["calls"] == 1
+    assert qct.fallback_counts() == {}
+    # residuals of CUDA sites saved earlier wait for the NCCL communicator
+    qct.load_backend_state_dict({"format": "qc.torch_backend/1", "residuals": {}})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_go_through_qcs_nccl_communicator(one_rank_group):
+    """The one-rank NCCL smoke through the backend (issue 32): CUDA tensors take
+    qc's NCCL communicator made from a unique id in the store, stream-ordered on
+    the backend's side stream; each result equals the same call on CPU tensors
+    (qc's host path), bit for bit; nothing goes to the fallback."""
+    import qc.torch as qct
+    import qc.torch_backend
+    one_rank_group(backend="cpu:qc,cuda:qc")
+    backend = qc.torch_backend.backend_of()
+    qct.set_backend_policy("allreduce:*", qc.Policy(codec="minmax", bits=4, error_feedback=True,
+                                                    min_compress_bytes=0))
+    x = torch.randn(5000, generator=torch.Generator().manual_seed(1))
+    host = x.clone()
+    dist.all_reduce(host)
+    assert not torch.equal(host, x)  # quantized
+    dev = x.cuda()
+    work = dist.all_reduce(dev, async_op=True)
+    work.wait()  # the current stream waits for the side stream
+    assert backend.cuda_ready()
+    assert torch.equal(dev.cpu(), host)
+    # the Future (what DDP's hooks use), a second site of the same signature
+    dev2 = x.cuda()
+    got = dist.all_reduce(dev2, async_op=True).get_future().wait()[0]
+    assert torch.equal(got.cpu(), host)
+    # not contiguous, bfloat16, PREMUL_SUM: still qc's
+    y = torch.randn(64, 40, generator=torch.Generator().manual_seed(2))
+    ycpu, ydev = y.t().clone(), y.cuda().t()
+    dist.all_reduce(ycpu)
+    dist.all_reduce(ydev)
+    assert torch.equal(ydev.cpu(), ycpu)
+    # codec none (the default for the other ops): exact
+    inp = torch.arange(12, dtype=torch.float32).cuda()
+    out = torch.empty(12, device="cuda")
+    dist.reduce_scatter_tensor(out, inp)
+    assert torch.equal(out.cpu(), torch.arange(12, dtype=torch.float32))
+    out.zero_()
+    dist.all_gather_into_tensor(out, inp)
+    assert torch.equal(out.cpu(), torch.arange(12, dtype=torch.float32))
+    b = torch.full((7,), 3.0, device="cuda", dtype=torch.bfloat16)
+    dist.broadcast(b, src=0)
+    assert torch.equal(b.cpu(), torch.full((7,), 3.0, dtype=torch.bfloat16))
+    a2a = torch.empty(12, device="cuda")
+    dist.all_to_all_single(a2a, inp)
+    assert torch.equal(a2a.cpu(), torch.arange(12, dtype=torch.float32))
+    dist.barrier()
+    assert qct.fallback_counts() == {}
+    # residuals: CUDA sites carry "cuda/" and round-trip
+    state = qct.backend_state_dict()
+    assert "cuda/allreduce:float32:5000:0" in state["residuals"], sorted(state["residuals"])
+    assert "allreduce:float32:5000:0" in state["residuals"]
+    qct.load_backend_state_dict(state)
+    # DDP on the GPU: the broadcast at construction and the gradient
+    # allreduces go through qc's NCCL communicator, one step trains
+    calls = qct.backend_stats()["calls"]
+    model = torch.nn.Linear(32, 4).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    data = torch.randn(16, 32, device="cuda")
+    loss = ddp(data).square().mean()
+    loss.backward()
+    opt.step()
+    assert torch.isfinite(ddp(data).square().mean()).item()
+    assert qct.backend_stats()["calls"] >= calls + 2
+    assert not [k for k in qct.fallback_counts() if "float" in k or "device" in k]
 
 
 def test_collectives(backend_compiled, tmp_path):

@@ -14,9 +14,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<qc_torch::QcBackend, c10d::Backend, c10::intrusive_ptr<qc_torch::QcBackend>>(
       m, "QcBackend")
       .def(py::init<int, int, c10::intrusive_ptr<c10d::Backend>,
-                    c10::intrusive_ptr<c10d::Backend>, double, size_t>(),
+                    c10::intrusive_ptr<c10d::Backend>, double, size_t,
+                    c10::intrusive_ptr<c10d::Store>>(),
            py::arg("rank"), py::arg("size"), py::arg("bytes_group"), py::arg("fallback_group"),
-           py::arg("timeout_seconds"), py::arg("max_sites"))
+           py::arg("timeout_seconds"), py::arg("max_sites"), py::arg("store"))
       .def("set_layer_policy", &qc_torch::QcBackend::set_layer_policy,
            py::call_guard<py::gil_scoped_release>())
       .def("get_layer_policy", &qc_torch::QcBackend::get_layer_policy)
@@ -49,6 +50,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            })
       .def("stats", &qc_torch::QcBackend::stats)
       .def("fallback_counts", &qc_torch::QcBackend::fallback_counts)
+      .def("cuda_ready", [](qc_torch::QcBackend& self) { return self.cuda_ready(); })
       .def("synchronize", &qc_torch::QcBackend::synchronize,
            py::call_guard<py::gil_scoped_release>());
   m.def("reset_all_call_sites", &qc_torch::QcBackend::reset_all_call_sites);

@@ -92,7 +92,7 @@ at::Tensor writable(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& t,
 
 QcBackend::QcBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> bytes_group,
                      c10::intrusive_ptr<c10d::Backend> fallback_group, double timeout_seconds,
-                     size_t max_sites)
+                     size_t max_sites, c10::intrusive_ptr<c10d::Store> store)
     : c10d::Backend(rank, size),
       bytes_group_(std::move(bytes_group)),
       fallback_(std::move(fallback_group)) {
@@ -109,6 +109,7 @@ QcBackend::QcBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> bytes
     throw std::runtime_error("qc: creating the communicator over gloo failed: " + message);
   }
   sites_ = std::make_unique<CallSites>(comm_, rank, max_sites);
+  cuda_ = std::make_unique<CudaGroup>(std::move(store), rank, size, timeout_seconds, max_sites);
   completer_ = std::thread([this] { complete_in_order(); });
   std::lock_guard<std::mutex> lock(g_live_mutex);
   g_live.insert(this);
@@ -150,6 +151,7 @@ void QcBackend::close() {
   }
   changed_.notify_all();
   if (completer_.joinable()) completer_.join();
+  cuda_.reset();  // waits for its stream, then destroys its communicator
   sites_.reset();
   transport_.reset();
 }
@@ -184,16 +186,13 @@ std::string QcBackend::why_not(const std::vector<at::Tensor>& tensors) const {
   for (const auto& t : tensors) {
     if (!t.defined()) return "undefined tensor";
     if (t.is_sparse()) return "sparse tensors";
-    if (!t.device().is_cpu()) {
-      return std::string(t.device().type() == at::kCUDA
-                             ? "CUDA tensors (this backend compresses CPU tensors only)"
-                             : "tensors on device ") +
-             (t.device().type() == at::kCUDA ? "" : t.device().str());
-    }
+    if (!t.device().is_cpu() && !t.device().is_cuda()) return "tensors on " + t.device().str();
+    if (t.device() != tensors[0].device()) return "tensors on several devices";
     qc_dtype_t d;
     if (!qc_dtype_of(t, &d)) return std::string("dtype ") + c10::toString(t.scalar_type());
     if (t.scalar_type() != tensors[0].scalar_type()) return "mixed dtypes";
   }
+  if (!tensors.empty() && tensors[0].is_cuda()) return cuda_->why_not(tensors[0].device());
   return "";
 }
 
@@ -234,13 +233,47 @@ void QcBackend::before_qc_call() {
   TORCH_CHECK(!closed_, "qc: the process group was shut down");
 }
 
+void QcBackend::open_lane(const at::Tensor& first, Lane* lane) {
+  if (!first.defined() || !first.is_cuda()) {
+    lane->comm = comm_;
+    lane->sites = sites_.get();
+    return;
+  }
+  lane->device.reset_device(first.device());
+  lane->lock = std::unique_lock<std::mutex>(cuda_->mutex());
+  lane->comm = cuda_->comm(first.device());
+  lane->sites = &cuda_->sites();
+  lane->cuda = cuda_.get();
+}
+
+void* QcBackend::stream_for_call(const Lane& lane) {
+  if (lane.cuda == nullptr) return nullptr;
+  lane.cuda->side_waits_for_current();
+  return lane.cuda->stream_handle();
+}
+
 c10::intrusive_ptr<QcWork> QcBackend::new_work(c10d::OpType type,
-                                                std::vector<at::Tensor> outputs) {
+                                                std::vector<at::Tensor> outputs,
+                                                const at::Tensor& first, Lane* lane) {
   before_qc_call();
+  open_lane(first, lane);
   return c10::make_intrusive<QcWork>(getRank(), type, std::move(outputs));
 }
 
-QcBackend::WorkPtr QcBackend::enqueue(const c10::intrusive_ptr<QcWork>& work) {
+void QcBackend::add_call(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                         qc_request_t request, qc_error_buffer_t residuals) {
+  if (lane.cuda != nullptr) {
+    lane.sites->release(residuals);
+    return;
+  }
+  work->add_request(request, residuals);
+}
+
+QcBackend::WorkPtr QcBackend::enqueue(const c10::intrusive_ptr<QcWork>& work, Lane& lane) {
+  if (lane.cuda != nullptr) {
+    work->finish_on_stream(*lane.cuda);
+    return work;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(work);
@@ -250,42 +283,52 @@ QcBackend::WorkPtr QcBackend::enqueue(const c10::intrusive_ptr<QcWork>& work) {
   return work;
 }
 
-void QcBackend::start_failed(const c10::intrusive_ptr<QcWork>& work, const std::string& call) {
+void QcBackend::start_failed(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                             const std::string& call) {
   const std::string message = qc_last_error();
-  if (!work->empty()) enqueue(work);  // the requests already started run out
+  if (!work->empty()) enqueue(work, lane);  // the requests already started run out
   throw std::runtime_error("qc: " + call + " failed: " + message);
 }
 
 // ---- starting qc requests ----------------------------------------------
 
-CallSites::Lease QcBackend::next_site(const c10::intrusive_ptr<QcWork>& work,
+CallSites::Lease QcBackend::next_site(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
                                       const std::string& op, qc_dtype_t dtype, size_t numel,
                                       bool with_residuals) {
   try {
-    return sites_->next(op, dtype, numel, with_residuals);
+    return lane.sites->next(op, dtype, numel, with_residuals);
   } catch (...) {
-    if (!work->empty()) enqueue(work);  // the requests already started run out
+    if (!work->empty()) enqueue(work, lane);  // the requests already started run out
     throw;
   }
 }
 
-void QcBackend::start_allreduce(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& tensor,
-                                qc_reduce_op_t op) {
+// Each qc collective once, for both lanes: the non-blocking call (a request)
+// on the host, the stream-ordered call on the CUDA lane.
+
+void QcBackend::start_allreduce(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                                const at::Tensor& tensor, qc_reduce_op_t op) {
   at::Tensor buf = writable(work, tensor, true);
   const qc_dtype_t dtype = dtype_of(buf);
   const size_t n = static_cast<size_t>(buf.numel());
-  CallSites::Lease lease = next_site(work, "allreduce", dtype, n, true);
+  CallSites::Lease lease = next_site(work, lane, "allreduce", dtype, n, true);
   qc_request_t request = nullptr;
-  if (qc_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), n, dtype, op, lease.layer.c_str(),
-                    lease.buffer, &request) != QC_SUCCESS) {
-    sites_->release(lease.buffer);
-    start_failed(work, "qc_iallreduce (layer " + lease.layer + ")");
+  void* stream = stream_for_call(lane);
+  const qc_status_t status =
+      lane.cuda ? qc_allreduce(lane.comm, buf.data_ptr(), buf.data_ptr(), n, dtype, op,
+                               lease.layer.c_str(), lease.buffer, stream)
+                : qc_iallreduce(lane.comm, buf.data_ptr(), buf.data_ptr(), n, dtype, op,
+                                lease.layer.c_str(), lease.buffer, &request);
+  if (status != QC_SUCCESS) {
+    lane.sites->release(lease.buffer);
+    start_failed(work, lane, "qc_iallreduce (layer " + lease.layer + ")");
   }
   work->keep_alive(tensor);
-  work->add_request(request, lease.buffer);
+  work->keep_alive(buf);
+  add_call(work, lane, request, lease.buffer);
 }
 
-void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work,
+void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
                                      const at::Tensor& output, const at::Tensor& input,
                                      qc_reduce_op_t op) {
   at::Tensor src = input.contiguous();
@@ -296,20 +339,25 @@ void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work,
                         static_cast<char*>(src.data_ptr()) + getRank() * n * elem;
   if (!in_place && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
-  CallSites::Lease lease = next_site(work, "reduce_scatter", dtype, src.numel(), true);
+  CallSites::Lease lease = next_site(work, lane, "reduce_scatter", dtype, src.numel(), true);
   qc_request_t request = nullptr;
-  if (qc_ireduce_scatter(comm_, src.data_ptr(), dst.data_ptr(), n, dtype, op,
-                         lease.layer.c_str(), lease.buffer, &request) != QC_SUCCESS) {
-    sites_->release(lease.buffer);
-    start_failed(work, "qc_ireduce_scatter (layer " + lease.layer + ")");
+  void* stream = stream_for_call(lane);
+  const qc_status_t status =
+      lane.cuda ? qc_reduce_scatter(lane.comm, src.data_ptr(), dst.data_ptr(), n, dtype, op,
+                                    lease.layer.c_str(), lease.buffer, stream)
+                : qc_ireduce_scatter(lane.comm, src.data_ptr(), dst.data_ptr(), n, dtype, op,
+                                     lease.layer.c_str(), lease.buffer, &request);
+  if (status != QC_SUCCESS) {
+    lane.sites->release(lease.buffer);
+    start_failed(work, lane, "qc_ireduce_scatter (layer " + lease.layer + ")");
   }
   work->keep_alive(src);
   work->keep_alive(dst);
-  work->add_request(request, lease.buffer);
+  add_call(work, lane, request, lease.buffer);
 }
 
-void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& output,
-                                const at::Tensor& input) {
+void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                                const at::Tensor& output, const at::Tensor& input) {
   at::Tensor src = input.contiguous();
   at::Tensor dst = writable(work, output, false);
   const size_t n = static_cast<size_t>(src.numel());
@@ -317,16 +365,21 @@ void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, const at
                         static_cast<char*>(dst.data_ptr()) + getRank() * n * src.element_size();
   if (!in_place && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
-  CallSites::Lease lease = next_site(work, "allgather", dtype, n, true);
+  CallSites::Lease lease = next_site(work, lane, "allgather", dtype, n, true);
   qc_request_t request = nullptr;
-  if (qc_iallgather(comm_, src.data_ptr(), dst.data_ptr(), n, dtype, lease.layer.c_str(),
-                    lease.buffer, &request) != QC_SUCCESS) {
-    sites_->release(lease.buffer);
-    start_failed(work, "qc_iallgather (layer " + lease.layer + ")");
+  void* stream = stream_for_call(lane);
+  const qc_status_t status =
+      lane.cuda ? qc_allgather(lane.comm, src.data_ptr(), dst.data_ptr(), n, dtype,
+                               lease.layer.c_str(), lease.buffer, stream)
+                : qc_iallgather(lane.comm, src.data_ptr(), dst.data_ptr(), n, dtype,
+                                lease.layer.c_str(), lease.buffer, &request);
+  if (status != QC_SUCCESS) {
+    lane.sites->release(lease.buffer);
+    start_failed(work, lane, "qc_iallgather (layer " + lease.layer + ")");
   }
   work->keep_alive(src);
   work->keep_alive(dst);
-  work->add_request(request, lease.buffer);
+  add_call(work, lane, request, lease.buffer);
 }
 
 // ---- the collectives -----------------------------------------------------
@@ -340,15 +393,16 @@ QcBackend::WorkPtr QcBackend::allreduce(std::vector<at::Tensor>& tensors,
   qc_reduce_op_t op;
   double factor;
   reduce_op_of(opts.reduceOp, &op, &factor);
-  auto work = new_work(c10d::OpType::ALLREDUCE, tensors);
+  Lane lane;
+  auto work = new_work(c10d::OpType::ALLREDUCE, tensors, tensors.front(), &lane);
   for (const auto& t : tensors) {
-    start_allreduce(work, t, op);
+    start_allreduce(work, lane, t, op);
     if (factor != 1.0) {
       at::Tensor target = t;
       work->after_success([target, factor]() mutable { target.mul_(factor); });
     }
   }
-  return enqueue(work);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -377,22 +431,28 @@ QcBackend::WorkPtr QcBackend::broadcast(std::vector<at::Tensor>& tensors,
   if (!why.empty()) {
     return to_fallback("broadcast", why, [&] { return fallback_->broadcast(tensors, opts); });
   }
-  auto work = new_work(c10d::OpType::BROADCAST, tensors);
+  Lane lane;
+  auto work = new_work(c10d::OpType::BROADCAST, tensors, tensors.front(), &lane);
   const int root = static_cast<int>(opts.rootRank);
   for (const auto& t : tensors) {
     at::Tensor buf = writable(work, t, getRank() == root);
     const qc_dtype_t dtype = dtype_of(buf);
     const size_t n = static_cast<size_t>(buf.numel());
-    CallSites::Lease lease = next_site(work, "broadcast", dtype, n, false);
+    CallSites::Lease lease = next_site(work, lane, "broadcast", dtype, n, false);
     qc_request_t request = nullptr;
-    if (qc_ibroadcast(comm_, getRank() == root ? buf.data_ptr() : nullptr, buf.data_ptr(), n,
-                      dtype, root, lease.layer.c_str(), &request) != QC_SUCCESS) {
-      start_failed(work, "qc_ibroadcast (layer " + lease.layer + ")");
-    }
+    void* send = getRank() == root ? buf.data_ptr() : nullptr;
+    void* stream = stream_for_call(lane);
+    const qc_status_t status =
+        lane.cuda ? qc_broadcast(lane.comm, send, buf.data_ptr(), n, dtype, root,
+                                 lease.layer.c_str(), stream)
+                  : qc_ibroadcast(lane.comm, send, buf.data_ptr(), n, dtype, root,
+                                  lease.layer.c_str(), &request);
+    if (status != QC_SUCCESS) start_failed(work, lane, "qc_ibroadcast (layer " + lease.layer + ")");
     work->keep_alive(t);
-    work->add_request(request, nullptr);
+    work->keep_alive(buf);
+    add_call(work, lane, request, nullptr);
   }
-  return enqueue(work);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -408,13 +468,14 @@ QcBackend::WorkPtr QcBackend::_reduce_scatter_base(at::Tensor& output, at::Tenso
   qc_reduce_op_t op;
   double factor;
   reduce_op_of(opts.reduceOp, &op, &factor);
-  auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
-  start_reduce_scatter(work, output, input, op);
+  Lane lane;
+  auto work = new_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, output, &lane);
+  start_reduce_scatter(work, lane, output, input, op);
   if (factor != 1.0) {
     at::Tensor target = output;
     work->after_success([target, factor]() mutable { target.mul_(factor); });
   }
-  return enqueue(work);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::reduce_scatter_tensor_coalesced(
@@ -437,15 +498,17 @@ QcBackend::WorkPtr QcBackend::reduce_scatter_tensor_coalesced(
   qc_reduce_op_t op;
   double factor;
   reduce_op_of(opts.reduceOp, &op, &factor);
-  auto work = new_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs);
+  Lane lane;
+  auto work =
+      new_work(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, outputs.front(), &lane);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    start_reduce_scatter(work, outputs[i], inputs[i], op);
+    start_reduce_scatter(work, lane, outputs[i], inputs[i], op);
     if (factor != 1.0) {
       at::Tensor target = outputs[i];
       work->after_success([target, factor]() mutable { target.mul_(factor); });
     }
   }
-  return enqueue(work);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -483,9 +546,10 @@ QcBackend::WorkPtr QcBackend::_allgather_base(at::Tensor& output, at::Tensor& in
     return to_fallback("all_gather_into_tensor", why,
                        [&] { return fallback_->_allgather_base(output, input, opts); });
   }
-  auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output});
-  start_allgather(work, output, input);
-  return enqueue(work);
+  Lane lane;
+  auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output}, output, &lane);
+  start_allgather(work, lane, output, input);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -505,9 +569,11 @@ QcBackend::WorkPtr QcBackend::allgather_into_tensor_coalesced(std::vector<at::Te
       return fallback_->allgather_into_tensor_coalesced(outputs, inputs, opts);
     });
   }
-  auto work = new_work(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs);
-  for (size_t i = 0; i < outputs.size(); ++i) start_allgather(work, outputs[i], inputs[i]);
-  return enqueue(work);
+  Lane lane;
+  auto work =
+      new_work(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, outputs.front(), &lane);
+  for (size_t i = 0; i < outputs.size(); ++i) start_allgather(work, lane, outputs[i], inputs[i]);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -529,9 +595,10 @@ QcBackend::WorkPtr QcBackend::allgather(std::vector<std::vector<at::Tensor>>& ou
     return to_fallback("allgather", why,
                        [&] { return fallback_->allgather(outputs, inputs, opts); });
   }
-  auto work = new_work(c10d::OpType::ALLGATHER, outputs[0]);
+  Lane lane;
+  auto work = new_work(c10d::OpType::ALLGATHER, outputs[0], inputs[0], &lane);
   at::Tensor flat = at::empty({inputs[0].numel() * getSize()}, inputs[0].options());
-  start_allgather(work, flat, inputs[0]);
+  start_allgather(work, lane, flat, inputs[0]);
   std::vector<at::Tensor> targets = outputs[0];
   const int64_t n = inputs[0].numel();
   work->after_success([targets, flat, n]() mutable {
@@ -539,7 +606,8 @@ QcBackend::WorkPtr QcBackend::allgather(std::vector<std::vector<at::Tensor>>& ou
       targets[i].copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n).view(targets[i].sizes()));
     }
   });
-  return enqueue(work);
+  for (const auto& t : targets) work->keep_alive(t);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -564,36 +632,47 @@ QcBackend::WorkPtr QcBackend::alltoall_base(at::Tensor& output, at::Tensor& inpu
       return fallback_->alltoall_base(output, input, output_splits, input_splits, opts);
     });
   }
-  auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output});
+  Lane lane;
+  auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output}, output, &lane);
   at::Tensor src = input.contiguous();
   at::Tensor dst = writable(work, output, false);
   if (src.data_ptr() != dst.data_ptr() && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
   const size_t per_rank = static_cast<size_t>(src.numel() / size);
-  CallSites::Lease lease = next_site(work, "alltoall", dtype, src.numel(), false);
+  CallSites::Lease lease = next_site(work, lane, "alltoall", dtype, src.numel(), false);
   qc_request_t request = nullptr;
-  if (qc_ialltoall(comm_, src.data_ptr(), dst.data_ptr(), per_rank, dtype, lease.layer.c_str(),
-                   &request) != QC_SUCCESS) {
-    start_failed(work, "qc_ialltoall (layer " + lease.layer + ")");
-  }
+  void* stream = stream_for_call(lane);
+  const qc_status_t status =
+      lane.cuda ? qc_alltoall(lane.comm, src.data_ptr(), dst.data_ptr(), per_rank, dtype,
+                              lease.layer.c_str(), stream)
+                : qc_ialltoall(lane.comm, src.data_ptr(), dst.data_ptr(), per_rank, dtype,
+                               lease.layer.c_str(), &request);
+  if (status != QC_SUCCESS) start_failed(work, lane, "qc_ialltoall (layer " + lease.layer + ")");
   work->keep_alive(src);
   work->keep_alive(dst);
-  work->add_request(request, nullptr);
-  return enqueue(work);
+  add_call(work, lane, request, nullptr);
+  return enqueue(work, lane);
 }
 
 QcBackend::WorkPtr QcBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
-  // One float summed by qc: it runs after every qc call started before.
-  auto work = new_work(c10d::OpType::BARRIER, {});
+  // One float summed by qc on the host: it runs after every qc call
+  // started before; the CUDA lane's calls are waited for first (as NCCL's
+  // barrier waits for the device).
+  {
+    std::lock_guard<std::mutex> lock(cuda_->mutex());
+    cuda_->synchronize();
+  }
+  Lane lane;
+  auto work = new_work(c10d::OpType::BARRIER, {}, at::Tensor(), &lane);
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kFloat));
   qc_request_t request = nullptr;
   if (qc_iallreduce(comm_, token.data_ptr(), token.data_ptr(), 1, QC_DTYPE_FLOAT32, QC_OP_SUM,
                     "barrier", nullptr, &request) != QC_SUCCESS) {
-    start_failed(work, "qc_iallreduce (barrier)");
+    start_failed(work, lane, "qc_iallreduce (barrier)");
   }
   work->keep_alive(token);
-  work->add_request(request, nullptr);
-  return enqueue(work);
+  add_call(work, lane, request, nullptr);
+  return enqueue(work, lane);
 }
 
 // ---- what qc does not do: the fallback ------------------------------------
@@ -675,6 +754,7 @@ void QcBackend::set_layer_policy(const std::string& pattern, const PolicyTuple& 
   if (qc_comm_set_layer_policy(comm_, pattern.c_str(), &p) != QC_SUCCESS) {
     throw_qc("set_layer_policy(\"" + pattern + "\")");
   }
+  cuda_->set_layer_policy(pattern, p);
 }
 
 PolicyTuple QcBackend::get_layer_policy(const std::string& layer) {
@@ -688,39 +768,86 @@ PolicyTuple QcBackend::get_layer_policy(const std::string& layer) {
                      p.min_compress_bytes);
 }
 
-void QcBackend::reset_call_sites() { sites_->reset_counters(); }
+// The CUDA lane's sites, in a state dict, carry this prefix before their
+// layer name (their residuals live on its communicator).
+static const std::string kCudaSitePrefix = "cuda/";
 
-size_t QcBackend::call_site_count() { return sites_->site_count(); }
+void QcBackend::reset_call_sites() {
+  sites_->reset_counters();
+  std::lock_guard<std::mutex> lock(cuda_->mutex());
+  if (cuda_->made()) cuda_->sites().reset_counters();
+}
+
+size_t QcBackend::call_site_count() {
+  size_t n = sites_->site_count();
+  std::lock_guard<std::mutex> lock(cuda_->mutex());
+  if (cuda_->made()) n += cuda_->sites().site_count();
+  return n;
+}
 
 std::map<std::string, std::pair<size_t, std::string>> QcBackend::residuals() {
   synchronize();
   std::map<std::string, std::pair<size_t, std::string>> out;
   for (auto& s : sites_->save()) out[s.layer] = {s.count, std::move(s.image)};
+  std::lock_guard<std::mutex> lock(cuda_->mutex());
+  if (cuda_->made()) {
+    cuda_->synchronize();
+    for (auto& s : cuda_->sites().save()) {
+      out[kCudaSitePrefix + s.layer] = {s.count, std::move(s.image)};
+    }
+  }
   return out;
 }
 
 void QcBackend::load_residuals(
     const std::map<std::string, std::pair<size_t, std::string>>& saved) {
   synchronize();
+  std::lock_guard<std::mutex> lock(cuda_->mutex());
   for (const auto& entry : saved) {
-    sites_->load(CallSites::Saved{entry.first, entry.second.first, entry.second.second});
+    const std::string& name = entry.first;
+    if (name.compare(0, kCudaSitePrefix.size(), kCudaSitePrefix) != 0) {
+      sites_->load(CallSites::Saved{name, entry.second.first, entry.second.second});
+      continue;
+    }
+    CallSites::Saved site{name.substr(kCudaSitePrefix.size()), entry.second.first,
+                          entry.second.second};
+    if (cuda_->made()) {
+      cuda_->synchronize();
+      cuda_->sites().load(site);
+    } else {
+      cuda_->defer_load(site);  // loaded when the first CUDA call makes the communicator
+    }
   }
 }
 
 std::map<std::string, double> QcBackend::stats() {
-  qc_stats_t s;
-  qc_stats_init(&s);
-  if (qc_comm_get_stats(comm_, &s) != QC_SUCCESS) throw_qc("stats");
-  return {{"calls", static_cast<double>(s.calls)},
-          {"logical_bytes", static_cast<double>(s.logical_bytes)},
-          {"wire_bytes", static_cast<double>(s.wire_bytes)},
-          {"codec_seconds", s.codec_seconds},
-          {"transport_seconds", s.transport_seconds}};
+  std::map<std::string, double> out{{"calls", 0.0},         {"logical_bytes", 0.0},
+                                    {"wire_bytes", 0.0},    {"codec_seconds", 0.0},
+                                    {"transport_seconds", 0.0}};
+  auto add = [&out](qc_comm_t comm) {
+    qc_stats_t s;
+    qc_stats_init(&s);
+    if (qc_comm_get_stats(comm, &s) != QC_SUCCESS) throw_qc("stats");
+    out["calls"] += static_cast<double>(s.calls);
+    out["logical_bytes"] += static_cast<double>(s.logical_bytes);
+    out["wire_bytes"] += static_cast<double>(s.wire_bytes);
+    out["codec_seconds"] += s.codec_seconds;
+    out["transport_seconds"] += s.transport_seconds;
+  };
+  add(comm_);
+  std::lock_guard<std::mutex> lock(cuda_->mutex());
+  if (cuda_->made()) add(cuda_->made_comm());
+  return out;
 }
 
 std::map<std::string, uint64_t> QcBackend::fallback_counts() {
   std::lock_guard<std::mutex> lock(fallback_mutex_);
   return fallback_counts_;
+}
+
+bool QcBackend::cuda_ready() {
+  std::lock_guard<std::mutex> lock(cuda_->mutex());
+  return cuda_->made();
 }
 
 void QcBackend::reset_all_call_sites() {

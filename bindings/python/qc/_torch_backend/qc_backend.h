@@ -10,10 +10,14 @@
 //     float16, bfloat16. Each call is a qc request (non-blocking) whose
 //     layer name comes from its call site (CallSites: "allreduce:float32:
 //     1024:0"), so policies are chosen by patterns ("allreduce:*").
+//   - the same calls on CUDA tensors of one device go to qc's NCCL
+//     communicator (CudaGroup: made at the first such call from a unique id
+//     shared through torch's store), enqueued on a side stream, no host
+//     staging in the backend.
 //   - everything else goes to a second inner gloo group, the fallback:
-//     other reduce ops, other dtypes, CUDA tensors (no NCCL path yet),
-//     unequal sizes or splits, send/recv, gather, scatter, reduce, ... (one
-//     info line per (op, reason) with QC_DEBUG=info).
+//     other reduce ops, other dtypes, tensors on several devices, unequal
+//     sizes or splits, send/recv, gather, scatter, reduce, ... (one info
+//     line per (op, reason) with QC_DEBUG=info).
 // Order between the two: a fallback collective first waits for the qc
 // calls started before it, and a qc call first waits for the fallback
 // collective started before it, so calls on one tensor keep program order.
@@ -30,10 +34,12 @@
 #include <tuple>
 #include <vector>
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "backend_transport.h"
 #include "call_sites.h"
+#include "cuda_group.h"
 #include "qc.h"
 #include "qc_work.h"
 
@@ -44,9 +50,11 @@ using PolicyTuple = std::tuple<int, int, int, int, int, int, int, double, int, u
 
 class QcBackend : public c10d::Backend {
  public:
+  // store: where the NCCL unique id for CUDA tensors is shared (NULL: CUDA
+  // tensors go to the fallback).
   QcBackend(int rank, int size, c10::intrusive_ptr<c10d::Backend> bytes_group,
             c10::intrusive_ptr<c10d::Backend> fallback_group, double timeout_seconds,
-            size_t max_sites);
+            size_t max_sites, c10::intrusive_ptr<c10d::Store> store);
   ~QcBackend() override;
 
   const std::string getBackendName() const override { return "qc"; }
@@ -116,8 +124,11 @@ class QcBackend : public c10d::Backend {
   std::map<std::string, double> stats();
   // What went to the fallback: "op: reason" -> calls.
   std::map<std::string, uint64_t> fallback_counts();
-  // Waits for every qc call started so far.
+  // Waits for every qc call started so far (on the host).
   void synchronize();
+  // Whether the NCCL communicator for CUDA tensors was made (by a first
+  // collective on CUDA tensors).
+  bool cuda_ready();
 
   // Every live backend (the optimizer hook resets them all).
   static void reset_all_call_sites();
@@ -129,24 +140,47 @@ class QcBackend : public c10d::Backend {
   std::string why_not(const std::vector<at::Tensor>& tensors) const;
   std::string why_not_reduce(const std::vector<at::Tensor>& tensors,
                              const c10d::ReduceOp& op) const;
+
+  // Where one torch call's qc calls go: the host communicator (requests,
+  // completed by the completer thread) or, for CUDA tensors, the CudaGroup
+  // (stream-ordered calls; its lock held and its device current for the
+  // whole call).
+  struct Lane {
+    qc_comm_t comm = nullptr;
+    CallSites* sites = nullptr;
+    CudaGroup* cuda = nullptr;  // NULL: the host path
+    std::unique_lock<std::mutex> lock;
+    c10::OptionalDeviceGuard device;
+  };
+  void open_lane(const at::Tensor& first, Lane* lane);
+  // The call's stream (a cudaStream_t) on the CUDA path, after making it
+  // wait for the caller's stream; NULL on the host path.
+  static void* stream_for_call(const Lane& lane);
   WorkPtr to_fallback(const std::string& op, const std::string& why,
                       const std::function<WorkPtr()>& call, bool collective = true);
 
-  c10::intrusive_ptr<QcWork> new_work(c10d::OpType type, std::vector<at::Tensor> outputs);
-  WorkPtr enqueue(const c10::intrusive_ptr<QcWork>& work);
+  c10::intrusive_ptr<QcWork> new_work(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                      const at::Tensor& first, Lane* lane);
+  WorkPtr enqueue(const c10::intrusive_ptr<QcWork>& work, Lane& lane);
   // Queues what was started, then throws qc's message.
-  [[noreturn]] void start_failed(const c10::intrusive_ptr<QcWork>& work, const std::string& call);
+  [[noreturn]] void start_failed(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                                 const std::string& call);
+  // Takes a started call: its request (host path) or, on the CUDA path,
+  // frees its residuals' lease at once (the stream orders their next use).
+  void add_call(const c10::intrusive_ptr<QcWork>& work, Lane& lane, qc_request_t request,
+                qc_error_buffer_t residuals);
   void before_qc_call();
-  // sites_->next, queueing what `work` already started when it throws.
-  CallSites::Lease next_site(const c10::intrusive_ptr<QcWork>& work, const std::string& op,
-                             qc_dtype_t dtype, size_t numel, bool with_residuals);
+  // lane.sites->next, queueing what `work` already started when it throws.
+  CallSites::Lease next_site(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                             const std::string& op, qc_dtype_t dtype, size_t numel,
+                             bool with_residuals);
 
-  void start_allreduce(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& tensor,
-                       qc_reduce_op_t op);
-  void start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& output,
-                            const at::Tensor& input, qc_reduce_op_t op);
-  void start_allgather(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& output,
-                       const at::Tensor& input);
+  void start_allreduce(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                       const at::Tensor& tensor, qc_reduce_op_t op);
+  void start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                            const at::Tensor& output, const at::Tensor& input, qc_reduce_op_t op);
+  void start_allgather(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
+                       const at::Tensor& output, const at::Tensor& input);
 
   void complete_in_order();
   void close();
@@ -156,6 +190,7 @@ class QcBackend : public c10d::Backend {
   std::unique_ptr<BackendTransport> transport_;
   qc_comm_t comm_ = nullptr;
   std::unique_ptr<CallSites> sites_;
+  std::unique_ptr<CudaGroup> cuda_;
 
   std::mutex mutex_;
   std::condition_variable changed_;
