@@ -151,6 +151,17 @@ def _policy_tuple(policy: Any) -> tuple:
     return policy._to_tuple()
 
 
+def _nccl_fallback(store: Any, rank: int, size: int, timeout: Any) -> Any:
+    """What CUDA tensors qc does not take go to: NCCL's process group where this
+    torch has one and sees a GPU (it connects at its first collective), else
+    None (gloo then moves them too)."""
+    if not torch.cuda.is_available() or not dist.is_nccl_available():
+        return None
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = timeout
+    return dist.ProcessGroupNCCL(dist.PrefixStore("qc/fallback_cuda/", store), rank, size, options)
+
+
 def _create_backend(opts: Any, backend_options: Any) -> Any:
     ext = load_extension()
     store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
@@ -174,6 +185,9 @@ def _create_backend(opts: Any, backend_options: Any) -> Any:
     finally:
         if own_chunk:
             del os.environ["QC_PIPELINE_CHUNK"]
+    cuda_fallback = _nccl_fallback(store, rank, size, timeout)
+    if cuda_fallback is not None:
+        backend.set_cuda_fallback(cuda_fallback)
     for pattern, t in _default_policies:
         backend.set_layer_policy(pattern, t)
     _install_optimizer_hook(ext)

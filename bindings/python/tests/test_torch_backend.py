@@ -259,6 +259,11 @@ def test_cuda_tensors_go_through_qcs_nccl_communicator(one_rank_group):
     assert torch.isfinite(ddp(data).square().mean()).item()
     assert qct.backend_stats()["calls"] >= calls + 2
     assert not [k for k in qct.fallback_counts() if "float" in k or "device" in k]
+    # what qc does not take on CUDA tensors goes to the inner NCCL group
+    m = torch.arange(3.0, device="cuda")
+    dist.all_reduce(m, op=dist.ReduceOp.MAX)
+    assert torch.equal(m.cpu(), torch.arange(3.0))
+    assert qct.fallback_counts()["allreduce: reduce op MAX"] == 1
 
 
 def test_collectives(backend_compiled, tmp_path):

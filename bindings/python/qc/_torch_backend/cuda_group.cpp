@@ -123,6 +123,13 @@ void CudaGroup::side_waits_for_current() {
   ready.block(*side_);
 }
 
+void CudaGroup::current_waits_for_side(const c10::Device& device) {
+  if (!side_ || *device_ != device) return;
+  c10::Event done(c10::DeviceType::CUDA);
+  done.record(*side_);
+  done.block(current());
+}
+
 void CudaGroup::used_on_side(const at::Tensor& tensor) {
   if (!tensor.defined() || !tensor.is_cuda()) return;
   cuda_impl()->recordDataPtrOnStream(tensor.storage().data_ptr(), *side_);

@@ -61,6 +61,10 @@ class CudaGroup {
 
   // Before a qc call: the side stream waits for the caller's current stream.
   void side_waits_for_current();
+  // Before another library's call on `device`: the caller's current stream
+  // waits for the side stream's work so far (nothing to wait for before
+  // the communicator exists, or on another device).
+  void current_waits_for_side(const c10::Device& device);
   // A tensor the side stream reads or writes: its memory is not reused
   // before the side stream's work so far is done.
   void used_on_side(const at::Tensor& tensor);

@@ -50,6 +50,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            })
       .def("stats", &qc_torch::QcBackend::stats)
       .def("fallback_counts", &qc_torch::QcBackend::fallback_counts)
+      .def("set_cuda_fallback", &qc_torch::QcBackend::set_cuda_fallback, py::arg("group"))
       .def("cuda_ready", [](qc_torch::QcBackend& self) { return self.cuda_ready(); })
       .def("synchronize", &qc_torch::QcBackend::synchronize,
            py::call_guard<py::gil_scoped_release>());

@@ -68,6 +68,14 @@ const char* reduce_op_name(const c10d::ReduceOp& op) {
   }
 }
 
+// The tensor that tells which fallback group a call goes to.
+at::Tensor first_of(const std::vector<at::Tensor>& tensors) {
+  return tensors.empty() ? at::Tensor() : tensors.front();
+}
+at::Tensor first_of(const std::vector<std::vector<at::Tensor>>& lists) {
+  return lists.empty() ? at::Tensor() : first_of(lists.front());
+}
+
 bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   if (a.numel() == 0 || b.numel() == 0) return false;
   auto* a0 = static_cast<const char*>(a.data_ptr());
@@ -123,12 +131,14 @@ QcBackend::~QcBackend() {
   if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
   close();
   fallback_.reset();
+  cuda_fallback_.reset();
   bytes_group_.reset();
 }
 
 void QcBackend::shutdown() {
   close();
   fallback_->shutdown();
+  if (cuda_fallback_) cuda_fallback_->shutdown();
   bytes_group_->shutdown();
 }
 
@@ -207,20 +217,33 @@ std::string QcBackend::why_not_reduce(const std::vector<at::Tensor>& tensors,
 }
 
 QcBackend::WorkPtr QcBackend::to_fallback(const std::string& op, const std::string& why,
-                                          const std::function<WorkPtr()>& call,
+                                          const at::Tensor& sample,
+                                          const std::function<WorkPtr(c10d::Backend&)>& call,
                                           bool collective) {
+  const bool on_cuda = sample.defined() && sample.is_cuda();
+  c10d::Backend& group = on_cuda && cuda_fallback_ ? *cuda_fallback_ : *fallback_;
   {
     std::lock_guard<std::mutex> lock(fallback_mutex_);
     const std::string key = op + ": " + why;
     if (fallback_counts_[key]++ == 0) {
-      log_line(LogLevel::kInfo, getRank(), "torch backend: " + op + " goes to gloo (" + why + ")");
+      log_line(LogLevel::kInfo, getRank(),
+               "torch backend: " + op + " goes to " + group.getBackendName() + " (" + why + ")");
     }
   }
-  // Program order on shared tensors: the qc calls started before come first.
+  // Program order on shared tensors: the qc calls started before come first
+  // (on the host; on the device, the caller's stream waits for qc's).
   if (collective) synchronize();
-  WorkPtr work = call();
+  if (on_cuda) {
+    std::lock_guard<std::mutex> lock(cuda_->mutex());
+    cuda_->current_waits_for_side(sample.device());
+  }
+  WorkPtr work = call(group);
   if (collective) last_fallback_ = work;
   return work;
+}
+
+void QcBackend::set_cuda_fallback(c10::intrusive_ptr<c10d::Backend> group) {
+  cuda_fallback_ = std::move(group);
 }
 
 void QcBackend::before_qc_call() {
@@ -388,7 +411,8 @@ QcBackend::WorkPtr QcBackend::allreduce(std::vector<at::Tensor>& tensors,
                                         const c10d::AllreduceOptions& opts) {
   const std::string why = why_not_reduce(tensors, opts.reduceOp);
   if (!why.empty()) {
-    return to_fallback("allreduce", why, [&] { return fallback_->allreduce(tensors, opts); });
+    return to_fallback("allreduce", why, first_of(tensors),
+                       [&](c10d::Backend& fb) { return fb.allreduce(tensors, opts); });
   }
   qc_reduce_op_t op;
   double factor;
@@ -409,8 +433,8 @@ QcBackend::WorkPtr QcBackend::allreduce_coalesced(std::vector<at::Tensor>& tenso
                                                   const c10d::AllreduceCoalescedOptions& opts) {
   const std::string why = why_not_reduce(tensors, opts.reduceOp);
   if (!why.empty()) {
-    return to_fallback("allreduce_coalesced", why,
-                       [&] { return fallback_->allreduce_coalesced(tensors, opts); });
+    return to_fallback("allreduce_coalesced", why, first_of(tensors),
+                       [&](c10d::Backend& fb) { return fb.allreduce_coalesced(tensors, opts); });
   }
   c10d::AllreduceOptions single;
   single.reduceOp = opts.reduceOp;
@@ -420,8 +444,8 @@ QcBackend::WorkPtr QcBackend::allreduce_coalesced(std::vector<at::Tensor>& tenso
 
 QcBackend::WorkPtr QcBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                const c10d::AllreduceOptions& opts) {
-  return to_fallback("allreduce_sparse", "sparse tensors",
-                     [&] { return fallback_->allreduce_sparse(tensors, opts); });
+  return to_fallback("allreduce_sparse", "sparse tensors", first_of(tensors),
+                     [&](c10d::Backend& fb) { return fb.allreduce_sparse(tensors, opts); });
 }
 
 QcBackend::WorkPtr QcBackend::broadcast(std::vector<at::Tensor>& tensors,
@@ -429,7 +453,8 @@ QcBackend::WorkPtr QcBackend::broadcast(std::vector<at::Tensor>& tensors,
   std::string why = why_not(tensors);
   if (why.empty() && opts.rootTensor != 0) why = "rootTensor != 0";
   if (!why.empty()) {
-    return to_fallback("broadcast", why, [&] { return fallback_->broadcast(tensors, opts); });
+    return to_fallback("broadcast", why, first_of(tensors),
+                       [&](c10d::Backend& fb) { return fb.broadcast(tensors, opts); });
   }
   Lane lane;
   auto work = new_work(c10d::OpType::BROADCAST, tensors, tensors.front(), &lane);
@@ -462,8 +487,10 @@ QcBackend::WorkPtr QcBackend::_reduce_scatter_base(at::Tensor& output, at::Tenso
     why = "input is not world_size x output elements";
   }
   if (!why.empty()) {
-    return to_fallback("reduce_scatter_tensor", why,
-                       [&] { return fallback_->_reduce_scatter_base(output, input, opts); });
+    return to_fallback("reduce_scatter_tensor", why, output,
+                       [&](c10d::Backend& fb) {
+                         return fb._reduce_scatter_base(output, input, opts);
+                       });
   }
   qc_reduce_op_t op;
   double factor;
@@ -491,9 +518,10 @@ QcBackend::WorkPtr QcBackend::reduce_scatter_tensor_coalesced(
     }
   }
   if (!why.empty()) {
-    return to_fallback("reduce_scatter_tensor_coalesced", why, [&] {
-      return fallback_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
-    });
+    return to_fallback("reduce_scatter_tensor_coalesced", why, first_of(outputs),
+                       [&](c10d::Backend& fb) {
+                         return fb.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+                       });
   }
   qc_reduce_op_t op;
   double factor;
@@ -527,8 +555,8 @@ QcBackend::WorkPtr QcBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
     }
   }
   if (!why.empty()) {
-    return to_fallback("reduce_scatter", why,
-                       [&] { return fallback_->reduce_scatter(outputs, inputs, opts); });
+    return to_fallback("reduce_scatter", why, first_of(outputs),
+                       [&](c10d::Backend& fb) { return fb.reduce_scatter(outputs, inputs, opts); });
   }
   std::vector<at::Tensor> flat_parts;
   for (const auto& t : inputs[0]) flat_parts.push_back(t.reshape({-1}));
@@ -543,8 +571,8 @@ QcBackend::WorkPtr QcBackend::_allgather_base(at::Tensor& output, at::Tensor& in
     why = "output is not world_size x input elements";
   }
   if (!why.empty()) {
-    return to_fallback("all_gather_into_tensor", why,
-                       [&] { return fallback_->_allgather_base(output, input, opts); });
+    return to_fallback("all_gather_into_tensor", why, output,
+                       [&](c10d::Backend& fb) { return fb._allgather_base(output, input, opts); });
   }
   Lane lane;
   auto work = new_work(c10d::OpType::_ALLGATHER_BASE, {output}, output, &lane);
@@ -565,9 +593,10 @@ QcBackend::WorkPtr QcBackend::allgather_into_tensor_coalesced(std::vector<at::Te
     }
   }
   if (!why.empty()) {
-    return to_fallback("allgather_into_tensor_coalesced", why, [&] {
-      return fallback_->allgather_into_tensor_coalesced(outputs, inputs, opts);
-    });
+    return to_fallback("allgather_into_tensor_coalesced", why, first_of(outputs),
+                       [&](c10d::Backend& fb) {
+                         return fb.allgather_into_tensor_coalesced(outputs, inputs, opts);
+                       });
   }
   Lane lane;
   auto work =
@@ -592,8 +621,8 @@ QcBackend::WorkPtr QcBackend::allgather(std::vector<std::vector<at::Tensor>>& ou
     }
   }
   if (!why.empty()) {
-    return to_fallback("allgather", why,
-                       [&] { return fallback_->allgather(outputs, inputs, opts); });
+    return to_fallback("allgather", why, first_of(inputs),
+                       [&](c10d::Backend& fb) { return fb.allgather(outputs, inputs, opts); });
   }
   Lane lane;
   auto work = new_work(c10d::OpType::ALLGATHER, outputs[0], inputs[0], &lane);
@@ -628,9 +657,10 @@ QcBackend::WorkPtr QcBackend::alltoall_base(at::Tensor& output, at::Tensor& inpu
     why = "unequal splits";
   }
   if (!why.empty()) {
-    return to_fallback("all_to_all_single", why, [&] {
-      return fallback_->alltoall_base(output, input, output_splits, input_splits, opts);
-    });
+    return to_fallback("all_to_all_single", why, output,
+                       [&](c10d::Backend& fb) {
+                         return fb.alltoall_base(output, input, output_splits, input_splits, opts);
+                       });
   }
   Lane lane;
   auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output}, output, &lane);
@@ -679,51 +709,53 @@ QcBackend::WorkPtr QcBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
 
 QcBackend::WorkPtr QcBackend::reduce(std::vector<at::Tensor>& tensors,
                                      const c10d::ReduceOptions& opts) {
-  return to_fallback("reduce", "not a qc collective",
-                     [&] { return fallback_->reduce(tensors, opts); });
+  return to_fallback("reduce", "not a qc collective", first_of(tensors),
+                     [&](c10d::Backend& fb) { return fb.reduce(tensors, opts); });
 }
 
 QcBackend::WorkPtr QcBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::AllgatherOptions& opts) {
-  return to_fallback("allgather_coalesced", "not a qc collective",
-                     [&] { return fallback_->allgather_coalesced(outputs, inputs, opts); });
+  return to_fallback("allgather_coalesced", "not a qc collective", first_of(inputs),
+                     [&](c10d::Backend& fb) {
+                       return fb.allgather_coalesced(outputs, inputs, opts);
+                     });
 }
 
 QcBackend::WorkPtr QcBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                      std::vector<at::Tensor>& inputs,
                                      const c10d::GatherOptions& opts) {
-  return to_fallback("gather", "not a qc collective",
-                     [&] { return fallback_->gather(outputs, inputs, opts); });
+  return to_fallback("gather", "not a qc collective", first_of(inputs),
+                     [&](c10d::Backend& fb) { return fb.gather(outputs, inputs, opts); });
 }
 
 QcBackend::WorkPtr QcBackend::scatter(std::vector<at::Tensor>& outputs,
                                       std::vector<std::vector<at::Tensor>>& inputs,
                                       const c10d::ScatterOptions& opts) {
-  return to_fallback("scatter", "not a qc collective",
-                     [&] { return fallback_->scatter(outputs, inputs, opts); });
+  return to_fallback("scatter", "not a qc collective", first_of(outputs),
+                     [&](c10d::Backend& fb) { return fb.scatter(outputs, inputs, opts); });
 }
 
 QcBackend::WorkPtr QcBackend::alltoall(std::vector<at::Tensor>& outputs,
                                        std::vector<at::Tensor>& inputs,
                                        const c10d::AllToAllOptions& opts) {
-  return to_fallback("all_to_all", "tensor lists",
-                     [&] { return fallback_->alltoall(outputs, inputs, opts); });
+  return to_fallback("all_to_all", "tensor lists", first_of(outputs),
+                     [&](c10d::Backend& fb) { return fb.alltoall(outputs, inputs, opts); });
 }
 
 QcBackend::WorkPtr QcBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  return to_fallback("send", "point to point",
-                     [&] { return fallback_->send(tensors, dst, tag); }, false);
+  return to_fallback("send", "point to point", first_of(tensors),
+                     [&](c10d::Backend& fb) { return fb.send(tensors, dst, tag); }, false);
 }
 
 QcBackend::WorkPtr QcBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  return to_fallback("recv", "point to point",
-                     [&] { return fallback_->recv(tensors, src, tag); }, false);
+  return to_fallback("recv", "point to point", first_of(tensors),
+                     [&](c10d::Backend& fb) { return fb.recv(tensors, src, tag); }, false);
 }
 
 QcBackend::WorkPtr QcBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return to_fallback("recv", "point to point",
-                     [&] { return fallback_->recvAnysource(tensors, tag); }, false);
+  return to_fallback("recv", "point to point", first_of(tensors),
+                     [&](c10d::Backend& fb) { return fb.recvAnysource(tensors, tag); }, false);
 }
 
 void QcBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {

@@ -14,7 +14,8 @@
 //     communicator (CudaGroup: made at the first such call from a unique id
 //     shared through torch's store), enqueued on a side stream, no host
 //     staging in the backend.
-//   - everything else goes to a second inner gloo group, the fallback:
+//   - everything else goes to a second inner group, the fallback (gloo; for
+//     CUDA tensors NCCL's process group where torch has one):
 //     other reduce ops, other dtypes, tensors on several devices, unequal
 //     sizes or splits, send/recv, gather, scatter, reduce, ... (one info
 //     line per (op, reason) with QC_DEBUG=info).
@@ -113,6 +114,8 @@ class QcBackend : public c10d::Backend {
   void shutdown() override;
 
   // ---- the Python API (qc.torch_backend) ----
+  // The group for CUDA tensors qc does not take (an NCCL process group).
+  void set_cuda_fallback(c10::intrusive_ptr<c10d::Backend> group);
   void set_layer_policy(const std::string& pattern, const PolicyTuple& policy);
   PolicyTuple get_layer_policy(const std::string& layer);
   void reset_call_sites();
@@ -156,8 +159,11 @@ class QcBackend : public c10d::Backend {
   // The call's stream (a cudaStream_t) on the CUDA path, after making it
   // wait for the caller's stream; NULL on the host path.
   static void* stream_for_call(const Lane& lane);
-  WorkPtr to_fallback(const std::string& op, const std::string& why,
-                      const std::function<WorkPtr()>& call, bool collective = true);
+  // Runs `call` on the fallback group for `sample`'s device: NCCL's for
+  // CUDA tensors when set_cuda_fallback gave one, else gloo.
+  WorkPtr to_fallback(const std::string& op, const std::string& why, const at::Tensor& sample,
+                      const std::function<WorkPtr(c10d::Backend&)>& call,
+                      bool collective = true);
 
   c10::intrusive_ptr<QcWork> new_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                       const at::Tensor& first, Lane* lane);
@@ -187,6 +193,7 @@ class QcBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Backend> bytes_group_;
   c10::intrusive_ptr<c10d::Backend> fallback_;
+  c10::intrusive_ptr<c10d::Backend> cuda_fallback_;  // NULL: gloo takes CUDA tensors too
   std::unique_ptr<BackendTransport> transport_;
   qc_comm_t comm_ = nullptr;
   std::unique_ptr<CallSites> sites_;
