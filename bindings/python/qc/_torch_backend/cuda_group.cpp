@@ -49,7 +49,11 @@ std::string CudaGroup::why_not(const c10::Device& device) {
   if (!supported()) return "CUDA tensors with torch older than 2.4 (no Stream::native_handle)";
   if (!store_) return "CUDA tensors (the group has no store to share an NCCL id)";
   std::lock_guard<std::mutex> lock(mutex_);
-  if (device_ && *device_ != device) {
+  // Made here, by the first call every rank routes by the same rule, so
+  // that a qc without NCCL sends CUDA tensors to the fallback on every rank.
+  if (comm_ == nullptr && unavailable_.empty()) make(device);
+  if (!unavailable_.empty()) return "CUDA tensors (" + unavailable_ + ")";
+  if (*device_ != device) {
     return "tensors on " + device.str() + " (the group's NCCL communicator is on " +
            device_->str() + ")";
   }
@@ -58,24 +62,34 @@ std::string CudaGroup::why_not(const c10::Device& device) {
 
 qc_comm_t CudaGroup::comm(const c10::Device& device) {
   if (comm_ == nullptr) make(device);
+  if (comm_ == nullptr) throw std::runtime_error("qc: no NCCL communicator: " + unavailable_);
   return comm_;
 }
 
 void CudaGroup::make(const c10::Device& device) {
   c10::DeviceGuard guard(device);
   unsigned char id[QC_NCCL_UNIQUE_ID_BYTES];
+  // Rank 0 publishes the id, or why there is none (a qc built without
+  // NCCL, no libnccl.so.2): then every rank leaves CUDA tensors to the
+  // fallback instead of waiting for an id that never comes.
   if (rank_ == 0) {
-    if (qc_nccl_unique_id_create(id, sizeof id) != QC_SUCCESS) {
-      throw std::runtime_error(std::string("qc: making an NCCL unique id failed: ") +
-                               qc_last_error());
+    const qc_status_t status = qc_nccl_unique_id_create(id, sizeof id);
+    if (status != QC_SUCCESS) {
+      const std::string why = qc_last_error();
+      store_->set(kIdKey, std::vector<uint8_t>(why.begin(), why.end()));
+      if (status != QC_ERROR_UNSUPPORTED) {
+        throw std::runtime_error("qc: making an NCCL unique id failed: " + why);
+      }
+      unavailable_ = why;
+      log_line(LogLevel::kInfo, rank_, "torch backend: CUDA tensors go to the fallback: " + why);
+      return;
     }
     store_->set(kIdKey, std::vector<uint8_t>(id, id + sizeof id));
   } else {
     const std::vector<uint8_t> got = store_->get(kIdKey);  // waits, with the store's timeout
     if (got.size() != sizeof id) {
-      throw std::runtime_error("qc: the store's NCCL unique id has " +
-                               std::to_string(got.size()) + " bytes, not " +
-                               std::to_string(sizeof id));
+      unavailable_ = "rank 0: " + std::string(got.begin(), got.end());
+      return;
     }
     std::copy(got.begin(), got.end(), id);
   }

@@ -49,7 +49,9 @@ class CudaGroup {
   static bool supported();
 
   // "" when the group takes tensors on `device`, else why not (a second
-  // device after the first: one communicator, one device).
+  // device after the first: one communicator, one device; a qc without
+  // NCCL). Makes the communicator at its first call: collective, so call
+  // it where every rank does (routing a collective).
   std::string why_not(const c10::Device& device);
 
   // The communicator for `device`, made on first use (collective: every
@@ -102,6 +104,7 @@ class CudaGroup {
   std::unique_ptr<CallSites> sites_;
   std::vector<std::pair<std::string, qc_policy_t>> policies_;
   std::vector<CallSites::Saved> deferred_;
+  std::string unavailable_;  // why this qc cannot make the communicator
 };
 
 }  // namespace qc_torch
