@@ -89,6 +89,8 @@ void CudaGroup::make(const c10::Device& device) {
     const std::vector<uint8_t> got = store_->get(kIdKey);  // waits, with the store's timeout
     if (got.size() != sizeof id) {
       unavailable_ = "rank 0: " + std::string(got.begin(), got.end());
+      log_line(LogLevel::kInfo, rank_,
+               "torch backend: CUDA tensors go to the fallback: " + unavailable_);
       return;
     }
     std::copy(got.begin(), got.end(), id);
