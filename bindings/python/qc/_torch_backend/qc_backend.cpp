@@ -283,13 +283,19 @@ c10::intrusive_ptr<QcWork> QcBackend::new_work(c10d::OpType type,
   return c10::make_intrusive<QcWork>(getRank(), type, std::move(outputs));
 }
 
-void QcBackend::add_call(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
-                         qc_request_t request, qc_error_buffer_t residuals) {
+void QcBackend::took_call(const c10::intrusive_ptr<QcWork>& work, Lane& lane, qc_status_t status,
+                          const CallSites::Lease& lease, const char* function,
+                          qc_request_t request, std::initializer_list<at::Tensor> tensors) {
+  if (status != QC_SUCCESS) {
+    lane.sites->release(lease.buffer);
+    start_failed(work, lane, std::string(function) + " (layer " + lease.layer + ")");
+  }
+  for (const auto& t : tensors) work->keep_alive(t);
   if (lane.cuda != nullptr) {
-    lane.sites->release(residuals);
+    lane.sites->release(lease.buffer);  // the stream orders the residuals' next use
     return;
   }
-  work->add_request(request, residuals);
+  work->add_request(request, lease.buffer);
 }
 
 QcBackend::WorkPtr QcBackend::enqueue(const c10::intrusive_ptr<QcWork>& work, Lane& lane) {
@@ -342,13 +348,7 @@ void QcBackend::start_allreduce(const c10::intrusive_ptr<QcWork>& work, Lane& la
                                lease.layer.c_str(), lease.buffer, stream)
                 : qc_iallreduce(lane.comm, buf.data_ptr(), buf.data_ptr(), n, dtype, op,
                                 lease.layer.c_str(), lease.buffer, &request);
-  if (status != QC_SUCCESS) {
-    lane.sites->release(lease.buffer);
-    start_failed(work, lane, "qc_iallreduce (layer " + lease.layer + ")");
-  }
-  work->keep_alive(tensor);
-  work->keep_alive(buf);
-  add_call(work, lane, request, lease.buffer);
+  took_call(work, lane, status, lease, "qc_iallreduce", request, {tensor, buf});
 }
 
 void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
@@ -370,13 +370,7 @@ void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work, Lan
                                     lease.layer.c_str(), lease.buffer, stream)
                 : qc_ireduce_scatter(lane.comm, src.data_ptr(), dst.data_ptr(), n, dtype, op,
                                      lease.layer.c_str(), lease.buffer, &request);
-  if (status != QC_SUCCESS) {
-    lane.sites->release(lease.buffer);
-    start_failed(work, lane, "qc_ireduce_scatter (layer " + lease.layer + ")");
-  }
-  work->keep_alive(src);
-  work->keep_alive(dst);
-  add_call(work, lane, request, lease.buffer);
+  took_call(work, lane, status, lease, "qc_ireduce_scatter", request, {src, dst});
 }
 
 void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
@@ -396,13 +390,7 @@ void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, Lane& la
                                lease.layer.c_str(), lease.buffer, stream)
                 : qc_iallgather(lane.comm, src.data_ptr(), dst.data_ptr(), n, dtype,
                                 lease.layer.c_str(), lease.buffer, &request);
-  if (status != QC_SUCCESS) {
-    lane.sites->release(lease.buffer);
-    start_failed(work, lane, "qc_iallgather (layer " + lease.layer + ")");
-  }
-  work->keep_alive(src);
-  work->keep_alive(dst);
-  add_call(work, lane, request, lease.buffer);
+  took_call(work, lane, status, lease, "qc_iallgather", request, {src, dst});
 }
 
 // ---- the collectives -----------------------------------------------------
@@ -472,10 +460,7 @@ QcBackend::WorkPtr QcBackend::broadcast(std::vector<at::Tensor>& tensors,
                                  lease.layer.c_str(), stream)
                   : qc_ibroadcast(lane.comm, send, buf.data_ptr(), n, dtype, root,
                                   lease.layer.c_str(), &request);
-    if (status != QC_SUCCESS) start_failed(work, lane, "qc_ibroadcast (layer " + lease.layer + ")");
-    work->keep_alive(t);
-    work->keep_alive(buf);
-    add_call(work, lane, request, nullptr);
+    took_call(work, lane, status, lease, "qc_ibroadcast", request, {t, buf});
   }
   return enqueue(work, lane);
 }
@@ -677,10 +662,7 @@ QcBackend::WorkPtr QcBackend::alltoall_base(at::Tensor& output, at::Tensor& inpu
                               lease.layer.c_str(), stream)
                 : qc_ialltoall(lane.comm, src.data_ptr(), dst.data_ptr(), per_rank, dtype,
                                lease.layer.c_str(), &request);
-  if (status != QC_SUCCESS) start_failed(work, lane, "qc_ialltoall (layer " + lease.layer + ")");
-  work->keep_alive(src);
-  work->keep_alive(dst);
-  add_call(work, lane, request, nullptr);
+  took_call(work, lane, status, lease, "qc_ialltoall", request, {src, dst});
   return enqueue(work, lane);
 }
 
@@ -696,12 +678,11 @@ QcBackend::WorkPtr QcBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
   auto work = new_work(c10d::OpType::BARRIER, {}, at::Tensor(), &lane);
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kFloat));
   qc_request_t request = nullptr;
-  if (qc_iallreduce(comm_, token.data_ptr(), token.data_ptr(), 1, QC_DTYPE_FLOAT32, QC_OP_SUM,
-                    "barrier", nullptr, &request) != QC_SUCCESS) {
-    start_failed(work, lane, "qc_iallreduce (barrier)");
-  }
-  work->keep_alive(token);
-  add_call(work, lane, request, nullptr);
+  const qc_status_t status = qc_iallreduce(comm_, token.data_ptr(), token.data_ptr(), 1,
+                                           QC_DTYPE_FLOAT32, QC_OP_SUM, "barrier", nullptr,
+                                           &request);
+  took_call(work, lane, status, CallSites::Lease{"barrier", nullptr}, "qc_iallreduce", request,
+            {token});
   return enqueue(work, lane);
 }
 

@@ -26,6 +26,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -171,10 +172,13 @@ class QcBackend : public c10d::Backend {
   // Queues what was started, then throws qc's message.
   [[noreturn]] void start_failed(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
                                  const std::string& call);
-  // Takes a started call: its request (host path) or, on the CUDA path,
-  // frees its residuals' lease at once (the stream orders their next use).
-  void add_call(const c10::intrusive_ptr<QcWork>& work, Lane& lane, qc_request_t request,
-                qc_error_buffer_t residuals);
+  // After starting qc's `function` for `lease`: on failure frees the lease
+  // and throws (start_failed); else keeps `tensors` alive for the Work and
+  // takes the call: its request (host lane) or, on the CUDA lane, frees
+  // the residuals' lease at once (the stream orders their next use).
+  void took_call(const c10::intrusive_ptr<QcWork>& work, Lane& lane, qc_status_t status,
+                 const CallSites::Lease& lease, const char* function, qc_request_t request,
+                 std::initializer_list<at::Tensor> tensors);
   void before_qc_call();
   // lane.sites->next, queueing what `work` already started when it throws.
   CallSites::Lease next_site(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
