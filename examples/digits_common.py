@@ -156,6 +156,54 @@ def accuracy(model, X, y):
         return float((model(X).argmax(dim=1) == y).float().mean())
 
 
+def train_epochs(step_model, eval_model, opt, data, args, world, rank, counters=None,
+                 after_eval=None):
+    """The training loop both examples run: epochs of this rank's batches until
+    total_steps, cross-entropy through step_model (DDP or the sharded model), the
+    test accuracy of eval_model after each epoch (collective under FSDP), a
+    progress line per epoch on rank 0. counters() returns byte counters (e.g. qc's
+    wire and logical bytes) whose growth over the training steps, evaluation left
+    out, is summed; after_eval() runs after each evaluation.
+    Returns {"times", "losses", "epoch_losses", "steps", "counted"}."""
+    import torch.nn.functional as F
+    Xtr, Xte, ytr, yte = data
+    per_epoch = len(Xtr) // (args.batch * world)
+    total_steps = args.steps if args.steps is not None else args.epochs * per_epoch
+    counters = counters or (lambda: ())
+    counted = [0.0] * len(counters())
+    times, losses, epoch_losses = [], [], []
+    step = epoch = 0
+    while step < total_steps:
+        before = counters()
+        ep_times, ep_losses = [], []
+        for idx in epoch_batches(len(Xtr), args.batch, world, rank, args.seed, epoch):
+            if step >= total_steps:
+                break
+            x, t = Xtr[idx], ytr[idx]
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss = F.cross_entropy(step_model(x), t)
+            loss.backward()
+            opt.step()
+            ep_times.append(time.perf_counter() - t0)
+            ep_losses.append(loss.item())
+            step += 1
+        counted = [c + a - b for c, a, b in zip(counted, counters(), before)]
+        times += ep_times
+        losses += ep_losses
+        mean_loss = mean_over_ranks(statistics.mean(ep_losses))
+        epoch_losses.append(mean_loss)
+        acc = accuracy(eval_model, Xte, yte)  # collective under FSDP: every rank runs it
+        if after_eval is not None:
+            after_eval()
+        if rank == 0 and not args.quiet:
+            print(f"epoch {epoch}: loss {mean_loss:.4f} test acc {100 * acc:.2f}% "
+                  f"ms/step {statistics.median(ep_times) * 1e3:.1f}", flush=True)
+        epoch += 1
+    return {"times": times, "losses": losses, "epoch_losses": epoch_losses, "steps": step,
+            "counted": counted}
+
+
 def median_ms(times):
     measured = times[WARMUP:] if len(times) > WARMUP else times
     return statistics.median(measured) * 1e3 if measured else 0.0

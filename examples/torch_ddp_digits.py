@@ -79,7 +79,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import digits_common as dc  # noqa: E402
@@ -183,7 +182,6 @@ def worker(args):
     import torch
     import torch.distributed as dist
     import torch.nn as nn
-    import torch.nn.functional as F
 
     if args.method:
         backend, hook = method_parts(args.method)
@@ -192,15 +190,13 @@ def worker(args):
     method = method_name(backend, hook)
     torch.set_num_threads(args.threads)
     if backend == "qc":
-        import qc
         import qc.torch as qct
         qct.set_backend_policy("allreduce:*", dc.parse_policy(
             args.qc_policy or "codec=minmax,bits=4,bucket_size=128,error_feedback=1"))
     rank, world, launcher = dc.init_distributed(backend)
 
-    Xtr, Xte, ytr, yte = dc.load_digits_tensors(args.seed)
-    per_epoch = len(Xtr) // (args.batch * world)
-    total_steps = args.steps if args.steps is not None else args.epochs * per_epoch
+    data = dc.load_digits_tensors(args.seed)
+    Xte, yte = data[1], data[3]
 
     model = dc.make_mlp(args.hidden, args.seed)
     nparams = sum(p.numel() for p in model.parameters())
@@ -229,37 +225,13 @@ def worker(args):
         ddp.register_comm_hook(state, qct.allreduce_hook)
 
     def backend_wire():
-        return qct.backend_stats()["wire_bytes"] if backend == "qc" else 0.0
+        return (qct.backend_stats()["wire_bytes"] if backend == "qc" else 0.0,)
 
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    times, losses, epoch_losses = [], [], []
-    backend_wire_bytes = 0.0
-    step = epoch = 0
-    while step < total_steps:
-        wire0 = backend_wire()
-        ep_times, ep_losses = [], []
-        for idx in dc.epoch_batches(len(Xtr), args.batch, world, rank, args.seed, epoch):
-            if step >= total_steps:
-                break
-            x, t = Xtr[idx], ytr[idx]
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            loss = F.cross_entropy(ddp(x), t)
-            loss.backward()
-            opt.step()
-            ep_times.append(time.perf_counter() - t0)
-            ep_losses.append(loss.item())
-            step += 1
-        backend_wire_bytes += backend_wire() - wire0  # training steps only
-        times += ep_times
-        losses += ep_losses
-        mean_loss = dc.mean_over_ranks(statistics.mean(ep_losses))
-        epoch_losses.append(mean_loss)
-        acc = dc.accuracy(model, Xte, yte)
-        if rank == 0 and not args.quiet:
-            print(f"epoch {epoch}: loss {mean_loss:.4f} test acc {100 * acc:.2f}% "
-                  f"ms/step {statistics.median(ep_times) * 1e3:.1f}", flush=True)
-        epoch += 1
+    run = dc.train_epochs(ddp, model, opt, data, args, world, rank, counters=backend_wire)
+    times, losses, step = run["times"], run["losses"], run["steps"]
+    epoch_losses = run["epoch_losses"]
+    backend_wire_bytes = run["counted"][0]
 
     ms = dc.median_ms(times)
     if hook.startswith("qc"):

@@ -54,9 +54,7 @@ gloo,qc) with a timeout, then a table:
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import digits_common as dc  # noqa: E402
@@ -108,7 +106,6 @@ def padded_elements(module, n):
 def worker(args):
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -125,9 +122,8 @@ def worker(args):
         qct.set_backend_policy("allgather:*", dc.parse_policy(args.ag_policy))
     rank, world, launcher = dc.init_distributed(backend)
 
-    Xtr, Xte, ytr, yte = dc.load_digits_tensors(args.seed)
-    per_epoch = len(Xtr) // (args.batch * world)
-    total_steps = args.steps if args.steps is not None else args.epochs * per_epoch
+    data = dc.load_digits_tensors(args.seed)
+    Xte, yte = data[1], data[3]
 
     model = dc.make_mlp(args.hidden, args.seed)
     nparams = sum(p.numel() for p in model.parameters())
@@ -146,37 +142,11 @@ def worker(args):
         return st["wire_bytes"], st["logical_bytes"]
 
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    times, epoch_losses = [], []
-    wire_bytes = logical_bytes = 0.0
-    step = epoch = 0
-    while step < total_steps:
-        wire0, logical0 = backend_counters()
-        ep_times, ep_losses = [], []
-        for idx in dc.epoch_batches(len(Xtr), args.batch, world, rank, args.seed, epoch):
-            if step >= total_steps:
-                break
-            x, t = Xtr[idx], ytr[idx]
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x), t)
-            loss.backward()
-            opt.step()
-            ep_times.append(time.perf_counter() - t0)
-            ep_losses.append(loss.item())
-            step += 1
-        wire1, logical1 = backend_counters()  # training steps only, not the evaluation
-        wire_bytes += wire1 - wire0
-        logical_bytes += logical1 - logical0
-        times += ep_times
-        mean_loss = dc.mean_over_ranks(statistics.mean(ep_losses))
-        epoch_losses.append(mean_loss)
-        acc = dc.accuracy(model, Xte, yte)  # collective: every rank runs it
-        if backend == "qc":
-            qct.reset_call_sites()  # the evaluation's allgathers are not training sites
-        if rank == 0 and not args.quiet:
-            print(f"epoch {epoch}: loss {mean_loss:.4f} test acc {100 * acc:.2f}% "
-                  f"ms/step {statistics.median(ep_times) * 1e3:.1f}", flush=True)
-        epoch += 1
+    # The evaluation's allgathers are not training sites: restart the counters.
+    run = dc.train_epochs(model, model, opt, data, args, world, rank, counters=backend_counters,
+                          after_eval=qct.reset_call_sites if backend == "qc" else None)
+    times, epoch_losses, step = run["times"], run["epoch_losses"], run["steps"]
+    wire_bytes, logical_bytes = run["counted"]
 
     # Full parameters, gathered exactly (the training's 8-bit allgather policy would
     # hand back decoded values).
