@@ -117,6 +117,13 @@ bool reference(const std::string& name, const std::string& text, double* value, 
     if (errno != 0 || *end != '\0' || !std::isfinite(v) || !(v > 0)) return false;
     *value = v;
     return true;
+  } else if (name == "QC_SPARSE_SCHEDULE") {
+    // auto is -1 (chosen per call), then the schedules 0..2
+    i = index_of(text, {"auto", "allgather", "sra", "densify"});
+    if (i >= 0) {
+      *value = i - 1;
+      return true;
+    }
   } else if (name == "QC_CPU_ISA") {
     // auto is -1 (let the dispatcher choose), then the Isa values 0..2
     if (text == "auto") {
@@ -160,7 +167,24 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// Every variable of QC_PARAM_LIST has a reference above: a variable added
+// without one fails the first input, not only the run that happens to
+// generate its name (QC_SPARSE_SCHEDULE was missed that way).
+void check_reference_covers_every_variable() {
+  static bool checked = false;
+  if (checked) return;
+  checked = true;
+  double value = 0;
+  bool known = false;
+#define QC_FUZZ_KNOWN(field, var, type, ctype, parser, def, allowed, doc) \
+  reference(var, "", &value, &known);                                      \
+  QC_FUZZ_CHECK(known, "the fuzzer's reference lacks %s", var);
+  QC_PARAM_LIST(QC_FUZZ_KNOWN)
+#undef QC_FUZZ_KNOWN
+}
+
 void check_one(const std::string& name, const std::string& text) {
+  check_reference_covers_every_variable();
   EnvParams p;
   const Status s = qc::parse_env_value(name.c_str(), text.c_str(), &p);
   double want = 0;
