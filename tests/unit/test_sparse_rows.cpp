@@ -266,24 +266,22 @@ class SparseAllreduceRanks : public ::testing::TestWithParam<int> {};
 TEST_P(SparseAllreduceRanks, UnionOfRowsSummedAndBitIdentical) {
   using qc::SparseSchedule;
   const int n = GetParam();
-  {
-    for (size_t row_len : {size_t{1}, size_t{7}, size_t{64}, size_t{1024}}) {
-      for (qc_codec_t codec : {QC_CODEC_NONE, QC_CODEC_MINMAX}) {
-        for (int mode : {0, 1, 2, 3}) {
-          for (SparseSchedule s : {SparseSchedule::kAuto, SparseSchedule::kAllgather,
-                                   SparseSchedule::kScatterReduce, SparseSchedule::kDensify}) {
-            for (qc_algorithm_t a : {QC_ALGO_AUTO, QC_ALGO_SRA}) {
-              if (s != SparseSchedule::kAuto && a == QC_ALGO_SRA) continue;  // forced anyway
-              for (bool dense : {false, true}) {
-                if (s == SparseSchedule::kDensify && !dense) continue;
-                if (n == 8 && row_len == 1024) continue;  // time
-                SCOPED_TRACE("n " + std::to_string(n) + " row_len " + std::to_string(row_len) +
-                             " codec " + std::to_string(codec) + " mode " +
-                             std::to_string(mode) + " schedule " +
-                             qc::sparse_schedule_name(s) + " algorithm " + std::to_string(a) +
-                             (dense ? " dense" : " sparse"));
-                sparse_case(n, row_len, codec, mode, a, s, dense);
-              }
+  for (size_t row_len : {size_t{1}, size_t{7}, size_t{64}, size_t{1024}}) {
+    for (qc_codec_t codec : {QC_CODEC_NONE, QC_CODEC_MINMAX}) {
+      for (int mode : {0, 1, 2, 3}) {
+        for (SparseSchedule s : {SparseSchedule::kAuto, SparseSchedule::kAllgather,
+                                 SparseSchedule::kScatterReduce, SparseSchedule::kDensify}) {
+          for (qc_algorithm_t a : {QC_ALGO_AUTO, QC_ALGO_SRA}) {
+            if (s != SparseSchedule::kAuto && a == QC_ALGO_SRA) continue;  // forced anyway
+            for (bool dense : {false, true}) {
+              if (s == SparseSchedule::kDensify && !dense) continue;
+              if (n == 8 && row_len == 1024) continue;  // time
+              SCOPED_TRACE("n " + std::to_string(n) + " row_len " + std::to_string(row_len) +
+                           " codec " + std::to_string(codec) + " mode " +
+                           std::to_string(mode) + " schedule " +
+                           qc::sparse_schedule_name(s) + " algorithm " + std::to_string(a) +
+                           (dense ? " dense" : " sparse"));
+              sparse_case(n, row_len, codec, mode, a, s, dense);
             }
           }
         }

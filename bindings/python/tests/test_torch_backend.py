@@ -190,8 +190,11 @@ def test_cpu_and_cuda_share_one_backend_whose_nccl_part_is_lazy(one_rank_group):
     assert not backend.cuda_ready()
     assert qct.backend_stats()["calls"] == 1
     assert qct.fallback_counts() == {}
-    # residuals of CUDA sites saved earlier wait for the NCCL communicator
-    qct.load_backend_state_dict({"format": "qc.torch_backend/1", "residuals": {}})
+    # residuals of CUDA sites wait for the NCCL communicator: loading them
+    # neither makes it nor reads them (these bytes are no image)
+    qct.load_backend_state_dict({"format": "qc.torch_backend/1",
+                                 "residuals": {"cuda/allreduce:float32:8:0": (8, b"junk")}})
+    assert not backend.cuda_ready()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -26,6 +26,13 @@ const c10::impl::DeviceGuardImplInterface* cuda_impl() {
   return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
 }
 
+// `waiter`'s later work waits on the device for `producer`'s work so far.
+void wait_for(const c10::Stream& waiter, const c10::Stream& producer) {
+  c10::Event event(c10::DeviceType::CUDA);
+  event.record(producer);
+  event.block(waiter);
+}
+
 }  // namespace
 
 CudaGroup::CudaGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
@@ -58,12 +65,6 @@ std::string CudaGroup::why_not(const c10::Device& device) {
            device_->str() + ")";
   }
   return "";
-}
-
-qc_comm_t CudaGroup::comm(const c10::Device& device) {
-  if (comm_ == nullptr) make(device);
-  if (comm_ == nullptr) throw std::runtime_error("qc: no NCCL communicator: " + unavailable_);
-  return comm_;
 }
 
 void CudaGroup::make(const c10::Device& device) {
@@ -133,17 +134,10 @@ void* CudaGroup::stream_handle() const {
 
 c10::Stream CudaGroup::current() const { return cuda_impl()->getStream(*device_); }
 
-void CudaGroup::side_waits_for_current() {
-  c10::Event ready(c10::DeviceType::CUDA);
-  ready.record(current());
-  ready.block(*side_);
-}
+void CudaGroup::side_waits_for_current() { wait_for(*side_, current()); }
 
 void CudaGroup::current_waits_for_side(const c10::Device& device) {
-  if (!side_ || *device_ != device) return;
-  c10::Event done(c10::DeviceType::CUDA);
-  done.record(*side_);
-  done.block(current());
+  if (side_ && *device_ == device) wait_for(current(), *side_);
 }
 
 void CudaGroup::used_on_side(const at::Tensor& tensor) {

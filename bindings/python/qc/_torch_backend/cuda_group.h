@@ -54,9 +54,6 @@ class CudaGroup {
   // it where every rank does (routing a collective).
   std::string why_not(const c10::Device& device);
 
-  // The communicator for `device`, made on first use (collective: every
-  // rank's first CUDA call makes it). Throws with qc's message on failure.
-  qc_comm_t comm(const c10::Device& device);
   CallSites& sites() { return *sites_; }
   // The side stream's handle (a cudaStream_t) for qc's calls.
   void* stream_handle() const;
@@ -79,9 +76,8 @@ class CudaGroup {
   void set_layer_policy(const std::string& pattern, const qc_policy_t& policy);
   // Residuals saved before the communicator exists wait here for it.
   void defer_load(const CallSites::Saved& saved) { deferred_.push_back(saved); }
-  bool made() const { return comm_ != nullptr; }
-  // The communicator once made, else NULL.
-  qc_comm_t made_comm() const { return comm_; }
+  // The communicator once why_not made it, else NULL.
+  qc_comm_t comm() const { return comm_; }
   // Waits for the side stream's work (barrier, shutdown, a checkpoint).
   void synchronize();
   // qc_comm_get_async_error: "" while the group is healthy.

@@ -85,6 +85,18 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
+// Whether `part` is rank `rank`'s slot of `whole`: the in-place layout of
+// reduce-scatter (output in the input) and allgather (input in the output).
+bool is_rank_slot(const at::Tensor& whole, const at::Tensor& part, int rank) {
+  return static_cast<const char*>(part.data_ptr()) ==
+         static_cast<const char*>(whole.data_ptr()) + rank * part.nbytes();
+}
+
+// `src`, or a copy of it where it overlaps `dst` other than in place.
+at::Tensor unaliased(const at::Tensor& src, const at::Tensor& dst, bool in_place) {
+  return !in_place && overlaps(src, dst) ? src.clone() : src;
+}
+
 // A contiguous tensor qc can write: `t` itself, or a staging copy that is
 // copied back into `t` once the call succeeded.
 at::Tensor writable(const c10::intrusive_ptr<QcWork>& work, const at::Tensor& t, bool copy_in) {
@@ -264,7 +276,8 @@ void QcBackend::open_lane(const at::Tensor& first, Lane* lane) {
   }
   lane->device.reset_device(first.device());
   lane->lock = std::unique_lock<std::mutex>(cuda_->mutex());
-  lane->comm = cuda_->comm(first.device());
+  lane->comm = cuda_->comm();  // made by why_not, which routed this call here
+  TORCH_CHECK(lane->comm != nullptr, "qc: no NCCL communicator for CUDA tensors");
   lane->sites = &cuda_->sites();
   lane->cuda = cuda_.get();
 }
@@ -280,7 +293,9 @@ c10::intrusive_ptr<QcWork> QcBackend::new_work(c10d::OpType type,
                                                 const at::Tensor& first, Lane* lane) {
   before_qc_call();
   open_lane(first, lane);
-  return c10::make_intrusive<QcWork>(getRank(), type, std::move(outputs));
+  std::vector<c10::Device> devices;
+  if (lane->cuda != nullptr) devices.push_back(first.device());
+  return c10::make_intrusive<QcWork>(getRank(), type, std::move(outputs), std::move(devices));
 }
 
 void QcBackend::took_call(const c10::intrusive_ptr<QcWork>& work, Lane& lane, qc_status_t status,
@@ -354,13 +369,10 @@ void QcBackend::start_allreduce(const c10::intrusive_ptr<QcWork>& work, Lane& la
 void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
                                      const at::Tensor& output, const at::Tensor& input,
                                      qc_reduce_op_t op) {
-  at::Tensor src = input.contiguous();
   at::Tensor dst = writable(work, output, false);
+  const at::Tensor whole = input.contiguous();
+  const at::Tensor src = unaliased(whole, dst, is_rank_slot(whole, dst, getRank()));
   const size_t n = static_cast<size_t>(dst.numel());
-  const size_t elem = dst.element_size();
-  const bool in_place = static_cast<char*>(dst.data_ptr()) ==
-                        static_cast<char*>(src.data_ptr()) + getRank() * n * elem;
-  if (!in_place && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
   CallSites::Lease lease = next_site(work, lane, "reduce_scatter", dtype, src.numel(), true);
   qc_request_t request = nullptr;
@@ -375,12 +387,10 @@ void QcBackend::start_reduce_scatter(const c10::intrusive_ptr<QcWork>& work, Lan
 
 void QcBackend::start_allgather(const c10::intrusive_ptr<QcWork>& work, Lane& lane,
                                 const at::Tensor& output, const at::Tensor& input) {
-  at::Tensor src = input.contiguous();
   at::Tensor dst = writable(work, output, false);
+  const at::Tensor part = input.contiguous();
+  const at::Tensor src = unaliased(part, dst, is_rank_slot(dst, part, getRank()));
   const size_t n = static_cast<size_t>(src.numel());
-  const bool in_place = static_cast<char*>(src.data_ptr()) ==
-                        static_cast<char*>(dst.data_ptr()) + getRank() * n * src.element_size();
-  if (!in_place && overlaps(src, dst)) src = src.clone();
   const qc_dtype_t dtype = dtype_of(src);
   CallSites::Lease lease = next_site(work, lane, "allgather", dtype, n, true);
   qc_request_t request = nullptr;
@@ -651,7 +661,7 @@ QcBackend::WorkPtr QcBackend::alltoall_base(at::Tensor& output, at::Tensor& inpu
   auto work = new_work(c10d::OpType::ALLTOALL_BASE, {output}, output, &lane);
   at::Tensor src = input.contiguous();
   at::Tensor dst = writable(work, output, false);
-  if (src.data_ptr() != dst.data_ptr() && overlaps(src, dst)) src = src.clone();
+  src = unaliased(src, dst, src.data_ptr() == dst.data_ptr());
   const qc_dtype_t dtype = dtype_of(src);
   const size_t per_rank = static_cast<size_t>(src.numel() / size);
   CallSites::Lease lease = next_site(work, lane, "alltoall", dtype, src.numel(), false);
@@ -788,13 +798,13 @@ static const std::string kCudaSitePrefix = "cuda/";
 void QcBackend::reset_call_sites() {
   sites_->reset_counters();
   std::lock_guard<std::mutex> lock(cuda_->mutex());
-  if (cuda_->made()) cuda_->sites().reset_counters();
+  if (cuda_->comm() != nullptr) cuda_->sites().reset_counters();
 }
 
 size_t QcBackend::call_site_count() {
   size_t n = sites_->site_count();
   std::lock_guard<std::mutex> lock(cuda_->mutex());
-  if (cuda_->made()) n += cuda_->sites().site_count();
+  if (cuda_->comm() != nullptr) n += cuda_->sites().site_count();
   return n;
 }
 
@@ -803,7 +813,7 @@ std::map<std::string, std::pair<size_t, std::string>> QcBackend::residuals() {
   std::map<std::string, std::pair<size_t, std::string>> out;
   for (auto& s : sites_->save()) out[s.layer] = {s.count, std::move(s.image)};
   std::lock_guard<std::mutex> lock(cuda_->mutex());
-  if (cuda_->made()) {
+  if (cuda_->comm() != nullptr) {
     cuda_->synchronize();
     for (auto& s : cuda_->sites().save()) {
       out[kCudaSitePrefix + s.layer] = {s.count, std::move(s.image)};
@@ -824,7 +834,7 @@ void QcBackend::load_residuals(
     }
     CallSites::Saved site{name.substr(kCudaSitePrefix.size()), entry.second.first,
                           entry.second.second};
-    if (cuda_->made()) {
+    if (cuda_->comm() != nullptr) {
       cuda_->synchronize();
       cuda_->sites().load(site);
     } else {
@@ -849,7 +859,7 @@ std::map<std::string, double> QcBackend::stats() {
   };
   add(comm_);
   std::lock_guard<std::mutex> lock(cuda_->mutex());
-  if (cuda_->made()) add(cuda_->made_comm());
+  if (cuda_->comm() != nullptr) add(cuda_->comm());
   return out;
 }
 
@@ -860,7 +870,7 @@ std::map<std::string, uint64_t> QcBackend::fallback_counts() {
 
 bool QcBackend::cuda_ready() {
   std::lock_guard<std::mutex> lock(cuda_->mutex());
-  return cuda_->made();
+  return cuda_->comm() != nullptr;
 }
 
 void QcBackend::reset_all_call_sites() {

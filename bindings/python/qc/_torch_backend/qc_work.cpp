@@ -8,11 +8,12 @@
 
 namespace qc_torch {
 
-QcWork::QcWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs)
+QcWork::QcWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs,
+               std::vector<c10::Device> devices)
     : c10d::Work(rank, op),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+          c10::ListType::create(c10::TensorType::get()), std::move(devices))) {}
 
 QcWork::~QcWork() {
   // complete() freed them; a Work dropped before it ran (start failed)
@@ -83,8 +84,6 @@ void QcWork::finish_on_stream(CudaGroup& group) {
     future_->setError(failure);
     return;
   }
-  future_ = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{side.device()});
   future_->markCompleted(c10::IValue(outputs_));
   finish();
 }

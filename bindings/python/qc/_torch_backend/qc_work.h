@@ -34,7 +34,10 @@ namespace qc_torch {
 
 class QcWork : public c10d::Work {
  public:
-  QcWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs);
+  // devices: those of a CUDA-lane Work's outputs (its Future completes on
+  // their streams), empty on the host lane.
+  QcWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs,
+         std::vector<c10::Device> devices = {});
   ~QcWork() override;
 
   // Takes a started request; `residuals` (or NULL) goes back to the
