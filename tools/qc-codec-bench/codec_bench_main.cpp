@@ -60,7 +60,7 @@ struct Options {
                                     QC_CODEC_FP16, QC_CODEC_BF16};
   std::vector<int> bits;  // empty: each codec's default list
   std::vector<size_t> buckets = {128};
-  std::vector<IsaSel> isas = {IsaSel::kScalar, IsaSel::kAvx2, IsaSel::kAvx512};
+  std::vector<IsaSel> isas = {IsaSel::kScalar, IsaSel::kAvx2, IsaSel::kAvx512, IsaSel::kApi};
   bool stochastic = false;
   int iters = 5;
   std::string json_path;
@@ -138,7 +138,8 @@ Options parse_args(int argc, char** argv) {
   app.add_option("--bucket", buckets, "elements per bucket (default 128)")->type_name("LIST");
   app.add_option("--isa", isas,
                  "scalar, avx2, avx512, auto (the library's dispatch,\n"
-                 "through the Codec class), all (default scalar,avx2,avx512)")
+                 "through the Codec class), api (qc_codec_encode/decode),\n"
+                 "all (default scalar,avx2,avx512,api)")
       ->type_name("LIST");
   app.add_option("--rounding", rounding, "nearest | stochastic (default nearest)")
       ->type_name("MODE");
@@ -684,7 +685,8 @@ std::vector<TargetCheck> check_targets(const std::vector<Row>& rows, double memc
   std::vector<TargetCheck> out;
   for (const auto& [isa, op, target] :
        {std::make_tuple("avx512", "encode", 1.0), std::make_tuple("avx512", "decode", 1.0),
-        std::make_tuple("avx512", "dqe", 0.6), std::make_tuple("avx2", "encode", 0.7)}) {
+        std::make_tuple("avx512", "dqe", 0.6), std::make_tuple("avx2", "encode", 0.7),
+        std::make_tuple("api", "encode", 1.0), std::make_tuple("api", "decode", 1.0)}) {
     TargetCheck t;
     t.isa = isa;
     t.op = op;
