@@ -970,7 +970,10 @@ TEST_P(CodecTest, DecodeLyingHeaderFields) {
   }
 }
 
-// Random damage to the payload: any status, no crash (ASan checks the reads).
+// Random damage to the payload: any status, no crash (ASan checks the reads),
+// and a refused message writes nothing: qc_codec_decode writes float32
+// output straight into dst, so each codec must check all before its first
+// write (errors.md rule 2).
 TEST_P(CodecTest, DecodePayloadDamageNoCrash) {
   const CodecCase c = GetParam();
   SKIP_IF_UNSUPPORTED(c);
@@ -987,9 +990,15 @@ TEST_P(CodecTest, DecodePayloadDamageNoCrash) {
       const size_t at = kHeader + rng.next() % (m.size() - kHeader);
       m[at] ^= static_cast<uint8_t>(1 + rng.next() % 255);
     }
+    std::fill(y.begin(), y.end(), -7.25f);
     const qc_status_t st =
         decode_exact(m.data(), m.size(), y.data(), Damage::kCount, QC_DTYPE_FLOAT32);
     EXPECT_TRUE(st == QC_SUCCESS || st == QC_ERROR_CORRUPT_DATA) << qc_status_string(st);
+    if (st != QC_SUCCESS) {
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(y[i], -7.25f) << "a refused message wrote element " << i;
+      }
+    }
   }
   // payload of 0xFF everywhere (NaN metadata, all-ones codes) and zeros
   for (uint8_t fill : {uint8_t{0xFF}, uint8_t{0x00}}) {

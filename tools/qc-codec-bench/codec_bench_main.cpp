@@ -50,7 +50,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- command line --------------------------------------------------------------
 
-enum class IsaSel { kScalar, kAvx2, kAvx512, kAuto };
+// kAuto: the Codec class (the library's dispatch); kApi: the public C
+// functions qc_codec_encode/qc_codec_decode, as a user calls them.
+enum class IsaSel { kScalar, kAvx2, kAvx512, kAuto, kApi };
 
 struct Options {
   uint64_t size = 64ull << 20;
@@ -58,7 +60,7 @@ struct Options {
                                     QC_CODEC_FP16, QC_CODEC_BF16};
   std::vector<int> bits;  // empty: each codec's default list
   std::vector<size_t> buckets = {128};
-  std::vector<IsaSel> isas = {IsaSel::kScalar, IsaSel::kAvx2, IsaSel::kAvx512};
+  std::vector<IsaSel> isas = {IsaSel::kScalar, IsaSel::kAvx2, IsaSel::kAvx512, IsaSel::kApi};
   bool stochastic = false;
   int iters = 5;
   std::string json_path;
@@ -105,12 +107,13 @@ std::vector<IsaSel> parse_isas(const CLI::App& app, const std::string& s) {
     else if (t == "avx2") add_unique(&out, IsaSel::kAvx2);
     else if (t == "avx512") add_unique(&out, IsaSel::kAvx512);
     else if (t == "auto") add_unique(&out, IsaSel::kAuto);
+    else if (t == "api") add_unique(&out, IsaSel::kApi);
     else if (t == "all") {
-      for (IsaSel i : {IsaSel::kScalar, IsaSel::kAvx2, IsaSel::kAvx512, IsaSel::kAuto})
+      for (IsaSel i : {IsaSel::kScalar, IsaSel::kAvx2, IsaSel::kAvx512, IsaSel::kAuto, IsaSel::kApi})
         add_unique(&out, i);
     } else {
       qctool::usage_error(app, "unknown ISA '" + raw +
-                                   "' for --isa (scalar, avx2, avx512, auto, all)");
+                                   "' for --isa (scalar, avx2, avx512, auto, api, all)");
     }
   }
   return out;
@@ -135,7 +138,8 @@ Options parse_args(int argc, char** argv) {
   app.add_option("--bucket", buckets, "elements per bucket (default 128)")->type_name("LIST");
   app.add_option("--isa", isas,
                  "scalar, avx2, avx512, auto (the library's dispatch,\n"
-                 "through the Codec class), all (default scalar,avx2,avx512)")
+                 "through the Codec class), api (qc_codec_encode/decode),\n"
+                 "all (default scalar,avx2,avx512,api)")
       ->type_name("LIST");
   app.add_option("--rounding", rounding, "nearest | stochastic (default nearest)")
       ->type_name("MODE");
@@ -323,7 +327,7 @@ struct OpResult {
 
 struct Row {
   Config cfg;
-  std::string isa;     // scalar, avx2, avx512, auto
+  std::string isa;     // scalar, avx2, avx512, auto, api
   bool ran = false;
   std::string why;     // when !ran
   OpResult enc, dec, acc, dqe;
@@ -593,6 +597,44 @@ struct Bench {
     }
     row->wire = w;
   }
+
+  // Rows through the public C API: qc_codec_encode and qc_codec_decode on
+  // float32, with their argument checks, header and output handling (no
+  // decode-accumulate or DQE there: those columns stay empty).
+  void run_api_row(const Config& cfg, Row* row) {
+    qc_policy_t policy = qc::default_policy();
+    policy.codec = cfg.codec;
+    if (uses_bits(cfg.codec)) policy.bits = cfg.bits;
+    if (uses_bucket(cfg.codec)) policy.bucket_size = static_cast<int>(cfg.bucket);
+    policy.rounding = opt.stochastic ? QC_ROUND_STOCHASTIC : QC_ROUND_NEAREST_EVEN;
+    const size_t n = in.count;
+    size_t capacity = 0;
+    if (qc_codec_encoded_size(&policy, n, &capacity) != QC_SUCCESS) {
+      row->why = std::string("n/a: ") + qc_last_error();
+      return;
+    }
+    ensure_wire(capacity);
+    const float* x = in.x.f32();
+    float* y = out.f32();
+    size_t written = 0;
+    std::string first_error;  // empty until a call fails
+    auto check = [&](qc_status_t s) {
+      if (s != QC_SUCCESS && first_error.empty()) first_error = qc_last_error();
+    };
+    row->bound = error_bound(cfg, opt.stochastic, in);
+    row->enc = timed([&] {
+      check(qc_codec_encode(&policy, x, n, QC_DTYPE_FLOAT32, wire.data(), wire.size(), &written));
+    });
+    const size_t w = written;
+    row->dec = timed([&] { check(qc_codec_decode(wire.data(), w, y, n, QC_DTYPE_FLOAT32)); });
+    if (!first_error.empty()) {
+      row->why = "error: " + first_error;
+      row->enc = row->dec = OpResult();
+      return;
+    }
+    error_stats(in, y, row);
+    row->wire = w;
+  }
 };
 
 // ---- output ----------------------------------------------------------------------
@@ -643,7 +685,8 @@ std::vector<TargetCheck> check_targets(const std::vector<Row>& rows, double memc
   std::vector<TargetCheck> out;
   for (const auto& [isa, op, target] :
        {std::make_tuple("avx512", "encode", 1.0), std::make_tuple("avx512", "decode", 1.0),
-        std::make_tuple("avx512", "dqe", 0.6), std::make_tuple("avx2", "encode", 0.7)}) {
+        std::make_tuple("avx512", "dqe", 0.6), std::make_tuple("avx2", "encode", 0.7),
+        std::make_tuple("api", "encode", 1.0), std::make_tuple("api", "decode", 1.0)}) {
     TargetCheck t;
     t.isa = isa;
     t.op = op;
@@ -754,6 +797,9 @@ bool write_json(const std::string& path, const Options& opt, const RunInfo& info
   return qctool::write_json_file(kProg, path, doc);
 }
 
+// A kernel table's ISA (the rows that call one table directly).
+bool is_table(IsaSel s) { return s != IsaSel::kAuto && s != IsaSel::kApi; }
+
 Isa to_isa(IsaSel s) {
   return s == IsaSel::kAvx2 ? Isa::kAvx2 : s == IsaSel::kAvx512 ? Isa::kAvx512 : Isa::kScalar;
 }
@@ -807,7 +853,7 @@ int run(const Options& opt) {
   size_t total = 0;
   for (const Config& c : configs) {
     size_t k = 0;
-    for (IsaSel s : opt.isas) k += (has_kernels(c.codec) || s == IsaSel::kAuto) ? 1 : 0;
+    for (IsaSel s : opt.isas) k += (has_kernels(c.codec) || !is_table(s)) ? 1 : 0;
     total += std::max<size_t>(k, 1);
   }
   size_t row_no = 0;
@@ -815,17 +861,19 @@ int run(const Options& opt) {
     b.have_ref = false;
     std::vector<IsaSel> isas;
     for (IsaSel s : opt.isas)
-      if (has_kernels(cfg.codec) || s == IsaSel::kAuto) isas.push_back(s);
+      if (has_kernels(cfg.codec) || !is_table(s)) isas.push_back(s);
     if (isas.empty()) isas.push_back(IsaSel::kAuto);  // codecs with no kernel table
     for (IsaSel sel : isas) {
       Row row;
       row.cfg = cfg;
-      row.isa = sel == IsaSel::kAuto ? "auto" : qc::cpu::isa_name(to_isa(sel));
+      row.isa = sel == IsaSel::kAuto  ? "auto"
+                : sel == IsaSel::kApi ? "api"
+                                      : qc::cpu::isa_name(to_isa(sel));
       ++row_no;
       std::fprintf(stderr, "# [%zu/%zu] %s %s/%s %s\n", row_no, total, qc::codec_name(cfg.codec),
                    bits_label(cfg).c_str(), bucket_label(cfg).c_str(), row.isa.c_str());
-      const KernelTable* k = sel == IsaSel::kAuto ? nullptr : qc::cpu::kernels_for(to_isa(sel));
-      if (sel != IsaSel::kAuto && k == nullptr) {
+      const KernelTable* k = is_table(sel) ? qc::cpu::kernels_for(to_isa(sel)) : nullptr;
+      if (is_table(sel) && k == nullptr) {
         row.why = cpu_supports(to_isa(sel)) ? "n/a (no " + row.isa + " kernels in this build)"
                                             : "n/a (this CPU lacks " + row.isa + ")";
         rows.push_back(row);
@@ -833,6 +881,7 @@ int run(const Options& opt) {
       }
       row.memcpy_gbps = b.measure_memcpy();  // interleaved: one memcpy median per row
       if (k != nullptr) b.run_kernel_row(*k, cfg, &row);
+      else if (sel == IsaSel::kApi) b.run_api_row(cfg, &row);
       else b.run_codec_row(cfg, &row);
       row.ran = row.why.empty();
       if (row.ran) row.comp = double(b.bytes()) / double(row.wire);
