@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <string>
 #include <vector>
 
 #include "core/byte_order.h"
 #include "core/checked_math.h"
 #include "core/policy.h"
+#include "core/codecs/topk_select.h"
 #include "cpu/bitstream.h"
 
 namespace qc {
@@ -65,28 +65,9 @@ Status TopkCodec::encode_impl(const float* src, float* e, size_t count, uint8_t*
 
   // With error feedback z = t + e lands in e itself: e keeps z at the unsent
   // positions and is zeroed at the sent ones below.
-  const float* z = src;
-  if (e != nullptr) {
-    for (size_t i = 0; i < count; ++i) e[i] = src[i] + e[i];
-    z = e;
-  }
-
-  std::vector<uint32_t> idx(count);
-  std::iota(idx.begin(), idx.end(), 0u);
-  if (k < count) {
-    // Strict total order: NaN first, then larger |z|, then lower index.
-    auto before = [z](uint32_t a, uint32_t b) {
-      const float x = std::fabs(z[a]);
-      const float y = std::fabs(z[b]);
-      const bool nx = std::isnan(x), ny = std::isnan(y);
-      if (nx != ny) return nx;
-      if (!nx && x != y) return x > y;
-      return a < b;
-    };
-    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
-                     before);
-    std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k));
-  }
+  std::vector<TopkEntry> sent;
+  bool saw_non_finite = false;
+  topk_select(src, e, count, k, &sent, &saw_non_finite);
 
   WireHeader h;
   h.codec = QC_CODEC_TOPK;
@@ -100,18 +81,18 @@ Status TopkCodec::encode_impl(const float* src, float* e, size_t count, uint8_t*
   store_le32(p, static_cast<uint32_t>(k));
   p += 4;
   for (size_t j = 0; j < k; ++j, p += kEntryBytes) {
-    const uint32_t i = idx[j];
-    store_le32(p, i);
-    store_f32(p + 4, z[i]);
+    store_le32(p, sent[j].index);
+    store_f32(p + 4, sent[j].value);
   }
   if (e != nullptr) {
-    for (size_t j = 0; j < k; ++j) e[idx[j]] = 0.0f;
+    for (const TopkEntry& s : sent) e[s.index] = 0.0f;
     // Residual hygiene (cpu/codec_kernels.h), each element its own bucket:
     // more NaN/Inf values than k leave some unsent; carried, they would
     // reach a later call's output, so they are dropped. (Finite values are
     // sent as float32, so a finite residual can never overflow an encode.)
-    for (size_t i = 0; i < count; ++i)
-      if (!std::isfinite(e[i])) e[i] = 0.0f;
+    if (saw_non_finite)
+      for (size_t i = 0; i < count; ++i)
+        if (!std::isfinite(e[i])) e[i] = 0.0f;
   }
   *written = need;
   return Status::ok();
