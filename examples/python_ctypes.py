@@ -128,7 +128,7 @@ QC_CODEC_MINMAX = 3
 QC_ALGO_AUTO = 0
 QC_ALGO_SRA = 3
 
-QC_ROUND_NEAREST_EVEN = 0
+QC_ROUND_AUTO = 2
 QC_TRANSPORT_LOCAL = 0
 
 
@@ -181,7 +181,7 @@ class QcStats(ctypes.Structure):
 # QC_POLICY_INIT and QC_COMM_CONFIG_INIT, field by field (struct_size aside).
 POLICY_DEFAULTS = {
     "codec": QC_CODEC_NONE, "bits": 4, "bucket_size": 128,
-    "rounding": QC_ROUND_NEAREST_EVEN, "algorithm": QC_ALGO_AUTO,
+    "rounding": QC_ROUND_AUTO, "algorithm": QC_ALGO_AUTO,
     "error_feedback": 0, "group_size": 8, "topk_ratio": c_float(0.01).value,
     "scale_update_period": 1, "seed": 0, "min_compress_bytes": 16384,
 }

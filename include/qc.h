@@ -177,7 +177,11 @@ typedef enum qc_algorithm QC_ENUM_BASE {
  *  layer's call index): see qc_emulate_allreduce and qc_comm_save_state. */
 typedef enum qc_rounding QC_ENUM_BASE {
   QC_ROUND_NEAREST_EVEN = 0,
-  QC_ROUND_STOCHASTIC = 1
+  QC_ROUND_STOCHASTIC = 1,
+  QC_ROUND_AUTO = 2  /* the codec's own: stochastic for global_linear and
+                        global_exp (paper 002's dithering; with nearest
+                        rounding most values of a large message round to 0),
+                        nearest-even for the others. The default. */
 } qc_rounding_t;
 
 /** What carries a communicator's messages (qc_comm_config_t.transport). */
@@ -236,7 +240,7 @@ typedef struct qc_policy {
   qc_codec_t codec;          /* default QC_CODEC_NONE */
   int bits;                  /* code width, 1..8 (qsgd, global_*: 2..8); default 4 */
   int bucket_size;           /* elements per bucket, >= 1; default 128 */
-  qc_rounding_t rounding;    /* default QC_ROUND_NEAREST_EVEN */
+  qc_rounding_t rounding;    /* default QC_ROUND_AUTO (1.0.0: NEAREST_EVEN) */
   qc_algorithm_t algorithm;  /* default QC_ALGO_AUTO */
   int error_feedback;        /* 0 or 1; default 0 */
   int group_size;            /* recursive doubling intra-group size, >= 1; default 8 */
@@ -258,7 +262,7 @@ typedef struct qc_policy {
 
 #define QC_POLICY_INIT                                                      \
   {                                                                         \
-    sizeof(qc_policy_t), QC_CODEC_NONE, 4, 128, QC_ROUND_NEAREST_EVEN,      \
+    sizeof(qc_policy_t), QC_CODEC_NONE, 4, 128, QC_ROUND_AUTO,              \
         QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0, 16384                              \
   }
 

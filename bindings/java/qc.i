@@ -152,6 +152,9 @@ static qc_status_t qcj_emulate_run(int collective, int nranks, const void* const
 /* QC_ERROR_CORRUPT_DATA -> CORRUPT_DATA, QC_CODEC_MINMAX -> MINMAX, ... */
 %rename("%(regex:/^QC_(ERROR_|DTYPE_|OP_|CODEC_|ALGO_|ROUND_|TRANSPORT_|ADAPT_)?(.*)$/\\2/)s",
         %$isenumitem) "";
+/* C enum items share one scope, so SWIG would take QC_ROUND_AUTO's AUTO for
+   a second definition of QC_ALGO_AUTO's and drop it: Rounding.BY_CODEC. */
+%rename(BY_CODEC) QC_ROUND_AUTO;
 /* QC_VERSION_MAJOR -> VERSION_MAJOR (compile-time constants of qc.h) */
 %rename("%(regex:/^QC_(.*)$/\\1/)s", %$isconstant) "";
 

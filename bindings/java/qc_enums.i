@@ -55,7 +55,8 @@ typedef enum qc_algorithm {
 
 typedef enum qc_rounding {
   QC_ROUND_NEAREST_EVEN = 0,
-  QC_ROUND_STOCHASTIC = 1
+  QC_ROUND_STOCHASTIC = 1,
+  QC_ROUND_AUTO = 2
 } qc_rounding_t;
 
 typedef enum qc_transport {

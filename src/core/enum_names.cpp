@@ -28,7 +28,8 @@ const EnumName kDtypeAliases[] = {
 };
 const EnumName kReduceOps[] = {{QC_OP_SUM, "sum"}, {QC_OP_AVG, "avg"}};
 const EnumName kRoundings[] = {{QC_ROUND_NEAREST_EVEN, "nearest"},
-                               {QC_ROUND_STOCHASTIC, "stochastic"}};
+                               {QC_ROUND_STOCHASTIC, "stochastic"},
+                               {QC_ROUND_AUTO, "auto"}};
 // The enum's own spelling.
 const EnumName kRoundingAliases[] = {{QC_ROUND_NEAREST_EVEN, "nearest_even"}};
 const EnumName kTransports[] = {

@@ -50,8 +50,8 @@ Status validate_policy(const qc_policy_t& p, const char* arg) {
   if (p.bucket_size < 1)
     return bad_field(arg, "bucket_size", std::to_string(p.bucket_size), "expected >= 1");
   const int rounding = static_cast<int>(p.rounding);
-  if (rounding != QC_ROUND_NEAREST_EVEN && rounding != QC_ROUND_STOCHASTIC)
-    return bad_field(arg, "rounding", std::to_string(rounding), "expected a qc_rounding_t value (0..1)");
+  if (rounding < QC_ROUND_NEAREST_EVEN || rounding > QC_ROUND_AUTO)
+    return bad_field(arg, "rounding", std::to_string(rounding), "expected a qc_rounding_t value (0..2)");
   const int algorithm = static_cast<int>(p.algorithm);
   if (algorithm < QC_ALGO_AUTO || algorithm > QC_ALGO_NATIVE)
     return bad_field(arg, "algorithm", std::to_string(algorithm),
@@ -71,6 +71,12 @@ Status validate_policy(const qc_policy_t& p, const char* arg) {
 Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out) {
   QC_RETURN_IF_ERROR(read_struct(user, kPolicyV0Size, default_policy(), arg, "qc_policy_t", out));
   return validate_policy(*out, arg);
+}
+
+bool rounds_stochastically(const qc_policy_t& p) {
+  if (p.rounding == QC_ROUND_AUTO)
+    return p.codec == QC_CODEC_GLOBAL_LINEAR || p.codec == QC_CODEC_GLOBAL_EXP;
+  return p.rounding == QC_ROUND_STOCHASTIC;
 }
 
 qc_policy_t effective_policy(const qc_policy_t& policy, size_t message_bytes) {

@@ -39,6 +39,11 @@ Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out);
 
 // The policy a message of `message_bytes` is sent with: codec none when it is
 // below the policy's min_compress_bytes, the policy itself otherwise.
+// Whether the policy's codec rounds stochastically: QC_ROUND_AUTO is
+// stochastic for the global codecs (paper 002 dithers by definition) and
+// nearest-even for the others.
+bool rounds_stochastically(const qc_policy_t& policy);
+
 qc_policy_t effective_policy(const qc_policy_t& policy, size_t message_bytes);
 
 // codec_name and algorithm_name: core/enum_names.h.

@@ -27,7 +27,8 @@ static const name_entry k_dtypes[] = {
     {QC_DTYPE_FLOAT32, "float32"}, {QC_DTYPE_FLOAT16, "float16"}, {QC_DTYPE_BFLOAT16, "bfloat16"}};
 static const name_entry k_ops[] = {{QC_OP_SUM, "sum"}, {QC_OP_AVG, "avg"}};
 static const name_entry k_roundings[] = {{QC_ROUND_NEAREST_EVEN, "nearest"},
-                                         {QC_ROUND_STOCHASTIC, "stochastic"}};
+                                         {QC_ROUND_STOCHASTIC, "stochastic"},
+                                         {QC_ROUND_AUTO, "auto"}};
 static const name_entry k_transports[] = {
     {QC_TRANSPORT_LOCAL, "local"}, {QC_TRANSPORT_MPI, "mpi"}, {QC_TRANSPORT_NCCL, "nccl"},
     {QC_TRANSPORT_CALLBACKS, "callbacks"}};

@@ -24,7 +24,7 @@ static void test_policy_init_fills_defaults_over_garbage(void** state) {
   assert_int_equal(p.codec, QC_CODEC_NONE);
   assert_int_equal(p.bits, 4);
   assert_int_equal(p.bucket_size, 128);
-  assert_int_equal(p.rounding, QC_ROUND_NEAREST_EVEN);
+  assert_int_equal(p.rounding, QC_ROUND_AUTO);
   assert_int_equal(p.algorithm, QC_ALGO_AUTO);
   assert_int_equal(p.error_feedback, 0);
   assert_int_equal(p.group_size, 8);

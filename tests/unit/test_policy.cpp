@@ -1,9 +1,12 @@
 // Per-layer policies: pattern resolution as documented in qc.h and layers
 // with different algorithms used alternately on one group.
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -385,3 +388,38 @@ TEST(MinCompressBytes, OlderStructSizeGetsTheDefault) {
 }
 
 }  // namespace
+
+// QC_ROUND_AUTO, the default: the global codecs dither (paper 002), the
+// others round to nearest; an explicit rounding is kept. What a codec did
+// is bit 0 of the wire header's flags (offset 12, docs/wire-format.md).
+TEST(Rounding, AutoIsStochasticForTheGlobalCodecsOnly) {
+  const qc_policy_t init = QC_POLICY_INIT;
+  EXPECT_EQ(init.rounding, QC_ROUND_AUTO);
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+  auto stochastic_flag = [&](qc_codec_t codec, qc_rounding_t rounding) {
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = codec;
+    p.rounding = rounding;
+    p.min_compress_bytes = 0;
+    std::vector<uint8_t> msg(1 << 16);
+    size_t written = 0;
+    EXPECT_EQ(qc_codec_encode(&p, x.data(), x.size(), QC_DTYPE_FLOAT32, msg.data(), msg.size(),
+                              &written),
+              QC_SUCCESS)
+        << qc_last_error();
+    return (msg[12] & 1) != 0;
+  };
+  for (qc_codec_t codec : {QC_CODEC_MINMAX, QC_CODEC_QSGD, QC_CODEC_ONEBIT, QC_CODEC_GLOBAL_LINEAR,
+                           QC_CODEC_GLOBAL_EXP}) {
+    SCOPED_TRACE(qc_codec_name(codec));
+    const bool global = codec == QC_CODEC_GLOBAL_LINEAR || codec == QC_CODEC_GLOBAL_EXP;
+    EXPECT_EQ(stochastic_flag(codec, QC_ROUND_AUTO), global);
+    EXPECT_FALSE(stochastic_flag(codec, QC_ROUND_NEAREST_EVEN));
+    EXPECT_EQ(stochastic_flag(codec, QC_ROUND_STOCHASTIC), codec != QC_CODEC_ONEBIT);
+  }
+  qc_rounding_t r = QC_ROUND_NEAREST_EVEN;
+  ASSERT_EQ(qc_rounding_from_name("auto", &r), QC_SUCCESS);
+  EXPECT_EQ(r, QC_ROUND_AUTO);
+  EXPECT_STREQ(qc_rounding_name(QC_ROUND_AUTO), "auto");
+}

@@ -340,7 +340,7 @@ std::vector<qc_policy_t> invalid_policies() {
     add(codec, [](qc_policy_t& p) { p.bits = 0; });
     add(codec, [](qc_policy_t& p) { p.bits = 9; });
     add(codec, [](qc_policy_t& p) { p.bucket_size = 0; });
-    add(codec, [](qc_policy_t& p) { p.rounding = static_cast<qc_rounding_t>(2); });
+    add(codec, [](qc_policy_t& p) { p.rounding = static_cast<qc_rounding_t>(3); });
     add(codec, [](qc_policy_t& p) { p.algorithm = static_cast<qc_algorithm_t>(6); });
     add(codec, [](qc_policy_t& p) { p.error_feedback = 2; });
     add(codec, [](qc_policy_t& p) { p.group_size = 0; });

@@ -20,4 +20,13 @@ std::string names_of(const char* (*name_of)(E)) {
   return out;
 }
 
+// Whether a policy's codec rounds stochastically, by qc.h's rule for
+// QC_ROUND_AUTO (stochastic for the global codecs, nearest-even for the
+// rest): what the tools' bounds and labels describe is what ran.
+inline bool rounds_stochastically(const qc_policy_t& p) {
+  if (p.rounding == QC_ROUND_AUTO)
+    return p.codec == QC_CODEC_GLOBAL_LINEAR || p.codec == QC_CODEC_GLOBAL_EXP;
+  return p.rounding == QC_ROUND_STOCHASTIC;
+}
+
 }  // namespace qctool

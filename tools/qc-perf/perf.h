@@ -11,6 +11,7 @@
 #define QC_PERF_H
 
 #include "qc.h"
+#include "qc_tool_names.h"
 #include "qc_tool_text.h"
 
 #include <condition_variable>

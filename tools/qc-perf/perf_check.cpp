@@ -433,7 +433,7 @@ qc_algorithm_t resolve_auto(const qc_policy_t& p, int nranks, size_t message_byt
 }
 
 std::string bound_formula(Op op, qc_dtype_t dtype, const qc_policy_t& p) {
-  const bool st = p.rounding == QC_ROUND_STOCHASTIC;
+  const bool st = qctool::rounds_stochastically(p);
   std::string s = std::string(codec_name(p.codec)) + ": ";
   if (op == Op::SparseAllreduce) return s + sparse_bound_text(p, st);
   switch (p.codec) {
@@ -503,7 +503,7 @@ ErrorModel error_model(Op op, int nranks, qc_dtype_t dtype, qc_reduce_op_t redop
   // A = Smax = 1; globally, absolute values.
   Chain ch;
   ch.codec = p.codec;
-  ch.stochastic = p.rounding == QC_ROUND_STOCHASTIC;
+  ch.stochastic = qctool::rounds_stochastically(p);
   ch.bits = p.bits;
   ch.ratio = p.topk_ratio;
   ch.dtype = dtype;
@@ -577,7 +577,7 @@ double sparse_row_bound(int nranks, qc_dtype_t dtype, qc_reduce_op_t redop,
   const bool pe = sparse_per_element(p);
   Chain ch;
   ch.codec = p.codec;
-  ch.stochastic = p.rounding == QC_ROUND_STOCHASTIC;
+  ch.stochastic = qctool::rounds_stochastically(p);
   ch.bits = p.bits;
   ch.ratio = 1;
   ch.dtype = QC_DTYPE_FLOAT32;  // rows are widened to float32 before they are encoded

@@ -188,7 +188,9 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
       app, with_both_spellings("--topk-ratio"), &raw->topk_ratio,
       [](double r) { return r > 0 && r <= 1; }, "0 < R <= 1", "fraction kept by topk, (0, 1]")
       ->type_name("R");
-  app.add_option("--rounding", raw->rounding, "nearest | stochastic (default nearest)")
+  app.add_option("--rounding", raw->rounding,
+                 "auto | nearest | stochastic (default auto: stochastic for the global\n"
+                 "codecs, nearest for the rest)")
       ->type_name("MODE");
   qctool::add_integer(app, "--seed", &opt->policy.seed, uint64_t{0},
                       std::numeric_limits<uint64_t>::max(),

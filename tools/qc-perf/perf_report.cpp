@@ -37,7 +37,7 @@ std::string codec_label(const qc_policy_t& p) {
     default: std::snprintf(buf, sizeof buf, "%s", codec_name(p.codec)); break;
   }
   std::string s = buf;
-  if (p.rounding == QC_ROUND_STOCHASTIC && p.codec != QC_CODEC_NONE) s += "~";
+  if (qctool::rounds_stochastically(p) && p.codec != QC_CODEC_NONE) s += "~";
   if (p.error_feedback) s += "+ef";
   return s;
 }
@@ -84,7 +84,7 @@ void print_preamble(const Options& opt) {
               opt.mpi ? "mpi" : "local", ops.c_str(), redop_name(opt.redop), codecs.c_str(), dtype_name(opt.dtype));
   std::printf("# codec policy: bits %d, bucket %d, topk ratio %g, rounding %s, error feedback %s, seed %llu\n",
               p.bits, p.bucket_size, double(p.topk_ratio),
-              p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest",
+              qc_rounding_name(p.rounding),
               p.error_feedback ? "on" : "off", static_cast<unsigned long long>(p.seed));
   std::printf("# sizes %s .. %s, factor %llu; algos %s; warmup %d, iters %d, timeout %g s\n",
               human_bytes(opt.min_bytes).c_str(), human_bytes(opt.max_bytes).c_str(),
@@ -305,7 +305,7 @@ static qctool::Json json_row(const Row& r, const Options& opt, const std::string
   j["bits"] = r.bits ? r.bits : p.bits;
   // A sparse allreduce's bucket is its row.
   j["bucket"] = r.op == Op::SparseAllreduce ? r.row_len : uint64_t(p.bucket_size);
-  j["rounding"] = p.rounding == QC_ROUND_STOCHASTIC ? "stochastic" : "nearest";
+  j["rounding"] = qctool::rounds_stochastically(p) ? "stochastic" : "nearest";
   j["error_feedback"] = r.error_feedback;
   j["warmup"] = opt.warmup;
   j["iters"] = opt.iters;

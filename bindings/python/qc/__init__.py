@@ -272,7 +272,9 @@ class Policy:
             "global_exp", "onebit" or "topk".
         bits: code width 1..8 (minmax; qsgd and global_* need 2..8).
         bucket_size: elements per bucket (one scale each), >= 1.
-        rounding: "nearest" (round to nearest even) or "stochastic".
+        rounding: "auto" (the codec's own: stochastic for global_linear and
+            global_exp, nearest for the rest), "nearest" (round to nearest
+            even) or "stochastic".
         algorithm: "auto", "ring", "recursive_doubling", "sra", "tree" or
             "native" ("auto" chooses per call; docs/algorithms.md).
         error_feedback: keep residuals in an ErrorBuffer between calls.
@@ -315,7 +317,7 @@ class Policy:
         codec: str = "none",
         bits: int = 4,
         bucket_size: int = 128,
-        rounding: str = "nearest",
+        rounding: str = "auto",
         algorithm: str = "auto",
         error_feedback: bool = False,
         group_size: int = 8,

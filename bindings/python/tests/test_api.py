@@ -35,7 +35,7 @@ def test_help_is_useful():
 def test_policy_defaults_match_the_library():
     p = qc.Policy()
     assert p == qc.Policy._from_tuple(qc._qc.policy_defaults())
-    assert (p.codec, p.bits, p.bucket_size, p.rounding, p.algorithm) == ("none", 4, 128, "nearest", "auto")
+    assert (p.codec, p.bits, p.bucket_size, p.rounding, p.algorithm) == ("none", 4, 128, "auto", "auto")
     assert p.error_feedback is False and p.min_compress_bytes == 16384 and p.seed == 0
 
 

@@ -118,7 +118,7 @@ Status adapt_policies(Communicator* comm, const qc_adapt_config_t* config,
     AdaptConfig cfg = base;
     cfg.codec = static_cast<qc_codec_t>(std::get<0>(key));
     cfg.bucket_size = std::get<1>(key);
-    cfg.stochastic = std::get<2>(key) == QC_ROUND_STOCHASTIC;
+    cfg.stochastic = rounds_stochastically(layers[members.front()].policy);
     std::vector<LayerStats> stats;
     for (size_t i : members) {
       LayerStats ls;

@@ -31,12 +31,12 @@ Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<C
     case QC_CODEC_QSGD:
     case QC_CODEC_ONEBIT:
       *codec = std::make_unique<QuantizedCodec>(policy.codec, policy.bits, policy.bucket_size,
-                                                policy.rounding == QC_ROUND_STOCHASTIC);
+                                                rounds_stochastically(policy));
       return Status::ok();
     case QC_CODEC_GLOBAL_LINEAR:
     case QC_CODEC_GLOBAL_EXP:
       *codec = std::make_unique<GlobalCodec>(policy.codec, policy.bits,
-                                             policy.rounding == QC_ROUND_STOCHASTIC);
+                                             rounds_stochastically(policy));
       return Status::ok();
     case QC_CODEC_TOPK:
       *codec = std::make_unique<TopkCodec>(policy.topk_ratio);

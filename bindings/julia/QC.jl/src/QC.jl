@@ -236,7 +236,8 @@ const _CODECS = Dict{Symbol,Cint}(
     :global_linear => QC_CODEC_GLOBAL_LINEAR, :global_exp => QC_CODEC_GLOBAL_EXP,
     :onebit => QC_CODEC_ONEBIT, :topk => QC_CODEC_TOPK)
 const _ROUNDINGS = Dict{Symbol,Cint}(
-    :nearest_even => QC_ROUND_NEAREST_EVEN, :stochastic => QC_ROUND_STOCHASTIC)
+    :nearest_even => QC_ROUND_NEAREST_EVEN, :stochastic => QC_ROUND_STOCHASTIC,
+    :auto => QC_ROUND_AUTO)
 const _ALGORITHMS = Dict{Symbol,Cint}(
     :auto => QC_ALGO_AUTO, :ring => QC_ALGO_RING,
     :recursive_doubling => QC_ALGO_RECURSIVE_DOUBLING, :sra => QC_ALGO_SRA,

@@ -54,6 +54,7 @@ const QC_ALGO_NATIVE = qc_algorithm_t(5)
 const qc_rounding_t = Cint
 const QC_ROUND_NEAREST_EVEN = qc_rounding_t(0)
 const QC_ROUND_STOCHASTIC = qc_rounding_t(1)
+const QC_ROUND_AUTO = qc_rounding_t(2)
 
 const qc_transport_t = Cint
 const QC_TRANSPORT_LOCAL = qc_transport_t(0)  # ranks are threads of this process
@@ -101,7 +102,7 @@ struct qc_policy_t
     codec::qc_codec_t  # default QC_CODEC_NONE
     bits::Cint  # code width, 1..8 (qsgd, global_*: 2..8); default 4
     bucket_size::Cint  # elements per bucket, >= 1; default 128
-    rounding::qc_rounding_t  # default QC_ROUND_NEAREST_EVEN
+    rounding::qc_rounding_t  # default QC_ROUND_AUTO (1.0.0: NEAREST_EVEN)
     algorithm::qc_algorithm_t  # default QC_ALGO_AUTO
     error_feedback::Cint  # 0 or 1; default 0
     group_size::Cint  # recursive doubling intra-group size, >= 1; default 8
@@ -114,7 +115,7 @@ qc_policy_t(; struct_size=Csize_t(sizeof(qc_policy_t)),
     codec=QC_CODEC_NONE,
     bits=Cint(4),
     bucket_size=Cint(128),
-    rounding=QC_ROUND_NEAREST_EVEN,
+    rounding=QC_ROUND_AUTO,
     algorithm=QC_ALGO_AUTO,
     error_feedback=Cint(0),
     group_size=Cint(8),

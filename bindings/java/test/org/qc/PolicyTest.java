@@ -17,7 +17,7 @@ public class PolicyTest {
     assertSame(Codec.NONE, d.codec());
     assertEquals(4, d.bits());
     assertEquals(128, d.bucketSize());
-    assertSame(Rounding.NEAREST_EVEN, d.rounding());
+    assertSame(Rounding.BY_CODEC, d.rounding());
     assertSame(Algorithm.AUTO, d.algorithm());
     assertFalse(d.errorFeedback());
     assertEquals(8, d.groupSize());
