@@ -129,6 +129,7 @@ QC_ALGO_AUTO = 0
 QC_ALGO_SRA = 3
 
 QC_ROUND_AUTO = 2
+QC_SCALE_AUTO = 0
 QC_TRANSPORT_LOCAL = 0
 
 
@@ -151,6 +152,7 @@ class QcPolicy(ctypes.Structure):
         ("seed", c_uint64),
         # appended after the first layout
         ("min_compress_bytes", c_size_t),
+        ("scale", c_int),                # qc_scale_t
     ]
 
 
@@ -183,7 +185,7 @@ POLICY_DEFAULTS = {
     "codec": QC_CODEC_NONE, "bits": 4, "bucket_size": 128,
     "rounding": QC_ROUND_AUTO, "algorithm": QC_ALGO_AUTO,
     "error_feedback": 0, "group_size": 8, "topk_ratio": c_float(0.01).value,
-    "scale_update_period": 1, "seed": 0, "min_compress_bytes": 16384,
+    "scale_update_period": 1, "seed": 0, "min_compress_bytes": 16384, "scale": QC_SCALE_AUTO,
 }
 COMM_CONFIG_DEFAULTS = {
     "transport": QC_TRANSPORT_LOCAL, "mpi_comm": 0, "nccl_comm": None,

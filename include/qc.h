@@ -184,6 +184,17 @@ typedef enum qc_rounding QC_ENUM_BASE {
                         nearest-even for the others. The default. */
 } qc_rounding_t;
 
+/** The one scale a global codec's message shares (policy.scale): its
+ *  levels are multiples (global_linear) or power-of-two fractions
+ *  (global_exp) of it. In a native allreduce all ranks agree on it first. */
+typedef enum qc_scale QC_ENUM_BASE {
+  QC_SCALE_AUTO = 0,    /* the codec's own: max-abs (docs/fidelity.md has the
+                           measurements that chose it). The default. */
+  QC_SCALE_L2 = 1,      /* the L2 norm (paper 002): unbiased with dithering,
+                           but coarse for large messages at few bits */
+  QC_SCALE_MAX_ABS = 2  /* the largest |value| (paper 001's shared-scale INT8) */
+} qc_scale_t;
+
 /** What carries a communicator's messages (qc_comm_config_t.transport). */
 typedef enum qc_transport QC_ENUM_BASE {
   QC_TRANSPORT_LOCAL = 0,  /* ranks are threads of this process */
@@ -214,6 +225,8 @@ QC_API const char* qc_reduce_op_name(qc_reduce_op_t op);
 QC_API qc_status_t qc_reduce_op_from_name(const char* name, qc_reduce_op_t* op);
 QC_API const char* qc_rounding_name(qc_rounding_t rounding);
 QC_API qc_status_t qc_rounding_from_name(const char* name, qc_rounding_t* rounding);
+QC_API const char* qc_scale_name(qc_scale_t scale);
+QC_API qc_status_t qc_scale_from_name(const char* name, qc_scale_t* scale);
 QC_API const char* qc_transport_name(qc_transport_t transport);
 QC_API qc_status_t qc_transport_from_name(const char* name, qc_transport_t* transport);
 
@@ -258,12 +271,15 @@ typedef struct qc_policy {
                                 more time than it saves (docs/benchmarks.md:
                                 the crossover on a 1 Gbit/s link); 0 always
                                 compresses; default 16384 (16 KiB) */
+  qc_scale_t scale;          /* global_linear, global_exp: the shared scale,
+                                L2 norm or max-abs; default QC_SCALE_AUTO
+                                (max-abs). Ignored by the other codecs. */
 } qc_policy_t;
 
 #define QC_POLICY_INIT                                                      \
   {                                                                         \
     sizeof(qc_policy_t), QC_CODEC_NONE, 4, 128, QC_ROUND_AUTO,              \
-        QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0, 16384                              \
+        QC_ALGO_AUTO, 0, 8, 0.01f, 1, 0, 16384, QC_SCALE_AUTO               \
   }
 
 /**

@@ -69,6 +69,11 @@ module qc_c_api
   integer(c_int), parameter :: QC_ROUND_STOCHASTIC = 1
   integer(c_int), parameter :: QC_ROUND_AUTO = 2
 
+  ! qc_scale_t
+  integer(c_int), parameter :: QC_SCALE_AUTO = 0
+  integer(c_int), parameter :: QC_SCALE_L2 = 1
+  integer(c_int), parameter :: QC_SCALE_MAX_ABS = 2  ! the largest |value| (paper 001's shared-scale INT8)
+
   ! qc_transport_t
   integer(c_int), parameter :: QC_TRANSPORT_LOCAL = 0  ! ranks are threads of this process
   integer(c_int), parameter :: QC_TRANSPORT_MPI = 1
@@ -93,6 +98,7 @@ module qc_c_api
     integer(c_int) :: scale_update_period = 1
     integer(c_int64_t) :: seed = 0_c_int64_t  ! stochastic rounding seed; default 0
     integer(c_size_t) :: min_compress_bytes = 16384_c_size_t
+    integer(c_int) :: scale = QC_SCALE_AUTO
   end type qc_policy_t
 
   ! qc_comm_config_t (defaults: QC_COMM_CONFIG_INIT)
@@ -238,6 +244,17 @@ module qc_c_api
       import :: c_int, c_ptr
       type(c_ptr), value :: name
       integer(c_int), intent(out) :: rounding
+      integer(c_int) :: res
+    end function
+    function qc_scale_name_c(scale) bind(c, name="qc_scale_name") result(res)
+      import :: c_int, c_ptr
+      integer(c_int), value :: scale
+      type(c_ptr) :: res
+    end function
+    function qc_scale_from_name_c(name, scale) bind(c, name="qc_scale_from_name") result(res)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: name
+      integer(c_int), intent(out) :: scale
       integer(c_int) :: res
     end function
     function qc_transport_name_c(transport) bind(c, name="qc_transport_name") result(res)
@@ -913,42 +930,41 @@ module qc_c_api
   public :: QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP, QC_CODEC_ONEBIT, QC_CODEC_TOPK
   public :: QC_ALGO_AUTO, QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA
   public :: QC_ALGO_TREE, QC_ALGO_NATIVE, QC_ROUND_NEAREST_EVEN, QC_ROUND_STOCHASTIC
-  public :: QC_ROUND_AUTO, QC_TRANSPORT_LOCAL, QC_TRANSPORT_MPI, QC_TRANSPORT_NCCL
-  public :: QC_TRANSPORT_CALLBACKS, QC_ADAPT_KMEANS, QC_ADAPT_LINEAR, qc_policy_t
-  public :: qc_comm_config_t, qc_transport_callbacks_t, qc_stats_t, qc_layer_stats_t
-  public :: qc_adapt_config_t, qc_adapt_report_t, qc_version_number_c, qc_version_string_c
-  public :: qc_status_string_c, qc_last_error_c, qc_codec_name_c, qc_codec_from_name_c
-  public :: qc_algorithm_name_c, qc_algorithm_from_name_c, qc_dtype_name_c, qc_dtype_from_name_c
-  public :: qc_reduce_op_name_c, qc_reduce_op_from_name_c, qc_rounding_name_c, &
-      qc_rounding_from_name_c
-  public :: qc_transport_name_c, qc_transport_from_name_c, qc_policy_init_sized_c, &
-      qc_comm_config_init_sized_c
-  public :: qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c, &
-      qc_transport_callbacks_init_sized_c
-  public :: qc_comm_create_callbacks_c, qc_nccl_unique_id_create_c, qc_comm_create_nccl_id_c, &
-      qc_comm_destroy_c
-  public :: qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c, qc_stats_init_sized_c
-  public :: qc_comm_get_stats_c, qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c, &
-      qc_comm_layer_count_c
-  public :: qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c, &
-      qc_comm_set_layer_policy_c
-  public :: qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, qc_allreduce_c, &
-      qc_allreduce_segments_c
-  public :: qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c, qc_broadcast_c
-  public :: qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c, &
-      qc_sparse_result_destroy_c
-  public :: qc_sparse_allreduce_dense_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
-  public :: qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c, qc_isparse_allreduce_c
-  public :: qc_isparse_allreduce_dense_c, qc_request_test_c, qc_request_wait_c, qc_request_free_c
-  public :: qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c, &
-      qc_error_buffer_norm_c
-  public :: qc_error_buffer_save_c, qc_error_buffer_load_c, qc_codec_encoded_size_c, &
-      qc_codec_encode_c
-  public :: qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c, &
-      qc_emulate_reduce_scatter_c
-  public :: qc_emulate_allgather_c, qc_emulate_broadcast_c, qc_emulate_sparse_allreduce_c, &
-      qc_emulate_sparse_allreduce_dense_c
-  public :: qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, &
-      qc_adapt_report_init_sized_c
-  public :: qc_comm_adapt_policies_c
+  public :: QC_ROUND_AUTO, QC_SCALE_AUTO, QC_SCALE_L2, QC_SCALE_MAX_ABS
+  public :: QC_TRANSPORT_LOCAL, QC_TRANSPORT_MPI, QC_TRANSPORT_NCCL, QC_TRANSPORT_CALLBACKS
+  public :: QC_ADAPT_KMEANS, QC_ADAPT_LINEAR, qc_policy_t, qc_comm_config_t
+  public :: qc_transport_callbacks_t, qc_stats_t, qc_layer_stats_t, qc_adapt_config_t
+  public :: qc_adapt_report_t, qc_version_number_c, qc_version_string_c, qc_status_string_c
+  public :: qc_last_error_c, qc_codec_name_c, qc_codec_from_name_c, qc_algorithm_name_c
+  public :: qc_algorithm_from_name_c, qc_dtype_name_c, qc_dtype_from_name_c, qc_reduce_op_name_c
+  public :: qc_reduce_op_from_name_c, qc_rounding_name_c, qc_rounding_from_name_c, qc_scale_name_c
+  public :: qc_scale_from_name_c, qc_transport_name_c, qc_transport_from_name_c, &
+      qc_policy_init_sized_c
+  public :: qc_comm_config_init_sized_c, qc_comm_create_c, qc_comm_create_local_c, &
+      qc_comm_create_local_with_config_c
+  public :: qc_transport_callbacks_init_sized_c, qc_comm_create_callbacks_c, &
+      qc_nccl_unique_id_create_c, qc_comm_create_nccl_id_c
+  public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
+  public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, &
+      qc_comm_get_layer_stats_c
+  public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c
+  public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, &
+      qc_allreduce_c
+  public :: qc_allreduce_segments_c, qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c
+  public :: qc_broadcast_c, qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c
+  public :: qc_sparse_result_destroy_c, qc_sparse_allreduce_dense_c, qc_iallreduce_c, &
+      qc_iallreduce_segments_c
+  public :: qc_ialltoall_c, qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c
+  public :: qc_isparse_allreduce_c, qc_isparse_allreduce_dense_c, qc_request_test_c, &
+      qc_request_wait_c
+  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, &
+      qc_error_buffer_reset_c
+  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, &
+      qc_codec_encoded_size_c
+  public :: qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
+  public :: qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c, &
+      qc_emulate_sparse_allreduce_c
+  public :: qc_emulate_sparse_allreduce_dense_c, qc_adapt_method_name_c, &
+      qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
+  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
 end module qc_c_api

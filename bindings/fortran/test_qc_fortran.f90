@@ -43,13 +43,14 @@ program test_qc_fortran
   call qc_policy_init(p, ierr)
   call check(ierr == QC_SUCCESS, 'qc_policy_init')
   call check(p%struct_size == c_sizeof(p), 'policy struct_size is the C sizeof')
-  call check(c_sizeof(p) == 64_c_size_t, 'qc_policy_t has the C layout (64 bytes on LP64)')
+  call check(c_sizeof(p) == 72_c_size_t, 'qc_policy_t has the C layout (72 bytes on LP64)')
   q = qc_policy_t()   ! the component defaults, which mirror QC_POLICY_INIT
   call check(p%codec == q%codec .and. p%bits == q%bits .and. p%bucket_size == q%bucket_size .and. &
              p%rounding == q%rounding .and. p%algorithm == q%algorithm .and. &
              p%error_feedback == q%error_feedback .and. p%group_size == q%group_size .and. &
              p%topk_ratio == q%topk_ratio .and. p%scale_update_period == q%scale_update_period .and. &
-             p%seed == q%seed .and. p%min_compress_bytes == q%min_compress_bytes, &
+             p%seed == q%seed .and. p%min_compress_bytes == q%min_compress_bytes .and. &
+             p%scale == q%scale .and. p%rounding == QC_ROUND_AUTO .and. p%scale == QC_SCALE_AUTO, &
              'policy defaults from C equal the Fortran component defaults')
   call qc_comm_config_init(cfg, ierr)
   call check(ierr == QC_SUCCESS .and. cfg%struct_size == c_sizeof(cfg), 'qc_comm_config_init')

@@ -147,14 +147,17 @@ static qc_status_t qcj_emulate_run(int collective, int nranks, const void* const
 %rename(Codec) qc_codec_t;
 %rename(Algorithm) qc_algorithm_t;
 %rename(Rounding) qc_rounding_t;
+%rename(Scale) qc_scale_t;
 %rename(Transport) qc_transport_t;
 %rename(AdaptMethod) qc_adapt_method_t;
 /* QC_ERROR_CORRUPT_DATA -> CORRUPT_DATA, QC_CODEC_MINMAX -> MINMAX, ... */
-%rename("%(regex:/^QC_(ERROR_|DTYPE_|OP_|CODEC_|ALGO_|ROUND_|TRANSPORT_|ADAPT_)?(.*)$/\\2/)s",
+%rename("%(regex:/^QC_(ERROR_|DTYPE_|OP_|CODEC_|ALGO_|ROUND_|SCALE_|TRANSPORT_|ADAPT_)?(.*)$/\\2/)s",
         %$isenumitem) "";
 /* C enum items share one scope, so SWIG would take QC_ROUND_AUTO's AUTO for
-   a second definition of QC_ALGO_AUTO's and drop it: Rounding.BY_CODEC. */
-%rename(BY_CODEC) QC_ROUND_AUTO;
+   a second definition of QC_ALGO_AUTO's and drop it: these keep their
+   prefix, Rounding.ROUND_AUTO and Scale.SCALE_AUTO. */
+%rename(ROUND_AUTO) QC_ROUND_AUTO;
+%rename(SCALE_AUTO) QC_SCALE_AUTO;
 /* QC_VERSION_MAJOR -> VERSION_MAJOR (compile-time constants of qc.h) */
 %rename("%(regex:/^QC_(.*)$/\\1/)s", %$isconstant) "";
 
@@ -305,6 +308,7 @@ typedef struct qc_policy {
   int scale_update_period;
   uint64_t seed;
   size_t min_compress_bytes;
+  qc_scale_t scale;
 } qc_policy_t;
 
 typedef struct qc_stats {
@@ -473,6 +477,7 @@ const char* qc_algorithm_name(qc_algorithm_t value);
 const char* qc_dtype_name(qc_dtype_t value);
 const char* qc_reduce_op_name(qc_reduce_op_t value);
 const char* qc_rounding_name(qc_rounding_t value);
+const char* qc_scale_name(qc_scale_t value);
 const char* qc_transport_name(qc_transport_t value);
 const char* qc_adapt_method_name(qc_adapt_method_t value);
 
@@ -506,6 +511,12 @@ qc_rc qcj_reduce_op_from_name(const char* name, int* out) {
 qc_rc qcj_rounding_from_name(const char* name, int* out) {
   qc_rounding_t v;
   const qc_rc s = qc_rounding_from_name(name, &v);
+  if (s == QC_SUCCESS) *out = (int)v;
+  return s;
+}
+qc_rc qcj_scale_from_name(const char* name, int* out) {
+  qc_scale_t v;
+  const qc_rc s = qc_scale_from_name(name, &v);
   if (s == QC_SUCCESS) *out = (int)v;
   return s;
 }

@@ -59,6 +59,12 @@ typedef enum qc_rounding {
   QC_ROUND_AUTO = 2
 } qc_rounding_t;
 
+typedef enum qc_scale {
+  QC_SCALE_AUTO = 0,
+  QC_SCALE_L2 = 1,
+  QC_SCALE_MAX_ABS = 2 /* the largest |value| (paper 001's shared-scale INT8) */
+} qc_scale_t;
+
 typedef enum qc_transport {
   QC_TRANSPORT_LOCAL = 0, /* ranks are threads of this process */
   QC_TRANSPORT_MPI = 1,

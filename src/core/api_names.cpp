@@ -63,6 +63,7 @@ QC_ENUM_NAME_FUNCTIONS_(algorithm, qc_algorithm_t, kAlgorithmNames, "algorithm")
 QC_ENUM_NAME_FUNCTIONS_(dtype, qc_dtype_t, kDtypeNames, "dtype")
 QC_ENUM_NAME_FUNCTIONS_(reduce_op, qc_reduce_op_t, kReduceOpNames, "op")
 QC_ENUM_NAME_FUNCTIONS_(rounding, qc_rounding_t, kRoundingNames, "rounding")
+QC_ENUM_NAME_FUNCTIONS_(scale, qc_scale_t, kScaleNames, "scale")
 QC_ENUM_NAME_FUNCTIONS_(transport, qc_transport_t, kTransportNames, "transport")
 QC_ENUM_NAME_FUNCTIONS_(adapt_method, qc_adapt_method_t, kAdaptMethodNames, "method")
 

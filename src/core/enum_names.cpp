@@ -32,6 +32,8 @@ const EnumName kRoundings[] = {{QC_ROUND_NEAREST_EVEN, "nearest"},
                                {QC_ROUND_AUTO, "auto"}};
 // The enum's own spelling.
 const EnumName kRoundingAliases[] = {{QC_ROUND_NEAREST_EVEN, "nearest_even"}};
+const EnumName kScales[] = {
+    {QC_SCALE_AUTO, "auto"}, {QC_SCALE_L2, "l2"}, {QC_SCALE_MAX_ABS, "max_abs"}};
 const EnumName kTransports[] = {
     {QC_TRANSPORT_LOCAL, "local"}, {QC_TRANSPORT_MPI, "mpi"}, {QC_TRANSPORT_NCCL, "nccl"},
     {QC_TRANSPORT_CALLBACKS, "callbacks"},
@@ -59,6 +61,7 @@ const EnumNames kAlgorithmNames = table("algorithm", kAlgorithms, kAlgorithmAlia
 const EnumNames kDtypeNames = table("dtype", kDtypes, kDtypeAliases);
 const EnumNames kReduceOpNames = table("reduce op", kReduceOps);
 const EnumNames kRoundingNames = table("rounding", kRoundings, kRoundingAliases);
+const EnumNames kScaleNames = table("scale", kScales);
 const EnumNames kTransportNames = table("transport", kTransports);
 const EnumNames kAdaptMethodNames = table("adapt method", kAdaptMethods);
 const EnumNames kSparseScheduleNames = table("sparse schedule", kSparseSchedules);

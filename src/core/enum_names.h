@@ -38,6 +38,7 @@ extern const EnumNames kAlgorithmNames;
 extern const EnumNames kDtypeNames;
 extern const EnumNames kReduceOpNames;
 extern const EnumNames kRoundingNames;
+extern const EnumNames kScaleNames;
 extern const EnumNames kTransportNames;
 extern const EnumNames kAdaptMethodNames;
 

@@ -16,7 +16,7 @@ uint64_t call_signature(CollectiveKind kind, size_t count, qc_dtype_t dtype, int
                         const char* layer, const qc_policy_t& p, qc_algorithm_t algorithm) {
   struct {
     uint64_t count;
-    int32_t kind, dtype, op, codec, bits, bucket, rounding, algorithm, ef, group, period;
+    int32_t kind, dtype, op, codec, bits, bucket, rounding, algorithm, ef, group, period, scale;
     float topk;
     uint64_t seed;
   } fields{};
@@ -32,6 +32,7 @@ uint64_t call_signature(CollectiveKind kind, size_t count, qc_dtype_t dtype, int
   fields.ef = p.error_feedback;
   fields.group = p.group_size;
   fields.period = p.scale_update_period;
+  fields.scale = p.scale;
   fields.topk = p.topk_ratio;
   fields.seed = p.seed;
   uint64_t h = fnv1a64(&fields, sizeof fields);

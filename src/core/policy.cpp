@@ -62,6 +62,9 @@ Status validate_policy(const qc_policy_t& p, const char* arg) {
     return bad_field(arg, "group_size", std::to_string(p.group_size), "expected >= 1");
   if (!(p.topk_ratio > 0.0f && p.topk_ratio <= 1.0f))
     return bad_field(arg, "topk_ratio", std::to_string(p.topk_ratio), "expected a ratio in (0, 1]");
+  const int scale = static_cast<int>(p.scale);
+  if (scale < QC_SCALE_AUTO || scale > QC_SCALE_MAX_ABS)
+    return bad_field(arg, "scale", std::to_string(scale), "expected a qc_scale_t value (0..2)");
   if (p.scale_update_period < 1)
     return bad_field(arg, "scale_update_period", std::to_string(p.scale_update_period),
                      "expected >= 1");
@@ -72,6 +75,8 @@ Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out) {
   QC_RETURN_IF_ERROR(read_struct(user, kPolicyV0Size, default_policy(), arg, "qc_policy_t", out));
   return validate_policy(*out, arg);
 }
+
+bool scales_by_max_abs(const qc_policy_t& p) { return p.scale != QC_SCALE_L2; }
 
 bool rounds_stochastically(const qc_policy_t& p) {
   if (p.rounding == QC_ROUND_AUTO)

@@ -39,6 +39,10 @@ Status read_policy(const qc_policy_t* user, const char* arg, qc_policy_t* out);
 
 // The policy a message of `message_bytes` is sent with: codec none when it is
 // below the policy's min_compress_bytes, the policy itself otherwise.
+// Whether a global codec's shared scale is the max-abs (QC_SCALE_AUTO and
+// QC_SCALE_MAX_ABS) rather than the L2 norm.
+bool scales_by_max_abs(const qc_policy_t& policy);
+
 // Whether the policy's codec rounds stochastically: QC_ROUND_AUTO is
 // stochastic for the global codecs (paper 002 dithers by definition) and
 // nearest-even for the others.

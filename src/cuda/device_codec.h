@@ -53,13 +53,14 @@ Status quant_decode(qc_codec_t codec, const uint8_t* meta, const uint8_t* codes,
                     int bits, size_t bucket, float* dst, bool accumulate, void* stream);
 
 // global_linear / global_exp (codec QC_CODEC_GLOBAL_LINEAR or _EXP, bits
-// 2..8): meta is the message's 4-byte norm, which the first kernel writes
-// (sqrt of the canonical sum of z*z over all count elements, NaN when not
-// finite; exact and latency-bound: one warp keeps the CPU's 16 partial
-// sums) and the second reads to write the codes (and e, with e != nullptr).
-Status global_encode(qc_codec_t codec, int bits, bool stochastic, const cpu::RandomStream& rng,
-                     uint64_t index_base, const float* x, float* e, size_t count, uint8_t* meta,
-                     uint8_t* codes, void* stream);
+// 2..8): meta is the message's 4-byte scale, which the first kernel writes
+// (the L2 norm: sqrt of the canonical sum of z*z over all count elements,
+// exact and latency-bound: one warp keeps the CPU's 16 partial sums; or
+// with max_abs_scale max |z|; NaN when not finite) and the second reads to
+// write the codes (and e, with e != nullptr).
+Status global_encode(qc_codec_t codec, int bits, bool stochastic, bool max_abs_scale,
+                     const cpu::RandomStream& rng, uint64_t index_base, const float* x, float* e,
+                     size_t count, uint8_t* meta, uint8_t* codes, void* stream);
 Status global_decode(qc_codec_t codec, int bits, const uint8_t* meta, const uint8_t* codes,
                      size_t count, float* dst, bool accumulate, void* stream);
 

@@ -50,6 +50,26 @@ __global__ void __launch_bounds__(32) global_norm_kernel(const float* x, const f
   }
 }
 
+// One warp: the max-abs scale max |z|, written to the message (NaN when some
+// z is NaN or infinite). A max is exact in any order, so it equals the CPU's.
+__global__ void __launch_bounds__(32) global_max_abs_kernel(const float* x, const float* e,
+                                                            size_t count, uint8_t* meta) {
+  const unsigned lane = threadIdx.x & 31u;
+  float m = 0.0f;
+  int finite = 1;
+  for (size_t i = lane; i < count; i += 32) {
+    const float a = fabsf(e != nullptr ? x[i] + e[i] : x[i]);
+    finite = finite && a <= FLT_MAX;
+    m = a > m ? a : m;
+  }
+  for (int w = 16; w >= 1; w /= 2) {
+    const float other = __shfl_down_sync(kFullMask, m, w);
+    finite = finite && __shfl_down_sync(kFullMask, finite, w);
+    m = other > m ? other : m;
+  }
+  if (lane == 0) store_meta(meta, finite ? m : __int_as_float(0x7fc00000));
+}
+
 struct GlobalJob {
   bool exponential;
   int bits;
@@ -145,16 +165,21 @@ Status check_global(qc_codec_t codec, int bits) {
 
 }  // namespace
 
-Status global_encode(qc_codec_t codec, int bits, bool stochastic, const cpu::RandomStream& rng,
-                     uint64_t index_base, const float* x, float* e, size_t count, uint8_t* meta,
-                     uint8_t* codes, void* stream) {
+Status global_encode(qc_codec_t codec, int bits, bool stochastic, bool max_abs_scale,
+                     const cpu::RandomStream& rng, uint64_t index_base, const float* x, float* e,
+                     size_t count, uint8_t* meta, uint8_t* codes, void* stream) {
   QC_RETURN_IF_ERROR(check_global(codec, bits));
   if (reinterpret_cast<uintptr_t>(x) % 4 != 0 || reinterpret_cast<uintptr_t>(e) % 4 != 0)
     return invalid_argument("cuda: device float32 buffers must be 4-byte aligned");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  auto* norm = &global_norm_kernel;
-  QC_LAUNCH(norm, 1, 32, s)(x, e, count, meta);
-  QC_RETURN_IF_ERROR(launch_status("cuda: global norm"));
+  if (max_abs_scale) {
+    auto* scale = &global_max_abs_kernel;
+    QC_LAUNCH(scale, 1, 32, s)(x, e, count, meta);
+  } else {
+    auto* norm = &global_norm_kernel;
+    QC_LAUNCH(norm, 1, 32, s)(x, e, count, meta);
+  }
+  QC_RETURN_IF_ERROR(launch_status("cuda: global scale"));
   if (count == 0) return Status::ok();
   const GlobalJob j{codec == QC_CODEC_GLOBAL_EXP, bits, stochastic, rng, index_base, x, e, count,
                     meta, codes, cpu::global_residual_limit(count)};

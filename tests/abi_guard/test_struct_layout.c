@@ -34,7 +34,7 @@ int main(void) {
   printf("SKIP: the recorded layout is that of x86-64 LP64\n");
   return 77;
 #else
-  SIZE(qc_policy_t, 64);
+  SIZE(qc_policy_t, 72);
   FIELD(qc_policy_t, struct_size, 0);
   FIELD(qc_policy_t, codec, 8);
   FIELD(qc_policy_t, bits, 12);
@@ -47,6 +47,7 @@ int main(void) {
   FIELD(qc_policy_t, scale_update_period, 40);
   FIELD(qc_policy_t, seed, 48);
   FIELD(qc_policy_t, min_compress_bytes, 56);
+  FIELD(qc_policy_t, scale, 64);
 
   SIZE(qc_comm_config_t, 40);
   FIELD(qc_comm_config_t, struct_size, 0);

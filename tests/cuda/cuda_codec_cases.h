@@ -374,12 +374,13 @@ TEST(CudaQuant, BadArgumentsAreRefused) {
 // The GPU's norm, codes and residual against the CPU codec (GlobalCodec),
 // then the GPU decoding the CPU's message.
 void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const std::vector<float>& x,
-                  uint64_t seed, uint64_t index_base) {
+                  uint64_t seed, uint64_t index_base, bool max_abs = false) {
   const size_t n = x.size();
   SCOPED_TRACE("codec " + std::to_string(codec) + " bits " + std::to_string(bits) +
                (stochastic ? " stochastic" : " nearest") + (ef ? " ef" : "") + " count " +
-               std::to_string(n) + " seed " + std::to_string(seed));
-  const qc::GlobalCodec ref(codec, bits, stochastic);
+               std::to_string(n) + " seed " + std::to_string(seed) +
+               (max_abs ? " max-abs" : " l2"));
+  const qc::GlobalCodec ref(codec, bits, stochastic, max_abs);
   qc::RandomKey key;
   key.seed = seed;
   key.rank = static_cast<uint32_t>(seed % 3);
@@ -400,7 +401,7 @@ void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const st
   x_dev.upload(x.data(), 4 * n);
   e_dev.upload(e_in.data(), 4 * n);
   const qc::Status gs = qc::cuda::global_encode(
-      codec, bits, stochastic, qc::cpu::make_random_stream(key.seed, key.rank, key.stream),
+      codec, bits, stochastic, max_abs, qc::cpu::make_random_stream(key.seed, key.rank, key.stream),
       index_base, reinterpret_cast<float*>(x_dev.data()),
       ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n, payload.data(), payload.data() + 4,
       nullptr);
@@ -438,8 +439,9 @@ TEST(CudaGlobal, LinearAndExponentialMatchTheCpu) {
     for (int bits : {2, 3, 4, 8})
       for (bool stochastic : {false, true})
         for (bool ef : {false, true}) {
+          const bool max_abs = (bits + (ef ? 1 : 0)) % 2 == 0;  // both scales, every other case
           check_global(codec, bits, stochastic, ef, make_data(10007 / kSizeScale, Data::kPlain, seed),
-                       seed, 0);
+                       seed, 0, max_abs);
           ++seed;
           if (HasFatalFailure()) return;
         }
@@ -450,10 +452,13 @@ TEST(CudaGlobal, LinearAndExponentialMatchTheCpu) {
 TEST(CudaGlobal, EdgesMatchTheCpu) {
   uint64_t seed = 4000;
   for (qc_codec_t codec : {QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP}) {
-    check_global(codec, 4, true, true, make_data(3001 / kSizeScale, Data::kSpecial, seed), seed, 0);
-    if (HasFatalFailure()) return;
-    check_global(codec, 3, false, true, std::vector<float>(100, 0.0f), ++seed, 0);
-    if (HasFatalFailure()) return;
+    for (bool max_abs : {false, true}) {
+      check_global(codec, 4, true, true, make_data(3001 / kSizeScale, Data::kSpecial, seed), seed, 0,
+                   max_abs);
+      if (HasFatalFailure()) return;
+      check_global(codec, 3, false, true, std::vector<float>(100, 0.0f), ++seed, 0, max_abs);
+      if (HasFatalFailure()) return;
+    }
     for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{17}}) {
       ++seed;
       check_global(codec, 5, true, false, make_data(n, Data::kPlain, seed), seed, 0);
@@ -779,7 +784,8 @@ TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
       st = qc::cuda::quant_encode(x_dev.data(), nullptr, x.size(), d, payload.data(),
                                   payload.data() + meta, nullptr);
     } else if (global) {
-      st = qc::cuda::global_encode(g.codec, g.bits, g.rounding == QC_ROUND_STOCHASTIC, rng, 0,
+      st = qc::cuda::global_encode(g.codec, g.bits, g.rounding == QC_ROUND_STOCHASTIC,
+                                   g.scale == QC_SCALE_MAX_ABS, rng, 0,
                                    reinterpret_cast<float*>(x_dev.data()), nullptr, x.size(),
                                    payload.data(), payload.data() + 4, nullptr);
     } else {
@@ -791,7 +797,7 @@ TEST(CudaGolden, PayloadsEqualTheGoldenVectors) {
     ASSERT_EQ(payload.contents(), want);
     ++checked;
   }
-  EXPECT_EQ(checked, 12);  // fp16, bf16, five minmax, two qsgd, one onebit, two global
+  EXPECT_EQ(checked, 13);  // fp16, bf16, five minmax, two qsgd, one onebit, three global
 }
 
 }  // namespace

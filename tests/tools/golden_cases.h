@@ -47,6 +47,9 @@ struct GoldenCase {
   qc_rounding_t rounding;
   float topk_ratio;
   bool required;  // false: codec may be missing from this build (skip then)
+  // The global codecs' scale: the first vectors were made with the L2 norm,
+  // before max-abs became the default; they keep it.
+  qc_scale_t scale = QC_SCALE_L2;
 };
 
 inline std::vector<GoldenCase> golden_cases() {
@@ -67,6 +70,9 @@ inline std::vector<GoldenCase> golden_cases() {
       {"golden_global_linear_4_32_stochastic.bin", QC_CODEC_GLOBAL_LINEAR, 4, kBucket, S, 0.01f,
        false},
       {"golden_global_exp_4_32_stochastic.bin", QC_CODEC_GLOBAL_EXP, 4, kBucket, S, 0.01f, false},
+      // Paper 001's shared-scale INT8: the max-abs scale, nearest rounding.
+      {"golden_global_linear_8_32_nearest_maxabs.bin", QC_CODEC_GLOBAL_LINEAR, 8, kBucket, N,
+       0.01f, false, QC_SCALE_MAX_ABS},
       {"golden_topk_r0.1_32_nearest.bin", QC_CODEC_TOPK, 4, kBucket, N, 0.1f, false},
   };
 }
@@ -78,6 +84,7 @@ inline qc_policy_t golden_policy(const GoldenCase& c) {
   p.bucket_size = c.bucket;
   p.rounding = c.rounding;
   p.topk_ratio = c.topk_ratio;
+  p.scale = c.scale;
   p.seed = kSeed;
   return p;
 }

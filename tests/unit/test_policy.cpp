@@ -1,5 +1,6 @@
 // Per-layer policies: pattern resolution as documented in qc.h and layers
 // with different algorithms used alternately on one group.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -422,4 +423,59 @@ TEST(Rounding, AutoIsStochasticForTheGlobalCodecsOnly) {
   ASSERT_EQ(qc_rounding_from_name("auto", &r), QC_SUCCESS);
   EXPECT_EQ(r, QC_ROUND_AUTO);
   EXPECT_STREQ(qc_rounding_name(QC_ROUND_AUTO), "auto");
+}
+
+// policy.scale: the global codecs' message carries max |x| (auto, max_abs;
+// flags bit 1) or the L2 norm (l2) as its float32 scale (offset 32); the
+// other codecs ignore the field.
+TEST(Scale, GlobalCodecsCarryTheChosenScale) {
+  const qc_policy_t init = QC_POLICY_INIT;
+  EXPECT_EQ(init.scale, QC_SCALE_AUTO);
+  std::vector<float> x(1000);
+  double sq = 0;
+  float max_abs = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::sin(0.37f * static_cast<float>(i)) * (i == 500 ? 9.0f : 1.0f);
+    sq += static_cast<double>(x[i]) * x[i];
+    max_abs = std::max(max_abs, std::fabs(x[i]));
+  }
+  for (qc_codec_t codec : {QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP}) {
+    for (qc_scale_t scale : {QC_SCALE_AUTO, QC_SCALE_L2, QC_SCALE_MAX_ABS}) {
+      SCOPED_TRACE(std::string(qc_codec_name(codec)) + " " + qc_scale_name(scale));
+      qc_policy_t p = QC_POLICY_INIT;
+      p.codec = codec;
+      p.bits = 8;
+      p.scale = scale;
+      p.min_compress_bytes = 0;
+      std::vector<uint8_t> msg(1 << 16);
+      size_t written = 0;
+      ASSERT_EQ(qc_codec_encode(&p, x.data(), x.size(), QC_DTYPE_FLOAT32, msg.data(), msg.size(),
+                                &written),
+                QC_SUCCESS)
+          << qc_last_error();
+      float carried;
+      std::memcpy(&carried, msg.data() + 32, sizeof carried);
+      const bool by_max = scale != QC_SCALE_L2;
+      EXPECT_EQ((msg[12] & 2) != 0, by_max);
+      if (by_max) {
+        EXPECT_EQ(carried, max_abs);
+      } else {
+        EXPECT_NEAR(carried, std::sqrt(sq), 1e-4 * std::sqrt(sq));
+      }
+      // Decoding does not depend on the flag: the values are within one
+      // level gap of x, and the max-abs grid is the finer one.
+      std::vector<float> y(x.size());
+      ASSERT_EQ(qc_codec_decode(msg.data(), written, y.data(), y.size(), QC_DTYPE_FLOAT32),
+                QC_SUCCESS)
+          << qc_last_error();
+      if (codec == QC_CODEC_GLOBAL_LINEAR) {
+        for (size_t i = 0; i < x.size(); ++i) ASSERT_LE(std::fabs(y[i] - x[i]), carried / 127.0f);
+      }
+    }
+  }
+  qc_policy_t bad = QC_POLICY_INIT;
+  bad.scale = static_cast<qc_scale_t>(3);
+  size_t bytes = 0;
+  EXPECT_EQ(qc_codec_encoded_size(&bad, 10, &bytes), QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(qc_last_error()).find("field 'scale' is 3"), std::string::npos);
 }

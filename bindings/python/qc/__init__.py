@@ -95,6 +95,7 @@ __all__ = [
     "emulate_sparse_allreduce",
     "CODECS",
     "ROUNDINGS",
+    "SCALES",
     "ALGORITHMS",
     "DTYPES",
     "OPS",
@@ -194,6 +195,8 @@ def _choice_arg(value: Any, table: Dict[str, int], what: str) -> int:
 CODECS: Dict[str, int] = dict(_qc.ENUM_NAMES["codec"])
 #: rounding name -> qc_rounding_t
 ROUNDINGS: Dict[str, int] = dict(_qc.ENUM_NAMES["rounding"])
+#: Names of the global codecs' shared scale (qc_scale_t): "auto", "l2", "max_abs".
+SCALES: Dict[str, int] = dict(_qc.ENUM_NAMES["scale"])
 #: algorithm name -> qc_algorithm_t
 ALGORITHMS: Dict[str, int] = dict(_qc.ENUM_NAMES["algorithm"])
 #: dtype name -> qc_dtype_t
@@ -204,8 +207,9 @@ _ADAPT_METHODS: Dict[str, int] = dict(_qc.ENUM_NAMES["adapt_method"])
 
 _CODEC_NAMES = {v: k for k, v in CODECS.items()}
 _ROUNDING_NAMES = {v: k for k, v in ROUNDINGS.items()}
+_SCALE_NAMES = {v: k for k, v in SCALES.items()}
 _ALGORITHM_NAMES = {v: k for k, v in ALGORITHMS.items()}
-_ENUM_TABLES: Dict[str, Dict[str, int]] = {"codec": CODECS, "rounding": ROUNDINGS,
+_ENUM_TABLES: Dict[str, Dict[str, int]] = {"codec": CODECS, "rounding": ROUNDINGS, "scale": SCALES,
                                            "algorithm": ALGORITHMS}
 
 
@@ -241,6 +245,7 @@ POLICY_FIELDS: Tuple[str, ...] = (
     "scale_update_period",
     "seed",
     "min_compress_bytes",
+    "scale",
 )
 _INT32_MAX = 2**31 - 1
 _UINT64_MAX = 2**64 - 1
@@ -284,6 +289,8 @@ class Policy:
         seed: stochastic rounding seed (uint64).
         min_compress_bytes: messages smaller than this go uncompressed
             (codec none); 0 always compresses.
+        scale: the global codecs' shared scale: "auto" (max-abs), "l2"
+            (the L2 norm, paper 002) or "max_abs".
 
     Every field is checked by the library's own rules (those of
     qc_comm_set_layer_policy) at construction and on every assignment: a wrong
@@ -311,6 +318,7 @@ class Policy:
     scale_update_period: int
     seed: int
     min_compress_bytes: int
+    scale: str
 
     def __init__(
         self,
@@ -325,6 +333,7 @@ class Policy:
         scale_update_period: int = 1,
         seed: int = 0,
         min_compress_bytes: int = 16384,
+        scale: str = "auto",
     ) -> None:
         values = dict(
             codec=codec,
@@ -338,6 +347,7 @@ class Policy:
             scale_update_period=scale_update_period,
             seed=seed,
             min_compress_bytes=min_compress_bytes,
+            scale=scale,
         )
         for name, value in values.items():
             object.__setattr__(self, name, self._normalize(name, value))
@@ -349,6 +359,8 @@ class Policy:
             return _CODEC_NAMES[_enum_value(value, "codec", name)]
         if name == "rounding":
             return _ROUNDING_NAMES[_enum_value(value, "rounding", name)]
+        if name == "scale":
+            return _SCALE_NAMES[_enum_value(value, "scale", name)]
         if name == "algorithm":
             return _ALGORITHM_NAMES[_enum_value(value, "algorithm", name)]
         if name == "error_feedback":
@@ -402,6 +414,7 @@ class Policy:
             get("scale_update_period"),
             get("seed"),
             get("min_compress_bytes"),
+            SCALES[get("scale")],
         )
 
     @classmethod
@@ -410,6 +423,7 @@ class Policy:
         values = dict(zip(POLICY_FIELDS, t))
         values["codec"] = _CODEC_NAMES[values["codec"]]
         values["rounding"] = _ROUNDING_NAMES[values["rounding"]]
+        values["scale"] = _SCALE_NAMES[values["scale"]]
         values["algorithm"] = _ALGORITHM_NAMES[values["algorithm"]]
         values["error_feedback"] = bool(values["error_feedback"])
         values["topk_ratio"] = float(np.float32(values["topk_ratio"]))

@@ -223,10 +223,11 @@ std::vector<std::uintptr_t> addresses_arg(py::handle value, const std::string& w
 
 // ---- policies as tuples -------------------------------------------------------
 
-constexpr size_t kPolicyFields = 11;
+constexpr size_t kPolicyFields = 12;
 constexpr const char* kPolicyFieldNames[kPolicyFields] = {
-    "codec",  "bits",       "bucket_size",         "rounding", "algorithm",         "error_feedback",
-    "group_size", "topk_ratio", "scale_update_period", "seed",     "min_compress_bytes"};
+    "codec",      "bits",       "bucket_size",         "rounding", "algorithm",
+    "error_feedback", "group_size", "topk_ratio", "scale_update_period", "seed",
+    "min_compress_bytes", "scale"};
 
 qc_policy_t policy_arg(py::handle value, const std::string& what) {
   if (!PyTuple_Check(value.ptr()))
@@ -248,6 +249,7 @@ qc_policy_t policy_arg(py::handle value, const std::string& what) {
   p.scale_update_period = int_arg<int>(t[8], field(8));
   p.seed = int_arg<uint64_t>(t[9], field(9));
   p.min_compress_bytes = int_arg<size_t>(t[10], field(10));
+  p.scale = static_cast<qc_scale_t>(int_arg<int>(t[11], field(11)));
   return p;
 }
 
@@ -255,7 +257,7 @@ py::tuple policy_to_tuple(const qc_policy_t& p) {
   return py::make_tuple(static_cast<int>(p.codec), p.bits, p.bucket_size, static_cast<int>(p.rounding),
                         static_cast<int>(p.algorithm), p.error_feedback, p.group_size,
                         static_cast<double>(p.topk_ratio), p.scale_update_period, p.seed,
-                        p.min_compress_bytes);
+                        p.min_compress_bytes, static_cast<int>(p.scale));
 }
 
 // ---- handles -------------------------------------------------------------------
@@ -801,7 +803,7 @@ PYBIND11_MODULE(_qc, m) {
       QC_PY_ENUM_(codec, qc_codec_t),         QC_PY_ENUM_(algorithm, qc_algorithm_t),
       QC_PY_ENUM_(dtype, qc_dtype_t),         QC_PY_ENUM_(reduce_op, qc_reduce_op_t),
       QC_PY_ENUM_(rounding, qc_rounding_t),   QC_PY_ENUM_(transport, qc_transport_t),
-      QC_PY_ENUM_(adapt_method, qc_adapt_method_t),
+      QC_PY_ENUM_(adapt_method, qc_adapt_method_t), QC_PY_ENUM_(scale, qc_scale_t),
   };
 #undef QC_PY_ENUM_
   py::dict enum_names;  // kind -> {canonical name: value}; values run 0, 1, ...

@@ -36,6 +36,9 @@ def test_policy_defaults_match_the_library():
     p = qc.Policy()
     assert p == qc.Policy._from_tuple(qc._qc.policy_defaults())
     assert (p.codec, p.bits, p.bucket_size, p.rounding, p.algorithm) == ("none", 4, 128, "auto", "auto")
+    assert p.scale == "auto" and qc.SCALES == {"auto": 0, "l2": 1, "max_abs": 2}
+    assert qc.Policy(scale="MAX_ABS").scale == "max_abs"
+    assert qc.Policy._from_tuple(qc.Policy(scale="l2")._to_tuple()).scale == "l2"
     assert p.error_feedback is False and p.min_compress_bytes == 16384 and p.seed == 0
 
 
@@ -75,6 +78,8 @@ def test_policy_accepts_case_and_enum_values():
         (dict(scale_update_period=0), "scale_update_period"),
         (dict(codec="zip"), "codec"),
         (dict(rounding="up"), "rounding"),
+        (dict(scale="rms"), "scale"),
+        (dict(scale=3), "scale"),
         (dict(algorithm="butterfly"), "algorithm"),
         (dict(seed=-1), "seed"),
         (dict(min_compress_bytes=-1), "min_compress_bytes"),

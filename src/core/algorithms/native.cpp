@@ -1,8 +1,9 @@
 // Native allreduce for the global codecs (paper 002; paper 001 §B.1: agree
 // on the scale first, then sum integers):
-//  1. every rank computes its share of the squared norm of z = t (+ e); the
-//     shares travel as exact integers (one slot per rank) and every rank adds
-//     them in rank order, so all get the same float norm;
+//  1. every rank computes its share of the scale of z = t (+ e): its sum of
+//     squares (L2 norm) or its max |z| (max-abs scale); the shares travel as
+//     exact integers (one slot per rank) and every rank adds them in rank
+//     order, or takes the largest, so all get the same float scale;
 //  2. every rank encodes z once on the shared grid (error-compensated when
 //     the call has an error buffer);
 //  3. the codes are summed as integers, exactly;
@@ -38,13 +39,15 @@ int exp_limbs(int M) { return (M + kExpLimbBits - 1) / kExpLimbBits; }
 
 namespace {
 
-// Step 1: the norm every rank agrees on, the same float everywhere.
-Status agreed_norm(CollectiveContext& ctx, const float* data, const float* residual,
-                   size_t count, float* norm) {
+// Step 1: the scale every rank agrees on, the same float everywhere.
+Status agreed_norm(CollectiveContext& ctx, const GlobalCodec& codec, const float* data,
+                   const float* residual, size_t count, float* norm) {
   const int n = ctx.size();
   const int r = ctx.rank();
   std::vector<int64_t> shares(static_cast<size_t>(n), 0);
-  const float mine = GlobalCodec::sum_of_squares(data, residual, count);
+  const bool max_abs = codec.max_abs_scale();
+  const float mine = max_abs ? GlobalCodec::max_abs(data, residual, count)
+                             : GlobalCodec::sum_of_squares(data, residual, count);
   uint32_t mine_bits;
   std::memcpy(&mine_bits, &mine, 4);
   shares[static_cast<size_t>(r)] = mine_bits;  // non-negative in 33 bits
@@ -54,9 +57,10 @@ Status agreed_norm(CollectiveContext& ctx, const float* data, const float* resid
     const uint32_t b = static_cast<uint32_t>(shares[static_cast<size_t>(k)]);
     float share;
     std::memcpy(&share, &b, 4);
-    total += share;
+    if (!max_abs) total += share;
+    else if (std::isnan(share) || share > total) total = share;  // a NaN share wins
   }
-  *norm = std::sqrt(total);
+  *norm = max_abs ? total : std::sqrt(total);
   return Status::ok();
 }
 
@@ -76,7 +80,7 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
     norm = scales->norm;
     if (ctx.has_native_integer_allreduce()) QC_RETURN_IF_ERROR(ctx.agree());
   } else {
-    QC_RETURN_IF_ERROR(agreed_norm(ctx, data, residual, count, &norm));
+    QC_RETURN_IF_ERROR(agreed_norm(ctx, codec, data, residual, count, &norm));
     if (scales != nullptr) scales->norm = norm;
   }
   if (!std::isfinite(norm)) {

@@ -38,8 +38,8 @@ using cpu::exp_value;
 
 }  // namespace
 
-GlobalCodec::GlobalCodec(qc_codec_t codec, int bits, bool stochastic)
-    : codec_(codec), bits_(bits), stochastic_(stochastic) {}
+GlobalCodec::GlobalCodec(qc_codec_t codec, int bits, bool stochastic, bool max_abs_scale)
+    : codec_(codec), bits_(bits), stochastic_(stochastic), max_abs_scale_(max_abs_scale) {}
 
 Status GlobalCodec::set_global_norm(float norm) {
   if (norm < 0.0f) {
@@ -53,6 +53,17 @@ Status GlobalCodec::set_global_norm(float norm) {
 
 float GlobalCodec::sum_of_squares(const float* t, const float* e, size_t count) {
   return cpu::canonical_sum_of_squares(t, e, count);
+}
+
+float GlobalCodec::max_abs(const float* t, const float* e, size_t count) {
+  float m = 0.0f;
+  bool finite = true;
+  for (size_t i = 0; i < count; ++i) {
+    const float a = std::fabs(e != nullptr ? t[i] + e[i] : t[i]);
+    finite = finite && a <= std::numeric_limits<float>::max();
+    m = a > m ? a : m;
+  }
+  return finite ? m : kNaN;
 }
 
 size_t GlobalCodec::payload_bytes(size_t count) const {
@@ -72,7 +83,7 @@ bool GlobalCodec::header_for(size_t count, WireHeader* h) const {
   h->codec = static_cast<uint8_t>(codec_);
   h->bits = static_cast<uint8_t>(bits_);
   h->bucket_size = 1;  // no buckets; 1 keeps the header a valid policy
-  h->flags = stochastic_ ? kWireFlagStochastic : 0;
+  h->flags = (stochastic_ ? kWireFlagStochastic : 0u) | (max_abs_scale_ ? kWireFlagMaxAbsScale : 0u);
   h->count = count;
   h->payload_bytes = payload_bytes(count);
   return true;
@@ -92,7 +103,8 @@ Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const 
     finite = std::isfinite(norm) && all_finite(src, e, count);
   } else {
     // A NaN or Inf anywhere (or an overflowing sum) makes the norm non-finite.
-    norm = std::sqrt(cpu::canonical_sum_of_squares(src, e, count));
+    norm = max_abs_scale_ ? max_abs(src, e, count)
+                          : std::sqrt(cpu::canonical_sum_of_squares(src, e, count));
     finite = std::isfinite(norm);
   }
 

@@ -6,8 +6,9 @@
 //
 //   header (32 bytes: codec global_linear (5) or global_exp (6), bits q,
 //           bucket_size 1 (ignored: there are no buckets), flags bit 0 =
-//           stochastic rounding, dtype 0, count, payload bytes)
-//   float32 norm (little-endian)
+//           stochastic rounding, bit 1 = max-abs scale, dtype 0, count,
+//           payload bytes)
+//   float32 scale, called the norm below (little-endian)
 //   codes: ceil(count * q / 8) bytes, the little-endian bitstream of
 //          codec_kernels.h (element i in bits [i*q, (i+1)*q)); unused high
 //          bits of the last byte are zero
@@ -16,8 +17,11 @@
 // is sign (bit q-1, set iff z < 0) | magnitude (the low q-1 bits), with
 // M = 2^(q-1) - 1, so every q-bit pattern is a valid code.
 //
-// norm = sqrt(canonical sum of z*z) over all `count` elements (cpu/
-// canonical_sum.h), or the externally agreed norm set with set_global_norm().
+// norm = the shared scale: sqrt(canonical sum of z*z) over all `count`
+// elements (cpu/canonical_sum.h; QC_SCALE_L2, paper 002) or max |z| (the
+// max-abs scale, QC_SCALE_MAX_ABS and the default, paper 001's shared-scale
+// INT8), or the externally agreed one set with set_global_norm(). Both are
+// >= every |z|, so the decoder need not know which.
 //
 // global_linear (standard dithering):
 //   inv = norm > 0 ? M / norm : 0;  t = |z| * inv;
@@ -35,9 +39,9 @@
 //   the even m; decode: +-(norm * value(m)), value(m) exact (ldexpf).
 //   Codes are again exact integers on one (exponential) grid per norm.
 //
-// Rounding: the policy default is nearest, which works but is biased; the
-// global codecs are meant to be used with QC_ROUND_STOCHASTIC, which makes
-// them unbiased (paper 002: no error feedback needed).
+// Rounding: the policy default (QC_ROUND_AUTO) is stochastic for these
+// codecs, which makes them unbiased (paper 002: no error feedback needed);
+// nearest is what a caller asks for explicitly.
 //
 // Non-finite values: if any z is NaN or infinite, or the norm itself is not
 // finite (this includes a sum of squares that overflows float, i.e. a norm
@@ -58,7 +62,7 @@ class GlobalCodec final : public Codec {
  public:
   // `codec` is QC_CODEC_GLOBAL_LINEAR or QC_CODEC_GLOBAL_EXP; bits 2..8
   // (make_codec checks).
-  GlobalCodec(qc_codec_t codec, int bits, bool stochastic);
+  GlobalCodec(qc_codec_t codec, int bits, bool stochastic, bool max_abs_scale);
 
   qc_codec_t id() const override { return codec_; }
   bool is_lossless() const override { return false; }
@@ -88,6 +92,11 @@ class GlobalCodec final : public Codec {
   // z = t + e (e may be null). The all-rank norm is sqrt of the sum of the
   // ranks' shares, added in rank order, so that every rank gets the same float.
   static float sum_of_squares(const float* t, const float* e, size_t count);
+  // This rank's max-abs scale: max |z| with z = t + e (e may be null), NaN
+  // when some z is NaN or infinite. The all-rank scale is the largest of the
+  // ranks' (exact in any order).
+  static float max_abs(const float* t, const float* e, size_t count);
+  bool max_abs_scale() const { return max_abs_scale_; }
 
  private:
   Status encode_impl(const float* src, float* e, size_t count, const RandomKey& key, uint8_t* dst,
@@ -99,6 +108,7 @@ class GlobalCodec final : public Codec {
   qc_codec_t codec_;
   int bits_;
   bool stochastic_;
+  bool max_abs_scale_;
   bool has_global_norm_ = false;
   float global_norm_ = 0.0f;
 };

@@ -74,8 +74,9 @@ Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const voi
   }
   if (cast(c)) return cuda::cast_encode(c, src32, residual, count, payload, stream);
   if (global(c)) {
-    return cuda::global_encode(c, h.bits, stochastic, rng, key.element_offset, src32, residual,
-                               count, payload, payload + 4, stream);
+    const bool max_abs_scale = (h.flags & kWireFlagMaxAbsScale) != 0;
+    return cuda::global_encode(c, h.bits, stochastic, max_abs_scale, rng, key.element_offset,
+                               src32, residual, count, payload, payload + 4, stream);
   }
   cuda::DeviceQuantArgs a;
   a.codec = c;

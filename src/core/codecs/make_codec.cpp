@@ -36,7 +36,8 @@ Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<C
     case QC_CODEC_GLOBAL_LINEAR:
     case QC_CODEC_GLOBAL_EXP:
       *codec = std::make_unique<GlobalCodec>(policy.codec, policy.bits,
-                                             rounds_stochastically(policy));
+                                             rounds_stochastically(policy),
+                                             scales_by_max_abs(policy));
       return Status::ok();
     case QC_CODEC_TOPK:
       *codec = std::make_unique<TopkCodec>(policy.topk_ratio);
@@ -58,6 +59,7 @@ Status make_codec_for_header(const WireHeader& header, std::unique_ptr<Codec>* c
     policy.bucket_size = header.bucket_size > 0x7fffffffu ? 0 : static_cast<int>(header.bucket_size);
     policy.rounding = (header.flags & kWireFlagStochastic) ? QC_ROUND_STOCHASTIC
                                                            : QC_ROUND_NEAREST_EVEN;
+    policy.scale = (header.flags & kWireFlagMaxAbsScale) ? QC_SCALE_MAX_ABS : QC_SCALE_L2;
     if (header.codec == QC_CODEC_ONEBIT && header.bits == 1) policy.bits = 1;
     // topk messages carry bits 32 (TopkCodec::decode checks it) and k in the
     // payload; the policy's bits and topk_ratio do not matter for decoding.

@@ -1,6 +1,7 @@
 #include "core/codecs/wire_format.h"
 
 #include "core/byte_order.h"
+#include "core/enum_names.h"
 #include <string>
 
 namespace qc {
@@ -49,8 +50,11 @@ Status read_wire_header(const uint8_t* src, size_t size, WireHeader* h) {
   if (h->dtype > QC_DTYPE_BFLOAT16) {
     return corrupt_data("encoded message names unknown dtype " + std::to_string(h->dtype));
   }
-  if ((h->flags & ~kWireFlagStochastic) != 0) {
-    return corrupt_data("encoded message has unknown flags " + std::to_string(h->flags));
+  const bool global = h->codec == QC_CODEC_GLOBAL_LINEAR || h->codec == QC_CODEC_GLOBAL_EXP;
+  const uint32_t known = kWireFlagStochastic | (global ? kWireFlagMaxAbsScale : 0u);
+  if ((h->flags & ~known) != 0) {
+    return corrupt_data("encoded message has unknown flags " + std::to_string(h->flags) +
+                        " for codec " + codec_name(static_cast<qc_codec_t>(h->codec)));
   }
   if (h->payload_bytes != size - kWireHeaderBytes) {
     return corrupt_data("encoded message header promises " + std::to_string(h->payload_bytes) +

@@ -7,7 +7,8 @@
 //        6    1  bits per code (for none/fp16/bf16: the value width, 32 or 16)
 //        7    1  dtype of the values that follow (qc_dtype_t; codec-specific meaning)
 //        8    4  bucket size in elements
-//       12    4  flags (bit 0: stochastic rounding)
+//       12    4  flags (bit 0: stochastic rounding; bit 1, global codecs
+//                only: the shared scale is the max-abs, not the L2 norm)
 //       16    8  element count
 //       24    8  payload length in bytes (exactly what follows the header)
 //
@@ -24,6 +25,8 @@ namespace qc {
 constexpr size_t kWireHeaderBytes = 32;
 constexpr uint8_t kWireFormatVersion = 1;
 constexpr uint32_t kWireFlagStochastic = 1u;
+// Tells how the encoder chose the scale; decoding does not depend on it.
+constexpr uint32_t kWireFlagMaxAbsScale = 2u;
 
 struct WireHeader {
   uint8_t version = kWireFormatVersion;

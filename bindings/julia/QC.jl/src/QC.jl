@@ -238,6 +238,8 @@ const _CODECS = Dict{Symbol,Cint}(
 const _ROUNDINGS = Dict{Symbol,Cint}(
     :nearest_even => QC_ROUND_NEAREST_EVEN, :stochastic => QC_ROUND_STOCHASTIC,
     :auto => QC_ROUND_AUTO)
+const _SCALES = Dict{Symbol,Cint}(
+    :auto => QC_SCALE_AUTO, :l2 => QC_SCALE_L2, :max_abs => QC_SCALE_MAX_ABS)
 const _ALGORITHMS = Dict{Symbol,Cint}(
     :auto => QC_ALGO_AUTO, :ring => QC_ALGO_RING,
     :recursive_doubling => QC_ALGO_RECURSIVE_DOUBLING, :sra => QC_ALGO_SRA,
@@ -280,10 +282,10 @@ _op(::typeof(+)) = QC_OP_SUM
 # ---------------------------------------------------------------------------
 
 """
-    Policy(; codec=:none, bits=4, bucket_size=128, rounding=:nearest_even,
+    Policy(; codec=:none, bits=4, bucket_size=128, rounding=:auto,
              algorithm=:auto, error_feedback=false, group_size=8,
              topk_ratio=0.01f0, scale_update_period=1, seed=0,
-             min_compress_bytes=16384)
+             min_compress_bytes=16384, scale=:auto)
     Policy(p::Policy; changes...)
 
 How one layer's data is compressed and reduced (`qc_policy_t`). The defaults
@@ -292,11 +294,14 @@ they cannot drift from the C header.
 
 - `codec`: `:none`, `:fp16`, `:bf16`, `:minmax`, `:qsgd`, `:global_linear`,
   `:global_exp`, `:onebit` or `:topk` (or a constant such as
-  `QC.QC_CODEC_MINMAX`); `rounding`: `:nearest_even` or `:stochastic`;
+  `QC.QC_CODEC_MINMAX`); `rounding`: `:auto` (stochastic for the global
+  codecs, nearest for the rest), `:nearest_even` or `:stochastic`;
   `algorithm`: `:auto`, `:ring`, `:recursive_doubling`, `:sra`, `:tree` or
   `:native`.
 - `min_compress_bytes`: messages smaller than this go uncompressed; set it
   to 0 to compress everything (e.g. in tests with small arrays).
+- `scale`: the global codecs' shared scale, `:auto` (max-abs), `:l2` or
+  `:max_abs`.
 
 The policy is validated by the library when it is constructed: an invalid
 field (say `bits=0`) throws a [`QCError`](@ref) with status
@@ -314,6 +319,7 @@ struct Policy
     scale_update_period::Int
     seed::UInt64
     min_compress_bytes::Int
+    scale::qc_scale_t
 end
 
 # The C defaults (QC_POLICY_INIT), from the generated layer; no library call.
@@ -338,6 +344,7 @@ function Policy(;
     scale_update_period::Integer = _C_DEFAULT_POLICY.scale_update_period,
     seed::Integer = _C_DEFAULT_POLICY.seed,
     min_compress_bytes::Integer = _C_DEFAULT_POLICY.min_compress_bytes,
+    scale = _C_DEFAULT_POLICY.scale,
 )
     cmax = typemax(Cint)
     cmin = typemin(Cint)
@@ -359,6 +366,7 @@ function Policy(;
         _int_field(scale_update_period, "scale_update_period", cmin, cmax),
         UInt64(seed),
         _int_field(min_compress_bytes, "min_compress_bytes", 0, typemax(Int)),
+        _enum_value(scale, _SCALES, "Policy: scale"),
     )
     validate(p)
     return p
@@ -369,7 +377,7 @@ function Policy(p::Policy; changes...)
               rounding = p.rounding, algorithm = p.algorithm,
               error_feedback = p.error_feedback, group_size = p.group_size,
               topk_ratio = p.topk_ratio, scale_update_period = p.scale_update_period,
-              seed = p.seed, min_compress_bytes = p.min_compress_bytes)
+              seed = p.seed, min_compress_bytes = p.min_compress_bytes, scale = p.scale)
     return Policy(; merge(fields, values(changes))...)
 end
 
@@ -382,7 +390,7 @@ Not validated.
 function Policy(c::qc_policy_t)
     return Policy(c.codec, Int(c.bits), Int(c.bucket_size), c.rounding, c.algorithm,
                   !iszero(c.error_feedback), Int(c.group_size), c.topk_ratio,
-                  Int(c.scale_update_period), c.seed, Int(c.min_compress_bytes))
+                  Int(c.scale_update_period), c.seed, Int(c.min_compress_bytes), c.scale)
 end
 
 """
@@ -403,6 +411,7 @@ function qc_policy_t(p::Policy)
         scale_update_period = Cint(p.scale_update_period),
         seed = p.seed,
         min_compress_bytes = Csize_t(p.min_compress_bytes),
+        scale = p.scale,
     )
 end
 Base.convert(::Type{qc_policy_t}, p::Policy) = qc_policy_t(p)
@@ -428,7 +437,8 @@ function Base.show(io::IO, p::Policy)
           ", algorithm=", repr(_enum_name(p.algorithm, _ALGORITHMS)),
           ", error_feedback=", p.error_feedback, ", group_size=", p.group_size,
           ", topk_ratio=", p.topk_ratio, ", scale_update_period=", p.scale_update_period,
-          ", seed=", p.seed, ", min_compress_bytes=", p.min_compress_bytes, ")")
+          ", seed=", p.seed, ", min_compress_bytes=", p.min_compress_bytes,
+          ", scale=", repr(_enum_name(p.scale, _SCALES)), ")")
 end
 
 # A policy argument that may be `nothing` (NULL in C).

@@ -56,6 +56,11 @@ const QC_ROUND_NEAREST_EVEN = qc_rounding_t(0)
 const QC_ROUND_STOCHASTIC = qc_rounding_t(1)
 const QC_ROUND_AUTO = qc_rounding_t(2)
 
+const qc_scale_t = Cint
+const QC_SCALE_AUTO = qc_scale_t(0)
+const QC_SCALE_L2 = qc_scale_t(1)
+const QC_SCALE_MAX_ABS = qc_scale_t(2)  # the largest |value| (paper 001's shared-scale INT8)
+
 const qc_transport_t = Cint
 const QC_TRANSPORT_LOCAL = qc_transport_t(0)  # ranks are threads of this process
 const QC_TRANSPORT_MPI = qc_transport_t(1)
@@ -110,6 +115,7 @@ struct qc_policy_t
     scale_update_period::Cint
     seed::UInt64  # stochastic rounding seed; default 0
     min_compress_bytes::Csize_t
+    scale::qc_scale_t
 end
 qc_policy_t(; struct_size=Csize_t(sizeof(qc_policy_t)),
     codec=QC_CODEC_NONE,
@@ -122,8 +128,9 @@ qc_policy_t(; struct_size=Csize_t(sizeof(qc_policy_t)),
     topk_ratio=Cfloat(0.01),
     scale_update_period=Cint(1),
     seed=UInt64(0),
-    min_compress_bytes=Csize_t(16384)) =
-    qc_policy_t(struct_size, codec, bits, bucket_size, rounding, algorithm, error_feedback, group_size, topk_ratio, scale_update_period, seed, min_compress_bytes)
+    min_compress_bytes=Csize_t(16384),
+    scale=QC_SCALE_AUTO) =
+    qc_policy_t(struct_size, codec, bits, bucket_size, rounding, algorithm, error_feedback, group_size, topk_ratio, scale_update_period, seed, min_compress_bytes, scale)
 
 # qc_comm_config_t (defaults: QC_COMM_CONFIG_INIT)
 struct qc_comm_config_t
@@ -288,6 +295,12 @@ qc_rounding_name(rounding) =
 
 qc_rounding_from_name(name, rounding) =
     @ccall libqc.qc_rounding_from_name(name::Cstring, rounding::Ptr{qc_rounding_t})::qc_status_t
+
+qc_scale_name(scale) =
+    @ccall libqc.qc_scale_name(scale::qc_scale_t)::Cstring
+
+qc_scale_from_name(name, scale) =
+    @ccall libqc.qc_scale_from_name(name::Cstring, scale::Ptr{qc_scale_t})::qc_status_t
 
 qc_transport_name(transport) =
     @ccall libqc.qc_transport_name(transport::qc_transport_t)::Cstring

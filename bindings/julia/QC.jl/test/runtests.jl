@@ -72,10 +72,14 @@ end
     @test Policy(p) == p
     @test occursin(":minmax", sprint(show, p))
     @test Policy(rounding = :stochastic, algorithm = :sra, seed = 7).algorithm == QC.QC_ALGO_SRA
+    @test Policy().rounding == QC.QC_ROUND_AUTO && Policy().scale == QC.QC_SCALE_AUTO
+    @test Policy(scale = :l2).scale == QC.QC_SCALE_L2
+    @test QC.Policy(QC.qc_policy_t(Policy(scale = :max_abs))).scale == QC.QC_SCALE_MAX_ABS
     # Rejected in Julia: unknown names, values outside C's types.
     @test_throws ArgumentError Policy(codec = :nope)
     @test_throws ArgumentError Policy(codec = 42)
     @test_throws ArgumentError Policy(rounding = :up)
+    @test_throws ArgumentError Policy(scale = :rms)
     @test_throws ArgumentError Policy(min_compress_bytes = -1)
     @test_throws ArgumentError Policy(bits = 2^40)
     @test_throws ArgumentError Policy(error_feedback = 2)

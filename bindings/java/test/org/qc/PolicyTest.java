@@ -17,7 +17,7 @@ public class PolicyTest {
     assertSame(Codec.NONE, d.codec());
     assertEquals(4, d.bits());
     assertEquals(128, d.bucketSize());
-    assertSame(Rounding.BY_CODEC, d.rounding());
+    assertSame(Rounding.ROUND_AUTO, d.rounding());
     assertSame(Algorithm.AUTO, d.algorithm());
     assertFalse(d.errorFeedback());
     assertEquals(8, d.groupSize());
@@ -25,6 +25,10 @@ public class PolicyTest {
     assertEquals(1, d.scaleUpdatePeriod());
     assertEquals(0L, d.seed());
     assertEquals(16384L, d.minCompressBytes());
+    assertSame(Scale.SCALE_AUTO, d.scale());
+    assertSame(Scale.L2, Policy.builder().scale(Scale.L2).build().scale());
+    assertEquals("max_abs", Qc.name(Scale.MAX_ABS));
+    assertSame(Scale.MAX_ABS, Qc.scaleFromName("max_abs"));
     assertEquals(d, Policy.builder().build());
   }
 

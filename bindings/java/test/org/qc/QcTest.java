@@ -33,7 +33,7 @@ public class QcTest {
     assertEquals(Algorithm.RECURSIVE_DOUBLING, Qc.algorithmFromName("rd"));
     assertEquals(Dtype.FLOAT16, Qc.dtypeFromName("half"));
     assertEquals("nearest", Qc.name(Rounding.NEAREST_EVEN));
-    assertEquals("auto", Qc.name(Rounding.BY_CODEC));
+    assertEquals("auto", Qc.name(Rounding.ROUND_AUTO));
     assertEquals(Transport.MPI, Qc.transportFromName("mpi"));
     assertEquals(ReduceOp.AVG, Qc.reduceOpFromName(Qc.name(ReduceOp.AVG)));
     assertEquals(AdaptMethod.LINEAR, Qc.adaptMethodFromName("linear"));

@@ -29,6 +29,7 @@ public final class Policy {
   private final int scaleUpdatePeriod;
   private final long seed;
   private final long minCompressBytes;
+  private final Scale scale;
 
   private Policy(Builder b) {
     codec = b.codec;
@@ -42,6 +43,7 @@ public final class Policy {
     scaleUpdatePeriod = b.scaleUpdatePeriod;
     seed = b.seed;
     minCompressBytes = b.minCompressBytes;
+    scale = b.scale;
   }
 
   private static Policy readDefaults() {
@@ -77,6 +79,8 @@ public final class Policy {
   /** Stochastic rounding seed; the C field is uint64_t (same bits). */
   public long seed() { return seed; }
   public long minCompressBytes() { return minCompressBytes; }
+  /** The global codecs' shared scale: SCALE_AUTO (max-abs), L2 or MAX_ABS. */
+  public Scale scale() { return scale; }
 
   /** A new native qc_policy_t (struct_size from C); the caller closes it. */
   PolicyStruct toStruct() {
@@ -92,6 +96,7 @@ public final class Policy {
     s.setScale_update_period(scaleUpdatePeriod);
     s.setSeed(seed);
     s.setMin_compress_bytes(minCompressBytes);
+    s.setScale(scale);
     return s;
   }
 
@@ -108,6 +113,7 @@ public final class Policy {
     b.scaleUpdatePeriod = s.getScale_update_period();
     b.seed = s.getSeed();
     b.minCompressBytes = s.getMin_compress_bytes();
+    b.scale = s.getScale();
     return new Policy(b);
   }
 
@@ -125,13 +131,13 @@ public final class Policy {
         && errorFeedback == p.errorFeedback && groupSize == p.groupSize
         && Float.compare(topkRatio, p.topkRatio) == 0
         && scaleUpdatePeriod == p.scaleUpdatePeriod && seed == p.seed
-        && minCompressBytes == p.minCompressBytes;
+        && minCompressBytes == p.minCompressBytes && scale == p.scale;
   }
 
   @Override
   public int hashCode() {
     return Objects.hash(codec, bits, bucketSize, rounding, algorithm, errorFeedback, groupSize,
-        topkRatio, scaleUpdatePeriod, seed, minCompressBytes);
+        topkRatio, scaleUpdatePeriod, seed, minCompressBytes, scale);
   }
 
   @Override
@@ -140,7 +146,7 @@ public final class Policy {
         + ", rounding=" + rounding + ", algorithm=" + algorithm + ", errorFeedback="
         + errorFeedback + ", groupSize=" + groupSize + ", topkRatio=" + topkRatio
         + ", scaleUpdatePeriod=" + scaleUpdatePeriod + ", seed=" + Long.toUnsignedString(seed)
-        + ", minCompressBytes=" + minCompressBytes + "}";
+        + ", minCompressBytes=" + minCompressBytes + ", scale=" + scale + "}";
   }
 
   /** Builds a {@link Policy}; not thread-safe. */
@@ -156,6 +162,7 @@ public final class Policy {
     private int scaleUpdatePeriod;
     private long seed;
     private long minCompressBytes;
+    private Scale scale;
 
     private Builder() {}
 
@@ -171,6 +178,7 @@ public final class Policy {
       scaleUpdatePeriod = p.scaleUpdatePeriod;
       seed = p.seed;
       minCompressBytes = p.minCompressBytes;
+      scale = p.scale;
     }
 
     public Builder codec(Codec v) { codec = Objects.requireNonNull(v, "codec"); return this; }
@@ -197,6 +205,9 @@ public final class Policy {
       minCompressBytes = v;
       return this;
     }
+
+    /** The global codecs' shared scale (SCALE_AUTO: max-abs). */
+    public Builder scale(Scale v) { scale = Objects.requireNonNull(v, "scale"); return this; }
 
     /**
      * The policy, validated by libqc.

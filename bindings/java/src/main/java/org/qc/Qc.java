@@ -102,6 +102,19 @@ public final class Qc {
   }
 
   /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
+  public static String name(Scale value) {
+    return QcNative.qc_scale_name(value);
+  }
+
+  /** The Scale named {@code name} (spelled exactly); throws {@link QcException}
+   *  INVALID_ARGUMENT for a name the library does not know. */
+  public static Scale scaleFromName(String name) {
+    int[] out = new int[1];
+    QcNative.qcj_scale_from_name(Comm.utf8(name, "name"), out);
+    return Scale.swigToEnum(out[0]);
+  }
+
+  /** The library's name of {@code value}, as qc.h, QC_* variables and messages spell it; null if it knows none. */
   public static String name(Transport value) {
     return QcNative.qc_transport_name(value);
   }
