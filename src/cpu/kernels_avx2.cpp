@@ -130,6 +130,7 @@ QC_TI VF div(VF x, VF y) { return {_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y
 QC_TI VI bits_of(VF v) { return {_mm256_castps_si256(v.a), _mm256_castps_si256(v.b)}; }
 QC_TI VF float_of(VI v) { return {_mm256_castsi256_ps(v.a), _mm256_castsi256_ps(v.b)}; }
 QC_TI VI add_i(VI x, VI y) { return {_mm256_add_epi32(x.a, y.a), _mm256_add_epi32(x.b, y.b)}; }
+QC_TI VI sub_i(VI x, VI y) { return {_mm256_sub_epi32(x.a, y.a), _mm256_sub_epi32(x.b, y.b)}; }
 QC_TI VI shr23_i(VI x) { return {_mm256_srli_epi32(x.a, 23), _mm256_srli_epi32(x.b, 23)}; }
 QC_TI VI shl23_i(VI x) { return {_mm256_slli_epi32(x.a, 23), _mm256_slli_epi32(x.b, 23)}; }
 template <int Cmp>

@@ -100,6 +100,7 @@ QC_TI VF div(VF a, VF b) { return _mm512_div_ps(a, b); }
 QC_TI VI bits_of(VF v) { return _mm512_castps_si512(v); }
 QC_TI VF float_of(VI v) { return _mm512_castsi512_ps(v); }
 QC_TI VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
+QC_TI VI sub_i(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 QC_TI VI shr23_i(VI a) { return _mm512_srli_epi32(a, 23); }
 QC_TI VI shl23_i(VI a) { return _mm512_slli_epi32(a, 23); }
 QC_TI VM lt_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }

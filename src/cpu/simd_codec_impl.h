@@ -862,11 +862,12 @@ struct ExpConsts {
   VI level_off;  // m = exponent field + (M - 127)
   VI value_off;  // value(m) has exponent field m + (127 - M)
   VI vMi;
+  VI two_254;    // 254 << 23: bits(2^-k) = two_254 - bits(2^k)
 };
 QC_TI ExpConsts exp_consts(float norm, int Mi) {
   return {set1(norm),        set1(exp_value(1, Mi)),   set1(1.0f),
           set1_i(0x7f800000), set1_i(1 << 23),          set1_i(Mi - 127),
-          set1_i(127 - Mi),  set1_i(Mi)};
+          set1_i(127 - Mi),  set1_i(Mi),              set1_i(254 << 23)};
 }
 
 // value(m) for integer levels m (0..M) in the lanes.
@@ -890,8 +891,12 @@ QC_TI VI exp_quant(VF z, bool norm_positive, const QsgdConsts& c, const ExpConst
   const VF hi = select(small, x.value1, add(lo0, lo0));
   VM up;
   if (a.stochastic) {
-    // p = (r - lo) / (hi - lo), exact (global_levels.h).
-    up = lt_f(uniform16(a.rng, base), div(sub(r, lo), sub(hi, lo)));
+    // p = (r - lo) / (hi - lo) (global_levels.h). hi - lo = 2^k with
+    // 1 - M <= k <= -1, so 1 / (hi - lo) = 2^-k is a normal float (exponent
+    // field 254 - that of 2^k) and multiplying by it rounds the same real
+    // quotient as the division does: the same p, without a second divide.
+    const VF inv_gap = float_of(sub_i(x.two_254, bits_of(sub(hi, lo))));
+    up = lt_f(uniform16(a.rng, base), mul(sub(r, lo), inv_gap));
   } else {
     const VF dlo = sub(r, lo), dhi = sub(hi, r);
     up = or_m(lt_f(dhi, dlo), and_m(eq_f(dhi, dlo), test_i(bits_of(lo), x.odd_exp)));

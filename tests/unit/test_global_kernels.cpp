@@ -1,8 +1,8 @@
 // The global codecs' kernels (cpu/codec_kernels.h: global_sum_of_squares,
 // global_max_abs, global_encode, global_decode; codec_global.h defines the
 // arithmetic):
-//  - the scalar kernels equal the per-element definition the codec used
-//    before the kernels existed (a copy of that loop is the oracle below);
+//  - the scalar kernels equal the per-element definition of codec_global.h
+//    that the codec computed before the kernels existed (the oracle below);
 //  - every SIMD table this CPU has (AVX2, AVX-512) equals the scalar one bit
 //    for bit: norms, codes, residuals e, decode and decode-accumulate, for
 //    bits 2..8, both codecs, both roundings, with and without e, awkward
@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "cpu/bitstream.h"
 #include "cpu/canonical_sum.h"
 #include "cpu/codec_kernels.h"
 #include "cpu/global_levels.h"
@@ -37,60 +36,62 @@ using qc::cpu::QuantArgs;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// ---- the oracle: the codec's per-element loops as they were ------------------------
+// ---- the oracle: codec_global.h's definition, one element at a time ---------------
+// Written from the format comment, not from the kernels: its own bit
+// packing and level arithmetic (exp_level is the shared definition of
+// global_levels.h, also used by the CUDA kernels).
+
+int top_level(int bits) { return (1 << (bits - 1)) - 1; }
+
+// Element i's magnitude level m (0..M).
+uint32_t oracle_level(float z, size_t i, const QuantArgs& a, bool exponential, float norm) {
+  const int M = top_level(a.bits);
+  if (exponential) {
+    const float r = norm > 0 ? std::fabs(z) / norm : 0.0f;
+    return qc::cpu::exp_level(r, M, a.stochastic, a.rng, a.index_base + i);
+  }
+  const float inv = norm > 0 ? static_cast<float>(M) / norm : 0.0f;
+  const float t = std::fabs(z) * inv;
+  const float u = a.stochastic ? qc::cpu::random_uniform(a.rng, a.index_base + i) : 0.0f;
+  const float rounded = a.stochastic ? std::floor(t + u) : std::nearbyint(t);
+  return static_cast<uint32_t>(std::min(std::max(rounded, 0.0f), static_cast<float>(M)));
+}
+
+// The decoded magnitude of level m.
+float oracle_value(uint32_t m, int bits, bool exponential, float norm) {
+  const int M = top_level(bits);
+  if (exponential) return norm * qc::cpu::exp_value(static_cast<int>(m), M);
+  return static_cast<float>(m) * (norm / static_cast<float>(M));
+}
 
 void oracle_encode(const float* src, float* e, size_t count, const QuantArgs& a, bool exponential,
                    float norm, uint8_t* codes) {
-  const int bits = a.bits;
-  const uint32_t sign_bit = 1u << (bits - 1);
-  const int Mi = static_cast<int>(sign_bit - 1u);
-  const float M = static_cast<float>(Mi);
-  qc::cpu::BitWriter out(codes);
-  if (!exponential) {
-    const float inv = norm > 0 ? M / norm : 0.0f;
-    const float step = norm / M;
-    for (size_t i = 0; i < count; ++i) {
-      const float z = e != nullptr ? src[i] + e[i] : src[i];
-      const float t = std::fabs(z) * inv;
-      const float r = a.stochastic
-                          ? std::floor(t + qc::cpu::random_uniform(a.rng, a.index_base + i))
-                          : std::nearbyint(t);
-      const float level = std::min(std::max(r, 0.0f), M);
-      const bool negative = z < 0;
-      out.put((negative ? sign_bit : 0u) | static_cast<uint32_t>(level), bits);
-      if (e != nullptr) {
-        const float v = level * step;
-        e[i] = z - (negative ? -v : v);
-      }
+  std::fill(codes, codes + qc::cpu::codes_bytes(count, a.bits), uint8_t{0});
+  for (size_t i = 0; i < count; ++i) {
+    const float z = e == nullptr ? src[i] : src[i] + e[i];
+    const uint32_t m = oracle_level(z, i, a, exponential, norm);
+    const uint32_t code = (z < 0 ? 1u << (a.bits - 1) : 0u) | m;
+    for (int k = 0; k < a.bits; ++k) {  // element i owns bits [i*q, (i+1)*q)
+      const size_t bit = i * static_cast<size_t>(a.bits) + static_cast<size_t>(k);
+      if ((code >> k) & 1u) codes[bit / 8] = static_cast<uint8_t>(codes[bit / 8] | (1u << (bit % 8)));
     }
-  } else {
-    float value[128];
-    for (int m = 0; m <= Mi; ++m) value[m] = qc::cpu::exp_value(m, Mi);
-    for (size_t i = 0; i < count; ++i) {
-      const float z = e != nullptr ? src[i] + e[i] : src[i];
-      const float r = norm > 0 ? std::fabs(z) / norm : 0.0f;
-      const uint32_t m = qc::cpu::exp_level(r, Mi, a.stochastic, a.rng, a.index_base + i);
-      const bool negative = z < 0;
-      out.put((negative ? sign_bit : 0u) | m, bits);
-      if (e != nullptr) {
-        const float v = norm * value[m];
-        e[i] = z - (negative ? -v : v);
-      }
-    }
+    if (e == nullptr) continue;
+    const float v = oracle_value(m, a.bits, exponential, norm);
+    e[i] = z - (z < 0 ? -v : v);
   }
-  out.flush();
 }
 
 void oracle_decode(const uint8_t* codes, size_t count, int bits, bool exponential, float norm,
                    float* dst, bool accumulate) {
-  const uint32_t sign_bit = 1u << (bits - 1);
-  const int Mi = static_cast<int>(sign_bit - 1u);
   for (size_t i = 0; i < count; ++i) {
-    const uint32_t code = qc::cpu::get_code(codes, i, bits);
-    const uint32_t m = code & (sign_bit - 1u);
-    const float v = exponential ? norm * qc::cpu::exp_value(static_cast<int>(m), Mi)
-                                : static_cast<float>(m) * (norm / static_cast<float>(Mi));
-    const float s = (code & sign_bit) ? -v : v;
+    uint32_t code = 0;
+    for (int k = 0; k < bits; ++k) {
+      const size_t bit = i * static_cast<size_t>(bits) + static_cast<size_t>(k);
+      code |= static_cast<uint32_t>((codes[bit / 8] >> (bit % 8)) & 1u) << k;
+    }
+    const uint32_t sign = 1u << (bits - 1);
+    const float v = oracle_value(code & (sign - 1u), bits, exponential, norm);
+    const float s = (code & sign) ? -v : v;
     dst[i] = accumulate ? dst[i] + s : s;
   }
 }

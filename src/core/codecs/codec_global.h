@@ -48,6 +48,10 @@
 // An agreed norm smaller than the local values' magnitudes clips them to the
 // top level (the collective must pass a norm >= every rank's |z|, which the
 // all-rank norm is).
+//
+// The passes (sum of squares, max-abs, codes, decode) are CPU kernel table
+// entries (cpu/codec_kernels.h): kernels_global_scalar.cpp is the reference
+// and the AVX2 / AVX-512 tables write the same bytes and residuals.
 #pragma once
 
 #include "core/codecs/codec.h"
