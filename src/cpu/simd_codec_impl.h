@@ -910,8 +910,11 @@ QC_TI VI exp_quant(VF z, bool norm_positive, const QsgdConsts& c, const ExpConst
 }
 
 template <int Q, bool Exp, bool WithE>
-QC_T void global_encode_q(const float* t, float* e, size_t count, const QuantArgs& a, float norm,
-                          uint8_t* codes) {
+QC_T void global_encode_q(const float* t, float* e, size_t count, const QuantArgs& args,
+                          float norm, uint8_t* codes) {
+  // A local copy: the code stores (uint8_t) may alias `args`, which would
+  // make the compiler reload the rounding mode and random key every vector.
+  const QuantArgs a = args;
   const QsgdConsts c = qsgd_consts(Q != 0 ? Q : a.bits, 0.0f);
   const ExpConsts x = exp_consts(norm, static_cast<int>(c.M));
   const bool norm_positive = norm > 0;
