@@ -888,16 +888,17 @@ QC_TI VI exp_quant(VF z, bool norm_positive, const QsgdConsts& c, const ExpConst
   const VF lo0 = float_of(and_i(bits_of(r), x.exp_bits));
   const VM small = lt_f(lo0, x.value1);
   const VF lo = select(small, zero_f(), lo0);
-  const VF hi = select(small, x.value1, add(lo0, lo0));
   VM up;
   if (a.stochastic) {
     // p = (r - lo) / (hi - lo) (global_levels.h). hi - lo = 2^k with
     // 1 - M <= k <= -1, so 1 / (hi - lo) = 2^-k is a normal float (exponent
     // field 254 - that of 2^k) and multiplying by it rounds the same real
     // quotient as the division does: the same p, without a second divide.
-    const VF inv_gap = float_of(sub_i(x.two_254, bits_of(sub(hi, lo))));
+    const VF gap = vmax_(lo0, x.value1);  // hi - lo: value(1) - 0, or 2 lo0 - lo0
+    const VF inv_gap = float_of(sub_i(x.two_254, bits_of(gap)));
     up = lt_f(uniform16(a.rng, base), mul(sub(r, lo), inv_gap));
   } else {
+    const VF hi = select(small, x.value1, add(lo0, lo0));
     const VF dlo = sub(r, lo), dhi = sub(hi, r);
     up = or_m(lt_f(dhi, dlo), and_m(eq_f(dhi, dlo), test_i(bits_of(lo), x.odd_exp)));
   }
