@@ -1,5 +1,6 @@
-// The canonical sum (codec_kernels.h, "Common rules") as a shared helper for
-// codecs whose arithmetic lives outside the kernel tables (the global codecs).
+// The canonical sum (codec_kernels.h, "Common rules") as a shared scalar
+// helper: the definition of the global codecs' norm (kernels_global_scalar.cpp;
+// the SIMD tables keep acc[i % 16] in vector lanes).
 //
 // canonical_sum(v, n): 16 float partial sums acc[i % 16] += v[i] (starting
 // at +0), then acc[j] += acc[j + w] for w = 8, 4, 2, 1, j < w; result acc[0].

@@ -170,6 +170,26 @@ using CastDecodeFn = void (*)(const uint8_t* in, size_t count, float* dst, bool 
 
 using SquaredNormFn = double (*)(const float* x, size_t count);
 
+// The global codecs (core/codecs/codec_global.h defines their arithmetic;
+// the scalar kernels in kernels_global_scalar.cpp spell it out), over one
+// message of count elements with z = t + e (or t when e is null):
+//  - sum of squares: the canonical sum of z * z (canonical_sum.h);
+//  - max-abs: the largest |z|; NaN when any z is NaN, else +Inf when any z is
+//    infinite, else a finite value >= +0 (+0 for count 0). A max is order
+//    independent, so every ISA returns the same float;
+//  - encode: the codes of z for a finite norm >= 0 (global_linear, or
+//    global_exp when `exponential`), with args.bits, args.stochastic,
+//    args.rng and args.index_base (bucket, input_dtype and reuse_meta are
+//    unused); with e != nullptr, e becomes z - decode(z). Every z must be
+//    finite (the codec sends a NaN norm otherwise); the residual hygiene and
+//    the norm are the codec's;
+//  - decode: dst = (or +=) the decoded values of count codes and `norm`.
+using GlobalReduceFn = float (*)(const float* t, const float* e, size_t count);
+using GlobalEncodeFn = void (*)(const float* t, float* e, size_t count, const QuantArgs& args,
+                                bool exponential, float norm, uint8_t* codes);
+using GlobalDecodeFn = void (*)(const uint8_t* codes, size_t count, int bits, bool exponential,
+                                float norm, float* dst, bool accumulate);
+
 struct KernelTable {
   Isa isa;
   const char* name;  // "scalar", "avx2", "avx512"
@@ -184,6 +204,10 @@ struct KernelTable {
   CastEncodeFn bf16_encode;
   CastDecodeFn bf16_decode;
   SquaredNormFn squared_norm;
+  GlobalReduceFn global_sum_of_squares;
+  GlobalReduceFn global_max_abs;
+  GlobalEncodeFn global_encode;
+  GlobalDecodeFn global_decode;
 };
 
 // The table in use: the best ISA this CPU supports, or the one QC_CPU_ISA
@@ -191,6 +215,15 @@ struct KernelTable {
 const KernelTable& kernels();
 // A specific table, or nullptr when this CPU (or build) lacks that ISA.
 const KernelTable* kernels_for(Isa isa);
+
+// The scalar global kernels (the definitions; the SIMD tables fall back to
+// global_max_abs_scalar for a message with a non-finite value).
+float global_sum_of_squares_scalar(const float* t, const float* e, size_t count);
+float global_max_abs_scalar(const float* t, const float* e, size_t count);
+void global_encode_scalar(const float* t, float* e, size_t count, const QuantArgs& args,
+                          bool exponential, float norm, uint8_t* codes);
+void global_decode_scalar(const uint8_t* codes, size_t count, int bits, bool exponential,
+                          float norm, float* dst, bool accumulate);
 
 // Per-ISA tables; a missing ISA's getter returns nullptr.
 const KernelTable* scalar_kernels();

@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "cpu/dtype_convert.h"
+#include "cpu/global_levels.h"
 #endif
 
 namespace qc {
@@ -123,6 +124,25 @@ QC_TI uint32_t nonfinite_bits(VF z) {
   return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(da, da, _CMP_UNORD_Q))) |
          static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(db, db, _CMP_UNORD_Q))) << 8;
 }
+// For exponential dithering (global_exp): IEEE division, float bits as
+// integers and back, lane compares (ordered: false for NaN) and mask logic.
+QC_TI VF div(VF x, VF y) { return {_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y.b)}; }
+QC_TI VI bits_of(VF v) { return {_mm256_castps_si256(v.a), _mm256_castps_si256(v.b)}; }
+QC_TI VF float_of(VI v) { return {_mm256_castsi256_ps(v.a), _mm256_castsi256_ps(v.b)}; }
+QC_TI VI add_i(VI x, VI y) { return {_mm256_add_epi32(x.a, y.a), _mm256_add_epi32(x.b, y.b)}; }
+QC_TI VI sub_i(VI x, VI y) { return {_mm256_sub_epi32(x.a, y.a), _mm256_sub_epi32(x.b, y.b)}; }
+QC_TI VI shr23_i(VI x) { return {_mm256_srli_epi32(x.a, 23), _mm256_srli_epi32(x.b, 23)}; }
+QC_TI VI shl23_i(VI x) { return {_mm256_slli_epi32(x.a, 23), _mm256_slli_epi32(x.b, 23)}; }
+template <int Cmp>
+QC_TI VM cmp_f(VF x, VF y) {
+  return {_mm256_castps_si256(_mm256_cmp_ps(x.a, y.a, Cmp)),
+          _mm256_castps_si256(_mm256_cmp_ps(x.b, y.b, Cmp))};
+}
+QC_TI VM lt_f(VF x, VF y) { return cmp_f<_CMP_LT_OQ>(x, y); }
+QC_TI VM ge_f(VF x, VF y) { return cmp_f<_CMP_GE_OQ>(x, y); }
+QC_TI VM eq_f(VF x, VF y) { return cmp_f<_CMP_EQ_OQ>(x, y); }
+QC_TI VM and_m(VM x, VM y) { return and_i(x, y); }
+QC_TI VM or_m(VM x, VM y) { return or_i(x, y); }
 // The bucket is finite here, so min/max are order-independent up to the
 // sign of zero, which the caller fixes up.
 QC_TI float hmin(VF v) {
@@ -452,7 +472,7 @@ QC_T double squared_norm_v(const float* x, size_t count) {
 const KernelTable kAvx2Table = {
     Isa::kAvx2,     "avx2",         minmax_encode_v, minmax_decode_v, qsgd_encode_v, qsgd_decode_v,
     onebit_encode_v, onebit_decode_v, fp16_encode_v,  fp16_decode_v,   bf16_encode_v, bf16_decode_v,
-    squared_norm_v,
+    squared_norm_v, global_sum_of_squares_v, global_max_abs_v, global_encode_v, global_decode_v,
 };
 
 }  // namespace avx2_impl

@@ -8,9 +8,11 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define QC_HAVE_AVX512_KERNELS 1
 // GCC 12's avx512fintrin.h initialises its "undefined" operands from
-// themselves, which -Wmaybe-uninitialized reports at every masked intrinsic.
+// themselves, which -Wmaybe-uninitialized reports at every masked intrinsic
+// (and -Wuninitialized at _mm512_extractf64x4_pd in a plain loop's fold).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
@@ -19,6 +21,7 @@
 #include <limits>
 
 #include "cpu/dtype_convert.h"
+#include "cpu/global_levels.h"
 #endif
 
 namespace qc {
@@ -91,6 +94,20 @@ QC_TI uint32_t nonfinite_bits(VF z) {
   const VF d = _mm512_sub_ps(z, z);  // NaN exactly for NaN and +-Inf
   return _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
 }
+// For exponential dithering (global_exp): IEEE division, float bits as
+// integers and back, lane compares (ordered: false for NaN) and mask logic.
+QC_TI VF div(VF a, VF b) { return _mm512_div_ps(a, b); }
+QC_TI VI bits_of(VF v) { return _mm512_castps_si512(v); }
+QC_TI VF float_of(VI v) { return _mm512_castsi512_ps(v); }
+QC_TI VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
+QC_TI VI sub_i(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+QC_TI VI shr23_i(VI a) { return _mm512_srli_epi32(a, 23); }
+QC_TI VI shl23_i(VI a) { return _mm512_slli_epi32(a, 23); }
+QC_TI VM lt_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+QC_TI VM ge_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+QC_TI VM eq_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+QC_TI VM and_m(VM a, VM b) { return static_cast<VM>(a & b); }
+QC_TI VM or_m(VM a, VM b) { return static_cast<VM>(a | b); }
 QC_TI float hmin(VF v) { return _mm512_reduce_min_ps(v); }
 QC_TI float hmax(VF v) { return _mm512_reduce_max_ps(v); }
 
@@ -342,7 +359,7 @@ QC_T double squared_norm_v(const float* x, size_t count) {
 const KernelTable kAvx512Table = {
     Isa::kAvx512,   "avx512",       minmax_encode_v, minmax_decode_v, qsgd_encode_v, qsgd_decode_v,
     onebit_encode_v, onebit_decode_v, fp16_encode_v,  fp16_decode_v,   bf16_encode_v, bf16_decode_v,
-    squared_norm_v,
+    squared_norm_v, global_sum_of_squares_v, global_max_abs_v, global_encode_v, global_decode_v,
 };
 
 }  // namespace avx512_impl

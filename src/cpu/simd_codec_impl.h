@@ -554,18 +554,24 @@ QC_TI void qsgd_bucket_any(const XT* xb, float* eb, size_t n, const QuantArgs& a
   drop_unkeepable_residuals(eb, n, step, c.keep_limit, bad_e);
 }
 
-template <int Q, class XT>
-QC_T void qsgd_encode_q(const XT* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
-                        uint8_t* codes) {
+// Sign-magnitude codes of q bits (qsgd, and the global codecs).
+QC_TI QsgdConsts qsgd_consts(int q, float keep_limit) {
   QsgdConsts c;
-  c.q = Q != 0 ? Q : a.bits;
-  const uint32_t sign_bit = 1u << (c.q - 1);
+  c.q = q;
+  const uint32_t sign_bit = 1u << (q - 1);
   c.M = static_cast<float>(sign_bit - 1u);
   c.vM = set1(c.M);
   c.vzero = zero_f();
   c.mmask = set1_i(static_cast<int32_t>(sign_bit - 1u));
   c.vsign = set1_i(static_cast<int32_t>(sign_bit));
-  c.keep_limit = qsgd_residual_limit(a.bucket);
+  c.keep_limit = keep_limit;
+  return c;
+}
+
+template <int Q, class XT>
+QC_T void qsgd_encode_q(const XT* x, float* e, size_t count, const QuantArgs& a, uint8_t* meta,
+                        uint8_t* codes) {
+  const QsgdConsts c = qsgd_consts(Q != 0 ? Q : a.bits, qsgd_residual_limit(a.bucket));
   BitOut o{codes, codes + codes_bytes(count, c.q), 0, 0};
   const size_t bucket = a.bucket;
   size_t b0 = 0, b = 0;
@@ -802,5 +808,180 @@ void qsgd_decode_v(const uint8_t* meta, const uint8_t* codes, size_t count, int 
     case 4: return qsgd_decode_q<4>(meta, codes, count, bits, bucket, dst, accumulate);
     case 2: return qsgd_decode_q<2>(meta, codes, count, bits, bucket, dst, accumulate);
     default: return qsgd_decode_q<0>(meta, codes, count, bits, bucket, dst, accumulate);
+  }
+}
+
+// ---- global codecs (codec_global.h; scalar reference: kernels_global_scalar.cpp) ----
+// One message is one bucket of any length, so every pass streams straight
+// through memory: the norm pass reads z once, the code pass reads z once
+// more and writes the codes (and e). global_linear's arithmetic is qsgd's
+// with the message norm (qsgd_quant, qsgd_decode_q with one bucket).
+
+QC_T float global_sum_of_squares_v(const float* t, const float* e, size_t count) {
+  VF acc = zero_f();  // lane k is the scalar acc[k]: the same adds in the same order
+  size_t i = 0;
+  if (e != nullptr) {
+    for (; i + 16 <= count; i += 16) {
+      const VF z = add(loadu(t + i), loadu(e + i));
+      acc = add(acc, mul(z, z));
+    }
+  } else {
+    for (; i + 16 <= count; i += 16) {
+      const VF z = loadu(t + i);
+      acc = add(acc, mul(z, z));
+    }
+  }
+  if (i < count) {
+    const VF z = load_z(t, e, i, count - i);  // tail lanes +0: acc + 0 == acc
+    acc = add(acc, mul(z, z));
+  }
+  return canonical_fold_v(acc);
+}
+
+// A max is order independent; a message with a NaN or Inf (rare) is
+// answered by the scalar definition, which orders NaN above Inf.
+QC_T float global_max_abs_v(const float* t, const float* e, size_t count) {
+  VF m = zero_f();
+  uint32_t bad = 0;
+  for (size_t i = 0; i < count; i += 16) {
+    const VF z = load_z(t, e, i, count - i < 16 ? count - i : 16);
+    bad |= nonfinite_bits(z);
+    m = vmax_(m, abs_f(z));
+  }
+  if (bad != 0) return global_max_abs_scalar(t, e, count);
+  return hmax(m);
+}
+
+// global_exp's per-message constants (global_levels.h).
+struct ExpConsts {
+  VF vnorm;      // norm
+  VF value1;     // value(1) = 2^(1 - M), the lowest nonzero level
+  VF one;        // value(M)
+  VI exp_bits;   // the exponent field of a float
+  VI odd_exp;    // its lowest bit
+  VI level_off;  // m = exponent field + (M - 127)
+  VI value_off;  // value(m) has exponent field m + (127 - M)
+  VI vMi;
+  VI two_254;    // 254 << 23: bits(2^-k) = two_254 - bits(2^k)
+};
+QC_TI ExpConsts exp_consts(float norm, int Mi) {
+  return {set1(norm),        set1(exp_value(1, Mi)),   set1(1.0f),
+          set1_i(0x7f800000), set1_i(1 << 23),          set1_i(Mi - 127),
+          set1_i(127 - Mi),  set1_i(Mi),              set1_i(254 << 23)};
+}
+
+// value(m) for integer levels m (0..M) in the lanes.
+QC_TI VF exp_values(VI m, const ExpConsts& x) {
+  return select(test_i(m, m), float_of(shl23_i(add_i(m, x.value_off))), zero_f());
+}
+
+// exp_level of 16 lanes, with sign, and the residual when res != nullptr.
+// r = |z| / norm (a true division; 0 when norm is 0). For 0 <= r < 1 the
+// level below r is lo0 = r with its mantissa cleared, 2^floor(log2 r) (0 for
+// a subnormal r); lo0 < value(1) is exactly exp_level's m < 1 case (lo = 0,
+// hi = value(1)), else lo = lo0 = value(m), hi = 2 lo0 and m = exponent
+// field + M - 127. M - 127 is even for every q, so m is odd iff the
+// exponent field of lo is (lo = 0 when m = 0). r >= 1 takes level M.
+QC_TI VI exp_quant(VF z, bool norm_positive, const QsgdConsts& c, const ExpConsts& x,
+                   const QuantArgs& a, uint64_t base, VF* res) {
+  const VF r = norm_positive ? div(abs_f(z), x.vnorm) : zero_f();
+  const VF lo0 = float_of(and_i(bits_of(r), x.exp_bits));
+  const VM small = lt_f(lo0, x.value1);
+  const VF lo = select(small, zero_f(), lo0);
+  VM up;
+  if (a.stochastic) {
+    // p = (r - lo) / (hi - lo) (global_levels.h). hi - lo = 2^k with
+    // 1 - M <= k <= -1, so 1 / (hi - lo) = 2^-k is a normal float (exponent
+    // field 254 - that of 2^k) and multiplying by it rounds the same real
+    // quotient as the division does: the same p, without a second divide.
+    const VF gap = vmax_(lo0, x.value1);  // hi - lo: value(1) - 0, or 2 lo0 - lo0
+    const VF inv_gap = float_of(sub_i(x.two_254, bits_of(gap)));
+    up = lt_f(uniform16(a.rng, base), mul(sub(r, lo), inv_gap));
+  } else {
+    const VF hi = select(small, x.value1, add(lo0, lo0));
+    const VF dlo = sub(r, lo), dhi = sub(hi, r);
+    up = or_m(lt_f(dhi, dlo), and_m(eq_f(dhi, dlo), test_i(bits_of(lo), x.odd_exp)));
+  }
+  VI m = select_i(small, zero_i(), add_i(shr23_i(bits_of(lo0)), x.level_off));
+  m = add_i(m, select_i(up, set1_i(1), zero_i()));
+  m = select_i(ge_f(r, x.one), x.vMi, m);
+  const VM neg = lt_zero(z);
+  if (res != nullptr) *res = sub(z, negate_where(neg, mul(x.vnorm, exp_values(m, x))));
+  return or_i(m, select_i(neg, c.vsign, zero_i()));
+}
+
+template <int Q, bool Exp, bool WithE>
+QC_T void global_encode_q(const float* t, float* e, size_t count, const QuantArgs& args,
+                          float norm, uint8_t* codes) {
+  // A local copy: the code stores (uint8_t) may alias `args`, which would
+  // make the compiler reload the rounding mode and random key every vector.
+  const QuantArgs a = args;
+  const QsgdConsts c = qsgd_consts(Q != 0 ? Q : a.bits, 0.0f);
+  const ExpConsts x = exp_consts(norm, static_cast<int>(c.M));
+  const bool norm_positive = norm > 0;
+  const VF vinv = set1(norm_positive ? c.M / norm : 0.0f), vstep = set1(norm / c.M);
+  BitOut o{codes, codes + codes_bytes(count, c.q), 0, 0};
+  for (size_t i = 0; i < count; i += 16) {
+    const size_t m = count - i < 16 ? count - i : 16;
+    const VF z = load_z(t, WithE ? e : nullptr, i, m);
+    VF r = zero_f();
+    const uint64_t base = a.index_base + i;
+    const VI code = Exp ? exp_quant(z, norm_positive, c, x, a, base, WithE ? &r : nullptr)
+                        : qsgd_quant(z, vinv, vstep, c, a, base, WithE ? &r : nullptr);
+    emit_codes<Q>(o, code, m, c.q);
+    if (WithE) store_f(e + i, r, m);
+  }
+  bo_flush(o);
+}
+
+template <int Q>
+QC_T void global_exp_decode_q(const uint8_t* codes, size_t count, int bits, float norm,
+                              float* dst, bool accumulate) {
+  const QsgdConsts c = qsgd_consts(Q != 0 ? Q : bits, 0.0f);
+  const ExpConsts x = exp_consts(norm, static_cast<int>(c.M));
+  const size_t total = codes_bytes(count, c.q);
+  for (size_t i = 0; i < count; i += 16) {
+    const size_t m = count - i < 16 ? count - i : 16;
+    const VI code = read_codes<Q>(codes, total, i, m, c.q);
+    const VF v = mul(x.vnorm, exp_values(and_i(code, c.mmask), x));
+    VF s = negate_where(test_i(code, c.vsign), v);
+    if (accumulate) s = add(m >= 16 ? loadu(dst + i) : load_partial(dst + i, m), s);
+    store_f(dst + i, s, m);
+  }
+}
+
+template <int Q>
+void global_encode_b(const float* t, float* e, size_t count, const QuantArgs& a, bool exponential,
+                     float norm, uint8_t* codes) {
+  if (exponential) {
+    if (e != nullptr) return global_encode_q<Q, true, true>(t, e, count, a, norm, codes);
+    return global_encode_q<Q, true, false>(t, e, count, a, norm, codes);
+  }
+  if (e != nullptr) return global_encode_q<Q, false, true>(t, e, count, a, norm, codes);
+  return global_encode_q<Q, false, false>(t, e, count, a, norm, codes);
+}
+
+void global_encode_v(const float* t, float* e, size_t count, const QuantArgs& a, bool exponential,
+                     float norm, uint8_t* codes) {
+  switch (a.bits) {
+    case 8: return global_encode_b<8>(t, e, count, a, exponential, norm, codes);
+    case 4: return global_encode_b<4>(t, e, count, a, exponential, norm, codes);
+    case 2: return global_encode_b<2>(t, e, count, a, exponential, norm, codes);
+    default: return global_encode_b<0>(t, e, count, a, exponential, norm, codes);
+  }
+}
+
+void global_decode_v(const uint8_t* codes, size_t count, int bits, bool exponential, float norm,
+                     float* dst, bool accumulate) {
+  if (!exponential) {
+    uint8_t meta[4];  // the message is one qsgd bucket with the norm as its metadata
+    put_f32(meta, norm);
+    return qsgd_decode_v(meta, codes, count, bits, count, dst, accumulate);
+  }
+  switch (bits) {
+    case 8: return global_exp_decode_q<8>(codes, count, bits, norm, dst, accumulate);
+    case 4: return global_exp_decode_q<4>(codes, count, bits, norm, dst, accumulate);
+    case 2: return global_exp_decode_q<2>(codes, count, bits, norm, dst, accumulate);
+    default: return global_exp_decode_q<0>(codes, count, bits, norm, dst, accumulate);
   }
 }

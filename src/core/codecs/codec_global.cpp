@@ -9,32 +9,16 @@
 #include "core/byte_order.h"
 #include "core/checked_math.h"
 #include "core/policy.h"
-#include "cpu/canonical_sum.h"
 #include "cpu/bitstream.h"
 #include "cpu/codec_kernels.h"
-#include "cpu/global_levels.h"
-#include "cpu/random.h"
 
 namespace qc {
 namespace {
 
-using cpu::BitWriter;
-using cpu::get_code;
 using cpu::load_f32;
 using cpu::store_f32;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-bool all_finite(const float* t, const float* e, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const float z = e != nullptr ? t[i] + e[i] : t[i];
-    if (!std::isfinite(z)) return false;
-  }
-  return true;
-}
-
-using cpu::exp_level;
-using cpu::exp_value;
 
 }  // namespace
 
@@ -52,18 +36,11 @@ Status GlobalCodec::set_global_norm(float norm) {
 }
 
 float GlobalCodec::sum_of_squares(const float* t, const float* e, size_t count) {
-  return cpu::canonical_sum_of_squares(t, e, count);
+  return cpu::kernels().global_sum_of_squares(t, e, count);
 }
 
 float GlobalCodec::max_abs(const float* t, const float* e, size_t count) {
-  float m = 0.0f;
-  bool finite = true;
-  for (size_t i = 0; i < count; ++i) {
-    const float a = std::fabs(e != nullptr ? t[i] + e[i] : t[i]);
-    finite = finite && a <= std::numeric_limits<float>::max();
-    m = a > m ? a : m;
-  }
-  return finite ? m : kNaN;
+  return cpu::kernels().global_max_abs(t, e, count);
 }
 
 size_t GlobalCodec::payload_bytes(size_t count) const {
@@ -96,15 +73,19 @@ Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const 
     return invalid_argument("argument 'capacity' (" + std::to_string(capacity) +
                             " bytes) is too small; the message needs " + std::to_string(need));
   }
+  // The passes run in the CPU kernel tables (cpu/codec_kernels.h); every
+  // ISA writes the same bytes and residuals.
+  const cpu::KernelTable& kernels = cpu::kernels();
   float norm;
   bool finite;
   if (has_global_norm_) {
     norm = global_norm_;
-    finite = std::isfinite(norm) && all_finite(src, e, count);
+    // max-abs is NaN or Inf exactly when some z is.
+    finite = std::isfinite(norm) && std::isfinite(kernels.global_max_abs(src, e, count));
   } else {
     // A NaN or Inf anywhere (or an overflowing sum) makes the norm non-finite.
-    norm = max_abs_scale_ ? max_abs(src, e, count)
-                          : std::sqrt(cpu::canonical_sum_of_squares(src, e, count));
+    norm = max_abs_scale_ ? kernels.global_max_abs(src, e, count)
+                          : std::sqrt(kernels.global_sum_of_squares(src, e, count));
     finite = std::isfinite(norm);
   }
 
@@ -124,48 +105,18 @@ Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const 
   }
   store_f32(meta, norm);
 
-  const uint32_t sign_bit = 1u << (bits_ - 1);
-  const int Mi = static_cast<int>(sign_bit - 1u);
-  const float M = static_cast<float>(Mi);
-  const cpu::RandomStream rng = cpu::make_random_stream(key.seed, key.rank, key.stream);
-  BitWriter out(codes);
-  if (codec_ == QC_CODEC_GLOBAL_LINEAR) {
-    const float inv = norm > 0 ? M / norm : 0.0f;
-    const float step = norm / M;
-    for (size_t i = 0; i < count; ++i) {
-      const float z = e != nullptr ? src[i] + e[i] : src[i];
-      const float t = std::fabs(z) * inv;
-      const float r = stochastic_
-                          ? std::floor(t + cpu::random_uniform(rng, key.element_offset + i))
-                          : std::nearbyint(t);
-      const float level = std::min(std::max(r, 0.0f), M);
-      const bool negative = z < 0;
-      out.put((negative ? sign_bit : 0u) | static_cast<uint32_t>(level), bits_);
-      if (e != nullptr) {
-        const float v = level * step;
-        e[i] = z - (negative ? -v : v);
-      }
-    }
-  } else {
-    float value[128];
-    for (int m = 0; m <= Mi; ++m) value[m] = exp_value(m, Mi);
-    for (size_t i = 0; i < count; ++i) {
-      const float z = e != nullptr ? src[i] + e[i] : src[i];
-      const float r = norm > 0 ? std::fabs(z) / norm : 0.0f;
-      const uint32_t m = exp_level(r, Mi, stochastic_, rng, key.element_offset + i);
-      const bool negative = z < 0;
-      out.put((negative ? sign_bit : 0u) | m, bits_);
-      if (e != nullptr) {
-        const float v = norm * value[m];
-        e[i] = z - (negative ? -v : v);
-      }
-    }
-  }
-  out.flush();
+  const bool exponential = codec_ == QC_CODEC_GLOBAL_EXP;
+  cpu::QuantArgs args;
+  args.bits = bits_;
+  args.stochastic = stochastic_;
+  args.rng = cpu::make_random_stream(key.seed, key.rank, key.stream);
+  args.index_base = key.element_offset;
+  kernels.global_encode(src, e, count, args, exponential, norm, codes);
+  const int Mi = (1 << (bits_ - 1)) - 1;
   // Residual hygiene (cpu/codec_kernels.h), the message one bucket: drop
   // residuals whose squares could overflow the next norm by themselves.
   if (e != nullptr &&
-      !cpu::keeps_residuals(cpu::global_residual_gauge(codec_ == QC_CODEC_GLOBAL_EXP, norm, Mi),
+      !cpu::keeps_residuals(cpu::global_residual_gauge(exponential, norm, Mi),
                             cpu::global_residual_limit(count))) {
     std::fill(e, e + count, 0.0f);
   }
@@ -217,26 +168,8 @@ Status GlobalCodec::decode_impl(const uint8_t* src, size_t size, float* dst, siz
                         " message: unused high bits of the last code byte are not zero");
   }
 
-  const uint32_t sign_bit = 1u << (bits_ - 1);
-  const int Mi = static_cast<int>(sign_bit - 1u);
-  if (codec_ == QC_CODEC_GLOBAL_LINEAR) {
-    const float step = norm / static_cast<float>(Mi);
-    for (size_t i = 0; i < count; ++i) {
-      const uint32_t code = get_code(codes, i, bits_);
-      const float v = static_cast<float>(code & (sign_bit - 1u)) * step;
-      const float s = (code & sign_bit) ? -v : v;
-      dst[i] = accumulate ? dst[i] + s : s;
-    }
-  } else {
-    float value[128];
-    for (int m = 0; m <= Mi; ++m) value[m] = exp_value(m, Mi);
-    for (size_t i = 0; i < count; ++i) {
-      const uint32_t code = get_code(codes, i, bits_);
-      const float v = norm * value[code & (sign_bit - 1u)];
-      const float s = (code & sign_bit) ? -v : v;
-      dst[i] = accumulate ? dst[i] + s : s;
-    }
-  }
+  cpu::kernels().global_decode(codes, count, bits_, codec_ == QC_CODEC_GLOBAL_EXP, norm, dst,
+                               accumulate);
   return Status::ok();
 }
 

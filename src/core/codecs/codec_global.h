@@ -52,6 +52,10 @@
 // An agreed norm smaller than the local values' magnitudes clips them to the
 // top level (the collective must pass a norm >= every rank's |z|, which the
 // all-rank norm is).
+//
+// The passes (sum of squares, max-abs, codes, decode) are CPU kernel table
+// entries (cpu/codec_kernels.h): kernels_global_scalar.cpp is the reference
+// and the AVX2 / AVX-512 tables write the same bytes and residuals.
 #pragma once
 
 #include "core/codecs/codec.h"
@@ -92,8 +96,8 @@ class GlobalCodec final : public Codec {
   // z = t + e (e may be null). The all-rank norm is sqrt of the sum of the
   // ranks' shares, added in rank order, so that every rank gets the same float.
   static float sum_of_squares(const float* t, const float* e, size_t count);
-  // This rank's max-abs scale: max |z| with z = t + e (e may be null), NaN
-  // when some z is NaN or infinite. The all-rank scale is the largest of the
+  // This rank's max-abs scale: max |z| with z = t + e (e may be null); NaN
+  // when some z is NaN, else Inf when some z is infinite. The all-rank scale is the largest of the
   // ranks' (exact in any order).
   static float max_abs(const float* t, const float* e, size_t count);
   bool max_abs_scale() const { return max_abs_scale_; }
