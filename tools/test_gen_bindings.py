@@ -64,7 +64,8 @@ class ParserReadsEverything(unittest.TestCase):
         p = self.h.struct("qc_policy_t")
         names = [f.name for f in p.fields]
         self.assertEqual(names[:3], ["struct_size", "codec", "bits"])
-        self.assertEqual(names[-2:], ["seed", "min_compress_bytes"])
+        self.assertEqual(names[-3:], ["seed", "min_compress_bytes", "scale"])
+        self.assertEqual(p.defaults["scale"], "QC_SCALE_AUTO")
         self.assertEqual(p.defaults["bucket_size"], "128")
         a = self.h.struct("qc_adapt_config_t")
         self.assertEqual(a.fields[-1].array, 8)

@@ -63,8 +63,10 @@ __global__ void __launch_bounds__(32) global_max_abs_kernel(const float* x, cons
     m = a > m ? a : m;
   }
   for (int w = 16; w >= 1; w /= 2) {
+    // Every lane shuffles (no short-circuit): a full-warp shuffle needs all.
     const float other = __shfl_down_sync(kFullMask, m, w);
-    finite = finite && __shfl_down_sync(kFullMask, finite, w);
+    const int other_finite = __shfl_down_sync(kFullMask, finite, w);
+    finite = finite & other_finite;
     m = other > m ? other : m;
   }
   if (lane == 0) store_meta(meta, finite ? m : __int_as_float(0x7fc00000));

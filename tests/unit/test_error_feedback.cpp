@@ -505,17 +505,18 @@ TEST_P(NativeExact, EqualsOneEncodeDecodeOfTheOnlyContribution) {
 
 TEST(NativeExact, LinearErrorWithinOneStepPerRank) {
   // Nearest rounding on the shared grid: each rank's codes err by at most
-  // half a step (norm / (2M)), and the integer sum adds no error.
+  // half a step (scale / (2M); the default scale is the largest |x| of all
+  // ranks), and the integer sum adds no error.
   const int n = 7;
   const size_t count = 2000;
   const Matrix x = random_inputs(n, count, 12);
   const auto emu = allreduce_emulate(n, encode_all(x, QC_DTYPE_FLOAT32), count, QC_DTYPE_FLOAT32,
                                      QC_OP_SUM, policy_for(kGlin4, QC_ALGO_NATIVE, false));
   ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
-  double sq = 0.0;
+  float max_abs = 0.0f;
   for (const auto& v : x)
-    for (float f : v) sq += static_cast<double>(f) * f;
-  const double step = std::sqrt(sq) / 7.0;  // M = 2^(4-1) - 1
+    for (float f : v) max_abs = std::max(max_abs, std::fabs(f));
+  const double step = static_cast<double>(max_abs / 7.0f);  // M = 2^(4-1) - 1, as the codec
   const auto out = as_floats(emu.out[0]);
   const auto exact = exact_sum(x);
   for (size_t i = 0; i < count; ++i) {

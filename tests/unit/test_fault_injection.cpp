@@ -346,11 +346,13 @@ std::vector<Bytes> emulate(Coll c, int n, const std::vector<Bytes>& in) {
   const qc_policy_t p = policy_for(c);
   qc_status_t s;
   if (c == Coll::kAlltoall) {
-    s = qc_emulate_alltoall(n, sp.data(), rp.data(), kPerRank, QC_DTYPE_FLOAT32, nullptr, 0, &p);
+    s = qc_emulate_alltoall(n, sp.data(), rp.data(), kPerRank, QC_DTYPE_FLOAT32, "w", 0, &p);
   } else {
     std::vector<qc_error_buffer_t> ebs(static_cast<size_t>(n), nullptr);
     for (auto& eb : ebs) EXPECT_EQ(qc_error_buffer_create(nullptr, kCount, &eb), QC_SUCCESS);
-    s = qc_emulate_allreduce(n, sp.data(), rp.data(), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM, nullptr,
+    // Layer "w", as run_call's: it keys the random bits of stochastic
+    // rounding (the global codecs' default).
+    s = qc_emulate_allreduce(n, sp.data(), rp.data(), kCount, QC_DTYPE_FLOAT32, QC_OP_SUM, "w",
                              0, &p, ebs.data());
     for (auto eb : ebs) qc_error_buffer_destroy(eb);
   }
