@@ -390,6 +390,22 @@ TEST(MinCompressBytes, OlderStructSizeGetsTheDefault) {
 
 }  // namespace
 
+namespace {
+
+// qc_codec_encode of x with policy p: the whole message.
+std::vector<uint8_t> encode_message(const qc_policy_t& p, const std::vector<float>& x) {
+  std::vector<uint8_t> msg(1 << 16);
+  size_t written = 0;
+  EXPECT_EQ(qc_codec_encode(&p, x.data(), x.size(), QC_DTYPE_FLOAT32, msg.data(), msg.size(),
+                            &written),
+            QC_SUCCESS)
+      << qc_last_error();
+  msg.resize(written);
+  return msg;
+}
+
+}  // namespace
+
 // QC_ROUND_AUTO, the default: the global codecs dither (paper 002), the
 // others round to nearest; an explicit rounding is kept. What a codec did
 // is bit 0 of the wire header's flags (offset 12, docs/wire-format.md).
@@ -403,13 +419,7 @@ TEST(Rounding, AutoIsStochasticForTheGlobalCodecsOnly) {
     p.codec = codec;
     p.rounding = rounding;
     p.min_compress_bytes = 0;
-    std::vector<uint8_t> msg(1 << 16);
-    size_t written = 0;
-    EXPECT_EQ(qc_codec_encode(&p, x.data(), x.size(), QC_DTYPE_FLOAT32, msg.data(), msg.size(),
-                              &written),
-              QC_SUCCESS)
-        << qc_last_error();
-    return (msg[12] & 1) != 0;
+    return (encode_message(p, x)[12] & 1) != 0;
   };
   for (qc_codec_t codec : {QC_CODEC_MINMAX, QC_CODEC_QSGD, QC_CODEC_ONEBIT, QC_CODEC_GLOBAL_LINEAR,
                            QC_CODEC_GLOBAL_EXP}) {
@@ -447,12 +457,9 @@ TEST(Scale, GlobalCodecsCarryTheChosenScale) {
       p.bits = 8;
       p.scale = scale;
       p.min_compress_bytes = 0;
-      std::vector<uint8_t> msg(1 << 16);
-      size_t written = 0;
-      ASSERT_EQ(qc_codec_encode(&p, x.data(), x.size(), QC_DTYPE_FLOAT32, msg.data(), msg.size(),
-                                &written),
-                QC_SUCCESS)
-          << qc_last_error();
+      const std::vector<uint8_t> msg = encode_message(p, x);
+      ASSERT_GT(msg.size(), 36u);
+      const size_t written = msg.size();
       float carried;
       std::memcpy(&carried, msg.data() + 32, sizeof carried);
       const bool by_max = scale != QC_SCALE_L2;

@@ -555,13 +555,21 @@ struct Bench {
     }
   }
 
-  // Rows through the Codec class (the library's own dispatch, header included).
-  void run_codec_row(const Config& cfg, Row* row) {
+  // The policy of a Codec-class or API row (the library's defaults, e.g.
+  // the global codecs' max-abs scale, and the sweep's codec, bits, bucket
+  // and rounding).
+  qc_policy_t row_policy(const Config& cfg) const {
     qc_policy_t policy = qc::default_policy();
     policy.codec = cfg.codec;
     if (uses_bits(cfg.codec)) policy.bits = cfg.bits;
     if (uses_bucket(cfg.codec)) policy.bucket_size = static_cast<int>(cfg.bucket);
     policy.rounding = opt.stochastic ? QC_ROUND_STOCHASTIC : QC_ROUND_NEAREST_EVEN;
+    return policy;
+  }
+
+  // Rows through the Codec class (the library's own dispatch, header included).
+  void run_codec_row(const Config& cfg, Row* row) {
+    const qc_policy_t policy = row_policy(cfg);
     std::unique_ptr<qc::Codec> codec;
     qc::Status st = qc::validate_policy(policy, "policy");
     if (st) st = qc::make_codec(policy, QC_DTYPE_FLOAT32, &codec);
@@ -602,11 +610,7 @@ struct Bench {
   // float32, with their argument checks, header and output handling (no
   // decode-accumulate or DQE there: those columns stay empty).
   void run_api_row(const Config& cfg, Row* row) {
-    qc_policy_t policy = qc::default_policy();
-    policy.codec = cfg.codec;
-    if (uses_bits(cfg.codec)) policy.bits = cfg.bits;
-    if (uses_bucket(cfg.codec)) policy.bucket_size = static_cast<int>(cfg.bucket);
-    policy.rounding = opt.stochastic ? QC_ROUND_STOCHASTIC : QC_ROUND_NEAREST_EVEN;
+    const qc_policy_t policy = row_policy(cfg);
     const size_t n = in.count;
     size_t capacity = 0;
     if (qc_codec_encoded_size(&policy, n, &capacity) != QC_SUCCESS) {
