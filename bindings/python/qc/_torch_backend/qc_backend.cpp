@@ -774,6 +774,7 @@ void QcBackend::set_layer_policy(const std::string& pattern, const PolicyTuple& 
   p.scale_update_period = std::get<8>(t);
   p.seed = std::get<9>(t);
   p.min_compress_bytes = static_cast<size_t>(std::get<10>(t));
+  p.scale = static_cast<qc_scale_t>(std::get<11>(t));
   if (qc_comm_set_layer_policy(comm_, pattern.c_str(), &p) != QC_SUCCESS) {
     throw_qc("set_layer_policy(\"" + pattern + "\")");
   }
@@ -788,7 +789,7 @@ PolicyTuple QcBackend::get_layer_policy(const std::string& layer) {
   }
   return PolicyTuple(p.codec, p.bits, p.bucket_size, p.rounding, p.algorithm, p.error_feedback,
                      p.group_size, p.topk_ratio, p.scale_update_period, p.seed,
-                     p.min_compress_bytes);
+                     p.min_compress_bytes, static_cast<int>(p.scale));
 }
 
 // The CUDA lane's sites, in a state dict, carry this prefix before their

@@ -48,7 +48,8 @@
 namespace qc_torch {
 
 // The fields of qc_policy_t in order, as qc.Policy._to_tuple gives them.
-using PolicyTuple = std::tuple<int, int, int, int, int, int, int, double, int, uint64_t, uint64_t>;
+using PolicyTuple =
+    std::tuple<int, int, int, int, int, int, int, double, int, uint64_t, uint64_t, int>;
 
 class QcBackend : public c10d::Backend {
  public:
