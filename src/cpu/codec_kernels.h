@@ -137,6 +137,14 @@ QC_HOST_DEVICE inline float global_residual_gauge(bool exponential, float norm, 
 
 // minmax: the smallest scale that is inverted (FLT_MIN, 2^-126); see above.
 constexpr float kMinInvertibleScale = 1.17549435e-38f;
+// The global codecs' max-abs scale: one below 2^-120 is taken as 0, so the
+// message decodes to 0 (every |z| is below it), because global_linear's
+// M / scale would overflow float for a smaller one (M <= 127).
+constexpr float kMinGlobalMaxAbsScale = 0x1p-120f;
+// And one above 2^127 counts as not finite (the message is NaN, as an L2
+// norm whose squares overflow is): level M decodes to M * (scale / M),
+// which may round past FLT_MAX for a larger one.
+constexpr float kMaxGlobalMaxAbsScale = 0x1p127f;
 
 struct QuantArgs {
   int bits = 4;

@@ -44,7 +44,9 @@ void global_encode_scalar(const float* src, float* e, size_t count, const QuantA
       const float r = args.stochastic
                           ? std::floor(t + random_uniform(args.rng, args.index_base + i))
                           : std::nearbyint(t);
-      const float level = std::min(std::max(r, 0.0f), M);
+      // r >= 0 or NaN (only for an agreed scale whose inverse overflows:
+      // 0 * Inf), which gives level 0, as the SIMD kernels' conversion does.
+      const float level = r >= 0.0f ? std::min(r, M) : 0.0f;
       const bool negative = z < 0;
       out.put((negative ? sign_bit : 0u) | static_cast<uint32_t>(level), bits);
       if (e != nullptr) {

@@ -69,7 +69,11 @@ __global__ void __launch_bounds__(32) global_max_abs_kernel(const float* x, cons
     finite = finite & other_finite;
     m = other > m ? other : m;
   }
-  if (lane == 0) store_meta(meta, finite ? m : __int_as_float(0x7fc00000));
+  if (lane == 0) {
+    if (m < cpu::kMinGlobalMaxAbsScale) m = 0.0f;  // as the CPU (codec_kernels.h)
+    if (m > cpu::kMaxGlobalMaxAbsScale) finite = 0;
+    store_meta(meta, finite ? m : __int_as_float(0x7fc00000));
+  }
 }
 
 struct GlobalJob {

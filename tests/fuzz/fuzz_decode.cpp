@@ -167,7 +167,9 @@ TopkRank topk_rank(float x) {
 //    and minmax_level_product_overflows.bin keep it checked);
 //  - qsgd / global buckets whose float32 sum of squares is below 2^-100
 //    (|x| below about 1e-15): the squares lose precision or underflow to 0
-//    (x = 7e-30 gives norm 0 and decodes to 0); the sign rule still holds.
+//    (x = 7e-30 gives norm 0 and decodes to 0); the sign rule still holds;
+//    likewise global messages whose max-abs scale is below 2^-120 (taken as
+//    0: codec_kernels.h).
 constexpr float kTinySumSq = 0x1p-100f;
 void check_round_trip(const qc_policy_t& p, const std::vector<float>& x,
                       const std::vector<float>& y) {
@@ -291,14 +293,21 @@ void check_round_trip(const qc_policy_t& p, const std::vector<float>& x,
       }
       case QC_CODEC_GLOBAL_LINEAR:
       case QC_CODEC_GLOBAL_EXP: {
-        if (!std::isfinite(sumsq_f)) {
-          // section 5: a sum of squares that overflows makes the norm NaN
+        // The scale: the L2 norm, or the max |x| (the default; one below
+        // 2^-120 is taken as 0, so everything decodes to 0).
+        const bool by_max = p.scale != QC_SCALE_L2;
+        if ((!by_max && !std::isfinite(sumsq_f)) || (by_max && maxabs > std::ldexp(1.0, 127))) {
+          // section 5: a sum of squares that overflows, or a max-abs scale
+          // above 2^127 (codec_kernels.h), makes the message NaN
           for (size_t i = b0; i < b0 + m; ++i)
             if (!std::isnan(y[i])) bound_failure("global: overflowing norm decodes to NaN", i, n, x[i], y[i], 0);
           break;
         }
         const double M = std::ldexp(1.0, p.bits - 1) - 1.0;
-        const bool tiny = sumsq_f < kTinySumSq;  // known limitation (squares underflow)
+        const double scale = by_max ? maxabs : norm;
+        // known limitations: squares that underflow (L2), a max-abs below
+        // 2^-120 (taken as 0): the values decode to 0 or keep their sign
+        const bool tiny = by_max ? maxabs < std::ldexp(1.0, -120) : sumsq_f < kTinySumSq;
         for (size_t i = b0; i < b0 + m; ++i) {
           if (!std::isfinite(y[i])) bound_failure("global: finite", i, n, x[i], y[i], 0);
           if (tiny) {
@@ -306,12 +315,12 @@ void check_round_trip(const qc_policy_t& p, const std::vector<float>& x,
             continue;
           }
           if (y[i] != 0 && ((y[i] < 0) != (x[i] < 0))) bound_failure("global keeps the sign", i, n, x[i], y[i], 0);
-          if (std::fabs(y[i]) > norm * (1 + 1e-5) + slack) bound_failure("global |x'| <= norm", i, n, x[i], y[i], norm);
+          if (std::fabs(y[i]) > scale * (1 + 1e-5) + slack) bound_failure("global |x'| <= scale", i, n, x[i], y[i], scale);
           const double d = std::fabs(static_cast<double>(x[i]) - y[i]);
           const double gap = p.codec == QC_CODEC_GLOBAL_LINEAR
-                                 ? norm / M
+                                 ? scale / M
                                  : std::max(std::fabs(static_cast<double>(x[i])),
-                                            norm * std::ldexp(1.0, 1 - static_cast<int>(M)));
+                                            scale * std::ldexp(1.0, 1 - static_cast<int>(M)));
           const double bound = (sto ? gap : gap / 2) * (1 + 1e-5) + slack;
           if (!(d <= bound)) bound_failure("global |x-x'| <= level gap (/2 nearest)", i, n, x[i], y[i], bound);
         }
@@ -334,6 +343,7 @@ qc_policy_t consume_policy(FuzzedDataProvider& fdp) {
   const uint8_t r = fdp.ConsumeIntegral<uint8_t>();
   p.topk_ratio = r == 0 ? 1.0f : r == 1 ? 1e-30f : r == 2 ? 0.5f : static_cast<float>(r) / 256.0f;
   p.seed = fdp.ConsumeIntegral<uint64_t>();
+  p.scale = fdp.ConsumeBool() ? QC_SCALE_L2 : QC_SCALE_AUTO;  // global codecs: L2 or max-abs
   return p;
 }
 
@@ -420,7 +430,12 @@ void round_trip(const uint8_t* data, size_t size) {
   QC_FUZZ_CHECK(std::memcmp(h, "QCWF", 4) == 0 && h[4] == 1 && h[5] == p.codec, "header magic/version/codec");
   QC_FUZZ_CHECK(load_le(h + 16, 8) == n && load_le(h + 24, 8) == msg.size() - kHeader,
                 "header count/payload length");
-  QC_FUZZ_CHECK((load_le(h + 12, 4) & ~1ull) == 0, "unknown header flags");
+  // Flags: bit 0 stochastic; bit 1 (global codecs only) a max-abs scale.
+  const bool global = p.codec == QC_CODEC_GLOBAL_LINEAR || p.codec == QC_CODEC_GLOBAL_EXP;
+  QC_FUZZ_CHECK((load_le(h + 12, 4) & ~(global ? 3ull : 1ull)) == 0, "unknown header flags");
+  if (global)
+    QC_FUZZ_CHECK(((load_le(h + 12, 4) >> 1) & 1) == (p.scale != QC_SCALE_L2 ? 1u : 0u),
+                  "flags bit 1 says the wrong scale");
 
   // Determinism: again, from a misaligned copy, from a source inside dst.
   std::vector<uint8_t> again;

@@ -486,3 +486,34 @@ TEST(Scale, GlobalCodecsCarryTheChosenScale) {
   EXPECT_EQ(qc_codec_encoded_size(&bad, 10, &bytes), QC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(qc_last_error()).find("field 'scale' is 3"), std::string::npos);
 }
+
+// The max-abs scale's limits (cpu/codec_kernels.h): below 2^-120 it is sent
+// as 0 (everything decodes to 0: global_linear's M / scale would overflow),
+// above 2^127 the message is NaN (level M would decode past FLT_MAX).
+TEST(Scale, MaxAbsScaleLimits) {
+  for (qc_codec_t codec : {QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP}) {
+    SCOPED_TRACE(qc_codec_name(codec));
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = codec;
+    p.min_compress_bytes = 0;
+    for (float magnitude : {1e-39f, 3e38f, 1e38f}) {
+      const std::vector<float> x = {magnitude, -magnitude / 2, 0.0f, magnitude / 3};
+      const std::vector<uint8_t> msg = encode_message(p, x);
+      ASSERT_GT(msg.size(), 36u);
+      std::vector<float> y(x.size(), 7.0f);
+      ASSERT_EQ(qc_codec_decode(msg.data(), msg.size(), y.data(), y.size(), QC_DTYPE_FLOAT32),
+                QC_SUCCESS)
+          << qc_last_error();
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (magnitude < 1e-37f) {
+          EXPECT_EQ(y[i], 0.0f) << i;
+        } else if (magnitude > 0x1p127f) {
+          EXPECT_TRUE(std::isnan(y[i])) << i;
+        } else {
+          EXPECT_TRUE(std::isfinite(y[i])) << i;
+          EXPECT_LE(std::fabs(y[i]), magnitude) << i;
+        }
+      }
+    }
+  }
+}

@@ -27,6 +27,7 @@
 #include "core/algorithms/algorithm.h"
 #include "core/algorithms/integer_allreduce.h"
 #include "cpu/bitstream.h"
+#include "cpu/codec_kernels.h"
 
 namespace qc {
 namespace {
@@ -60,6 +61,9 @@ Status agreed_norm(CollectiveContext& ctx, const GlobalCodec& codec, const float
     if (!max_abs) total += share;
     else if (std::isnan(share) || share > total) total = share;  // a NaN share wins
   }
+  // codec_kernels.h: tiny max-abs scales are 0, huge ones not finite
+  if (max_abs && total < cpu::kMinGlobalMaxAbsScale) total = 0.0f;
+  if (max_abs && total > cpu::kMaxGlobalMaxAbsScale) total = std::numeric_limits<float>::quiet_NaN();
   *norm = max_abs ? total : std::sqrt(total);
   return Status::ok();
 }

@@ -20,7 +20,9 @@
 // norm = the shared scale: sqrt(canonical sum of z*z) over all `count`
 // elements (cpu/canonical_sum.h; QC_SCALE_L2, paper 002) or max |z| (the
 // max-abs scale, QC_SCALE_MAX_ABS and the default, paper 001's shared-scale
-// INT8), or the externally agreed one set with set_global_norm(). Both are
+// INT8; one below 2^-120 is taken as 0, one above 2^127 as not finite:
+// cpu/codec_kernels.h), or the
+// externally agreed one set with set_global_norm(). Both are
 // >= every |z|, so the decoder need not know which.
 //
 // global_linear (standard dithering):
@@ -44,8 +46,8 @@
 // nearest is what a caller asks for explicitly.
 //
 // Non-finite values: if any z is NaN or infinite, or the norm itself is not
-// finite (this includes a sum of squares that overflows float, i.e. a norm
-// above ~1.8e19), the message carries a NaN norm and zero codes, so every
+// finite (this includes a sum of squares that overflows float, i.e. an L2
+// norm above ~1.8e19, and a max-abs scale above 2^127), the message carries a NaN norm and zero codes, so every
 // element decodes to NaN (DESIGN.md promise 5), and the error-feedback
 // residual is set to 0.
 //
