@@ -145,6 +145,14 @@ constexpr float kMinGlobalMaxAbsScale = 0x1p-120f;
 // norm whose squares overflow is): level M decodes to M * (scale / M),
 // which may round past FLT_MAX for a larger one.
 constexpr float kMaxGlobalMaxAbsScale = 0x1p127f;
+// A max-abs (NaN or Inf when some z is) as the scale a message carries:
+// 0 below kMinGlobalMaxAbsScale, NaN above kMaxGlobalMaxAbsScale. The
+// host's one rule (codec and native agreement); the CUDA kernel mirrors it.
+inline float global_max_abs_scale(float max_abs) {
+  if (max_abs < kMinGlobalMaxAbsScale) return 0.0f;
+  if (!(max_abs <= kMaxGlobalMaxAbsScale)) return std::numeric_limits<float>::quiet_NaN();
+  return max_abs;
+}
 
 struct QuantArgs {
   int bits = 4;

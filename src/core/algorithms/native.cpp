@@ -61,10 +61,7 @@ Status agreed_norm(CollectiveContext& ctx, const GlobalCodec& codec, const float
     if (!max_abs) total += share;
     else if (std::isnan(share) || share > total) total = share;  // a NaN share wins
   }
-  // codec_kernels.h: tiny max-abs scales are 0, huge ones not finite
-  if (max_abs && total < cpu::kMinGlobalMaxAbsScale) total = 0.0f;
-  if (max_abs && total > cpu::kMaxGlobalMaxAbsScale) total = std::numeric_limits<float>::quiet_NaN();
-  *norm = max_abs ? total : std::sqrt(total);
+  *norm = max_abs ? cpu::global_max_abs_scale(total) : std::sqrt(total);
   return Status::ok();
 }
 

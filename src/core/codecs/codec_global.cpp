@@ -84,10 +84,8 @@ Status GlobalCodec::encode_impl(const float* src, float* e, size_t count, const 
     finite = std::isfinite(norm) && std::isfinite(kernels.global_max_abs(src, e, count));
   } else {
     // A NaN or Inf anywhere (or an overflowing sum) makes the norm non-finite.
-    norm = max_abs_scale_ ? kernels.global_max_abs(src, e, count)
+    norm = max_abs_scale_ ? cpu::global_max_abs_scale(kernels.global_max_abs(src, e, count))
                           : std::sqrt(kernels.global_sum_of_squares(src, e, count));
-    if (max_abs_scale_ && norm < cpu::kMinGlobalMaxAbsScale) norm = 0.0f;
-    if (max_abs_scale_ && norm > cpu::kMaxGlobalMaxAbsScale) norm = kNaN;
     finite = std::isfinite(norm);
   }
 
