@@ -128,17 +128,17 @@ QC_API qc_status_t qc_codec_decode(const void* src, size_t size, void* dst, size
     }
     std::unique_ptr<Codec> codec;
     QC_RETURN_IF_ERROR(make_codec_for_header(header, &codec));
-    // float32 output goes straight into dst: every codec checks the whole
+    // The output goes straight into dst: every codec checks the whole
     // message before its first write, so a corrupt one still leaves dst
-    // untouched. A scratch copy only where the kernels cannot write dst
-    // directly: 16-bit output, a dst overlapping the message, or a
-    // misaligned float32 dst.
+    // untouched; 16-bit output is narrowed block by block as it is decoded
+    // (Codec::decode_typed). A scratch copy only where the kernels cannot
+    // write dst directly: a dst overlapping the message, or a misaligned
+    // float32 dst.
     const auto s0 = reinterpret_cast<uintptr_t>(src);
     const auto d0 = reinterpret_cast<uintptr_t>(dst);
     const bool overlaps = bytes > 0 && size > 0 && s0 < d0 + bytes && d0 < s0 + size;
-    if (dtype == QC_DTYPE_FLOAT32 && !overlaps && d0 % alignof(float) == 0) {
-      return codec->decode(static_cast<const uint8_t*>(src), size, static_cast<float*>(dst),
-                           count);
+    if (!overlaps && (dtype != QC_DTYPE_FLOAT32 || d0 % alignof(float) == 0)) {
+      return codec->decode_typed(static_cast<const uint8_t*>(src), size, dst, count, dtype);
     }
     std::vector<float> values(count);
     QC_RETURN_IF_ERROR(codec->decode(static_cast<const uint8_t*>(src), size, values.data(), count));

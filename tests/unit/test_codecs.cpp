@@ -1002,6 +1002,17 @@ TEST_P(CodecTest, DecodePayloadDamageNoCrash) {
         ASSERT_EQ(y[i], -7.25f) << "a refused message wrote element " << i;
       }
     }
+    // 16-bit output is narrowed block by block as it decodes: the same
+    // verdict, and nothing written when refused.
+    for (qc_dtype_t dtype : {QC_DTYPE_FLOAT16, QC_DTYPE_BFLOAT16}) {
+      std::vector<uint16_t> h(Damage::kCount, 0xABCD);
+      EXPECT_EQ(decode_exact(m.data(), m.size(), h.data(), Damage::kCount, dtype), st);
+      if (st != QC_SUCCESS) {
+        for (size_t i = 0; i < h.size(); ++i) {
+          ASSERT_EQ(h[i], 0xABCD) << "a refused message wrote 16-bit element " << i;
+        }
+      }
+    }
   }
   // payload of 0xFF everywhere (NaN metadata, all-ones codes) and zeros
   for (uint8_t fill : {uint8_t{0xFF}, uint8_t{0x00}}) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/policy.h"
 #include "cpu/dtype_convert.h"
 
@@ -45,6 +46,31 @@ Status Codec::encode_typed(const void* src, qc_dtype_t dtype, size_t count, cons
   std::vector<float> values(count);
   cpu::to_float32(src, dtype, values.data(), count);
   return encode(values.data(), count, key, dst, capacity, written);
+}
+
+Status Codec::decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                           qc_dtype_t dtype) const {
+  if (dtype == QC_DTYPE_FLOAT32) return decode(src, size, static_cast<float*>(dst), count);
+  std::vector<float> values(count);
+  QC_RETURN_IF_ERROR(decode(src, size, values.data(), count));
+  cpu::from_float32(values.data(), dtype, dst, count);
+  return Status::ok();
+}
+
+void Codec::decode_in_blocks(size_t count, size_t granule, qc_dtype_t dtype, void* dst,
+                             const std::function<void(size_t, size_t, float*)>& decode_block) {
+  // About 16 KiB of floats per block (L1), a whole number of granules.
+  constexpr size_t kTarget = 4096;
+  const size_t g = granule > 0 ? granule : 1;
+  const size_t block = g >= kTarget ? g : kTarget - kTarget % g;
+  std::vector<float> buffer(block);
+  auto* out = static_cast<uint8_t*>(dst);
+  const size_t width = dtype_size(dtype);
+  for (size_t first = 0; first < count; first += block) {
+    const size_t n = count - first < block ? count - first : block;
+    decode_block(first, n, buffer.data());
+    cpu::from_float32(buffer.data(), dtype, out + first * width, n);
+  }
 }
 
 Status read_header_for(const uint8_t* src, size_t size, qc_codec_t codec, size_t count,

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/codecs/wire_format.h"
@@ -60,6 +61,14 @@ class Codec {
                               const RandomKey& key, uint8_t* dst, size_t capacity,
                               size_t* written) const;
   virtual Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const = 0;
+  // decode() into count values of `dtype` at dst (float16 and bfloat16:
+  // any alignment; each value the float32 decode rounded to nearest even).
+  // Like decode(), a refused message writes nothing. This default decodes
+  // into a float32 scratch vector and narrows it; codecs whose messages
+  // decode in independent pieces override it to narrow block by block in
+  // cache (one pass over memory; decode_in_blocks below).
+  virtual Status decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                              qc_dtype_t dtype) const;
   // dst += decode(src), in one pass.
   virtual Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
                                    size_t count) const = 0;
@@ -94,6 +103,15 @@ class Codec {
                                        const RandomKey& key, const uint8_t* previous,
                                        size_t previous_size, uint8_t* dst, size_t capacity,
                                        size_t* written) const;
+
+ protected:
+  // decode_typed's one pass for a message already checked: decode_block(
+  // first, n, out) decodes values [first, first + n) into out, with first a
+  // multiple of `granule` (where the codec's pieces start: a bucket on a
+  // byte of the codes); each block is narrowed to dtype into dst while it
+  // is in cache.
+  static void decode_in_blocks(size_t count, size_t granule, qc_dtype_t dtype, void* dst,
+                               const std::function<void(size_t, size_t, float*)>& decode_block);
 };
 
 // Reads and checks a message's header for a decoder of `codec` expecting

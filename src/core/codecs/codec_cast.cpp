@@ -76,8 +76,7 @@ Status CastCodec::encode_typed(const void* src, qc_dtype_t dtype, size_t count,
   return Status::ok();
 }
 
-Status CastCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
-                              bool accumulate) const {
+Status CastCodec::check_message(const uint8_t* src, size_t size, size_t count) const {
   WireHeader h;
   QC_RETURN_IF_ERROR(read_header_for(src, size, codec_, count, &h));
   const uint8_t wire_dtype =
@@ -87,7 +86,24 @@ Status CastCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_
                         std::to_string(h.payload_bytes) + " payload bytes for " +
                         std::to_string(count) + " 16-bit values");
   }
+  return Status::ok();
+}
+
+Status CastCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                              bool accumulate) const {
+  QC_RETURN_IF_ERROR(check_message(src, size, count));
   decode_fn_(src + kWireHeaderBytes, count, dst, accumulate);
+  return Status::ok();
+}
+
+Status CastCodec::decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                               qc_dtype_t dtype) const {
+  if (dtype == QC_DTYPE_FLOAT32) return Codec::decode_typed(src, size, dst, count, dtype);
+  QC_RETURN_IF_ERROR(check_message(src, size, count));
+  const uint8_t* payload = src + kWireHeaderBytes;
+  decode_in_blocks(count, 1, dtype, dst, [&](size_t first, size_t n, float* out) {
+    decode_fn_(payload + 2 * first, n, out, false);
+  });
   return Status::ok();
 }
 

@@ -22,11 +22,15 @@ class CastCodec final : public Codec {
   Status encode_typed(const void* src, qc_dtype_t dtype, size_t count, const RandomKey& key,
                       uint8_t* dst, size_t capacity, size_t* written) const override;
   Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
+  Status decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                      qc_dtype_t dtype) const override;
   Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
                            size_t count) const override;
 
  private:
   Status write_header(size_t count, uint8_t* dst, size_t capacity, size_t* written) const;
+  // The message's checks, all before decode writes anything.
+  Status check_message(const uint8_t* src, size_t size, size_t count) const;
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   qc_codec_t codec_;

@@ -135,8 +135,7 @@ Status GlobalCodec::encode_error_compensated(const float* t, float* e, size_t co
   return encode_impl(t, e, count, key, dst, capacity, written);
 }
 
-Status GlobalCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
-                                bool accumulate) const {
+Status GlobalCodec::check_message(const uint8_t* src, size_t size, size_t count) const {
   WireHeader h;
   QC_RETURN_IF_ERROR(read_header_for(src, size, codec_, count, &h));
   if (h.bits != bits_) {
@@ -167,9 +166,31 @@ Status GlobalCodec::decode_impl(const uint8_t* src, size_t size, float* dst, siz
     return corrupt_data(std::string("codec ") + codec_name(codec_) +
                         " message: unused high bits of the last code byte are not zero");
   }
+  return Status::ok();
+}
 
-  cpu::kernels().global_decode(codes, count, bits_, codec_ == QC_CODEC_GLOBAL_EXP, norm, dst,
-                               accumulate);
+Status GlobalCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                                bool accumulate) const {
+  QC_RETURN_IF_ERROR(check_message(src, size, count));
+  const uint8_t* meta = src + kWireHeaderBytes;
+  cpu::kernels().global_decode(meta + 4, count, bits_, codec_ == QC_CODEC_GLOBAL_EXP,
+                               load_f32(meta), dst, accumulate);
+  return Status::ok();
+}
+
+Status GlobalCodec::decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                                 qc_dtype_t dtype) const {
+  if (dtype == QC_DTYPE_FLOAT32) return Codec::decode_typed(src, size, dst, count, dtype);
+  QC_RETURN_IF_ERROR(check_message(src, size, count));
+  const uint8_t* meta = src + kWireHeaderBytes;
+  const uint8_t* codes = meta + 4;
+  const float norm = load_f32(meta);
+  const bool exponential = codec_ == QC_CODEC_GLOBAL_EXP;
+  // 8 codes end on a byte, whatever the width.
+  decode_in_blocks(count, 8, dtype, dst, [&](size_t first, size_t n, float* out) {
+    cpu::kernels().global_decode(codes + first * bits_ / 8, n, bits_, exponential, norm, out,
+                                 false);
+  });
   return Status::ok();
 }
 

@@ -77,6 +77,8 @@ class GlobalCodec final : public Codec {
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;
   Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
+  Status decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                      qc_dtype_t dtype) const override;
   Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
                            size_t count) const override;
   // Fused: z = t + e is encoded and e becomes z - decode(z), in two passes
@@ -107,6 +109,8 @@ class GlobalCodec final : public Codec {
  private:
   Status encode_impl(const float* src, float* e, size_t count, const RandomKey& key, uint8_t* dst,
                      size_t capacity, size_t* written) const;
+  // The message's checks, all before decode writes anything.
+  Status check_message(const uint8_t* src, size_t size, size_t count) const;
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   size_t payload_bytes(size_t count) const;

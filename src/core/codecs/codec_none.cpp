@@ -63,6 +63,18 @@ Status CodecNone::decode(const uint8_t* src, size_t size, float* dst, size_t cou
   return Status::ok();
 }
 
+Status CodecNone::decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                               qc_dtype_t dtype) const {
+  if (dtype == QC_DTYPE_FLOAT32) return Codec::decode_typed(src, size, dst, count, dtype);
+  QC_RETURN_IF_ERROR(check(src, size, count));
+  const uint8_t* payload = src + kWireHeaderBytes;
+  const size_t width = dtype_size(wire_dtype_);
+  decode_in_blocks(count, 1, dtype, dst, [&](size_t first, size_t n, float* out) {
+    cpu::to_float32(payload + first * width, wire_dtype_, out, n);
+  });
+  return Status::ok();
+}
+
 Status CodecNone::decode_accumulate(const uint8_t* src, size_t size, float* dst,
                                     size_t count) const {
   QC_RETURN_IF_ERROR(check(src, size, count));

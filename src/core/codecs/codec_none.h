@@ -17,6 +17,8 @@ class CodecNone final : public Codec {
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;
   Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
+  Status decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                      qc_dtype_t dtype) const override;
   Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
                            size_t count) const override;
 

@@ -113,8 +113,7 @@ Status QuantizedCodec::encode_reusing_scales(const float* src, float* e, size_t 
                      fits ? previous + kWireHeaderBytes : nullptr);
 }
 
-Status QuantizedCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
-                                   bool accumulate) const {
+Status QuantizedCodec::check_message(const uint8_t* src, size_t size, size_t count) const {
   WireHeader h;
   QC_RETURN_IF_ERROR(read_header_for(src, size, codec_, count, &h));
   if (h.bits != bits_ || h.bucket_size != bucket_) {
@@ -130,8 +129,32 @@ Status QuantizedCodec::decode_impl(const uint8_t* src, size_t size, float* dst, 
                         std::to_string(count) + " elements need " +
                         std::to_string(max_encoded_size(count) - kWireHeaderBytes));
   }
+  return Status::ok();
+}
+
+Status QuantizedCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
+                                   bool accumulate) const {
+  QC_RETURN_IF_ERROR(check_message(src, size, count));
   const uint8_t* meta = src + kWireHeaderBytes;
   decode_fn_(meta, meta + meta_bytes(count), count, bits_, bucket_, dst, accumulate);
+  return Status::ok();
+}
+
+Status QuantizedCodec::decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                                    qc_dtype_t dtype) const {
+  if (dtype == QC_DTYPE_FLOAT32) return Codec::decode_typed(src, size, dst, count, dtype);
+  QC_RETURN_IF_ERROR(check_message(src, size, count));
+  const uint8_t* meta = src + kWireHeaderBytes;
+  const uint8_t* codes = meta + meta_bytes(count);
+  // A piece starts on a bucket (its scales) and on a byte of the codes:
+  // at most 8 buckets.
+  size_t granule = bucket_;
+  while (granule * static_cast<size_t>(bits_) % 8 != 0) granule += bucket_;
+  const size_t meta_per_bucket = meta_floats_ * 4;
+  decode_in_blocks(count, granule, dtype, dst, [&](size_t first, size_t n, float* out) {
+    decode_fn_(meta + first / bucket_ * meta_per_bucket, codes + first * bits_ / 8, n, bits_,
+               bucket_, out, false);
+  });
   return Status::ok();
 }
 

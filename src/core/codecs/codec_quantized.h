@@ -25,6 +25,8 @@ class QuantizedCodec final : public Codec {
   Status encode(const float* src, size_t count, const RandomKey& key, uint8_t* dst,
                 size_t capacity, size_t* written) const override;
   Status decode(const uint8_t* src, size_t size, float* dst, size_t count) const override;
+  Status decode_typed(const uint8_t* src, size_t size, void* dst, size_t count,
+                      qc_dtype_t dtype) const override;
   Status decode_accumulate(const uint8_t* src, size_t size, float* dst,
                            size_t count) const override;
   Status encode_error_compensated(const float* t, float* e, size_t count, const RandomKey& key,
@@ -45,6 +47,8 @@ class QuantizedCodec final : public Codec {
   Status encode_impl(const void* src, qc_dtype_t dtype, float* e, size_t count,
                      const RandomKey& key, uint8_t* dst, size_t capacity, size_t* written,
                      const uint8_t* reuse_meta = nullptr) const;
+  // The message's checks, all before decode writes anything.
+  Status check_message(const uint8_t* src, size_t size, size_t count) const;
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   size_t meta_bytes(size_t count) const;
