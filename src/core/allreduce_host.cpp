@@ -89,16 +89,19 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
 
   std::vector<float>& work = comm->work;
   work.resize(count);
-  // SRA reads its input without writing it anywhere but its own result, so
-  // float32 input is read where it is (one copy pass fewer). The others
-  // reduce in place, on a float32 copy made here. The result goes to `work`
+  // SRA and the global codecs' native algorithm read their input without
+  // writing it anywhere but their own result, so float32 input is read where
+  // it is (one copy pass fewer). The others reduce in place, on a float32
+  // copy made here. The result goes to `work`
   // either way and reaches recvbuf only when the call succeeds: a failed
   // call leaves recvbuf as it was (docs/reliability.md), which a result
   // decoded piece by piece straight into recvbuf would not.
-  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && algorithm == QC_ALGO_SRA;
+  const bool read_in_place =
+      dtype == QC_DTYPE_FLOAT32 &&
+      (algorithm == QC_ALGO_SRA || (algorithm == QC_ALGO_NATIVE && !native_float));
   const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
   if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), count);
-  // SRA's float32 input is the caller's, which nothing writes during the
+  // Such float32 input is the caller's, which nothing writes during the
   // call: its norm is summed while the call waits for transfers
   // (input_norm.h). The others reduce in `input` itself: measured first.
   InputNorm input_norm(input, count);
@@ -129,8 +132,9 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
       }
       return ctx.native_allreduce_float(work.data(), work.data(), count);
     }
-    return allreduce_native(ctx, *global, work.data(), feedback ? residual.data() : nullptr,
-                            count, policy.bits, scales, refresh);
+    return allreduce_native(ctx, *global, input, work.data(),
+                            feedback ? residual.data() : nullptr, count, policy.bits, scales,
+                            refresh);
   };
   Status status = run_collective(comm, *codec, with_refresh(signature, scales, refresh),
                                  count * dtype_size(dtype), layers,

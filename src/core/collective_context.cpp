@@ -1,9 +1,12 @@
 #include "core/collective_context.h"
 
+#include "cpu/codec_kernels.h"
+
 #include "core/byte_order.h"
 #include "core/codecs/device_message_codec.h"
 #include "core/device_memory.h"
 #include "core/policy.h"
+#include "cpu/codec_kernels.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -61,25 +64,21 @@ Status CollectiveContext::encode(const float* src, size_t count, uint64_t elemen
   msg->set_payload_size(written);
   if (s && estimate_error_ && !estimated_ && count > 0) {
     estimated_ = true;
-    double err = 0, sig = 0;
+    // The kernels' squared norm (vectorised): the estimate covers the whole
+    // first message, which for the native algorithm is the whole tensor.
+    const cpu::KernelTable& k = cpu::kernels();
+    double err = 0;
+    const double sig = k.squared_norm(src, count);
     if (residual_ != nullptr) {
       // The new residual is exactly the compensated value's error (relative
       // to the uncompensated input: the old residual is gone by now).
-      const float* e = residual_ + element_offset;
-      for (size_t i = 0; i < count; ++i) {
-        err += double(e[i]) * e[i];
-        sig += double(src[i]) * src[i];
-      }
+      err = k.squared_norm(residual_ + element_offset, count);
     } else {
       std::vector<float>& decoded = scratch_.estimate;  // kept across calls: no allocation
       decoded.resize(count);
-      Status d = codec_.decode(msg->payload(), written, decoded.data(), count);
-      if (d) {
-        for (size_t i = 0; i < count; ++i) {
-          const double diff = double(src[i]) - decoded[i];
-          err += diff * diff;
-          sig += double(src[i]) * src[i];
-        }
+      if (codec_.decode(msg->payload(), written, decoded.data(), count)) {
+        for (size_t i = 0; i < count; ++i) decoded[i] = src[i] - decoded[i];
+        err = k.squared_norm(decoded.data(), count);
       }
     }
     error_sq_ = err;
@@ -421,16 +420,6 @@ Status CollectiveContext::wait(Request* reqs, size_t count, Message* const* recv
     msg->set_payload_size(reqs[i].bytes - kEnvelopeBytes);
   }
   return Status::ok();
-}
-
-Status CollectiveContext::native_allreduce_int64(int64_t* values, size_t count, int width) {
-  const auto start = Clock::now();
-  Status s = transport_.allreduce_int64(values, count, width, deadline_);
-  // What an allreduce moves per rank, ring-optimal: 2 (n-1)/n of the data.
-  const size_t item = width <= 31 ? 4 : 8;
-  counters_.wire_bytes += size_ > 1 ? 2 * (size_ - 1) * count * item / size_ : 0;
-  counters_.transport_seconds += seconds_since(start);
-  return s;
 }
 
 Status CollectiveContext::native_allreduce_float(const float* send, float* recv, size_t count) {

@@ -55,6 +55,8 @@ struct Scratch {
   std::vector<float> values;
   std::vector<float> estimate;  // the error estimate's decoded copy
   std::vector<uint8_t> residual_loaded;  // per unit of lazily loaded residuals
+  std::vector<int32_t> sums32;           // the native algorithm's integer sums
+  std::vector<int64_t> sums64;
 };
 
 // What a layer keeps between calls for policy.scale_update_period (paper 001
@@ -115,6 +117,10 @@ class CollectiveContext {
     if (scratch_.messages.size() < count) scratch_.messages.resize(count);
     return scratch_.messages.data();
   }
+  // `count` reusable integers, not zeroed (host memory; the native
+  // algorithm's sums: int32 where they fit, else int64).
+  void integer_scratch(size_t count, int32_t** out) { *out = grown(scratch_.sums32, count); }
+  void integer_scratch(size_t count, int64_t** out) { *out = grown(scratch_.sums64, count); }
   // `count` reusable floats, zeroed (device memory for a call on device values).
   Status zeroed_values(size_t count, float** values);
   // dst += src, element by element, where the call's values are.
@@ -208,10 +214,6 @@ class CollectiveContext {
   // Waits for every request; then checks the envelopes of the received
   // messages, whose Message* are given in the same order as their requests.
   Status wait(Request* reqs, size_t count, Message* const* recv_msgs, size_t recv_count);
-
-  // The transport's own integer allreduce, when it has one (see transport.h).
-  bool has_native_integer_allreduce() const { return transport_.has_native_integer_allreduce(); }
-  Status native_allreduce_int64(int64_t* values, size_t count, int width);
 
   // Measure the relative error of the first lossy encode of this call
   // (one extra decode of one message): error_estimate() afterwards gives
@@ -312,6 +314,11 @@ class CollectiveContext {
 
   Transport& transport_;
   const Codec& codec_;
+  template <class T>
+  static T* grown(std::vector<T>& v, size_t count) {
+    if (v.size() < count) v.resize(count);
+    return v.data();
+  }
   Scratch& scratch_;
   uint64_t sequence_;
   uint64_t signature_;

@@ -187,8 +187,6 @@ class RealNcclBackend final : public NcclBackend {
     ncclDataType_t type = ncclFloat32;
     ncclRedOp_t op = ncclSum;
     switch (reduction) {
-      case NcclReduction::kSumInt32: type = ncclInt32; break;
-      case NcclReduction::kSumInt64: type = ncclInt64; break;
       case NcclReduction::kSumFloat32: type = ncclFloat32; break;
       case NcclReduction::kMinUint64: type = ncclUint64; op = ncclMin; break;
     }

@@ -267,8 +267,6 @@ int main() {
     check(made.is_ok(), "the NCCL backend on its own");
     if (backend != nullptr) {
       check_backend_allreduce(*backend, qc::NcclReduction::kSumFloat32, "ncclAllReduce float sum");
-      check_backend_allreduce(*backend, qc::NcclReduction::kSumInt32, "ncclAllReduce int32 sum");
-      check_backend_allreduce(*backend, qc::NcclReduction::kSumInt64, "ncclAllReduce int64 sum");
       check_backend_allreduce(*backend, qc::NcclReduction::kMinUint64, "ncclAllReduce uint64 min");
       check_backend_start(*backend);
       check_backend_group(*backend);

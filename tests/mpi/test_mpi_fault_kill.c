@@ -25,9 +25,6 @@
  *   small       minmax with the default min_compress_bytes (16 KiB) and a
  *               4000-byte message: sent uncompressed, as codec none; the
  *               victim dies as in `none`.
- *   native_int  global_linear with algorithm native: the agreed norm over
- *               qc's messages, then the transport's integer sum, where the
- *               victim dies.
  *   late        codec none, and the victim is not killed: it stalls for
  *               timeout + 1.5 s as it enters the sum, then goes on. The
  *               survivors must time out, and what their abandoned sum does
@@ -70,9 +67,9 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-typedef enum { MODE_RING, MODE_NONE, MODE_SMALL, MODE_NATIVE_INT, MODE_LATE } fault_mode_t;
+typedef enum { MODE_RING, MODE_NONE, MODE_SMALL, MODE_LATE } fault_mode_t;
 
-static const char* const k_mode_names[] = {"ring", "none", "small", "native_int", "late"};
+static const char* const k_mode_names[] = {"ring", "none", "small", "late"};
 
 /* Armed on the victim: what to do at the first MPI sum of one of these
  * datatypes (a stall of g_stall_ms, or death when it is 0). */
@@ -120,12 +117,6 @@ static void set_policy(qc_comm_t comm, fault_mode_t mode) {
     case MODE_SMALL: /* compressed policy, message under min_compress_bytes */
       p.codec = QC_CODEC_MINMAX;
       p.bits = 4;
-      break;
-    case MODE_NATIVE_INT:
-      p.codec = QC_CODEC_GLOBAL_LINEAR;
-      p.bits = 8;
-      p.algorithm = QC_ALGO_NATIVE;
-      p.min_compress_bytes = 0;
       break;
   }
   if (qc_comm_set_layer_policy(comm, "*", &p) != QC_SUCCESS) {
@@ -203,8 +194,8 @@ int main(int argc, char** argv) {
     for (;;) pause();
   }
   if (g_rank == victim) {
-    g_sum_types[0] = mode == MODE_NATIVE_INT ? MPI_INT32_T : MPI_FLOAT;
-    g_sum_types[1] = mode == MODE_NATIVE_INT ? MPI_INT64_T : MPI_FLOAT;
+    g_sum_types[0] = MPI_FLOAT;
+    g_sum_types[1] = MPI_FLOAT;
     g_stall_ms = mode == MODE_LATE ? (long)(timeout * 1000) + 1500 : 0;
     g_armed = 1;
     s = qc_allreduce(comm, x, y, count, QC_DTYPE_FLOAT32, QC_OP_SUM, NULL, NULL, NULL);

@@ -249,12 +249,6 @@ void FakeNcclWorld::reduce_locked() {
       }
     }
     switch (first.reduction) {
-      case qc::NcclReduction::kSumInt32:
-        reduce_all<int32_t>(front, [](int32_t a, int32_t b) { return a + b; });
-        break;
-      case qc::NcclReduction::kSumInt64:
-        reduce_all<int64_t>(front, [](int64_t a, int64_t b) { return a + b; });
-        break;
       case qc::NcclReduction::kSumFloat32:
         reduce_all<float>(front, [](float a, float b) { return a + b; });
         break;

@@ -147,12 +147,6 @@ Status FaultTransport::wait_all(Request* reqs, size_t count, qc::Deadline deadli
   return killed_status();
 }
 
-Status FaultTransport::allreduce_int64(int64_t* values, size_t count, int width,
-                                       qc::Deadline deadline) {
-  if (killed_) return killed_status();
-  return inner_->allreduce_int64(values, count, width, deadline);
-}
-
 Status FaultTransport::allreduce_float(const float* send, float* recv, size_t count,
                                        qc::Deadline deadline) {
   if (killed_) return killed_status();

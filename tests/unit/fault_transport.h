@@ -115,11 +115,6 @@ class FaultTransport final : public qc::Transport {
                        qc::Request* req) override;
   qc::Status wait_all(qc::Request* reqs, size_t count, qc::Deadline deadline) override;
 
-  bool has_native_integer_allreduce() const override {
-    return !killed_ && inner_->has_native_integer_allreduce();
-  }
-  qc::Status allreduce_int64(int64_t* values, size_t count, int width,
-                             qc::Deadline deadline) override;
   bool has_native_float_allreduce() const override {
     return inner_->has_native_float_allreduce();
   }

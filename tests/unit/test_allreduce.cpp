@@ -616,3 +616,37 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
+
+// Native with a global codec: nothing travels wider than it needs (issue
+// 33): the reduce-scatter sends the b-bit codes as encoded, the allgather
+// the sums packed in b + ceil(log2 n) bits; with it, the wire bytes stay
+// within (b + ceil(log2 n)) / 32 of a float32 ring's, and below a ring's
+// at the final width.
+TEST(NativeWire, SumsArePackedAtTheWidthTheyNeed) {
+  const int n = 4;
+  const size_t count = size_t{1} << 16;
+  const int b = 4;
+  qc_policy_t p = make_policy(QC_ALGO_NATIVE);
+  p.codec = QC_CODEC_GLOBAL_LINEAR;
+  p.bits = b;
+  Group g(n);
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g.set_policy("w", p), QC_SUCCESS);
+  const RunResult r = allreduce_on(g, encode_all(random_inputs(n, count, 5), QC_DTYPE_FLOAT32),
+                                   count, QC_DTYPE_FLOAT32, QC_OP_SUM, "w");
+  ASSERT_TRUE(r.all_ok()) << r.describe();
+  qc_stats_t s;
+  s.struct_size = sizeof s;
+  ASSERT_EQ(qc_comm_get_stats(g[0], &s), QC_SUCCESS);
+  const double block = static_cast<double>(count) / n;
+  // the reduce-scatter sends the codes as encoded (4 bits), the allgather
+  // the sums of 4 ranks' codes (6 bits), to each of the n - 1 others
+  const double packed = (n - 1) * block * 4 / 8.0 + (n - 1) * block * 6 / 8.0;
+  const double fixed = 2.0 * (n - 1) * block * 6 / 8.0;
+  const double float32_ring = 2.0 * (n - 1) * block * 4;
+  const double overhead = 4096;  // envelopes, the scale shares
+  EXPECT_GE(static_cast<double>(s.wire_bytes), packed);
+  EXPECT_LE(static_cast<double>(s.wire_bytes), packed + overhead);
+  EXPECT_LT(static_cast<double>(s.wire_bytes), fixed);
+  EXPECT_LE(static_cast<double>(s.wire_bytes), float32_ring * (b + 2) / 32.0 + overhead);
+}

@@ -163,8 +163,8 @@ Expectation expectation(Coll c, Fault f) {
     case Fault::kCorruptEnvelopeSequence:
     case Fault::kCorruptEnvelopeSignature: return {Outcome::kError, QC_ERROR_MISMATCH, QC_ERROR_MISMATCH};
     case Fault::kCorruptWireHeader:
-      // The native algorithm sends packed integers with no wire header: the
-      // flipped byte is a value (see CorruptPayloadData).
+      // The native algorithm's first message (its scale share) has no wire
+      // header: the flipped byte is a value (see CorruptPayloadData).
       if (c == Coll::kNative) return {Outcome::kUndetected, QC_ERROR_CORRUPT_DATA, QC_ERROR_CORRUPT_DATA};
       return {Outcome::kError, QC_ERROR_CORRUPT_DATA, QC_ERROR_CORRUPT_DATA};
     case Fault::kCorruptPayloadData: return {Outcome::kUndetected, QC_ERROR_CORRUPT_DATA, QC_ERROR_CORRUPT_DATA};
@@ -634,6 +634,30 @@ TEST(FaultInjectionUnfold, RecDoublingUnfoldWithWrongBlockIsCorrupt) {
   EXPECT_EQ(a.status[2], QC_ERROR_CORRUPT_DATA) << a.describe() << a.messages();
   for (int r = 0; r < n; ++r)
     EXPECT_EQ(c.status[static_cast<size_t>(r)], QC_ERROR_CORRUPT_DATA) << c.describe();
+  EXPECT_LE(a.max_seconds(), kTimeout + 1.0) << a.describe();
+}
+
+// The native algorithm's codes carry the norm they were encoded on; one on
+// another grid (here its lowest bit flipped) would add integers of another
+// scale, so its receiver refuses it with MISMATCH instead of summing.
+TEST(FaultInjectionNative, CodesOnAnotherGridAreAMismatch) {
+  const int n = 3;
+  // Rank 1's messages in one call: its scale share to 2 and 0, then the
+  // codes of blocks 2 and 0, then its block's sums to 2 and 0.
+  FaultPlan plan;
+  plan.kind = FaultKind::kCorrupt;
+  plan.rank = 1;
+  plan.message_index = 2;
+  plan.flips.push_back({Anchor::kWireHeader, 32, 0x01});  // the norm after the 32-byte header
+  FaultGroup fg(n, kTimeout, Coll::kNative, plan);
+  const Call a = run_call(fg, inputs(Coll::kNative, n, 1));
+  EXPECT_EQ(fg.wrapper(1)->times_fired(), 1);
+  EXPECT_EQ(a.status[2], QC_ERROR_MISMATCH) << a.describe() << a.messages();
+  EXPECT_NE(a.error[2].find("agreed"), std::string::npos) << a.messages();
+  for (int r : {0, 1})  // they may have finished before rank 2 broke the group
+    EXPECT_TRUE(a.status[static_cast<size_t>(r)] == QC_SUCCESS ||
+                a.status[static_cast<size_t>(r)] == QC_ERROR_MISMATCH)
+        << a.describe() << a.messages();
   EXPECT_LE(a.max_seconds(), kTimeout + 1.0) << a.describe();
 }
 

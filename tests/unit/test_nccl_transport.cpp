@@ -142,14 +142,11 @@ TEST_P(NcclTransportSweep, SameBytesAsTheLocalTransportAndExactSizes) {
     } else {
       for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i;
     }
-    // The path taken: NCCL groups for qc's messages, ncclAllReduce for the
-    // native sums (float for codec none; int32 codes for global_linear).
-    const bool integer_sum = !alltoall && codec.codec == QC_CODEC_GLOBAL_LINEAR &&
-                             std::get<1>(GetParam()) == QC_ALGO_AUTO;
+    // The path taken: NCCL groups for qc's messages (the global codecs'
+    // packed integer sums included), ncclAllReduce for codec none's sums.
     for (int r = 0; r < n; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r));
       EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kSumFloat32) > 0, float_sum);
-      EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kSumInt32) > 0, integer_sum);
       EXPECT_EQ(nccl.world->allreduces(r, qc::NcclReduction::kMinUint64) > 0, float_sum);
       if (!float_sum) {
         EXPECT_GT(nccl.world->groups(r), 0) << "never used NCCL's point to point";
@@ -377,39 +374,29 @@ TEST(NcclTransport, WrongFrameOrTagFailsBothRanks) {
   }
 }
 
-// The native collectives on their own: int32 and int64 code sums (the
-// int64 path for sums wider than 31 bits), float sums in and out of place,
-// and the agreement that comes before a native collective.
-TEST(NcclNative, IntegerFloatAndAgreement) {
+// The native collectives on their own: float sums in and out of place, and
+// the agreement that comes before a native collective.
+TEST(NcclNative, FloatAndAgreement) {
   const int n = 3;
   auto world = qcfake::FakeNcclWorld::create(n);
   std::vector<std::unique_ptr<qc::NcclTransport>> t;
   for (int r = 0; r < n; ++r) t.push_back(std::make_unique<qc::NcclTransport>(world->backend(r)));
   const auto deadline = qc::Clock::now() + std::chrono::seconds(10);
-  std::vector<std::vector<int64_t>> narrow(n), wide(n);
   std::vector<std::vector<float>> fsend(n), frecv(n), finplace(n);
-  std::vector<qc::Status> s(static_cast<size_t>(n) * 5);
+  std::vector<qc::Status> s(static_cast<size_t>(n) * 3);
   qct::run_ranks(n, [&](int r) {
-    narrow[r] = {r + 1, -(r + 1) * 1000, (int64_t{1} << 29) * (r == 0 ? 1 : 0)};
-    wide[r] = {(int64_t{1} << 38) + r, -(int64_t{1} << 36) * (r + 1)};
     fsend[r] = {0.5f * static_cast<float>(r), -1.25f, 3.0f};
     frecv[r].assign(3, -7.0f);
     finplace[r] = {1.0f, static_cast<float>(r), 0.25f};
-    s[r * 5 + 0] = t[r]->allreduce_int64(narrow[r].data(), narrow[r].size(), 31, deadline);
-    s[r * 5 + 1] = t[r]->allreduce_int64(wide[r].data(), wide[r].size(), 40, deadline);
-    s[r * 5 + 2] = t[r]->allreduce_float(fsend[r].data(), frecv[r].data(), 3, deadline);
-    s[r * 5 + 3] = t[r]->allreduce_float(finplace[r].data(), finplace[r].data(), 3, deadline);
-    s[r * 5 + 4] = t[r]->agree(0x1234abcdu, deadline);
+    s[r * 3 + 0] = t[r]->allreduce_float(fsend[r].data(), frecv[r].data(), 3, deadline);
+    s[r * 3 + 1] = t[r]->allreduce_float(finplace[r].data(), finplace[r].data(), 3, deadline);
+    s[r * 3 + 2] = t[r]->agree(0x1234abcdu, deadline);
   });
   for (size_t i = 0; i < s.size(); ++i) ASSERT_TRUE(s[i].is_ok()) << i << ": " << s[i].message();
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(narrow[r], (std::vector<int64_t>{6, -6000, int64_t{1} << 29}));
-    EXPECT_EQ(wide[r], (std::vector<int64_t>{3 * (int64_t{1} << 38) + 3, -6 * (int64_t{1} << 36)}));
     EXPECT_EQ(frecv[r], (std::vector<float>{1.5f, -3.75f, 9.0f}));
     EXPECT_EQ(fsend[r][0], 0.5f * static_cast<float>(r)) << "the send buffer must stay as given";
     EXPECT_EQ(finplace[r], (std::vector<float>{3.0f, 3.0f, 0.75f}));
-    EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kSumInt32), 1);
-    EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kSumInt64), 1);
     EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kSumFloat32), 2);
     EXPECT_EQ(world->allreduces(r, qc::NcclReduction::kMinUint64), 1);
     EXPECT_EQ(world->groups(r), 0);
@@ -426,11 +413,11 @@ TEST(NcclNative, IntegerFloatAndAgreement) {
 TEST(NcclNative, AMissingRankTimesOutAndOneRankCallsNothing) {
   auto world = qcfake::FakeNcclWorld::create(2);
   qc::NcclTransport t0(world->backend(0));
-  int64_t v[2] = {1, 2};
+  float v[2] = {1, 2};
   const qc::Status s =
-      t0.allreduce_int64(v, 2, 20, qc::Clock::now() + std::chrono::milliseconds(200));
+      t0.allreduce_float(v, v, 2, qc::Clock::now() + std::chrono::milliseconds(200));
   EXPECT_EQ(s.code(), QC_ERROR_TIMEOUT) << s.message();
-  EXPECT_NE(s.message().find("NCCL integer allreduce"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("NCCL float allreduce"), std::string::npos) << s.message();
   EXPECT_TRUE(world->aborted(0));
   EXPECT_EQ(t0.failure().code(), QC_ERROR_TIMEOUT);
 
@@ -442,10 +429,8 @@ TEST(NcclNative, AMissingRankTimesOutAndOneRankCallsNothing) {
   EXPECT_EQ(y[0], 1.5f);
   EXPECT_EQ(y[1], 2.5f);
   EXPECT_TRUE(t.agree(9, deadline).is_ok());
-  EXPECT_TRUE(t.allreduce_int64(v, 2, 20, deadline).is_ok());
   EXPECT_EQ(solo->allreduces(0, qc::NcclReduction::kSumFloat32) +
-                solo->allreduces(0, qc::NcclReduction::kMinUint64) +
-                solo->allreduces(0, qc::NcclReduction::kSumInt32),
+                solo->allreduces(0, qc::NcclReduction::kMinUint64),
             0);
 }
 

@@ -44,12 +44,14 @@ Status allreduce_enqueued_payload_bytes(qc_algorithm_t algorithm, const Codec& c
                                         size_t count, int ranks, int rank, int group_size,
                                         size_t* bytes);
 // `codec` is the call's codec (global_linear or global_exp, `bits` wide);
-// `residual` is the call's error buffer (or null), as given to ctx.
+// `input` is only read (it may be the caller's buffer), the sums go to
+// `data` (which may be `input`); `residual` is the call's error buffer (or
+// null), as given to ctx.
 // `scales` (policy.scale_update_period, or null): with `refresh` the agreed
 // norm is computed and kept there; without, the kept norm is used and the
 // norm round is skipped (every rank decides alike: same call history).
-Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
-                        const float* residual, size_t count, int bits,
+Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, const float* input,
+                        float* data, const float* residual, size_t count, int bits,
                         ScaleMemory* scales = nullptr, bool refresh = true);
 
 // send: size() blocks of count_per_rank values, block j for rank j.

@@ -1,23 +1,19 @@
 // Native allreduce for the global codecs (paper 002; paper 001 §B.1: agree
 // on the scale first, then sum integers):
 //  1. every rank computes its share of the scale of z = t (+ e): its sum of
-//     squares (L2 norm) or its max |z| (max-abs scale); the shares travel as
-//     exact integers (one slot per rank) and every rank adds them in rank
-//     order, or takes the largest, so all get the same float scale;
+//     squares (L2 norm) or its max |z| (max-abs scale); the shares travel
+//     bit for bit (an allgather) and every rank adds them in rank order, or
+//     takes the largest, so all get the same float scale;
 //  2. every rank encodes z once on the shared grid (error-compensated when
-//     the call has an error buffer);
-//  3. the codes are summed as integers, exactly;
-//  4. every rank turns the integer sums into floats once.
-// No value is requantized, whatever the rank count.
-//
-// global_linear: a code is sign | level with value level * norm / M, so the
-// integer is the signed level, M = 2^(bits-1) - 1, and the sum of n of them
-// needs bits + ceil(log2 n) bits.
-// global_exp: level m > 0 has value norm * 2^(m - M), i.e. 2^(m - 1) units of
-// norm * 2^(1 - M): fixed point with a single bit set. It is split into limbs
-// of 16 bits (one limb for bits <= 5), each summed as an integer of
-// min(16, M) + 1 + ceil(log2 n) bits; the limbs are recombined in double,
-// high to low.
+//     the call has an error buffer), block j (block_range) for rank j;
+//  3. reduce-scatter: rank j receives every rank's codes of block j as they
+//     were encoded (bits per value) and adds them as integers, exactly;
+//  4. allgather: rank j sends its block's sums packed at the width they
+//     need, bits + ceil(log2 n) (code_sums.h, packed_integers.h; THC packs
+//     its sums so), and every rank turns the sums into floats once.
+// No value is requantized, whatever the rank count, and no message is wider
+// than its values need: on every transport, since a transport's own int32
+// sum would send as many bytes as float32.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,36 +21,40 @@
 #include <vector>
 
 #include "core/algorithms/algorithm.h"
-#include "core/algorithms/integer_allreduce.h"
+#include "core/algorithms/code_sums.h"
+#include "core/algorithms/packed_integers.h"
+#include "core/schedules/partition.h"
 #include "cpu/bitstream.h"
 #include "cpu/codec_kernels.h"
 
 namespace qc {
 namespace {
-enum NativeStep : uint32_t { kNormShares = 0x10000, kCodeSums = 0x20000 };
-constexpr int kExpLimbBits = 16;
 
-int exp_limbs(int M) { return (M + kExpLimbBits - 1) / kExpLimbBits; }
+enum NativeStep : uint32_t { kCodes = 0x20000, kSums = 0x20001 };
 
-}  // namespace
-
-namespace {
+// Bits needed to hold a sum of n values of `width` bits each.
+int sum_width(int width, int n) {
+  int extra = 0;
+  while ((1LL << extra) < n) ++extra;
+  return width + extra;
+}
 
 // Step 1: the scale every rank agrees on, the same float everywhere.
 Status agreed_norm(CollectiveContext& ctx, const GlobalCodec& codec, const float* data,
                    const float* residual, size_t count, float* norm) {
   const int n = ctx.size();
-  const int r = ctx.rank();
-  std::vector<int64_t> shares(static_cast<size_t>(n), 0);
   const bool max_abs = codec.max_abs_scale();
   const float mine = max_abs ? GlobalCodec::max_abs(data, residual, count)
                              : GlobalCodec::sum_of_squares(data, residual, count);
   uint32_t mine_bits;
   std::memcpy(&mine_bits, &mine, 4);
-  shares[static_cast<size_t>(r)] = mine_bits;  // non-negative in 33 bits
-  QC_RETURN_IF_ERROR(allreduce_integers(ctx, shares.data(), shares.size(), 33, kNormShares));
+  std::vector<uint64_t> shares;
+  QC_RETURN_IF_ERROR(ctx.allgather_u64(mine_bits, &shares));
   float total = 0.0f;
   for (int k = 0; k < n; ++k) {
+    if (shares[static_cast<size_t>(k)] > UINT32_MAX) {
+      return corrupt_data("rank " + std::to_string(k) + " sent a scale share of more than 32 bits");
+    }
     const uint32_t b = static_cast<uint32_t>(shares[static_cast<size_t>(k)]);
     float share;
     std::memcpy(&share, &b, 4);
@@ -65,23 +65,112 @@ Status agreed_norm(CollectiveContext& ctx, const GlobalCodec& codec, const float
   return Status::ok();
 }
 
+// Steps 3 and 4 in integers of type T, on the messages encoded in
+// msgs[0..n) (msgs[j] holds block j); msgs[n..2n-1) receive.
+template <class T>
+Status sum_blocks(CollectiveContext& ctx, const GlobalCodec& codec, const CodeIntegers& ci,
+                  Message* msgs, size_t count, float norm, float* data) {
+  const int n = ctx.size();
+  const int r = ctx.rank();
+  const size_t parts = static_cast<size_t>(n);
+  const Range mine = block_range(count, parts, static_cast<size_t>(r));
+  const size_t limbs = static_cast<size_t>(ci.limbs);
+  const size_t most = block_range(count, parts, 0).count;  // the first block is the largest
+  // A piece of 4096 values starts on a byte of any width's packed stream.
+  constexpr size_t kPiece = 4096;
+  T* sums = nullptr;
+  ctx.integer_scratch(most * limbs + kPiece * limbs, &sums);
+  T* theirs = sums + most * limbs;
+  auto peer = [&](int d) { return (r + d) % n; };       // sends go to r + d
+  auto from = [&](int d) { return (r - d + n) % n; };   // receives come from r - d
+  auto block = [&](int rank) { return block_range(count, parts, static_cast<size_t>(rank)); };
+  Message* in = msgs + n;
+
+  // 3. Reduce-scatter: the codes as encoded.
+  {
+    std::vector<Request> reqs(2 * parts);
+    std::vector<Message*> received;
+    size_t posted = 0;
+    const size_t frame = ctx.max_encoded_size(mine.count);
+    for (int d = 1; d < n; ++d) {
+      in[d - 1].reserve_payload(frame);
+      QC_RETURN_IF_ERROR(ctx.post_recv(from(d), kCodes, &in[d - 1], &reqs[posted++]));
+      received.push_back(&in[d - 1]);
+    }
+    for (int d = 1; d < n; ++d) {
+      const int to = peer(d);
+      QC_RETURN_IF_ERROR(ctx.post_send(to, kCodes, &msgs[to], ctx.max_encoded_size(block(to).count),
+                                       &reqs[posted++]));
+    }
+    // The own block's integers while the codes travel.
+    codes_to_integers(msgs[r].payload() + kWireHeaderBytes + 4, mine.count, ci, sums);
+    ctx.work_while_waiting();
+    QC_RETURN_IF_ERROR(ctx.wait(reqs.data(), posted, received.data(), received.size()));
+    for (int d = 1; d < n; ++d) {
+      const uint8_t* codes = nullptr;
+      QC_RETURN_IF_ERROR(codec.codes_of(in[d - 1].payload(), in[d - 1].payload_size(),
+                                        mine.count, norm, &codes));
+      add_codes_as_integers(codes, mine.count, ci, sums);
+    }
+  }
+
+  // 4. Allgather of the sums, packed at the width they need.
+  const int width = sum_width(ci.value_width, n);
+  {
+    Message& out = msgs[r];  // its codes are in `sums` by now
+    const size_t bytes = packed_bytes(mine.count * limbs, width);
+    out.reserve_payload(bytes);
+    pack_integers(sums, mine.count * limbs, width, out.payload());
+    out.set_payload_size(bytes);
+    std::vector<Request> reqs(2 * parts);
+    std::vector<Message*> received;
+    size_t posted = 0;
+    for (int d = 1; d < n; ++d) {
+      in[d - 1].reserve_payload(packed_bytes(block(from(d)).count * limbs, width));
+      QC_RETURN_IF_ERROR(ctx.post_recv(from(d), kSums, &in[d - 1], &reqs[posted++]));
+      received.push_back(&in[d - 1]);
+    }
+    for (int d = 1; d < n; ++d) {
+      QC_RETURN_IF_ERROR(ctx.post_send(peer(d), kSums, &out, bytes, &reqs[posted++]));
+    }
+    sums_to_floats(sums, mine.count, ci, norm, data + mine.begin);
+    ctx.work_while_waiting();
+    QC_RETURN_IF_ERROR(ctx.wait(reqs.data(), posted, received.data(), received.size()));
+    for (int d = 1; d < n; ++d) {
+      const Range theirs_range = block(from(d));
+      const size_t want = packed_bytes(theirs_range.count * limbs, width);
+      if (in[d - 1].payload_size() != want) {
+        return corrupt_data("native allreduce: rank " + std::to_string(from(d)) + " sent " +
+                            std::to_string(in[d - 1].payload_size()) + " bytes of sums where " +
+                            std::to_string(theirs_range.count) + " values of " +
+                            std::to_string(width) + " bits need " + std::to_string(want));
+      }
+      // In pieces that stay in cache between the two passes.
+      for (size_t done = 0; done < theirs_range.count; done += kPiece) {
+        const size_t piece = std::min(kPiece, theirs_range.count - done);
+        unpack_integers(in[d - 1].payload() + packed_bytes(done * limbs, width), piece * limbs,
+                        width, theirs);
+        sums_to_floats(theirs, piece, ci, norm, data + theirs_range.begin + done);
+      }
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
-Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
-                        const float* residual, size_t count, int bits, ScaleMemory* scales,
+Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, const float* input,
+                        float* data, const float* residual, size_t count, int bits, ScaleMemory* scales,
                         bool refresh) {
-  const int n = ctx.size();
-
   // 1. The norm every rank agrees on: computed, or kept from the period's
   // first call (values above it saturate at the top level, and with error
-  // feedback the excess stays in the residual). Without step 1's messages,
-  // a transport's native integer sum needs the agreement check by itself.
+  // feedback the excess stays in the residual). Without step 1's messages
+  // the ranks' agreement is checked by step 3's.
   float norm = 0.0f;
   if (scales != nullptr && !refresh && std::isfinite(scales->norm) && scales->norm > 0) {
     norm = scales->norm;
-    if (ctx.has_native_integer_allreduce()) QC_RETURN_IF_ERROR(ctx.agree());
   } else {
-    QC_RETURN_IF_ERROR(agreed_norm(ctx, codec, data, residual, count, &norm));
+    QC_RETURN_IF_ERROR(agreed_norm(ctx, codec, input, residual, count, &norm));
     if (scales != nullptr) scales->norm = norm;
   }
   if (!std::isfinite(norm)) {
@@ -90,64 +179,35 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, float* data,
     // buffer is treated as in every other algorithm (its slots become 0).
     QC_RETURN_IF_ERROR(codec.set_global_norm(std::numeric_limits<float>::quiet_NaN()));
     Message* msg = ctx.messages(1);
-    QC_RETURN_IF_ERROR(ctx.encode(data, count, 0, msg));
+    QC_RETURN_IF_ERROR(ctx.encode(input, count, 0, msg));
     codec.clear_global_norm();
     for (size_t i = 0; i < count; ++i) data[i] = std::numeric_limits<float>::quiet_NaN();
     return Status::ok();
   }
 
-  // 2. Encode on the shared grid.
+  // 2. Encode on the shared grid, one message per block.
+  const int n = ctx.size();
+  Message* msgs = ctx.messages(2 * static_cast<size_t>(n));
   QC_RETURN_IF_ERROR(codec.set_global_norm(norm));
-  // A scratch message of the context (no allocation once warm); the codes
-  // are read out below, before the integer allreduce reuses the scratch.
-  Message* encoded = ctx.messages(1);
-  Status s = ctx.encode(data, count, 0, encoded);
+  Status s;
+  for (int j = 0; j < n && s; ++j) {
+    const Range b = block_range(count, static_cast<size_t>(n), static_cast<size_t>(j));
+    s = ctx.encode(input + b.begin, b.count, b.begin, &msgs[j]);
+  }
   codec.clear_global_norm();
   QC_RETURN_IF_ERROR(s);
-  const uint8_t* codes = encoded->payload() + kWireHeaderBytes + 4;
 
-  const uint32_t sign_bit = 1u << (bits - 1);
-  const int M = static_cast<int>(sign_bit - 1u);
-  const bool linear = codec.id() == QC_CODEC_GLOBAL_LINEAR;
-  const int limbs = linear ? 1 : exp_limbs(M);
-  // A linear code is sign + (bits-1) magnitude bits; an exp limb holds at
-  // most 2^(min(16, M) - 1), i.e. min(16, M) magnitude bits plus the sign.
-  const int width = sum_width(linear ? bits : std::min(kExpLimbBits, M) + 1, n);
-  std::vector<int64_t> sums(count * static_cast<size_t>(limbs), 0);
-  for (size_t i = 0; i < count; ++i) {
-    const uint32_t code = cpu::get_code(codes, i, bits);
-    const int64_t sign = (code & sign_bit) != 0 ? -1 : 1;
-    const uint32_t level = code & (sign_bit - 1u);
-    if (linear) {
-      sums[i] = sign * static_cast<int64_t>(level);
-    } else if (level > 0) {
-      const uint32_t bit = level - 1;  // the value is 2^(level-1) units
-      sums[i * limbs + bit / kExpLimbBits] = sign * (int64_t{1} << (bit % kExpLimbBits));
-    }
+  // 3 and 4, in int32 where the sums fit (every realistic rank count): half
+  // the memory traffic of int64.
+  const CodeIntegers ci = code_integers(codec.id(), bits);
+  if (sum_width(ci.value_width, n) <= max_packed_width<int32_t>()) {
+    return sum_blocks<int32_t>(ctx, codec, ci, msgs, count, norm, data);
   }
-
-  // 3. Exact integer sums: the transport's own allreduce when it has one
-  // (the ranks' agreement on the call was checked by the messages of step 1).
-  if (ctx.has_native_integer_allreduce()) {
-    QC_RETURN_IF_ERROR(ctx.native_allreduce_int64(sums.data(), sums.size(), width));
-  } else {
-    QC_RETURN_IF_ERROR(allreduce_integers(ctx, sums.data(), sums.size(), width, kCodeSums));
+  if (sum_width(ci.value_width, n) > max_packed_width<int64_t>()) {
+    return unsupported("native allreduce: " + std::to_string(n) +
+                       " ranks' sums do not fit in 56 bits");
   }
-
-  // 4. Decode once.
-  if (linear) {
-    const float step = norm / static_cast<float>(M);
-    for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(sums[i]) * step;
-  } else {
-    for (size_t i = 0; i < count; ++i) {
-      double units = 0.0;
-      for (int k = limbs - 1; k >= 0; --k) {
-        units += std::ldexp(static_cast<double>(sums[i * limbs + k]), kExpLimbBits * k);
-      }
-      data[i] = static_cast<float>(static_cast<double>(norm) * std::ldexp(units, 1 - M));
-    }
-  }
-  return Status::ok();
+  return sum_blocks<int64_t>(ctx, codec, ci, msgs, count, norm, data);
 }
 
 }  // namespace qc

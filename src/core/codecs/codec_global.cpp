@@ -194,6 +194,19 @@ Status GlobalCodec::decode_typed(const uint8_t* src, size_t size, void* dst, siz
   return Status::ok();
 }
 
+Status GlobalCodec::codes_of(const uint8_t* src, size_t size, size_t count, float norm,
+                             const uint8_t** codes) const {
+  QC_RETURN_IF_ERROR(check_message(src, size, count));
+  const float theirs = load_f32(src + kWireHeaderBytes);
+  if (std::memcmp(&theirs, &norm, sizeof norm) != 0) {
+    return mismatch(std::string("codec ") + codec_name(codec_) + " message: norm " +
+                    std::to_string(theirs) + " where the ranks agreed on " +
+                    std::to_string(norm));
+  }
+  *codes = src + kWireHeaderBytes + 4;
+  return Status::ok();
+}
+
 Status GlobalCodec::decode(const uint8_t* src, size_t size, float* dst, size_t count) const {
   return decode_impl(src, size, dst, count, false);
 }

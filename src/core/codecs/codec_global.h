@@ -106,6 +106,13 @@ class GlobalCodec final : public Codec {
   static float max_abs(const float* t, const float* e, size_t count);
   bool max_abs_scale() const { return max_abs_scale_; }
 
+  // The codes of a peer's message of `count` elements encoded on the agreed
+  // `norm` (the native algorithm sums them as integers): the decoder's
+  // checks, plus a norm that must be that one, bit for bit (a peer on
+  // another grid is QC_ERROR_MISMATCH).
+  Status codes_of(const uint8_t* src, size_t size, size_t count, float norm,
+                  const uint8_t** codes) const;
+
  private:
   Status encode_impl(const float* src, float* e, size_t count, const RandomKey& key, uint8_t* dst,
                      size_t capacity, size_t* written) const;

@@ -1,5 +1,5 @@
-// The MPI transport's native collectives (transport.h: the integer and
-// float sums, the call agreement): MPI_Iallreduce on transport-owned
+// The MPI transport's native collectives (transport.h: the float sum, the
+// call agreement): MPI_Iallreduce on transport-owned
 // copies, in pieces, under the call's deadline. Apart from the messages
 // (mpi_transport.cpp), which they share only the failure state with.
 #include <algorithm>
@@ -64,34 +64,6 @@ Status MpiTransport::run_native(Block* block, size_t count, size_t item, size_t 
     }
     backoff.pause();
   }
-}
-
-Status MpiTransport::allreduce_int64(int64_t* values, size_t count, int width,
-                                     Deadline deadline) {
-  // int32 when the sums fit (half the bytes), else int64.
-  const bool narrow = width <= 31;
-  const size_t item = narrow ? 4 : 8;
-  Block block = take_block(count * item);
-  if (narrow) {
-    int32_t* lanes = reinterpret_cast<int32_t*>(block.bytes.get());
-    for (size_t i = 0; i < count; ++i) lanes[i] = static_cast<int32_t>(values[i]);
-  } else if (count > 0) {
-    std::memcpy(block.bytes.get(), values, count * item);
-  }
-  QC_RETURN_IF_ERROR(run_native(&block, count, item, kNativePieceBytes / item, deadline,
-                                "the integer allreduce",
-                                [&](void* piece, int n, MPI_Request* request) {
-    return MPI_Iallreduce(MPI_IN_PLACE, piece, n, narrow ? MPI_INT32_T : MPI_INT64_T, MPI_SUM,
-                          data_, request);
-  }));
-  if (narrow) {
-    const int32_t* lanes = reinterpret_cast<const int32_t*>(block.bytes.get());
-    for (size_t i = 0; i < count; ++i) values[i] = lanes[i];
-  } else if (count > 0) {
-    std::memcpy(values, block.bytes.get(), count * item);
-  }
-  give_back_block(std::move(block));
-  return Status::ok();
 }
 
 Status MpiTransport::allreduce_float(const float* send, float* recv, size_t count,

@@ -33,7 +33,7 @@
 // Uncompressed allreduces (codec none under QC_ALGO_AUTO or NATIVE) skip
 // qc's messages: agree() checks, with a 16-byte MPI_Iallreduce, that every
 // rank is in the same call (the signature), then allreduce_float() is an
-// MPI_Iallreduce on a staging copy; the native integer sums alike. All are
+// MPI_Iallreduce on a staging copy. Both are
 // polled against the call's deadline, so a peer that dies or stops inside
 // them gives QC_ERROR_TIMEOUT like any other step. Ranks that disagree on
 // whether a call is compressed at all (one on qc's messages, one in
@@ -76,8 +76,6 @@ class MpiTransport final : public Transport {
                    Request* req) override;
   Status post_recv(int peer, uint64_t tag, void* buffer, size_t capacity, Request* req) override;
   Status wait_all(Request* reqs, size_t count, Deadline deadline) override;
-  bool has_native_integer_allreduce() const override { return true; }
-  Status allreduce_int64(int64_t* values, size_t count, int width, Deadline deadline) override;
   bool has_native_float_allreduce() const override { return true; }
   // MPI_Query_thread at creation: only MPI_THREAD_MULTIPLE lets qc's thread
   // call MPI beside the program's own calls.

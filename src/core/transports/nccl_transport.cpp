@@ -181,21 +181,6 @@ Status NcclTransport::native_allreduce(void* data, size_t count, NcclReduction r
   return Status::ok();
 }
 
-Status NcclTransport::allreduce_int64(int64_t* values, size_t count, int width,
-                                      Deadline deadline) {
-  if (count == 0 || size() == 1) return recorded_failure();
-  // int32 when the sums fit (half the bytes), else int64, as on MPI.
-  if (width > 31) {
-    return native_allreduce(values, count, NcclReduction::kSumInt64, deadline,
-                            "the NCCL integer allreduce");
-  }
-  narrow_.assign(values, values + count);
-  QC_RETURN_IF_ERROR(native_allreduce(narrow_.data(), count, NcclReduction::kSumInt32, deadline,
-                                      "the NCCL integer allreduce"));
-  std::copy(narrow_.begin(), narrow_.end(), values);
-  return Status::ok();
-}
-
 Status NcclTransport::allreduce_float(const float* send, float* recv, size_t count,
                                       Deadline deadline) {
   if (send != recv && count > 0) std::memcpy(recv, send, count * sizeof(float));

@@ -36,13 +36,14 @@ struct NcclOp {
 };
 
 // The element types and reductions of the native collectives qc asks of
-// NCCL: integer code sums (global codecs), float sums (codec none), and the
-// minimum of two words that checks every rank is in the same call.
-enum class NcclReduction { kSumInt32, kSumInt64, kSumFloat32, kMinUint64 };
+// NCCL: float sums (codec none) and the minimum of two words that checks
+// every rank is in the same call. (The global codecs' integer sums travel
+// packed over point-to-point: algorithms/native.cpp.)
+enum class NcclReduction { kSumFloat32, kMinUint64 };
 
 // Bytes of one element of `r`.
 inline size_t element_bytes(NcclReduction r) {
-  return r == NcclReduction::kSumInt32 || r == NcclReduction::kSumFloat32 ? 4 : 8;
+  return r == NcclReduction::kSumFloat32 ? 4 : 8;
 }
 
 class NcclBackend {
@@ -102,8 +103,6 @@ class NcclTransport final : public Transport {
   // The ranks' agreement on the call (agree) comes first, as on MPI: a native
   // collective carries no envelope, and NCCL would hang or mix up data of
   // calls that differ.
-  bool has_native_integer_allreduce() const override { return true; }
-  Status allreduce_int64(int64_t* values, size_t count, int width, Deadline deadline) override;
   bool has_native_float_allreduce() const override { return true; }
   Status allreduce_float(const float* send, float* recv, size_t count, Deadline deadline) override;
   Status agree(uint64_t value, Deadline deadline) override;
@@ -150,7 +149,6 @@ class NcclTransport final : public Transport {
   std::unique_ptr<NcclBackend> backend_;
   std::vector<uint8_t> image_;  // the wait's frames, host side
   std::vector<NcclOp> ops_;
-  std::vector<int32_t> narrow_;  // allreduce_int64's values as int32, when they fit
   mutable std::mutex failure_mutex_;  // qc_comm_get_async_error reads from any thread
   mutable Status failure_;  // failure() records NCCL's asynchronous errors
 };

@@ -88,16 +88,6 @@ class Transport {
   // move on their own (local: the receiver copies) need nothing here.
   virtual Status progress() { return Status::ok(); }
 
-  // A native integer allreduce (MPI_Allreduce, ncclAllReduce), used by the
-  // global codecs' native algorithm when the transport has one; others sum
-  // over point-to-point messages (algorithms/integer_allreduce.cpp).
-  // `values`: count integers whose sums over all ranks fit in `width` bits.
-  virtual bool has_native_integer_allreduce() const { return false; }
-  virtual Status allreduce_int64(int64_t* /*values*/, size_t /*count*/, int /*width*/,
-                                 Deadline /*deadline*/) {
-    return unsupported(std::string("the ") + name() + " transport has no native integer allreduce");
-  }
-
   // A native float32 sum (MPI_Allreduce with MPI_SUM), used for uncompressed
   // allreduces (codec none, or a message below the policy's
   // min_compress_bytes) when QC_ALGO_AUTO or QC_ALGO_NATIVE picks it.
