@@ -104,7 +104,7 @@ class CheckFailsOnDrift(unittest.TestCase):
         self.assertEqual(rc, 0, out)
 
     def test_new_enumerator(self):
-        text = read_header().replace("QC_CODEC_TOPK = 8 ", "QC_CODEC_TOPK = 8,\n  QC_CODEC_NEW = 9 ")
+        text = read_header().replace("QC_CODEC_NVFP4 = 15 ", "QC_CODEC_NVFP4 = 15,\n  QC_CODEC_NEW = 16 ")
         self.assertIn("QC_CODEC_NEW", text)
         rc, out = run_check(text)
         self.assertEqual(rc, 1, out)

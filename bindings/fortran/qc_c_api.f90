@@ -55,6 +55,13 @@ module qc_c_api
   integer(c_int), parameter :: QC_CODEC_GLOBAL_EXP = 6  ! one norm for all ranks, power-of-two levels
   integer(c_int), parameter :: QC_CODEC_ONEBIT = 7  ! sign + one scale per bucket (paper 004)
   integer(c_int), parameter :: QC_CODEC_TOPK = 8  ! k largest magnitudes as (index, value)
+  integer(c_int), parameter :: QC_CODEC_MXFP8 = 9  ! FP8 E4M3, 32 per E8M0 scale
+  integer(c_int), parameter :: QC_CODEC_MXFP8_E5M2 = 10  ! FP8 E5M2, 32 per E8M0 scale
+  integer(c_int), parameter :: QC_CODEC_MXFP6 = 11  ! FP6 E2M3, 32 per E8M0 scale
+  integer(c_int), parameter :: QC_CODEC_MXINT8 = 12  ! INT8 x 2^-6, 32 per E8M0 scale
+  integer(c_int), parameter :: QC_CODEC_MXFP6_E3M2 = 13  ! FP6 E3M2, 32 per E8M0 scale
+  integer(c_int), parameter :: QC_CODEC_MXFP4 = 14  ! FP4 E2M1, 32 per E8M0 scale
+  integer(c_int), parameter :: QC_CODEC_NVFP4 = 15  ! FP4 E2M1, 16 per E4M3 scale, one f32 scale per message
 
   ! qc_algorithm_t
   integer(c_int), parameter :: QC_ALGO_AUTO = 0  ! chosen per call; see qc_allreduce
@@ -928,43 +935,46 @@ module qc_c_api
   public :: QC_DTYPE_BFLOAT16, QC_OP_SUM, QC_OP_AVG, QC_CODEC_NONE
   public :: QC_CODEC_FP16, QC_CODEC_BF16, QC_CODEC_MINMAX, QC_CODEC_QSGD
   public :: QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP, QC_CODEC_ONEBIT, QC_CODEC_TOPK
-  public :: QC_ALGO_AUTO, QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA
-  public :: QC_ALGO_TREE, QC_ALGO_NATIVE, QC_ROUND_NEAREST_EVEN, QC_ROUND_STOCHASTIC
-  public :: QC_ROUND_AUTO, QC_SCALE_AUTO, QC_SCALE_L2, QC_SCALE_MAX_ABS
-  public :: QC_TRANSPORT_LOCAL, QC_TRANSPORT_MPI, QC_TRANSPORT_NCCL, QC_TRANSPORT_CALLBACKS
-  public :: QC_ADAPT_KMEANS, QC_ADAPT_LINEAR, qc_policy_t, qc_comm_config_t
-  public :: qc_transport_callbacks_t, qc_stats_t, qc_layer_stats_t, qc_adapt_config_t
-  public :: qc_adapt_report_t, qc_version_number_c, qc_version_string_c, qc_status_string_c
-  public :: qc_last_error_c, qc_codec_name_c, qc_codec_from_name_c, qc_algorithm_name_c
-  public :: qc_algorithm_from_name_c, qc_dtype_name_c, qc_dtype_from_name_c, qc_reduce_op_name_c
-  public :: qc_reduce_op_from_name_c, qc_rounding_name_c, qc_rounding_from_name_c, qc_scale_name_c
-  public :: qc_scale_from_name_c, qc_transport_name_c, qc_transport_from_name_c, &
-      qc_policy_init_sized_c
-  public :: qc_comm_config_init_sized_c, qc_comm_create_c, qc_comm_create_local_c, &
-      qc_comm_create_local_with_config_c
-  public :: qc_transport_callbacks_init_sized_c, qc_comm_create_callbacks_c, &
-      qc_nccl_unique_id_create_c, qc_comm_create_nccl_id_c
-  public :: qc_comm_destroy_c, qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c
-  public :: qc_stats_init_sized_c, qc_comm_get_stats_c, qc_layer_stats_init_sized_c, &
-      qc_comm_get_layer_stats_c
-  public :: qc_comm_layer_count_c, qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c
-  public :: qc_comm_set_layer_policy_c, qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, &
-      qc_allreduce_c
-  public :: qc_allreduce_segments_c, qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c
-  public :: qc_broadcast_c, qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c
-  public :: qc_sparse_result_destroy_c, qc_sparse_allreduce_dense_c, qc_iallreduce_c, &
-      qc_iallreduce_segments_c
-  public :: qc_ialltoall_c, qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c
-  public :: qc_isparse_allreduce_c, qc_isparse_allreduce_dense_c, qc_request_test_c, &
-      qc_request_wait_c
-  public :: qc_request_free_c, qc_error_buffer_create_c, qc_error_buffer_destroy_c, &
-      qc_error_buffer_reset_c
-  public :: qc_error_buffer_norm_c, qc_error_buffer_save_c, qc_error_buffer_load_c, &
-      qc_codec_encoded_size_c
-  public :: qc_codec_encode_c, qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c
-  public :: qc_emulate_reduce_scatter_c, qc_emulate_allgather_c, qc_emulate_broadcast_c, &
-      qc_emulate_sparse_allreduce_c
-  public :: qc_emulate_sparse_allreduce_dense_c, qc_adapt_method_name_c, &
-      qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c
-  public :: qc_adapt_report_init_sized_c, qc_comm_adapt_policies_c
+  public :: QC_CODEC_MXFP8, QC_CODEC_MXFP8_E5M2, QC_CODEC_MXFP6, QC_CODEC_MXINT8
+  public :: QC_CODEC_MXFP6_E3M2, QC_CODEC_MXFP4, QC_CODEC_NVFP4, QC_ALGO_AUTO
+  public :: QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA, QC_ALGO_TREE
+  public :: QC_ALGO_NATIVE, QC_ROUND_NEAREST_EVEN, QC_ROUND_STOCHASTIC, QC_ROUND_AUTO
+  public :: QC_SCALE_AUTO, QC_SCALE_L2, QC_SCALE_MAX_ABS, QC_TRANSPORT_LOCAL
+  public :: QC_TRANSPORT_MPI, QC_TRANSPORT_NCCL, QC_TRANSPORT_CALLBACKS, QC_ADAPT_KMEANS
+  public :: QC_ADAPT_LINEAR, qc_policy_t, qc_comm_config_t, qc_transport_callbacks_t
+  public :: qc_stats_t, qc_layer_stats_t, qc_adapt_config_t, qc_adapt_report_t
+  public :: qc_version_number_c, qc_version_string_c, qc_status_string_c, qc_last_error_c
+  public :: qc_codec_name_c, qc_codec_from_name_c, qc_algorithm_name_c, qc_algorithm_from_name_c
+  public :: qc_dtype_name_c, qc_dtype_from_name_c, qc_reduce_op_name_c, qc_reduce_op_from_name_c
+  public :: qc_rounding_name_c, qc_rounding_from_name_c, qc_scale_name_c, qc_scale_from_name_c
+  public :: qc_transport_name_c, qc_transport_from_name_c, qc_policy_init_sized_c, &
+      qc_comm_config_init_sized_c
+  public :: qc_comm_create_c, qc_comm_create_local_c, qc_comm_create_local_with_config_c, &
+      qc_transport_callbacks_init_sized_c
+  public :: qc_comm_create_callbacks_c, qc_nccl_unique_id_create_c, qc_comm_create_nccl_id_c, &
+      qc_comm_destroy_c
+  public :: qc_comm_rank_c, qc_comm_size_c, qc_comm_get_async_error_c, qc_stats_init_sized_c
+  public :: qc_comm_get_stats_c, qc_layer_stats_init_sized_c, qc_comm_get_layer_stats_c, &
+      qc_comm_layer_count_c
+  public :: qc_comm_layer_name_c, qc_comm_save_state_c, qc_comm_load_state_c, &
+      qc_comm_set_layer_policy_c
+  public :: qc_comm_get_layer_policy_c, qc_comm_apply_preset_c, qc_allreduce_c, &
+      qc_allreduce_segments_c
+  public :: qc_alltoall_c, qc_reduce_scatter_c, qc_allgather_c, qc_broadcast_c
+  public :: qc_sparse_allreduce_c, qc_sparse_result_nnz_c, qc_sparse_result_copy_c, &
+      qc_sparse_result_destroy_c
+  public :: qc_sparse_allreduce_dense_c, qc_iallreduce_c, qc_iallreduce_segments_c, qc_ialltoall_c
+  public :: qc_ireduce_scatter_c, qc_iallgather_c, qc_ibroadcast_c, qc_isparse_allreduce_c
+  public :: qc_isparse_allreduce_dense_c, qc_request_test_c, qc_request_wait_c, qc_request_free_c
+  public :: qc_error_buffer_create_c, qc_error_buffer_destroy_c, qc_error_buffer_reset_c, &
+      qc_error_buffer_norm_c
+  public :: qc_error_buffer_save_c, qc_error_buffer_load_c, qc_codec_encoded_size_c, &
+      qc_codec_encode_c
+  public :: qc_codec_decode_c, qc_emulate_allreduce_c, qc_emulate_alltoall_c, &
+      qc_emulate_reduce_scatter_c
+  public :: qc_emulate_allgather_c, qc_emulate_broadcast_c, qc_emulate_sparse_allreduce_c, &
+      qc_emulate_sparse_allreduce_dense_c
+  public :: qc_adapt_method_name_c, qc_adapt_method_from_name_c, qc_adapt_config_init_sized_c, &
+      qc_adapt_report_init_sized_c
+  public :: qc_comm_adapt_policies_c
 end module qc_c_api

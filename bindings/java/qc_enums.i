@@ -41,7 +41,14 @@ typedef enum qc_codec {
   QC_CODEC_GLOBAL_LINEAR = 5, /* one norm for all ranks, linear levels (paper 002) */
   QC_CODEC_GLOBAL_EXP = 6, /* one norm for all ranks, power-of-two levels */
   QC_CODEC_ONEBIT = 7, /* sign + one scale per bucket (paper 004) */
-  QC_CODEC_TOPK = 8 /* k largest magnitudes as (index, value) */
+  QC_CODEC_TOPK = 8, /* k largest magnitudes as (index, value) */
+  QC_CODEC_MXFP8 = 9, /* FP8 E4M3, 32 per E8M0 scale */
+  QC_CODEC_MXFP8_E5M2 = 10, /* FP8 E5M2, 32 per E8M0 scale */
+  QC_CODEC_MXFP6 = 11, /* FP6 E2M3, 32 per E8M0 scale */
+  QC_CODEC_MXINT8 = 12, /* INT8 x 2^-6, 32 per E8M0 scale */
+  QC_CODEC_MXFP6_E3M2 = 13, /* FP6 E3M2, 32 per E8M0 scale */
+  QC_CODEC_MXFP4 = 14, /* FP4 E2M1, 32 per E8M0 scale */
+  QC_CODEC_NVFP4 = 15 /* FP4 E2M1, 16 per E4M3 scale, one f32 scale per message */
 } qc_codec_t;
 
 typedef enum qc_algorithm {

@@ -97,7 +97,7 @@ Status load_error_buffer(ErrorBuffer* b, const uint8_t* src, size_t size) {
   }
   if (image.bound && (image.rank < 0 || image.grid.algorithm <= QC_ALGO_AUTO ||
                       image.grid.algorithm > QC_ALGO_NATIVE ||
-                      ((image.grid.codec < QC_CODEC_NONE || image.grid.codec > QC_CODEC_TOPK) &&
+                      ((image.grid.codec < QC_CODEC_NONE || image.grid.codec > QC_CODEC_NVFP4) &&
                        image.grid.codec != kFusedGridCodec))) {
     return corrupt_data("error buffer image records an algorithm or codec this library does "
                         "not know");

@@ -63,7 +63,8 @@ bool parse_sparse_schedule(const char* text, int* out);
     "none, warn, info, debug (or 0..3)",                                                       \
     "Deprecated alias of QC_DEBUG, read only when QC_DEBUG is unset.")                         \
   X(codec, "QC_CODEC", enum, qc_codec_t, ::qc::parse_codec, "none",                            \
-    "none, fp16, bf16, minmax, qsgd, global_linear, global_exp, onebit, topk",                 \
+    "none, fp16, bf16, minmax, qsgd, global_linear, global_exp, onebit, topk, mxfp8, "         \
+    "mxfp8_e5m2, mxfp6, mxfp6_e3m2, mxfp4, mxint8, nvfp4",                                      \
     "Codec of the \"*\" default policy (layers without a policy of their own).")               \
   X(bits, "QC_BITS", int, int, ::qc::parse_bits, "4", "1..8",                                  \
     "Code width of the \"*\" default policy (qsgd, global_linear and global_exp need 2..8; "  \

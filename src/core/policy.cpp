@@ -37,8 +37,8 @@ int min_bits_for(qc_codec_t codec) {
 
 Status validate_policy(const qc_policy_t& p, const char* arg) {
   const int codec = static_cast<int>(p.codec);
-  if (codec < QC_CODEC_NONE || codec > QC_CODEC_TOPK)
-    return bad_field(arg, "codec", std::to_string(codec), "expected a qc_codec_t value (0..8)");
+  if (codec < QC_CODEC_NONE || codec > QC_CODEC_NVFP4)
+    return bad_field(arg, "codec", std::to_string(codec), "expected a qc_codec_t value (0..15)");
   if (p.bits < 1 || p.bits > 8)
     return bad_field(arg, "bits", std::to_string(p.bits), "expected 1..8");
   if (p.bits < min_bits_for(p.codec)) {

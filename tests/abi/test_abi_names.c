@@ -18,7 +18,10 @@ static const name_entry k_codecs[] = {
     {QC_CODEC_BF16, "bf16"},     {QC_CODEC_MINMAX, "minmax"},
     {QC_CODEC_QSGD, "qsgd"},     {QC_CODEC_GLOBAL_LINEAR, "global_linear"},
     {QC_CODEC_GLOBAL_EXP, "global_exp"}, {QC_CODEC_ONEBIT, "onebit"},
-    {QC_CODEC_TOPK, "topk"}};
+    {QC_CODEC_TOPK, "topk"},     {QC_CODEC_MXFP8, "mxfp8"},
+    {QC_CODEC_MXFP8_E5M2, "mxfp8_e5m2"}, {QC_CODEC_MXFP6, "mxfp6"},
+    {QC_CODEC_MXFP6_E3M2, "mxfp6_e3m2"}, {QC_CODEC_MXFP4, "mxfp4"},
+    {QC_CODEC_MXINT8, "mxint8"}, {QC_CODEC_NVFP4, "nvfp4"}};
 static const name_entry k_algorithms[] = {
     {QC_ALGO_AUTO, "auto"}, {QC_ALGO_RING, "ring"},
     {QC_ALGO_RECURSIVE_DOUBLING, "recursive_doubling"}, {QC_ALGO_SRA, "sra"},

@@ -149,7 +149,7 @@ static void test_set_layer_policy_accepts_boundary_values(void** state) {
   QCT_OK(qc_comm_set_layer_policy(comm, "b", &p));
   p.topk_ratio = 1e-6f;
   QCT_OK(qc_comm_set_layer_policy(comm, "c", &p));
-  for (codec = QC_CODEC_NONE; codec <= QC_CODEC_TOPK; ++codec) {
+  for (codec = QC_CODEC_NONE; codec <= QC_CODEC_NVFP4; ++codec) {
     p.codec = (qc_codec_t)codec;
     QCT_OK(qc_comm_set_layer_policy(comm, "d", &p));
   }

@@ -40,6 +40,9 @@ const CodecCase kGexp4Sr{QC_CODEC_GLOBAL_EXP, 4, QC_ROUND_STOCHASTIC, "GlobalExp
 const CodecCase kGexp8{QC_CODEC_GLOBAL_EXP, 8, QC_ROUND_NEAREST_EVEN, "GlobalExp8"};
 const CodecCase kOneBit{QC_CODEC_ONEBIT, 1, QC_ROUND_NEAREST_EVEN, "OneBit"};
 const CodecCase kTopK{QC_CODEC_TOPK, 4, QC_ROUND_NEAREST_EVEN, "TopK"};
+const CodecCase kMxfp8{QC_CODEC_MXFP8, 4, QC_ROUND_NEAREST_EVEN, "Mxfp8"};
+const CodecCase kMxfp4Sr{QC_CODEC_MXFP4, 4, QC_ROUND_STOCHASTIC, "Mxfp4Sr"};
+const CodecCase kNvfp4{QC_CODEC_NVFP4, 4, QC_ROUND_NEAREST_EVEN, "Nvfp4"};
 
 bool is_global(qc_codec_t c) { return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP; }
 
@@ -175,7 +178,8 @@ TEST_P(CodecAlgorithm, EmulationEqualsThreadsWithResiduals) {
 }
 
 const CodecCase kAllCodecs[] = {kNone, kFp16,    kBf16,     kMinMax8, kMinMax2Sr, kQsgd4Sr,
-                                kGlin4, kGlin4Sr, kGexp4Sr, kGexp8,   kOneBit,    kTopK};
+                                kGlin4, kGlin4Sr, kGexp4Sr, kGexp8,   kOneBit,    kTopK,
+                                kMxfp8, kMxfp4Sr, kNvfp4};
 
 std::string codec_algo_name(
     const ::testing::TestParamInfo<std::tuple<CodecCase, qc_algorithm_t, bool>>& i) {
@@ -274,7 +278,7 @@ TEST_P(Bookkeeping, OutputsPlusResidualsEqualInputs) {
 std::vector<std::tuple<CodecCase, qc_algorithm_t>> bookkeeping_cases() {
   std::vector<std::tuple<CodecCase, qc_algorithm_t>> cases;
   for (const CodecCase& cc : {kMinMax2, kMinMax2Sr, kQsgd4Sr, kOneBit, kTopK, kGlin4, kGexp4Sr,
-                              kFp16}) {
+                              kFp16, kMxfp4Sr, kNvfp4}) {
     for (qc_algorithm_t a : {QC_ALGO_RING, QC_ALGO_RECURSIVE_DOUBLING, QC_ALGO_SRA, QC_ALGO_TREE,
                              QC_ALGO_NATIVE}) {
       if (a != QC_ALGO_NATIVE || is_global(cc.codec)) cases.emplace_back(cc, a);

@@ -133,7 +133,8 @@ TEST(Params, MessageFormat) {
   s = read_one("QC_CODEC", "int8", &p);
   EXPECT_EQ(s.message(),
             "environment variable QC_CODEC=\"int8\": expected one of none, fp16, bf16, minmax, "
-            "qsgd, global_linear, global_exp, onebit, topk");
+            "qsgd, global_linear, global_exp, onebit, topk, mxfp8, mxfp8_e5m2, mxfp6, "
+            "mxfp6_e3m2, mxfp4, mxint8, nvfp4");
 }
 
 TEST(Params, EveryBadValueIsReportedAndGoodOnesKept) {
@@ -328,7 +329,7 @@ TEST(Params, EnumAllowedListsMatchTheParsers) {
       EXPECT_TRUE(read_one(table[i].name, w, &p).is_ok()) << table[i].name << " " << w;
     }
   }
-  for (int c = QC_CODEC_NONE; c <= QC_CODEC_TOPK; ++c) {
+  for (int c = QC_CODEC_NONE; c <= QC_CODEC_NVFP4; ++c) {
     EnvParams p;
     EXPECT_TRUE(read_one("QC_CODEC", codec_name(static_cast<qc_codec_t>(c)), &p).is_ok());
     EXPECT_EQ(p.codec.value, c);

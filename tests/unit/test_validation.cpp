@@ -132,13 +132,22 @@ bool exact_size(const qc_policy_t& p, size_t count, u128* size) {
       *size = header + 4 + 8 * static_cast<u128>(k);
       return true;
     }
+    // The block-scaled formats: the element width and block are the
+    // format's, whatever the policy's bits and bucket_size.
+    case QC_CODEC_MXFP8:
+    case QC_CODEC_MXFP8_E5M2:
+    case QC_CODEC_MXINT8: *size = header + ceil_div(n, 32) + n; return true;
+    case QC_CODEC_MXFP6:
+    case QC_CODEC_MXFP6_E3M2: *size = header + ceil_div(n, 32) + ceil_div(n * 6, 8); return true;
+    case QC_CODEC_MXFP4: *size = header + ceil_div(n, 32) + ceil_div(n, 2); return true;
+    case QC_CODEC_NVFP4: *size = header + 4 + ceil_div(n, 16) + ceil_div(n, 2); return true;
   }
   return false;
 }
 
 std::vector<qc_policy_t> size_policies() {
   std::vector<qc_policy_t> out;
-  for (int c = QC_CODEC_NONE; c <= QC_CODEC_TOPK; ++c) {
+  for (int c = QC_CODEC_NONE; c <= QC_CODEC_NVFP4; ++c) {
     for (int bits : {1, 2, 3, 8}) {
       for (int bucket : {1, 2, 7, 128, 2147483647}) {
         for (float ratio : {1e-6f, 0.3f, 1.0f}) {
@@ -303,7 +312,7 @@ TEST(CheckedMath, MulAddAndBitBytes) {
 // it depends on the collective and the transport) and error feedback.
 std::vector<qc_policy_t> in_range_policies() {
   std::vector<qc_policy_t> out;
-  for (int c = QC_CODEC_NONE; c <= QC_CODEC_TOPK; ++c) {
+  for (int c = QC_CODEC_NONE; c <= QC_CODEC_NVFP4; ++c) {
     for (int bits : {1, 2, 5, 8}) {
       for (int bucket : {1, 128}) {
         for (int rounding : {QC_ROUND_NEAREST_EVEN, QC_ROUND_STOCHASTIC}) {
@@ -335,7 +344,7 @@ std::vector<qc_policy_t> invalid_policies() {
     change(p);
     out.push_back(p);
   };
-  for (int c = QC_CODEC_NONE; c <= QC_CODEC_TOPK; ++c) {
+  for (int c = QC_CODEC_NONE; c <= QC_CODEC_NVFP4; ++c) {
     const auto codec = static_cast<qc_codec_t>(c);
     add(codec, [](qc_policy_t& p) { p.bits = 0; });
     add(codec, [](qc_policy_t& p) { p.bits = 9; });
@@ -349,7 +358,7 @@ std::vector<qc_policy_t> invalid_policies() {
     add(codec, [](qc_policy_t& p) { p.topk_ratio = std::nanf(""); });
     add(codec, [](qc_policy_t& p) { p.scale_update_period = 0; });
   }
-  add(static_cast<qc_codec_t>(9), [](qc_policy_t&) {});
+  add(static_cast<qc_codec_t>(QC_CODEC_NVFP4 + 1), [](qc_policy_t&) {});
   for (qc_codec_t c : {QC_CODEC_QSGD, QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP}) {
     add(c, [](qc_policy_t& p) { p.bits = 1; });
   }

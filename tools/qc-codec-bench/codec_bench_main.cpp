@@ -128,7 +128,8 @@ Options parse_args(int argc, char** argv) {
   qctool::add_size(app, "--size", &opt.size, "input bytes (fp32), K/M/G = 1024^1..3 (default 64M)");
   app.add_option("-c,--codec", codecs,
                  "comma separated: minmax, qsgd, onebit, fp16, bf16,\n"
-                 "global_linear, global_exp, topk\n"
+                 "global_linear, global_exp, topk, mxfp8, mxfp8_e5m2,\n"
+                 "mxfp6, mxfp6_e3m2, mxfp4, mxint8, nvfp4\n"
                  "(default minmax,qsgd,onebit,fp16,bf16)")
       ->type_name("LIST");
   app.add_option("--bits", bits,
@@ -284,6 +285,8 @@ bool uses_bits(qc_codec_t c) {
   return c == QC_CODEC_MINMAX || c == QC_CODEC_QSGD || c == QC_CODEC_GLOBAL_LINEAR ||
          c == QC_CODEC_GLOBAL_EXP;
 }
+// The element width and block are the format's (policy.bits does not apply).
+bool block_scaled(qc_codec_t c) { return c >= QC_CODEC_MXFP8 && c <= QC_CODEC_NVFP4; }
 bool uses_bucket(qc_codec_t c) {
   return c == QC_CODEC_MINMAX || c == QC_CODEC_QSGD || c == QC_CODEC_ONEBIT;
 }
@@ -300,7 +303,7 @@ std::vector<Config> plan(const Options& opt) {
     std::vector<int> bits;
     if (c == QC_CODEC_ONEBIT) bits = {1};
     else if (is_cast(c)) bits = {16};
-    else if (c == QC_CODEC_TOPK) bits = {0};
+    else if (c == QC_CODEC_TOPK || block_scaled(c)) bits = {0};  // no bits to sweep
     else {
       const int lo = c == QC_CODEC_QSGD ? 2 : 1;
       const std::vector<int> wanted = opt.bits.empty() ? std::vector<int>{8, 4, 2, 1} : opt.bits;

@@ -106,7 +106,8 @@ Options parse_args(int argc, char** argv) {
                       "largest T, a power of two (default 256)");
   app.add_option("-c,--codecs", codecs,
                  "comma separated: NAME[BITS][~], NAME one of minmax, qsgd,\n"
-                 "onebit, topk, global_linear, global_exp, fp16, bf16, none;\n"
+                 "onebit, topk, global_linear, global_exp, fp16, bf16, none, mxfp8,\n"
+                 "mxfp8_e5m2, mxfp6, mxfp6_e3m2, mxfp4, mxint8, nvfp4;\n"
                  "'~' = stochastic rounding\n"
                  "(default minmax2,minmax4,onebit,topk,qsgd4~)")
       ->type_name("LIST");

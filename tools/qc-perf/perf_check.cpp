@@ -275,6 +275,34 @@ struct Partial {
   double D = 0;  // bound on max |P|
 };
 
+// The block-scaled codecs (docs/wire-format.md, "Block-scaled formats"):
+// one element's largest error relative to its block's largest |value| (so
+// at most D): half a unit of the top binade, 2^-(m+1) (a whole unit with
+// stochastic rounding), or the saturation gap below 2^(emax+1) of the
+// scale, 1 - largest/2^(emax+1), whichever is larger. nvfp4: the E4M3 block
+// scale is within 2^-4 of amax_b/6, so half a unit of E2M1's top binade (2)
+// is at most amax_b (1 + 2^-4)/6 < 0.18 amax_b (stochastic: twice that), plus
+// 2^-13 for blocks below E4M3's normal range (amax_b < 3.5e-5 of the
+// message's largest, which is at most D).
+bool block_scaled(qc_codec_t c) { return c >= QC_CODEC_MXFP8 && c <= QC_CODEC_NVFP4; }
+
+double block_scaled_error(qc_codec_t c, bool stochastic) {
+  const double k = stochastic ? 2.0 : 1.0;
+  int m = 0;
+  double saturation = 0;
+  switch (c) {
+    case QC_CODEC_MXFP8: m = 3; saturation = 1 - 448.0 / 512; break;
+    case QC_CODEC_MXFP8_E5M2: m = 2; saturation = 1 - 57344.0 / 65536; break;
+    case QC_CODEC_MXFP6: m = 3; saturation = 1 - 7.5 / 8; break;
+    case QC_CODEC_MXFP6_E3M2: m = 2; saturation = 1 - 28.0 / 32; break;
+    case QC_CODEC_MXFP4: m = 1; saturation = 1 - 6.0 / 8; break;
+    case QC_CODEC_MXINT8: m = 6; saturation = 1 - 127.0 / 128; break;
+    case QC_CODEC_NVFP4: return k * 0.18 + std::ldexp(1.0, -13);
+    default: return 1;
+  }
+  return std::max(k * std::ldexp(1.0, -(m + 1)), saturation);
+}
+
 struct Chain {
   qc_codec_t codec;
   bool stochastic;
@@ -342,6 +370,9 @@ struct Chain {
         scale = std::max(D, N);
         break;
       }
+      default:
+        if (block_scaled(codec)) e = block_scaled_error(codec, stochastic) * D;
+        break;
     }
     e += 32 * kU32 * scale;
     Partial q = p;
@@ -458,6 +489,13 @@ std::string bound_formula(Op op, qc_dtype_t dtype, const qc_policy_t& p) {
       s += st ? "max(D, N*2^(1-M)) per encode; native Smax + n*N_all*2^(1-M)"
               : "min(D, max(D/2, N*2^-M)) per encode; native min(Smax, Smax/2 + n*N_all*2^-M)";
       break;
+    default: {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.4g*D per encode (half a unit or saturation)",
+                    block_scaled_error(p.codec, st));
+      s += buf;
+      break;
+    }
   }
   if (p.codec != QC_CODEC_NONE && p.codec != QC_CODEC_TOPK && p.codec != QC_CODEC_FP16 &&
       p.codec != QC_CODEC_BF16)
@@ -618,6 +656,13 @@ uint64_t encoded_bytes(const qc_policy_t& p, qc_dtype_t dtype, size_t k) {
     case QC_CODEC_ONEBIT: return header + 4 * nb + codes(1);
     case QC_CODEC_GLOBAL_LINEAR:
     case QC_CODEC_GLOBAL_EXP: return header + 4 + codes(p.bits);
+    case QC_CODEC_MXFP8:
+    case QC_CODEC_MXFP8_E5M2:
+    case QC_CODEC_MXINT8: return header + (k + 31) / 32 + codes(8);
+    case QC_CODEC_MXFP6:
+    case QC_CODEC_MXFP6_E3M2: return header + (k + 31) / 32 + codes(6);
+    case QC_CODEC_MXFP4: return header + (k + 31) / 32 + codes(4);
+    case QC_CODEC_NVFP4: return header + 4 + (k + 15) / 16 + codes(4);
     case QC_CODEC_TOPK: {
       uint64_t kk = 0;
       if (k > 0) {

@@ -97,7 +97,9 @@ void parse_codecs(const CLI::App& app, const std::string& s, Options* opt) {
     if (qctool::normalize_name(raw) == "all") {
       for (qc_codec_t c : {QC_CODEC_NONE, QC_CODEC_FP16, QC_CODEC_BF16, QC_CODEC_MINMAX,
                            QC_CODEC_QSGD, QC_CODEC_GLOBAL_LINEAR, QC_CODEC_GLOBAL_EXP,
-                           QC_CODEC_ONEBIT, QC_CODEC_TOPK})
+                           QC_CODEC_ONEBIT, QC_CODEC_TOPK, QC_CODEC_MXFP8,
+                           QC_CODEC_MXFP8_E5M2, QC_CODEC_MXFP6, QC_CODEC_MXFP6_E3M2,
+                           QC_CODEC_MXFP4, QC_CODEC_MXINT8, QC_CODEC_NVFP4})
         add(c, 0, -1);
       continue;
     }
@@ -176,7 +178,8 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
                ->type_name("LIST");
   p.codec = app.add_option("-c,--codec", raw->codecs,
                            "codecs, comma separated: none, fp16, bf16, minmax, qsgd,\n"
-                           "global_linear, global_exp, onebit, topk, all\n"
+                           "global_linear, global_exp, onebit, topk, mxfp8, mxfp8_e5m2,\n"
+                           "mxfp6, mxfp6_e3m2, mxfp4, mxint8, nvfp4, all\n"
                            "(default all). NAME:BITS sets that entry's bits\n"
                            "(minmax:8), NAME+ef its error feedback (onebit+ef)")
                 ->type_name("LIST");

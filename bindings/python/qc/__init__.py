@@ -274,7 +274,11 @@ class Policy:
 
     Args:
         codec: "none", "fp16", "bf16", "minmax", "qsgd", "global_linear",
-            "global_exp", "onebit" or "topk".
+            "global_exp", "onebit", "topk", or a block-scaled format
+            (docs/wire-format.md): "mxfp8" (E4M3), "mxfp8_e5m2", "mxfp6"
+            (E2M3), "mxfp6_e3m2", "mxfp4", "mxint8" or "nvfp4", whose element
+            width and block size are the format's (bits and bucket_size
+            do not apply).
         bits: code width 1..8 (minmax; qsgd and global_* need 2..8).
         bucket_size: elements per bucket (one scale each), >= 1.
         rounding: "auto" (the codec's own: stochastic for global_linear and

@@ -20,6 +20,8 @@ bool quantized(qc_codec_t c) {
 }
 bool cast(qc_codec_t c) { return c == QC_CODEC_FP16 || c == QC_CODEC_BF16; }
 bool global(qc_codec_t c) { return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP; }
+// The codecs with CUDA kernels (the rest run on the host only).
+bool on_device(qc_codec_t c) { return c == QC_CODEC_NONE || quantized(c) || cast(c) || global(c); }
 
 // The global decoders' checks on the CPU (codec_global.cpp), with the two
 // payload bytes they need read back from the device: the norm is NaN or a
@@ -120,7 +122,7 @@ Status encode_message_on_device(const qc_policy_t& policy, const void* src, size
   QC_RETURN_IF_ERROR(codec->encoded_size(count, &size));
   const qc_codec_t c = codec->id();
   WireHeader h;
-  if (c == QC_CODEC_TOPK || !codec->header_for(count, &h)) return no_kernel(c, "device memory");
+  if (!on_device(c) || !codec->header_for(count, &h)) return no_kernel(c, "device memory");
   if (!quantized(c) && dtype != QC_DTYPE_FLOAT32) return no_kernel(c, "16-bit device input");
   const size_t need = kWireHeaderBytes + h.payload_bytes;
   if (capacity < need) {
@@ -154,7 +156,7 @@ Status decode_message_on_device(const uint8_t* src, size_t size, void* dst, size
   QC_RETURN_IF_ERROR(make_codec_for_header(h, &codec));
   const qc_codec_t c = codec->id();
   WireHeader expected;
-  if (c == QC_CODEC_TOPK || !codec->header_for(count, &expected)) return no_kernel(c, "device memory");
+  if (!on_device(c) || !codec->header_for(count, &expected)) return no_kernel(c, "device memory");
   if (dtype != QC_DTYPE_FLOAT32) return no_kernel(c, "16-bit device output");
   // Sizes come from the codec's own parameters, so a lying header cannot
   // make a kernel read past the message (as on the CPU).

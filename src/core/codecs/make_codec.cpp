@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/codecs/codec.h"
+#include "core/codecs/codec_block_scaled.h"
 #include "core/codecs/codec_cast.h"
 #include "core/codecs/codec_global.h"
 #include "core/codecs/codec_none.h"
@@ -43,6 +44,10 @@ Status make_codec(const qc_policy_t& policy, qc_dtype_t dtype, std::unique_ptr<C
       *codec = std::make_unique<TopkCodec>(policy.topk_ratio);
       return Status::ok();
     default:
+      if (is_block_scaled(policy.codec)) {
+        *codec = std::make_unique<BlockScaledCodec>(policy.codec, rounds_stochastically(policy));
+        return Status::ok();
+      }
       return unsupported(std::string("codec '") + codec_name(policy.codec) +
                          "' is not implemented in this build of qc");
   }

@@ -44,7 +44,7 @@ Status read_wire_header(const uint8_t* src, size_t size, WireHeader* h) {
     return corrupt_data("encoded message has format version " + std::to_string(h->version) +
                         "; this library reads version " + std::to_string(kWireFormatVersion));
   }
-  if (h->codec > QC_CODEC_TOPK) {
+  if (h->codec > QC_CODEC_NVFP4) {
     return corrupt_data("encoded message names unknown codec " + std::to_string(h->codec));
   }
   if (h->dtype > QC_DTYPE_BFLOAT16) {

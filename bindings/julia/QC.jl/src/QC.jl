@@ -234,7 +234,10 @@ const _CODECS = Dict{Symbol,Cint}(
     :none => QC_CODEC_NONE, :fp16 => QC_CODEC_FP16, :bf16 => QC_CODEC_BF16,
     :minmax => QC_CODEC_MINMAX, :qsgd => QC_CODEC_QSGD,
     :global_linear => QC_CODEC_GLOBAL_LINEAR, :global_exp => QC_CODEC_GLOBAL_EXP,
-    :onebit => QC_CODEC_ONEBIT, :topk => QC_CODEC_TOPK)
+    :onebit => QC_CODEC_ONEBIT, :topk => QC_CODEC_TOPK,
+    :mxfp8 => QC_CODEC_MXFP8, :mxfp8_e5m2 => QC_CODEC_MXFP8_E5M2, :mxfp6 => QC_CODEC_MXFP6,
+    :mxfp6_e3m2 => QC_CODEC_MXFP6_E3M2, :mxfp4 => QC_CODEC_MXFP4, :mxint8 => QC_CODEC_MXINT8,
+    :nvfp4 => QC_CODEC_NVFP4)
 const _ROUNDINGS = Dict{Symbol,Cint}(
     :nearest_even => QC_ROUND_NEAREST_EVEN, :stochastic => QC_ROUND_STOCHASTIC,
     :auto => QC_ROUND_AUTO)
@@ -293,7 +296,9 @@ are those of the generated `qc_policy_t()` (qc.h's `QC_POLICY_INIT`), so
 they cannot drift from the C header.
 
 - `codec`: `:none`, `:fp16`, `:bf16`, `:minmax`, `:qsgd`, `:global_linear`,
-  `:global_exp`, `:onebit` or `:topk` (or a constant such as
+  `:global_exp`, `:onebit`, `:topk`, or a block-scaled format: `:mxfp8`,
+  `:mxfp8_e5m2`, `:mxfp6`, `:mxfp6_e3m2`, `:mxfp4`, `:mxint8`, `:nvfp4`
+  (whose element width and block are the format's) (or a constant such as
   `QC.QC_CODEC_MINMAX`); `rounding`: `:auto` (stochastic for the global
   codecs, nearest for the rest), `:nearest_even` or `:stochastic`;
   `algorithm`: `:auto`, `:ring`, `:recursive_doubling`, `:sra`, `:tree` or

@@ -42,6 +42,13 @@ const QC_CODEC_GLOBAL_LINEAR = qc_codec_t(5)  # one norm for all ranks, linear l
 const QC_CODEC_GLOBAL_EXP = qc_codec_t(6)  # one norm for all ranks, power-of-two levels
 const QC_CODEC_ONEBIT = qc_codec_t(7)  # sign + one scale per bucket (paper 004)
 const QC_CODEC_TOPK = qc_codec_t(8)  # k largest magnitudes as (index, value)
+const QC_CODEC_MXFP8 = qc_codec_t(9)  # FP8 E4M3, 32 per E8M0 scale
+const QC_CODEC_MXFP8_E5M2 = qc_codec_t(10)  # FP8 E5M2, 32 per E8M0 scale
+const QC_CODEC_MXFP6 = qc_codec_t(11)  # FP6 E2M3, 32 per E8M0 scale
+const QC_CODEC_MXINT8 = qc_codec_t(12)  # INT8 x 2^-6, 32 per E8M0 scale
+const QC_CODEC_MXFP6_E3M2 = qc_codec_t(13)  # FP6 E3M2, 32 per E8M0 scale
+const QC_CODEC_MXFP4 = qc_codec_t(14)  # FP4 E2M1, 32 per E8M0 scale
+const QC_CODEC_NVFP4 = qc_codec_t(15)  # FP4 E2M1, 16 per E4M3 scale, one f32 scale per message
 
 const qc_algorithm_t = Cint
 const QC_ALGO_AUTO = qc_algorithm_t(0)  # chosen per call; see qc_allreduce

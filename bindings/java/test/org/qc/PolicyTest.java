@@ -94,6 +94,8 @@ public class PolicyTest {
     assertEquals(7, Status.CORRUPT_DATA.swigValue());
     assertEquals(3, Codec.MINMAX.swigValue());
     assertEquals(8, Codec.TOPK.swigValue());
+    assertEquals(9, Codec.MXFP8.swigValue());
+    assertEquals(15, Codec.NVFP4.swigValue());
     assertEquals(2, Algorithm.RECURSIVE_DOUBLING.swigValue());
     assertEquals(1, ReduceOp.AVG.swigValue());
     assertEquals(2, Dtype.BFLOAT16.swigValue());

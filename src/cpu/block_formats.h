@@ -1,0 +1,121 @@
+// The element formats of the block-scaled codecs (OCP MX v1.0: FP8 E4M3 and
+// E5M2, FP6 E2M3 and E3M2, FP4 E2M1, INT8; NVIDIA's NVFP4: E2M1 under an
+// E4M3 block scale) and their scalar arithmetic: the definition that every
+// other path (SIMD, CUDA) must reproduce bit for bit. docs/wire-format.md,
+// "Block-scaled formats", states the same rules in prose.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/host_device.h"
+
+namespace qc {
+namespace cpu {
+
+struct ElementFormat {
+  int bits;           // code width: sign + magnitude (FP) or two's complement (INT8)
+  int mbits;          // mantissa bits m (FP)
+  int emin;           // exponent of the smallest normal (FP)
+  int emax;           // exponent of the largest normal: the MX scale rule's emax_elem
+  uint32_t max_code;  // largest finite magnitude code (FP); 127 (INT8)
+  bool integer;       // INT8 with an implicit scale of 2^-6
+  bool has_nan;       // E4M3: magnitude 0x7F is NaN; E5M2: 0x7C Inf, 0x7D..0x7F NaN
+  bool has_inf;
+};
+
+constexpr ElementFormat kE4M3{8, 3, -6, 8, 0x7E, false, true, false};
+constexpr ElementFormat kE5M2{8, 2, -14, 15, 0x7B, false, true, true};
+constexpr ElementFormat kE2M3{6, 3, 0, 2, 0x1F, false, false, false};
+constexpr ElementFormat kE3M2{6, 2, -2, 4, 0x1F, false, false, false};
+constexpr ElementFormat kE2M1{4, 1, 0, 2, 0x7, false, false, false};
+constexpr ElementFormat kInt8{8, 0, 0, 0, 127, true, false, false};
+
+// 2^k as a float, for k in [-126, 127] (a normal number: exact, and the same
+// under flush-to-zero).
+QC_HOST_DEVICE inline float pow2f(int k) {
+  const uint32_t bits = static_cast<uint32_t>(k + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The code of a finite q: nearest-even, or stochastic with u in [0, 1);
+// saturating at the format's largest finite value.
+QC_HOST_DEVICE inline uint32_t round_element(float q, const ElementFormat& f, bool stochastic,
+                                             float u) {
+  if (f.integer) {
+    const float t = q * 64.0f;  // exact
+    float r = stochastic ? std::floor(t + u) : std::rint(t);
+    r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
+    return static_cast<uint32_t>(static_cast<int32_t>(r)) & 0xFFu;
+  }
+  uint32_t qbits;
+  std::memcpy(&qbits, &q, 4);
+  const uint32_t sign = qbits >> 31;
+  const float a = std::fabs(q);
+  // floor(log2 a) for a normal float; a float subnormal or zero is below
+  // every element format's emin.
+  int e = static_cast<int>((qbits >> 23) & 0xFFu) - 127;
+  if (e < f.emin) e = f.emin;
+  const float scaled = a * pow2f(f.mbits - e);  // exact, in [0, 2^(m+1))
+  const float n = stochastic ? std::floor(scaled + u) : std::rint(scaled);
+  uint32_t c = static_cast<uint32_t>((e - f.emin) << f.mbits) + static_cast<uint32_t>(n);
+  if (c > f.max_code) c = f.max_code;
+  return (sign << (f.bits - 1)) | c;
+}
+
+// The value of any code (a received one may be NaN or Inf where the format
+// has them).
+QC_HOST_DEVICE inline float element_value(uint32_t code, const ElementFormat& f) {
+  if (f.integer) return static_cast<float>(static_cast<int8_t>(code & 0xFFu)) * 0.015625f;
+  const uint32_t sign_bit = 1u << (f.bits - 1);
+  const uint32_t c = code & (sign_bit - 1u);
+  float v;
+  if (f.has_inf && c == 0x7Cu) {
+    v = INFINITY;
+  } else if (f.has_nan && c > f.max_code) {
+    v = NAN;
+  } else {
+    const uint32_t M = 1u << f.mbits;
+    if (c < M) {
+      v = static_cast<float>(c) * pow2f(f.emin - f.mbits);
+    } else {
+      const int e = f.emin + static_cast<int>(c >> f.mbits) - 1;
+      v = static_cast<float>(M + (c & (M - 1u))) * pow2f(e - f.mbits);
+    }
+  }
+  return (code & sign_bit) != 0 ? -v : v;
+}
+
+// The MX block scale (E8M0) of a block whose largest |z| is amax (finite):
+// the exponent s = floor(log2 amax) - emax, clamped to [-127, 127]; byte
+// s + 127. A zero block gets byte 0. (OCP MX v1.0 §6.3.)
+QC_HOST_DEVICE inline int mx_scale_exponent(float amax, const ElementFormat& f) {
+  uint32_t bits;
+  std::memcpy(&bits, &amax, 4);
+  const int biased = static_cast<int>((bits >> 23) & 0xFFu);
+  // floor(log2 amax) = biased - 127 for a normal amax; a zero or subnormal
+  // one is below 2^-126, so s clamps to -127 whatever emax is.
+  if (biased == 0) return -127;
+  const int s = biased - 127 - f.emax;
+  return s < -127 ? -127 : (s > 127 ? 127 : s);
+}
+
+// q = z 2^-s and decoded = value 2^s, each as two multiplications by
+// powers of two in [2^-64, 2^64] (a = s >> 1, b = s - a): no factor is
+// subnormal, so flush-to-zero changes nothing that rounding could see.
+struct Pow2Pair {
+  float first, second;
+};
+QC_HOST_DEVICE inline Pow2Pair pow2_pair(int s) {
+  const int a = s >> 1;  // arithmetic shift: floor(s / 2)
+  return {pow2f(a), pow2f(s - a)};
+}
+
+// E4M3 of a finite d >= 0 (nvfp4's block scale), nearest-even, saturating.
+QC_HOST_DEVICE inline uint32_t e4m3_scale_code(float d) { return round_element(d, kE4M3, false, 0.0f); }
+
+}  // namespace cpu
+}  // namespace qc
