@@ -41,13 +41,27 @@ QC_HOST_DEVICE inline float pow2f(int k) {
   return f;
 }
 
+// rint for |x| < 2^22 in the default rounding mode, without a libm call:
+// adding 1.5 * 2^23 leaves no fraction bits, so the float addition itself
+// rounds to nearest even.
+QC_HOST_DEVICE inline float rint_small(float x) {
+  const float magic = 12582912.0f;  // 1.5 * 2^23 (IEEE order: never reassociated)
+  return (x + magic) - magic;
+}
+// floor for |x| < 2^22.
+QC_HOST_DEVICE inline float floor_small(float x) {
+  const float i = static_cast<float>(static_cast<int32_t>(x));  // toward zero
+  return i > x ? i - 1.0f : i;
+}
+
 // The code of a finite q: nearest-even, or stochastic with u in [0, 1);
 // saturating at the format's largest finite value.
 QC_HOST_DEVICE inline uint32_t round_element(float q, const ElementFormat& f, bool stochastic,
                                              float u) {
   if (f.integer) {
-    const float t = q * 64.0f;  // exact
-    float r = stochastic ? std::floor(t + u) : std::rint(t);
+    float t = q * 64.0f;  // exact; |q| < 2, so |t| < 128
+    t = t > 256.0f ? 256.0f : (t < -256.0f ? -256.0f : t);  // (nvfp4 never gets here)
+    float r = stochastic ? floor_small(t + u) : rint_small(t);
     r = r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r);
     return static_cast<uint32_t>(static_cast<int32_t>(r)) & 0xFFu;
   }
@@ -60,7 +74,7 @@ QC_HOST_DEVICE inline uint32_t round_element(float q, const ElementFormat& f, bo
   int e = static_cast<int>((qbits >> 23) & 0xFFu) - 127;
   if (e < f.emin) e = f.emin;
   const float scaled = a * pow2f(f.mbits - e);  // exact, in [0, 2^(m+1))
-  const float n = stochastic ? std::floor(scaled + u) : std::rint(scaled);
+  const float n = stochastic ? floor_small(scaled + u) : rint_small(scaled);
   uint32_t c = static_cast<uint32_t>((e - f.emin) << f.mbits) + static_cast<uint32_t>(n);
   if (c > f.max_code) c = f.max_code;
   return (sign << (f.bits - 1)) | c;

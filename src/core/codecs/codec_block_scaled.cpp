@@ -158,8 +158,10 @@ Status BlockScaledCodec::encode_impl(const float* t, float* e, size_t count,
         const float q = nvfp4_ ? z[j] / x : (z[j] * enc.first) * enc.second;
         const float u = stochastic_ ? cpu::random_uniform(rng, key.element_offset + first + j) : 0.0f;
         code = cpu::round_element(q, format_, stochastic_, u);
-        const float v = cpu::element_value(code, format_);
-        decoded = nvfp4_ ? v * x : (v * dec.first) * dec.second;
+        if (e != nullptr) {
+          const float v = cpu::element_value(code, format_);
+          decoded = nvfp4_ ? v * x : (v * dec.first) * dec.second;
+        }
       }
       codes.put(code, format_.bits);
       if (e != nullptr) e[first + j] = finite ? z[j] - decoded : 0.0f;
