@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The error of one allreduce per codec, scale and rounding on three kinds of
 data: the table of docs/fidelity.md ("Scale and rounding of the global
-codecs"). Uses qc.emulate_allreduce (bit-identical to a real run), so it
+codecs", "The block-scaled formats"). Uses qc.emulate_allreduce (bit-identical to a real run), so it
 needs no MPI and no second process.
 
     PYTHONPATH=build/bindings/python python3 scripts/scale_fidelity.py \
@@ -37,6 +37,16 @@ def rows(bits):
         (f"minmax{bits}/128", dict(codec="minmax", bits=bits, algorithm="sra")),
         (f"qsgd{bits}/128~", dict(codec="qsgd", bits=bits, rounding="stochastic", algorithm="sra")),
     ]
+    # The block-scaled formats of this element width (sra: each block's
+    # scale is its own, so no shared grid), nearest and stochastic.
+    block_scaled = {4: ("mxfp4", "nvfp4"), 6: ("mxfp6", "mxfp6_e3m2"),
+                    8: ("mxfp8", "mxfp8_e5m2", "mxint8")}
+    for codec in block_scaled.get(bits, ()):
+        for rounding in ("nearest", "stochastic"):
+            mark = "~" if rounding == "stochastic" else ""
+            out.append((f"{codec}{mark}", dict(codec=codec, rounding=rounding, algorithm="sra")))
+    if bits == 6:  # the global codecs only at 4 and 8 bits
+        return out
     for codec, short in (("global_linear", "glin"), ("global_exp", "gexp")):
         for scale in ("l2", "max_abs"):
             for rounding in ("stochastic", "nearest"):
@@ -52,7 +62,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--count", type=int, default=262144)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--bits", default="4,8")
+    ap.add_argument("--bits", default="4,6,8")
     args = ap.parse_args()
     kinds = ("normal", "heavy-tailed", "gradient-like")
     data = {k: make_data(k, args.ranks, args.count, np.random.default_rng(args.seed)) for k in kinds}
