@@ -716,6 +716,13 @@ size_t chunk_granule(const qc_policy_t& p) {
     case QC_CODEC_NONE:
     case QC_CODEC_FP16:
     case QC_CODEC_BF16: return 1;
+    // MX blocks are independent (32 values); nvfp4's message scale is not.
+    case QC_CODEC_MXFP8:
+    case QC_CODEC_MXFP8_E5M2:
+    case QC_CODEC_MXFP6:
+    case QC_CODEC_MXFP6_E3M2:
+    case QC_CODEC_MXFP4:
+    case QC_CODEC_MXINT8: return 32;
     default: return 0;
   }
 }
