@@ -65,7 +65,8 @@ qc_status_t expected_status(const uint8_t* img, size_t size, size_t buf_count, i
   if (rank < -1 || gsize < -1 || (rank >= 0 && rank >= gsize)) return QC_ERROR_CORRUPT_DATA;
   if (flags & 1u) {
     const int32_t algo = load_i32(img + 24), codec = load_i32(img + 28);
-    if (rank < 0 || algo < 1 || algo > 5 || ((codec < 0 || codec > 8) && codec != 255))
+    if (rank < 0 || algo < 1 || algo > 5 ||
+        ((codec < 0 || codec > QC_CODEC_NVFP4) && codec != 255))
       return QC_ERROR_CORRUPT_DATA;
   }
   if (count != buf_count) return QC_ERROR_MISMATCH;
