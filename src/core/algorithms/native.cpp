@@ -24,7 +24,6 @@
 #include "core/algorithms/code_sums.h"
 #include "core/algorithms/packed_integers.h"
 #include "core/schedules/partition.h"
-#include "cpu/bitstream.h"
 #include "cpu/codec_kernels.h"
 
 namespace qc {
