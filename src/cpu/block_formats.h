@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -130,6 +131,65 @@ QC_HOST_DEVICE inline Pow2Pair pow2_pair(int s) {
 
 // E4M3 of a finite d >= 0 (nvfp4's block scale), nearest-even, saturating.
 QC_HOST_DEVICE inline uint32_t e4m3_scale_code(float d) { return round_element(d, kE4M3, false, 0.0f); }
+
+constexpr float kNvfp4Range = 2688.0f;  // 448 (E4M3's largest) x 6 (E2M1's)
+constexpr uint8_t kMxNanScale = 0xFF;    // E8M0 NaN
+constexpr uint8_t kE4M3NanScale = 0x7F;  // E4M3 NaN
+
+// nvfp4's message scale S: the largest finite |z| (z = t + e) / 2688.
+inline float block_message_scale(const float* t, const float* e, size_t count) {
+  float amax = 0.0f;
+  for (size_t i = 0; i < count; ++i) {
+    const float a = std::fabs(e != nullptr ? t[i] + e[i] : t[i]);
+    if (a <= 3.40282347e38f && a > amax) amax = a;
+  }
+  return amax / kNvfp4Range;
+}
+
+// A block's scale byte and how q and the decoded value follow from z:
+// nvfp4 q = z / x, decoded = value x; MX q = z enc.first enc.second,
+// decoded = value dec.first dec.second. zero: every code 0.
+struct BlockScale {
+  uint8_t byte = 0;
+  bool zero = true;
+  float x = 0.0f;
+  Pow2Pair enc{1.0f, 1.0f};
+  Pow2Pair dec{1.0f, 1.0f};
+};
+template <class Args>
+QC_HOST_DEVICE inline BlockScale block_scale(float amax, bool finite, float S, const Args& a) {
+  BlockScale bs;
+  if (!finite) {
+    bs.byte = a.nvfp4 ? kE4M3NanScale : kMxNanScale;
+  } else if (a.nvfp4) {
+    if (S > 0.0f) {
+      bs.byte = static_cast<uint8_t>(e4m3_scale_code((amax / 6.0f) / S));
+      bs.x = element_value(bs.byte, kE4M3) * S;
+      bs.zero = !(bs.x > 0.0f);
+    }
+  } else if (amax > 0.0f) {
+    const int s = mx_scale_exponent(amax, a.format);
+    bs.byte = static_cast<uint8_t>(s + 127);
+    bs.enc = pow2_pair(-s);
+    bs.dec = pow2_pair(s);
+    bs.zero = false;
+  }
+  return bs;
+}
+
+// The decoding side of a block's scale byte.
+struct BlockDecodeScale {
+  bool is_nan = false;  // MX NaN scale (nvfp4's NaN byte gives a NaN x)
+  float x = 0.0f;
+  Pow2Pair dec{1.0f, 1.0f};
+};
+QC_HOST_DEVICE inline BlockDecodeScale block_decode_scale(uint8_t byte, float S, bool nvfp4) {
+  BlockDecodeScale ds;
+  if (nvfp4) ds.x = element_value(byte, kE4M3) * S;  // NaN for byte 0x7F
+  else if (byte == kMxNanScale) ds.is_nan = true;
+  else ds.dec = pow2_pair(static_cast<int>(byte) - 127);
+  return ds;
+}
 
 }  // namespace cpu
 }  // namespace qc

@@ -63,6 +63,7 @@
 #include <limits>
 
 #include "core/host_device.h"
+#include "cpu/block_formats.h"
 #include "cpu/isa.h"
 #include "cpu/random.h"
 #include "qc.h"
@@ -206,6 +207,27 @@ using GlobalEncodeFn = void (*)(const float* t, float* e, size_t count, const Qu
 using GlobalDecodeFn = void (*)(const uint8_t* codes, size_t count, int bits, bool exponential,
                                 float norm, float* dst, bool accumulate);
 
+// The block-scaled codecs (core/codecs/codec_block_scaled.h; the arithmetic
+// is cpu/block_formats.h's, the rules docs/wire-format.md's "Block-scaled
+// formats"), over one message's payload (nvfp4's f32 S, one scale byte per
+// block, the codes):
+//  - encode: z = t (+ e), with e != nullptr e becomes z - decode(z) (0 in
+//    a NaN block); the random bits of element i are
+//    random_uniform(rng, index_base + i);
+//  - decode: dst = (or +=) the values of a payload the codec has checked.
+struct BlockArgs {
+  ElementFormat format = kE4M3;
+  size_t block = 32;
+  bool nvfp4 = false;
+  bool stochastic = false;
+  RandomStream rng;
+  uint64_t index_base = 0;
+};
+using BlockEncodeFn = void (*)(const float* t, float* e, size_t count, const BlockArgs& args,
+                               uint8_t* payload);
+using BlockDecodeFn = void (*)(const uint8_t* payload, size_t count, const BlockArgs& args,
+                               float* dst, bool accumulate);
+
 struct KernelTable {
   Isa isa;
   const char* name;  // "scalar", "avx2", "avx512"
@@ -224,6 +246,8 @@ struct KernelTable {
   GlobalReduceFn global_max_abs;
   GlobalEncodeFn global_encode;
   GlobalDecodeFn global_decode;
+  BlockEncodeFn block_encode;
+  BlockDecodeFn block_decode;
 };
 
 // The table in use: the best ISA this CPU supports, or the one QC_CPU_ISA
@@ -240,6 +264,12 @@ void global_encode_scalar(const float* t, float* e, size_t count, const QuantArg
                           bool exponential, float norm, uint8_t* codes);
 void global_decode_scalar(const uint8_t* codes, size_t count, int bits, bool exponential,
                           float norm, float* dst, bool accumulate);
+
+// The scalar block-scaled kernels (the definitions).
+void block_encode_scalar(const float* t, float* e, size_t count, const BlockArgs& args,
+                         uint8_t* payload);
+void block_decode_scalar(const uint8_t* payload, size_t count, const BlockArgs& args, float* dst,
+                         bool accumulate);
 
 // Per-ISA tables; a missing ISA's getter returns nullptr.
 const KernelTable* scalar_kernels();

@@ -270,7 +270,7 @@ const KernelTable kScalarTable = {
     Isa::kScalar, "scalar",      minmax_encode, minmax_decode, qsgd_encode, qsgd_decode,
     onebit_encode, onebit_decode, fp16_encode,   fp16_decode,   bf16_encode, bf16_decode,
     squared_norm,  global_sum_of_squares_scalar, global_max_abs_scalar, global_encode_scalar,
-    global_decode_scalar,
+    global_decode_scalar, block_encode_scalar, block_decode_scalar,
 };
 
 }  // namespace

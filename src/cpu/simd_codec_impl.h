@@ -985,3 +985,177 @@ void global_decode_v(const uint8_t* codes, size_t count, int bits, bool exponent
     default: return global_exp_decode_q<0>(codes, count, bits, norm, dst, accumulate);
   }
 }
+
+// ---- block-scaled formats (OCP MX, nvfp4) ------------------------------------------
+//
+// block_formats.h operation for operation: the element rounding's exponent
+// is that of max(|q|, 2^emin) (the same as max(floor(log2 |q|), emin)), the
+// integer steps are exact float arithmetic on small integers, and a block's
+// scale (one per 16 or 32 values) is computed by the scalar block_scale.
+
+struct BlockConsts {
+  VF two_emin, mant_scale, max_code, largest, inv_m, emin_m;
+  VI exp_base, sign_bit, ulp_base;
+  float fmax;
+};
+
+QC_TI BlockConsts block_consts(const ElementFormat& f) {
+  BlockConsts c;
+  c.two_emin = set1(pow2f(f.emin));
+  c.mant_scale = set1(static_cast<float>(1u << f.mbits));
+  c.max_code = set1(static_cast<float>(f.max_code));
+  c.largest = set1(element_value(f.max_code, f));
+  c.inv_m = set1(pow2f(-f.mbits));
+  c.emin_m = set1(pow2f(f.emin - f.mbits));
+  c.exp_base = set1_i(254 + f.mbits);  // 2^(m - e) = float bits (m - ebits + 254) << 23
+  c.sign_bit = set1_i(static_cast<int32_t>(1u << (f.bits - 1)));
+  c.ulp_base = set1_i(f.mbits);        // 2^(e - m) = float bits (ebits - m) << 23
+  c.fmax = 0.0f;
+  return c;
+}
+
+// The codes of q (finite) and, for the residual, their values (before the
+// block's scale): round_element and element_value of block_formats.h.
+QC_TI VI block_quant(VF q, const ElementFormat& f, const BlockConsts& k, bool stochastic, VF u,
+                     VF* value) {
+  if (f.integer) {
+    VF t = mul(q, set1(64.0f));
+    t = vmin_(vmax_(t, set1(-256.0f)), set1(256.0f));
+    VF r = stochastic ? round_floor(add(t, u)) : round_near(t);
+    r = vmin_(vmax_(r, set1(-127.0f)), set1(127.0f));
+    *value = mul(r, set1(0.015625f));
+    return and_i(cvtt(r), set1_i(0xFF));
+  }
+  const VF a = abs_f(q);
+  const VI ebits = shr23_i(bits_of(vmax_(a, k.two_emin)));  // e + 127, e >= emin
+  const VF scaled = mul(a, float_of(shl23_i(sub_i(k.exp_base, ebits))));
+  const VF n = stochastic ? round_floor(add(scaled, u)) : round_near(scaled);
+  const VF c_raw = add(mul(cvt_i2f(sub_i(ebits, set1_i(127 + f.emin))), k.mant_scale), n);
+  const VM saturated = lt_f(k.max_code, c_raw);
+  const VF c = vmin_(c_raw, k.max_code);
+  const VM negative = test_i(bits_of(q), set1_i(static_cast<int32_t>(0x80000000u)));
+  const VF magnitude = select(saturated, k.largest, mul(n, float_of(shl23_i(sub_i(ebits, k.ulp_base)))));
+  *value = negate_where(negative, magnitude);
+  const VI ci = cvtt(c);
+  return select_i(negative, or_i(ci, k.sign_bit), ci);
+}
+
+// element_value of 16 codes.
+QC_TI VF block_values(VI c, const ElementFormat& f, const BlockConsts& k) {
+  if (f.integer) {
+    VF cf = cvt_i2f(c);
+    cf = select(ge_f(cf, set1(128.0f)), sub(cf, set1(256.0f)), cf);  // int8
+    return mul(cf, set1(0.015625f));
+  }
+  const VF cf = cvt_i2f(and_i(c, sub_i(k.sign_bit, set1_i(1))));
+  const VF one = set1(1.0f);
+  const VF e1 = vmax_(round_floor(mul(cf, k.inv_m)), one);  // max(exponent field, 1)
+  const VF mant = sub(cf, mul(sub(e1, one), k.mant_scale));  // M + mantissa, or the subnormal c
+  const VF p = float_of(shl23_i(add_i(cvtt(e1), set1_i(126))));  // 2^(field - 1)
+  VF v = mul(mul(mant, p), k.emin_m);
+  if (f.has_nan) v = select(lt_f(k.max_code, cf), set1(std::numeric_limits<float>::quiet_NaN()), v);
+  if (f.has_inf) v = select(eq_f(cf, set1(124.0f)), set1(std::numeric_limits<float>::infinity()), v);
+  return negate_where(test_i(c, k.sign_bit), v);
+}
+
+template <int Q>
+QC_T void block_encode_q(const float* t, float* e, size_t count, const BlockArgs& a,
+                         uint8_t* payload) {
+  const ElementFormat& f = a.format;
+  const BlockConsts k = block_consts(f);
+  uint8_t* p = payload;
+  float S = 0.0f;
+  if (a.nvfp4) {
+    VF vm = zero_f();
+    const VF inf = set1(std::numeric_limits<float>::infinity());
+    for (size_t i = 0; i < count; i += 16) {
+      const VF m = abs_f(load_z(t, e, i, count - i));
+      vm = vmax_(vm, select(lt_f(m, inf), m, zero_f()));  // the finite values only
+    }
+    S = hmax(vm) / kNvfp4Range;
+    put_f32(p, S);
+    p += 4;
+  }
+  const size_t blocks = count == 0 ? 0 : (count - 1) / a.block + 1;
+  uint8_t* scales = p;
+  BitOut o{p + blocks, p + blocks + codes_bytes(count, f.bits), 0, 0};
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += a.block, ++b) {
+    const size_t n = a.block < count - b0 ? a.block : count - b0;
+    VF z[2];
+    VF vm = zero_f();
+    bool finite = true;
+    for (size_t i = 0, v = 0; i < n; i += 16, ++v) {
+      z[v] = load_z(t, e, b0 + i, n - i);
+      if (nonfinite_bits(z[v]) != 0) finite = false;
+      vm = vmax_(vm, abs_f(z[v]));
+    }
+    const BlockScale bs = block_scale(finite ? hmax(vm) : 0.0f, finite, S, a);
+    scales[b] = bs.byte;
+    for (size_t i = 0, v = 0; i < n; i += 16, ++v) {
+      const size_t m = n - i < 16 ? n - i : 16;
+      VI c = zero_i();
+      VF value = zero_f();
+      VF decoded = zero_f();
+      if (!bs.zero) {
+        const VF q = a.nvfp4 ? div(z[v], set1(bs.x))
+                             : mul(mul(z[v], set1(bs.enc.first)), set1(bs.enc.second));
+        const VF u = a.stochastic ? uniform16(a.rng, a.index_base + b0 + i) : zero_f();
+        c = block_quant(q, f, k, a.stochastic, u, &value);
+        decoded = a.nvfp4 ? mul(value, set1(bs.x))
+                          : mul(mul(value, set1(bs.dec.first)), set1(bs.dec.second));
+      }
+      emit_codes<Q>(o, c, m, Q);
+      if (e != nullptr) store_f(e + b0 + i, finite ? sub(z[v], decoded) : zero_f(), m);
+    }
+  }
+  bo_flush(o);
+}
+
+template <int Q>
+QC_T void block_decode_q(const uint8_t* payload, size_t count, const BlockArgs& a, float* dst,
+                         bool accumulate) {
+  const ElementFormat& f = a.format;
+  const BlockConsts k = block_consts(f);
+  const uint8_t* p = payload;
+  float S = 0.0f;
+  if (a.nvfp4) {
+    S = get_f32(p);
+    p += 4;
+  }
+  const size_t blocks = count == 0 ? 0 : (count - 1) / a.block + 1;
+  const uint8_t* codes = p + blocks;
+  const size_t total = codes_bytes(count, f.bits);
+  const VF nan = set1(std::numeric_limits<float>::quiet_NaN());
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += a.block, ++b) {
+    const size_t n = a.block < count - b0 ? a.block : count - b0;
+    const BlockDecodeScale ds = block_decode_scale(p[b], S, a.nvfp4);
+    float* d = dst + b0;
+    for (size_t i = 0; i < n; i += 16) {
+      const size_t m = n - i < 16 ? n - i : 16;
+      const VF v = block_values(read_codes<Q>(codes, total, b0 + i, m, Q), f, k);
+      VF s = ds.is_nan ? nan
+             : a.nvfp4 ? mul(v, set1(ds.x))
+                       : mul(mul(v, set1(ds.dec.first)), set1(ds.dec.second));
+      if (accumulate) s = add(m >= 16 ? loadu(d + i) : load_partial(d + i, m), s);
+      store_f(d + i, s, m);
+    }
+  }
+}
+
+void block_encode_v(const float* t, float* e, size_t count, const BlockArgs& a,
+                    uint8_t* payload) {
+  switch (a.format.bits) {
+    case 8: return block_encode_q<8>(t, e, count, a, payload);
+    case 6: return block_encode_q<6>(t, e, count, a, payload);
+    default: return block_encode_q<4>(t, e, count, a, payload);
+  }
+}
+
+void block_decode_v(const uint8_t* payload, size_t count, const BlockArgs& a, float* dst,
+                    bool accumulate) {
+  switch (a.format.bits) {
+    case 8: return block_decode_q<8>(payload, count, a, dst, accumulate);
+    case 6: return block_decode_q<6>(payload, count, a, dst, accumulate);
+    default: return block_decode_q<4>(payload, count, a, dst, accumulate);
+  }
+}

@@ -13,6 +13,7 @@
 
 #include "core/codecs/codec.h"
 #include "cpu/block_formats.h"
+#include "cpu/codec_kernels.h"
 
 namespace qc {
 
@@ -49,6 +50,7 @@ class BlockScaledCodec final : public Codec {
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   size_t scale_bytes(size_t count) const;  // S (nvfp4) and the block scales
+  cpu::BlockArgs args() const;             // without the random key
 
   qc_codec_t codec_;
   cpu::ElementFormat format_;
