@@ -143,6 +143,47 @@ QC_TI VM ge_f(VF x, VF y) { return cmp_f<_CMP_GE_OQ>(x, y); }
 QC_TI VM eq_f(VF x, VF y) { return cmp_f<_CMP_EQ_OQ>(x, y); }
 QC_TI VM and_m(VM x, VM y) { return and_i(x, y); }
 QC_TI VM or_m(VM x, VM y) { return or_i(x, y); }
+// Table lookups for the block-scaled decoders: lane k gets t[idx[k] & 15]
+// (lut16) or the (idx[k] & 31)-th of t0's and t1's 32 entries (lut32).
+QC_TI __m256 lut16_half(__m256i idx, VF t) {
+  const __m256 lo = _mm256_permutevar8x32_ps(t.a, idx);
+  const __m256 hi = _mm256_permutevar8x32_ps(t.b, idx);
+  return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));  // bit 3
+}
+QC_TI VF lut16(VI idx, VF t) { return {lut16_half(idx.a, t), lut16_half(idx.b, t)}; }
+QC_TI VF lut32(VI idx, VF t0, VF t1) {
+  const __m256 a = _mm256_blendv_ps(lut16_half(idx.a, t0), lut16_half(idx.a, t1),
+                                    _mm256_castsi256_ps(_mm256_slli_epi32(idx.a, 27)));  // bit 4
+  const __m256 b = _mm256_blendv_ps(lut16_half(idx.b, t0), lut16_half(idx.b, t1),
+                                    _mm256_castsi256_ps(_mm256_slli_epi32(idx.b, 27)));
+  return {a, b};
+}
+QC_TI VI max_i(VI x, VI y) { return {_mm256_max_epi32(x.a, y.a), _mm256_max_epi32(x.b, y.b)}; }
+QC_TI VI sra1_i(VI x) { return {_mm256_srai_epi32(x.a, 1), _mm256_srai_epi32(x.b, 1)}; }
+// Lane j: the largest lane of r[j] (signed int32), for 16 rows at once: each
+// level halves the rows and doubles the rows per register (128-, 64-, then
+// 32-bit groups), and a final permutation puts row j in lane j.
+QC_TI VI hmax_rows16(const VI* r) {
+  __m256i m[16], n[8], o[4], w[2];
+  for (int j = 0; j < 16; ++j) m[j] = _mm256_max_epi32(r[j].a, r[j].b);
+  for (int p = 0; p < 8; ++p) {  // 128-bit half h: row 2p + h
+    n[p] = _mm256_max_epi32(_mm256_permute2x128_si256(m[2 * p], m[2 * p + 1], 0x20),
+                            _mm256_permute2x128_si256(m[2 * p], m[2 * p + 1], 0x31));
+  }
+  for (int q = 0; q < 4; ++q) {  // half h: rows 4q + h (lanes 0-1), 4q + 2 + h (2-3)
+    o[q] = _mm256_max_epi32(_mm256_unpacklo_epi64(n[2 * q], n[2 * q + 1]),
+                            _mm256_unpackhi_epi64(n[2 * q], n[2 * q + 1]));
+  }
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int h = 0; h < 2; ++h) {  // half g: rows 8h + g, 8h + 2 + g, 8h + 4 + g, 8h + 6 + g
+    const __m256 x = _mm256_castsi256_ps(o[2 * h]), y = _mm256_castsi256_ps(o[2 * h + 1]);
+    w[h] = _mm256_permutevar8x32_epi32(
+        _mm256_max_epi32(_mm256_castps_si256(_mm256_shuffle_ps(x, y, 0x88)),
+                         _mm256_castps_si256(_mm256_shuffle_ps(x, y, 0xDD))),
+        order);
+  }
+  return {w[0], w[1]};
+}
 // The bucket is finite here, so min/max are order-independent up to the
 // sign of zero, which the caller fixes up.
 QC_TI float hmin(VF v) {

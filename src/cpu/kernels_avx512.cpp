@@ -108,6 +108,36 @@ QC_TI VM ge_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 QC_TI VM eq_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 QC_TI VM and_m(VM a, VM b) { return static_cast<VM>(a & b); }
 QC_TI VM or_m(VM a, VM b) { return static_cast<VM>(a | b); }
+// Table lookups for the block-scaled decoders: lane k gets t[idx[k] & 15]
+// (lut16) or the (idx[k] & 31)-th of t0's and t1's 32 entries (lut32).
+QC_TI VF lut16(VI idx, VF t) { return _mm512_permutexvar_ps(idx, t); }
+QC_TI VF lut32(VI idx, VF t0, VF t1) { return _mm512_permutex2var_ps(t0, idx, t1); }
+QC_TI VI max_i(VI a, VI b) { return _mm512_max_epi32(a, b); }
+QC_TI VI sra1_i(VI a) { return _mm512_srai_epi32(a, 1); }
+// Lane j: the largest lane of r[j] (signed int32), for 16 rows at once: each
+// level halves the rows and doubles the rows per register (256-, 128-,
+// 64-bit, then 32-bit groups), and a final permutation puts row j in lane j.
+QC_TI VI hmax_rows16(const VI* r) {
+  VI a[8], b[4], c[2];
+  for (int p = 0; p < 8; ++p) {
+    a[p] = _mm512_max_epi32(_mm512_shuffle_i32x4(r[2 * p], r[2 * p + 1], 0x44),
+                            _mm512_shuffle_i32x4(r[2 * p], r[2 * p + 1], 0xEE));
+  }
+  for (int q = 0; q < 4; ++q) {  // quarter k: row 4q + k
+    b[q] = _mm512_max_epi32(_mm512_shuffle_i32x4(a[2 * q], a[2 * q + 1], 0x88),
+                            _mm512_shuffle_i32x4(a[2 * q], a[2 * q + 1], 0xDD));
+  }
+  for (int h = 0; h < 2; ++h) {  // quarter k: rows 8h + k (lanes 0-1), 8h + 4 + k (2-3)
+    c[h] = _mm512_max_epi32(_mm512_unpacklo_epi64(b[2 * h], b[2 * h + 1]),
+                            _mm512_unpackhi_epi64(b[2 * h], b[2 * h + 1]));
+  }
+  const __m512 x = _mm512_castsi512_ps(c[0]), y = _mm512_castsi512_ps(c[1]);
+  const VI d = _mm512_max_epi32(_mm512_castps_si512(_mm512_shuffle_ps(x, y, 0x88)),
+                                _mm512_castps_si512(_mm512_shuffle_ps(x, y, 0xDD)));
+  // lane 4k + i holds row 4i + k
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), d);
+}
 QC_TI float hmin(VF v) { return _mm512_reduce_min_ps(v); }
 QC_TI float hmax(VF v) { return _mm512_reduce_max_ps(v); }
 

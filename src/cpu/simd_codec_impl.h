@@ -990,172 +990,373 @@ void global_decode_v(const uint8_t* codes, size_t count, int bits, bool exponent
 //
 // block_formats.h operation for operation: the element rounding's exponent
 // is that of max(|q|, 2^emin) (the same as max(floor(log2 |q|), emin)), the
-// integer steps are exact float arithmetic on small integers, and a block's
-// scale (one per 16 or 32 values) is computed by the scalar block_scale.
+// integer steps are exact float arithmetic on small integers. The kernels
+// are templates over the element format (a reference to one of
+// block_formats.h's constants, so that every field folds), nvfp4, the
+// rounding and whether there is a residual. A whole block whose largest |z|
+// is finite and non-zero takes the fast path, its scale computed inline;
+// a zero or non-finite block and a partial last block go through the scalar
+// block_scale, the definition.
 
 struct BlockConsts {
-  VF two_emin, mant_scale, max_code, largest, inv_m, emin_m;
-  VI exp_base, sign_bit, ulp_base;
-  float fmax;
+  VF two_emin, mant_scale, max_code, largest;
+  VI exp_base, sign_bit, ulp_base, emin_bits;
 };
 
-QC_TI BlockConsts block_consts(const ElementFormat& f) {
+template <const ElementFormat& F>
+QC_TI BlockConsts block_consts() {
   BlockConsts c;
-  c.two_emin = set1(pow2f(f.emin));
-  c.mant_scale = set1(static_cast<float>(1u << f.mbits));
-  c.max_code = set1(static_cast<float>(f.max_code));
-  c.largest = set1(element_value(f.max_code, f));
-  c.inv_m = set1(pow2f(-f.mbits));
-  c.emin_m = set1(pow2f(f.emin - f.mbits));
-  c.exp_base = set1_i(254 + f.mbits);  // 2^(m - e) = float bits (m - ebits + 254) << 23
-  c.sign_bit = set1_i(static_cast<int32_t>(1u << (f.bits - 1)));
-  c.ulp_base = set1_i(f.mbits);        // 2^(e - m) = float bits (ebits - m) << 23
-  c.fmax = 0.0f;
+  c.two_emin = set1(pow2f(F.emin));
+  c.mant_scale = set1(static_cast<float>(1u << F.mbits));
+  c.max_code = set1(static_cast<float>(F.max_code));
+  c.largest = set1(element_value(F.max_code, F));
+  c.exp_base = set1_i(254 + F.mbits);  // 2^(m - e) = float bits (m - ebits + 254) << 23
+  c.sign_bit = set1_i(static_cast<int32_t>(1u << (F.bits - 1)));
+  c.ulp_base = set1_i(F.mbits);        // 2^(e - m) = float bits (ebits - m) << 23
+  c.emin_bits = set1_i(127 + F.emin);
   return c;
 }
 
 // The codes of q (finite) and, for the residual, their values (before the
 // block's scale): round_element and element_value of block_formats.h.
-QC_TI VI block_quant(VF q, const ElementFormat& f, const BlockConsts& k, bool stochastic, VF u,
-                     VF* value) {
-  if (f.integer) {
+template <const ElementFormat& F, bool SR>
+QC_TI VI block_quant(VF q, const BlockConsts& k, VF u, VF* value) {
+  if constexpr (F.integer) {
     VF t = mul(q, set1(64.0f));
     t = vmin_(vmax_(t, set1(-256.0f)), set1(256.0f));
-    VF r = stochastic ? round_floor(add(t, u)) : round_near(t);
+    VF r = SR ? round_floor(add(t, u)) : round_near(t);
     r = vmin_(vmax_(r, set1(-127.0f)), set1(127.0f));
-    *value = mul(r, set1(0.015625f));
+    // + 0 turns a -0 into the +0 that code 0 decodes to (INT8 has no -0)
+    *value = mul(add(r, zero_f()), set1(0.015625f));
     return and_i(cvtt(r), set1_i(0xFF));
+  } else {
+    const VF a = abs_f(q);
+    const VI ebits = shr23_i(bits_of(vmax_(a, k.two_emin)));  // e + 127, e >= emin
+    const VF scaled = mul(a, float_of(shl23_i(sub_i(k.exp_base, ebits))));
+    const VF n = SR ? round_floor(add(scaled, u)) : round_near(scaled);
+    const VF c_raw = add(mul(cvt_i2f(sub_i(ebits, k.emin_bits)), k.mant_scale), n);
+    const VM saturated = lt_f(k.max_code, c_raw);
+    const VF c = vmin_(c_raw, k.max_code);
+    const VM negative = test_i(bits_of(q), set1_i(static_cast<int32_t>(0x80000000u)));
+    const VF magnitude =
+        select(saturated, k.largest, mul(n, float_of(shl23_i(sub_i(ebits, k.ulp_base)))));
+    *value = negate_where(negative, magnitude);
+    const VI ci = cvtt(c);
+    return select_i(negative, or_i(ci, k.sign_bit), ci);
   }
-  const VF a = abs_f(q);
-  const VI ebits = shr23_i(bits_of(vmax_(a, k.two_emin)));  // e + 127, e >= emin
-  const VF scaled = mul(a, float_of(shl23_i(sub_i(k.exp_base, ebits))));
-  const VF n = stochastic ? round_floor(add(scaled, u)) : round_near(scaled);
-  const VF c_raw = add(mul(cvt_i2f(sub_i(ebits, set1_i(127 + f.emin))), k.mant_scale), n);
-  const VM saturated = lt_f(k.max_code, c_raw);
-  const VF c = vmin_(c_raw, k.max_code);
-  const VM negative = test_i(bits_of(q), set1_i(static_cast<int32_t>(0x80000000u)));
-  const VF magnitude = select(saturated, k.largest, mul(n, float_of(shl23_i(sub_i(ebits, k.ulp_base)))));
-  *value = negate_where(negative, magnitude);
-  const VI ci = cvtt(c);
-  return select_i(negative, or_i(ci, k.sign_bit), ci);
 }
 
-// element_value of 16 codes.
-QC_TI VF block_values(VI c, const ElementFormat& f, const BlockConsts& k) {
-  if (f.integer) {
+// element_value of 16 codes, arithmetically (the 8-bit formats).
+template <const ElementFormat& F>
+QC_TI VF block_values(VI c, const BlockConsts& k) {
+  if constexpr (F.integer) {
     VF cf = cvt_i2f(c);
     cf = select(ge_f(cf, set1(128.0f)), sub(cf, set1(256.0f)), cf);  // int8
     return mul(cf, set1(0.015625f));
+  } else {
+    const VF cf = cvt_i2f(and_i(c, sub_i(k.sign_bit, set1_i(1))));
+    const VF one = set1(1.0f);
+    const VF e1 = vmax_(round_floor(mul(cf, set1(pow2f(-F.mbits)))), one);  // max(exponent field, 1)
+    const VF mant = sub(cf, mul(sub(e1, one), k.mant_scale));  // M + mantissa, or the subnormal c
+    const VF p = float_of(shl23_i(add_i(cvtt(e1), set1_i(126))));  // 2^(field - 1)
+    VF v = mul(mul(mant, p), set1(pow2f(F.emin - F.mbits)));
+    if constexpr (F.has_nan) {
+      v = select(lt_f(k.max_code, cf), set1(std::numeric_limits<float>::quiet_NaN()), v);
+    }
+    if constexpr (F.has_inf) {
+      v = select(eq_f(cf, set1(124.0f)), set1(std::numeric_limits<float>::infinity()), v);
+    }
+    return negate_where(test_i(c, k.sign_bit), v);
   }
-  const VF cf = cvt_i2f(and_i(c, sub_i(k.sign_bit, set1_i(1))));
-  const VF one = set1(1.0f);
-  const VF e1 = vmax_(round_floor(mul(cf, k.inv_m)), one);  // max(exponent field, 1)
-  const VF mant = sub(cf, mul(sub(e1, one), k.mant_scale));  // M + mantissa, or the subnormal c
-  const VF p = float_of(shl23_i(add_i(cvtt(e1), set1_i(126))));  // 2^(field - 1)
-  VF v = mul(mul(mant, p), k.emin_m);
-  if (f.has_nan) v = select(lt_f(k.max_code, cf), set1(std::numeric_limits<float>::quiet_NaN()), v);
-  if (f.has_inf) v = select(eq_f(cf, set1(124.0f)), set1(std::numeric_limits<float>::infinity()), v);
-  return negate_where(test_i(c, k.sign_bit), v);
 }
 
-template <int Q>
-QC_T void block_encode_q(const float* t, float* e, size_t count, const BlockArgs& a,
+// A block's scale as vectors: MX q = (z f1) f2, decoded = (value d1) d2;
+// nvfp4 q = z / f1, decoded = value d1 (f1 = d1 = x).
+struct VecScale {
+  VF f1, f2, d1, d2;
+};
+QC_TI VecScale vec_scale(const BlockScale& bs, bool nvfp4) {
+  if (nvfp4) return {set1(bs.x), set1(1.0f), set1(bs.x), set1(1.0f)};
+  return {set1(bs.enc.first), set1(bs.enc.second), set1(bs.dec.first), set1(bs.dec.second)};
+}
+
+// The codes of 16 values z of a block with a non-zero scale, and the
+// decoded values.
+template <const ElementFormat& F, bool NV, bool SR>
+QC_TI VI block_codes(VF z, const VecScale& s, const BlockConsts& k, const BlockArgs& a,
+                     uint64_t index, VF* decoded) {
+  const VF q = NV ? div(z, s.f1) : mul(mul(z, s.f1), s.f2);
+  const VF u = SR ? uniform16(a.rng, index) : zero_f();
+  VF value;
+  const VI c = block_quant<F, SR>(q, k, u, &value);
+  *decoded = NV ? mul(value, s.d1) : mul(mul(value, s.d1), s.d2);
+  return c;
+}
+
+// Any block (n <= 32 values from b0) through the scalar block_scale: a zero
+// or non-finite block, or the last, partial one.
+template <const ElementFormat& F, bool NV, bool SR, bool HE>
+__attribute__((noinline)) QC_T void block_encode_any(BitOut& o, const float* t, float* e,
+                                                     size_t b0, size_t n, float S,
+                                                     const BlockConsts& k, const BlockArgs& a,
+                                                     uint8_t* scale_byte) {
+  VF z[2];
+  VF vm = zero_f();
+  bool finite = true;
+  for (size_t i = 0, v = 0; i < n; i += 16, ++v) {
+    z[v] = load_z(t, HE ? e : nullptr, b0 + i, n - i);
+    if (nonfinite_bits(z[v]) != 0) finite = false;
+    vm = vmax_(vm, abs_f(z[v]));
+  }
+  const BlockScale bs = block_scale(finite ? hmax(vm) : 0.0f, finite, S, a);
+  *scale_byte = bs.byte;
+  const VecScale s = vec_scale(bs, NV);
+  for (size_t i = 0, v = 0; i < n; i += 16, ++v) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    VI c = zero_i();
+    VF decoded = zero_f();
+    if (!bs.zero) c = block_codes<F, NV, SR>(z[v], s, k, a, a.index_base + b0 + i, &decoded);
+    emit_codes<F.bits>(o, c, m, F.bits);
+    if (HE) store_f(e + b0 + i, finite ? sub(z[v], decoded) : zero_f(), m);
+  }
+}
+
+// The scale of a whole block whose largest |z| is finite: false where
+// block_scale would make it a zero block (the caller takes block_encode_any).
+template <const ElementFormat& F, bool NV>
+QC_TI bool fast_block_scale(float amax, float S, uint8_t* byte, VecScale* s) {
+  if (!(amax > 0.0f)) return false;
+  if constexpr (NV) {
+    if (!(S > 0.0f)) return false;
+    const uint32_t code = e4m3_scale_code((amax / 6.0f) / S);
+    const float x = element_value(code, kE4M3) * S;
+    if (!(x > 0.0f)) return false;
+    *byte = static_cast<uint8_t>(code);
+    *s = {set1(x), set1(1.0f), set1(x), set1(1.0f)};
+  } else {
+    const int e = mx_scale_exponent(amax, F);
+    *byte = static_cast<uint8_t>(e + 127);
+    const Pow2Pair enc = pow2_pair(-e), dec = pow2_pair(e);
+    *s = {set1(enc.first), set1(enc.second), set1(dec.first), set1(dec.second)};
+  }
+  return true;
+}
+
+// 16 whole blocks from block b: their largest |z| (as int32 bits, which
+// order like the floats) in one pass and one 16-row reduction, their scales
+// computed 16 at a time, then each block's codes. A block that
+// fast_block_scale would refuse (zero, non-finite; nvfp4: a zero scale)
+// goes through block_encode_any, which also rewrites its scale byte.
+template <const ElementFormat& F, bool NV, bool SR, bool HE>
+QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, float S,
+                              const BlockConsts& k, const BlockConsts& k_scale,
+                              const BlockArgs& a, uint8_t* scales) {
+  constexpr size_t B = NV ? 16 : 32;
+  constexpr size_t V = B / 16;
+  const float* const ez = HE ? e : nullptr;
+  const size_t c0 = b * B;
+  VI rows[16];
+  for (size_t j = 0; j < 16; ++j) {
+    VI m = zero_i();
+    for (size_t v = 0; v < V; ++v) {
+      m = max_i(m, and_i(bits_of(load_z(t, ez, c0 + j * B + 16 * v, 16)), set1_i(0x7fffffff)));
+    }
+    rows[j] = m;
+  }
+  const VI amax_bits = hmax_rows16(rows);
+  alignas(64) float amax[16], f1[16], f2[16], d1[16], d2[16];
+  store_a(amax, float_of(amax_bits));
+  if constexpr (NV) {
+    // block_scale's e4m3_scale_code((amax / 6) / S) and element_value(code) S
+    VF value;
+    const VF r = div(div(float_of(amax_bits), set1(6.0f)), set1(S));
+    store_bytes8(scales + b, block_quant<kE4M3, false>(r, k_scale, zero_f(), &value), 16);
+    store_a(f1, mul(value, set1(S)));
+  } else {
+    // mx_scale_exponent and pow2_pair
+    const VI s = max_i(sub_i(shr23_i(amax_bits), set1_i(127 + F.emax)), set1_i(-127));
+    store_bytes8(scales + b, add_i(s, set1_i(127)), 16);
+    const VI ns = sub_i(zero_i(), s);
+    const VI ea = sra1_i(ns), da = sra1_i(s);
+    const VI bias = set1_i(127);
+    store_a(f1, float_of(shl23_i(add_i(ea, bias))));
+    store_a(f2, float_of(shl23_i(add_i(sub_i(ns, ea), bias))));
+    store_a(d1, float_of(shl23_i(add_i(da, bias))));
+    store_a(d2, float_of(shl23_i(add_i(sub_i(s, da), bias))));
+  }
+  for (size_t j = 0; j < 16; ++j) {
+    const size_t b0 = c0 + j * B;
+    bool fast = amax[j] > 0.0f && amax[j] <= std::numeric_limits<float>::max();
+    if constexpr (NV) fast = fast && S > 0.0f && f1[j] > 0.0f;
+    if (!fast) {
+      block_encode_any<F, NV, SR, HE>(o, t, e, b0, B, S, k, a, scales + b + j);
+      continue;
+    }
+    const VecScale s = NV ? VecScale{set1(f1[j]), set1(1.0f), set1(f1[j]), set1(1.0f)}
+                          : VecScale{set1(f1[j]), set1(f2[j]), set1(d1[j]), set1(d2[j])};
+    for (size_t v = 0; v < V; ++v) {
+      const VF z = load_z(t, ez, b0 + 16 * v, 16);
+      VF decoded;
+      const VI c = block_codes<F, NV, SR>(z, s, k, a, a.index_base + b0 + 16 * v, &decoded);
+      emit_codes<F.bits>(o, c, 16, F.bits);
+      if (HE) storeu(e + b0 + 16 * v, sub(z, decoded));
+    }
+  }
+}
+
+template <const ElementFormat& F, bool NV, bool SR, bool HE>
+QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs& a,
                          uint8_t* payload) {
-  const ElementFormat& f = a.format;
-  const BlockConsts k = block_consts(f);
+  constexpr int Q = F.bits;
+  constexpr size_t B = NV ? 16 : 32;  // the caller checked a.block
+  constexpr size_t V = B / 16;
+  const BlockConsts k = block_consts<F>();
+  float* const ez = HE ? e : nullptr;
   uint8_t* p = payload;
   float S = 0.0f;
-  if (a.nvfp4) {
+  if constexpr (NV) {
     VF vm = zero_f();
     const VF inf = set1(std::numeric_limits<float>::infinity());
     for (size_t i = 0; i < count; i += 16) {
-      const VF m = abs_f(load_z(t, e, i, count - i));
+      const VF m = abs_f(load_z(t, ez, i, count - i));
       vm = vmax_(vm, select(lt_f(m, inf), m, zero_f()));  // the finite values only
     }
     S = hmax(vm) / kNvfp4Range;
     put_f32(p, S);
     p += 4;
   }
-  const size_t blocks = count == 0 ? 0 : (count - 1) / a.block + 1;
+  const size_t blocks = count == 0 ? 0 : (count - 1) / B + 1;
   uint8_t* scales = p;
-  BitOut o{p + blocks, p + blocks + codes_bytes(count, f.bits), 0, 0};
-  for (size_t b0 = 0, b = 0; b0 < count; b0 += a.block, ++b) {
-    const size_t n = a.block < count - b0 ? a.block : count - b0;
-    VF z[2];
+  BitOut o{p + blocks, p + blocks + codes_bytes(count, Q), 0, 0};
+  size_t b = 0;
+  const BlockConsts k_scale = block_consts<kE4M3>();
+  for (; (b + 16) * B <= count; b += 16) {
+    block_encode_chunk<F, NV, SR, HE>(o, t, e, b, S, k, k_scale, a, scales);
+  }
+  for (; (b + 1) * B <= count; ++b) {
+    const size_t b0 = b * B;
+    VF z[V];
+    uint32_t nonfinite = 0;
     VF vm = zero_f();
-    bool finite = true;
-    for (size_t i = 0, v = 0; i < n; i += 16, ++v) {
-      z[v] = load_z(t, e, b0 + i, n - i);
-      if (nonfinite_bits(z[v]) != 0) finite = false;
+    for (size_t v = 0; v < V; ++v) {
+      z[v] = load_z(t, ez, b0 + 16 * v, 16);
+      nonfinite |= nonfinite_bits(z[v]);
       vm = vmax_(vm, abs_f(z[v]));
     }
-    const BlockScale bs = block_scale(finite ? hmax(vm) : 0.0f, finite, S, a);
-    scales[b] = bs.byte;
-    for (size_t i = 0, v = 0; i < n; i += 16, ++v) {
-      const size_t m = n - i < 16 ? n - i : 16;
-      VI c = zero_i();
-      VF value = zero_f();
-      VF decoded = zero_f();
-      if (!bs.zero) {
-        const VF q = a.nvfp4 ? div(z[v], set1(bs.x))
-                             : mul(mul(z[v], set1(bs.enc.first)), set1(bs.enc.second));
-        const VF u = a.stochastic ? uniform16(a.rng, a.index_base + b0 + i) : zero_f();
-        c = block_quant(q, f, k, a.stochastic, u, &value);
-        decoded = a.nvfp4 ? mul(value, set1(bs.x))
-                          : mul(mul(value, set1(bs.dec.first)), set1(bs.dec.second));
-      }
-      emit_codes<Q>(o, c, m, Q);
-      if (e != nullptr) store_f(e + b0 + i, finite ? sub(z[v], decoded) : zero_f(), m);
+    VecScale s;
+    if (nonfinite != 0 || !fast_block_scale<F, NV>(hmax(vm), S, scales + b, &s)) {
+      block_encode_any<F, NV, SR, HE>(o, t, e, b0, B, S, k, a, scales + b);
+      continue;
+    }
+    for (size_t v = 0; v < V; ++v) {
+      VF decoded;
+      const VI c = block_codes<F, NV, SR>(z[v], s, k, a, a.index_base + b0 + 16 * v, &decoded);
+      emit_codes<Q>(o, c, 16, Q);
+      if (HE) storeu(e + b0 + 16 * v, sub(z[v], decoded));
     }
   }
+  if (b * B < count) block_encode_any<F, NV, SR, HE>(o, t, e, b * B, count - b * B, S, k, a, scales + b);
   bo_flush(o);
 }
 
-template <int Q>
-QC_T void block_decode_q(const uint8_t* payload, size_t count, const BlockArgs& a, float* dst,
+// The values of 16 codes before the block's scale: a table lookup for the
+// 4- and 6-bit formats (t0, t1: element_value of the codes 0..31; 6-bit:
+// of the magnitudes), arithmetic for the 8-bit ones.
+template <const ElementFormat& F>
+QC_TI VF block_code_values(VI c, const BlockConsts& k, VF t0, VF t1) {
+  if constexpr (F.bits == 4) {
+    return lut16(c, t0);
+  } else if constexpr (F.bits == 6) {
+    return negate_where(test_i(c, k.sign_bit), lut32(c, t0, t1));
+  } else {
+    return block_values<F>(c, k);
+  }
+}
+
+template <const ElementFormat& F, bool NV>
+QC_T void block_decode_f(const uint8_t* payload, size_t count, const BlockArgs& a, float* dst,
                          bool accumulate) {
-  const ElementFormat& f = a.format;
-  const BlockConsts k = block_consts(f);
+  constexpr int Q = F.bits;
+  constexpr size_t B = NV ? 16 : 32;
+  const BlockConsts k = block_consts<F>();
+  alignas(64) float table[32] = {};
+  if constexpr (Q <= 6) {
+    for (uint32_t c = 0; c < 32 && c < (1u << Q); ++c) table[c] = element_value(c, F);
+  }
+  const VF t0 = loadu(table), t1 = loadu(table + 16);
   const uint8_t* p = payload;
   float S = 0.0f;
-  if (a.nvfp4) {
+  if constexpr (NV) {
     S = get_f32(p);
     p += 4;
   }
-  const size_t blocks = count == 0 ? 0 : (count - 1) / a.block + 1;
+  const size_t blocks = count == 0 ? 0 : (count - 1) / B + 1;
   const uint8_t* codes = p + blocks;
-  const size_t total = codes_bytes(count, f.bits);
+  const size_t total = codes_bytes(count, Q);
   const VF nan = set1(std::numeric_limits<float>::quiet_NaN());
-  for (size_t b0 = 0, b = 0; b0 < count; b0 += a.block, ++b) {
-    const size_t n = a.block < count - b0 ? a.block : count - b0;
-    const BlockDecodeScale ds = block_decode_scale(p[b], S, a.nvfp4);
+  for (size_t b0 = 0, b = 0; b0 < count; b0 += B, ++b) {
+    const size_t n = B < count - b0 ? B : count - b0;
+    const BlockDecodeScale ds = block_decode_scale(p[b], S, NV);
+    const VF d1 = NV ? set1(ds.x) : set1(ds.dec.first), d2 = set1(ds.dec.second);
     float* d = dst + b0;
     for (size_t i = 0; i < n; i += 16) {
       const size_t m = n - i < 16 ? n - i : 16;
-      const VF v = block_values(read_codes<Q>(codes, total, b0 + i, m, Q), f, k);
-      VF s = ds.is_nan ? nan
-             : a.nvfp4 ? mul(v, set1(ds.x))
-                       : mul(mul(v, set1(ds.dec.first)), set1(ds.dec.second));
+      const VF v = block_code_values<F>(read_codes<Q>(codes, total, b0 + i, m, Q), k, t0, t1);
+      VF s = ds.is_nan ? nan : NV ? mul(v, d1) : mul(mul(v, d1), d2);
       if (accumulate) s = add(m >= 16 ? loadu(d + i) : load_partial(d + i, m), s);
       store_f(d + i, s, m);
     }
   }
 }
 
+// Which of block_formats.h's constants a's format is (the kernels above are
+// instantiated for those); nullptr for anything else, which the scalar
+// kernel then encodes.
+inline const ElementFormat* block_format_of(const BlockArgs& a) {
+  if (a.nvfp4) return a.block == 16 && a.format.bits == 4 ? &kE2M1 : nullptr;
+  if (a.block != 32) return nullptr;
+  const ElementFormat& f = a.format;
+  if (f.integer) return &kInt8;
+  const ElementFormat* const fp[] = {&kE4M3, &kE5M2, &kE2M3, &kE3M2, &kE2M1};
+  for (const ElementFormat* c : fp) {
+    if (c->bits == f.bits && c->mbits == f.mbits) return c;
+  }
+  return nullptr;
+}
+
+template <const ElementFormat& F, bool NV>
+void block_encode_nv(const float* t, float* e, size_t count, const BlockArgs& a,
+                     uint8_t* payload) {
+  if (a.stochastic) {
+    if (e != nullptr) return block_encode_f<F, NV, true, true>(t, e, count, a, payload);
+    return block_encode_f<F, NV, true, false>(t, e, count, a, payload);
+  }
+  if (e != nullptr) return block_encode_f<F, NV, false, true>(t, e, count, a, payload);
+  return block_encode_f<F, NV, false, false>(t, e, count, a, payload);
+}
+
 void block_encode_v(const float* t, float* e, size_t count, const BlockArgs& a,
                     uint8_t* payload) {
-  switch (a.format.bits) {
-    case 8: return block_encode_q<8>(t, e, count, a, payload);
-    case 6: return block_encode_q<6>(t, e, count, a, payload);
-    default: return block_encode_q<4>(t, e, count, a, payload);
-  }
+  const ElementFormat* f = block_format_of(a);
+  if (f == nullptr) return block_encode_scalar(t, e, count, a, payload);
+  if (a.nvfp4) return block_encode_nv<kE2M1, true>(t, e, count, a, payload);
+  if (f == &kE4M3) return block_encode_nv<kE4M3, false>(t, e, count, a, payload);
+  if (f == &kE5M2) return block_encode_nv<kE5M2, false>(t, e, count, a, payload);
+  if (f == &kE2M3) return block_encode_nv<kE2M3, false>(t, e, count, a, payload);
+  if (f == &kE3M2) return block_encode_nv<kE3M2, false>(t, e, count, a, payload);
+  if (f == &kE2M1) return block_encode_nv<kE2M1, false>(t, e, count, a, payload);
+  return block_encode_nv<kInt8, false>(t, e, count, a, payload);
 }
 
 void block_decode_v(const uint8_t* payload, size_t count, const BlockArgs& a, float* dst,
                     bool accumulate) {
-  switch (a.format.bits) {
-    case 8: return block_decode_q<8>(payload, count, a, dst, accumulate);
-    case 6: return block_decode_q<6>(payload, count, a, dst, accumulate);
-    default: return block_decode_q<4>(payload, count, a, dst, accumulate);
-  }
+  const ElementFormat* f = block_format_of(a);
+  if (f == nullptr) return block_decode_scalar(payload, count, a, dst, accumulate);
+  if (a.nvfp4) return block_decode_f<kE2M1, true>(payload, count, a, dst, accumulate);
+  if (f == &kE4M3) return block_decode_f<kE4M3, false>(payload, count, a, dst, accumulate);
+  if (f == &kE5M2) return block_decode_f<kE5M2, false>(payload, count, a, dst, accumulate);
+  if (f == &kE2M3) return block_decode_f<kE2M3, false>(payload, count, a, dst, accumulate);
+  if (f == &kE3M2) return block_decode_f<kE3M2, false>(payload, count, a, dst, accumulate);
+  if (f == &kE2M1) return block_decode_f<kE2M1, false>(payload, count, a, dst, accumulate);
+  return block_decode_f<kInt8, false>(payload, count, a, dst, accumulate);
 }

@@ -76,6 +76,17 @@ std::vector<std::vector<float>> inputs(size_t count, uint64_t seed) {
   for (size_t i = 0; i < count; ++i)
     span[i] = rng.uniform() * std::ldexp(1.0f, static_cast<int>(rng.next() % 60) - 40);
   out.push_back(span);
+  // Whole zero blocks (+0 and -0) among others, and blocks so small next to
+  // the largest value that nvfp4's scale rounds to zero: the blocks the
+  // SIMD fast paths hand to the scalar block_scale.
+  std::vector<float> holes = make_data(count, Data::kPlain, seed + 11);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t block16 = i / 16;
+    if (block16 % 3 == 1) holes[i] = (i % 2) != 0 ? -0.0f : 0.0f;
+    if (block16 % 5 == 2) holes[i] *= 1e-30f;
+  }
+  if (count > 0) holes[count / 2] = 3e30f;
+  out.push_back(holes);
   return out;
 }
 
