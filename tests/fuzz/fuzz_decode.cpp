@@ -31,6 +31,7 @@
 #include <memory>
 #include <vector>
 
+#include "../unit/block_scaled_bound.h"
 #include "fuzz_common.h"
 
 using namespace qc_fuzz;
@@ -106,6 +107,7 @@ bool is_bucketed(qc_codec_t c) {
   return c == QC_CODEC_MINMAX || c == QC_CODEC_QSGD || c == QC_CODEC_ONEBIT;
 }
 bool is_global(qc_codec_t c) { return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP; }
+using qct::is_block_scaled;
 
 size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
@@ -131,6 +133,11 @@ size_t expected_size(const qc_policy_t& p, size_t count, qc_dtype_t dtype) {
     case QC_CODEC_GLOBAL_LINEAR:
     case QC_CODEC_GLOBAL_EXP: return kHeader + 4 + ceil_div(count * q, 8);
     case QC_CODEC_TOPK: return kHeader + 4 + 8 * topk_k(p.topk_ratio, count);
+    default: break;
+  }
+  if (is_block_scaled(p.codec)) {
+    return kHeader + (p.codec == QC_CODEC_NVFP4 ? 4 : 0) + ceil_div(count, qct::block_of(p.codec)) +
+           ceil_div(count * static_cast<size_t>(qct::element_bits(p.codec)), 8);
   }
   return 0;
 }
@@ -221,7 +228,12 @@ void check_round_trip(const qc_policy_t& p, const std::vector<float>& x,
     default:
       break;
   }
-  const size_t B = is_bucketed(p.codec) ? static_cast<size_t>(p.bucket_size) : std::max<size_t>(n, 1);
+  const size_t B = is_bucketed(p.codec)      ? static_cast<size_t>(p.bucket_size)
+                   : is_block_scaled(p.codec) ? qct::block_of(p.codec)
+                                              : std::max<size_t>(n, 1);
+  double message_max = 0;  // of the finite values (nvfp4's message scale)
+  for (float v : x)
+    if (std::isfinite(v)) message_max = std::max(message_max, std::fabs(static_cast<double>(v)));
   for (size_t b0 = 0; b0 < n; b0 += B) {
     const size_t m = std::min(B, n - b0);
     bool finite = true;
@@ -326,8 +338,20 @@ void check_round_trip(const qc_policy_t& p, const std::vector<float>& x,
         }
         break;
       }
-      default:
+      default: {
+        if (!is_block_scaled(p.codec)) break;
+        // The format's error relative to the block's largest |x|, with the
+        // sign kept (or 0), plus what that leaves out (block_scaled_bound.h).
+        const double bound = qct::block_scaled_bound(p.codec, sto) * maxabs * (1 + 1e-5) +
+                             qct::block_scaled_floor(p.codec, message_max) + slack;
+        for (size_t i = b0; i < b0 + m; ++i) {
+          if (!std::isfinite(y[i])) bound_failure("block-scaled: finite", i, n, x[i], y[i], 0);
+          if (y[i] != 0 && ((y[i] < 0) != (x[i] < 0))) bound_failure("block-scaled keeps the sign", i, n, x[i], y[i], 0);
+          const double d = std::fabs(static_cast<double>(x[i]) - y[i]);
+          if (!(d <= bound)) bound_failure("block-scaled |x-x'| <= format error x block max", i, n, x[i], y[i], bound);
+        }
         break;
+      }
     }
   }
 }
@@ -335,7 +359,7 @@ void check_round_trip(const qc_policy_t& p, const std::vector<float>& x,
 qc_policy_t consume_policy(FuzzedDataProvider& fdp) {
   static const int kBuckets[] = {1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 64, 128, 129, 1000};
   qc_policy_t p = QC_POLICY_INIT;
-  p.codec = static_cast<qc_codec_t>(fdp.ConsumeIntegralInRange<int>(0, 8));
+  p.codec = static_cast<qc_codec_t>(fdp.ConsumeIntegralInRange<int>(0, QC_CODEC_NVFP4));
   p.bits = fdp.ConsumeIntegralInRange<int>(1, 8);
   const uint8_t b = fdp.ConsumeIntegral<uint8_t>();
   p.bucket_size = b < 16 ? kBuckets[b] : (b < 32 ? fdp.ConsumeIntegralInRange<int>(1, 5000) : 32 + b % 97);
@@ -494,8 +518,11 @@ void round_trip(const uint8_t* data, size_t size) {
     QC_FUZZ_CHECK(allowed_decode_status(s), "a damaged message gave %s", qc_status_string(s));
     // minmax/qsgd/onebit/none/casts: any payload bytes are values. (The
     // global codecs also refuse a negative or infinite norm and non-zero
-    // unused code bits; topk checks k and its indices.)
-    if (!header_touched && !is_global(p.codec) && p.codec != QC_CODEC_TOPK)
+    // unused code bits; topk checks k and its indices; the block-scaled
+    // codecs refuse non-zero unused code bits, nvfp4 also a negative or
+    // non-finite message scale and negative block scales.)
+    if (!header_touched && !is_global(p.codec) && p.codec != QC_CODEC_TOPK &&
+        !is_block_scaled(p.codec))
       QC_FUZZ_CHECK(s == QC_SUCCESS, "payload damage of codec %d refused: %s", p.codec, qc_status_string(s));
   }
 }

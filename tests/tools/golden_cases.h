@@ -74,6 +74,18 @@ inline std::vector<GoldenCase> golden_cases() {
       {"golden_global_linear_8_32_nearest_maxabs.bin", QC_CODEC_GLOBAL_LINEAR, 8, kBucket, N,
        0.01f, false, QC_SCALE_MAX_ABS},
       {"golden_topk_r0.1_32_nearest.bin", QC_CODEC_TOPK, 4, kBucket, N, 0.1f, false},
+      // The block-scaled codecs (bits and bucket: the format's, which the
+      // policy does not set). bindings/python/tests/test_mx_reference.py
+      // checks these files against its independent encoder too.
+      {"golden_mxfp8_8_32_nearest.bin", QC_CODEC_MXFP8, 8, 32, N, 0.01f, true},
+      {"golden_mxfp8_8_32_stochastic.bin", QC_CODEC_MXFP8, 8, 32, S, 0.01f, true},
+      {"golden_mxfp8_e5m2_8_32_nearest.bin", QC_CODEC_MXFP8_E5M2, 8, 32, N, 0.01f, true},
+      {"golden_mxfp6_6_32_nearest.bin", QC_CODEC_MXFP6, 6, 32, N, 0.01f, true},
+      {"golden_mxfp6_e3m2_6_32_nearest.bin", QC_CODEC_MXFP6_E3M2, 6, 32, N, 0.01f, true},
+      {"golden_mxfp4_4_32_nearest.bin", QC_CODEC_MXFP4, 4, 32, N, 0.01f, true},
+      {"golden_mxint8_8_32_nearest.bin", QC_CODEC_MXINT8, 8, 32, N, 0.01f, true},
+      {"golden_nvfp4_4_16_nearest.bin", QC_CODEC_NVFP4, 4, 16, N, 0.01f, true},
+      {"golden_nvfp4_4_16_stochastic.bin", QC_CODEC_NVFP4, 4, 16, S, 0.01f, true},
   };
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "block_scaled_bound.h"
 #include "golden_cases.h"
 #include "test_util.h"
 
@@ -47,7 +48,8 @@ bool is_bucketed(qc_codec_t c) {
 }
 bool is_global(qc_codec_t c) { return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP; }
 bool is_cast(qc_codec_t c) { return c == QC_CODEC_FP16 || c == QC_CODEC_BF16; }
-bool is_block_scaled(qc_codec_t c) { return c >= QC_CODEC_MXFP8 && c <= QC_CODEC_NVFP4; }
+using qct::block_scaled_bound;
+using qct::is_block_scaled;
 // Whether bucket_size changes the message (and is swept).
 bool uses_bucket(qc_codec_t c) { return is_bucketed(c); }
 bool is_stochastic(const CodecCase& c) {
@@ -247,26 +249,8 @@ std::vector<size_t> lengths_for(size_t bucket) {
 // Bucket boundaries used by a codec for the error bound (global codecs and
 // topk treat the whole message as one "bucket").
 size_t bound_bucket(const CodecCase& c, size_t bucket, size_t count) {
-  if (is_block_scaled(c.codec)) return c.codec == QC_CODEC_NVFP4 ? 16 : 32;
+  if (is_block_scaled(c.codec)) return qct::block_of(c.codec);
   return uses_bucket(c.codec) ? bucket : std::max<size_t>(count, 1);
-}
-
-// The block-scaled formats' largest error relative to the block's largest
-// |x| (docs/wire-format.md): half a unit of the top binade (a unit when
-// stochastic) or the saturation gap below the scale's 2^(emax+1), the larger.
-// nvfp4: the E4M3 block scale is within 2^-4 of amax/6, and a unit of E2M1's
-// top binade is 2 of its steps.
-double block_scaled_bound(qc_codec_t codec, bool stochastic) {
-  const double k = stochastic ? 2.0 : 1.0;
-  switch (codec) {
-    case QC_CODEC_MXFP8: return std::max(k / 16, 1 - 448.0 / 512);
-    case QC_CODEC_MXFP8_E5M2: return std::max(k / 8, 1 - 57344.0 / 65536);
-    case QC_CODEC_MXFP6: return std::max(k / 16, 1 - 7.5 / 8);
-    case QC_CODEC_MXFP6_E3M2: return std::max(k / 8, 1 - 28.0 / 32);
-    case QC_CODEC_MXFP4: return std::max(k / 4, 1 - 6.0 / 8);
-    case QC_CODEC_MXINT8: return std::max(k / 128, 1 - 127.0 / 128);
-    default: return k * (1 + 1.0 / 16) / 6 + 0.4 / 6;  // nvfp4
-  }
 }
 
 // Expected exact message size for the bucketed codecs:
@@ -381,11 +365,10 @@ std::string check_bound(const CodecCase& c, size_t bucket, const std::vector<flo
       default: {
         if (!is_block_scaled(c.codec)) break;
         // Every element within the format's error of its block's largest
-        // |x|, with its sign (or 0). nvfp4 adds its blocks under E4M3's
-        // normal range: below 2^-13 of the message's largest |x|.
+        // |x|, with its sign (or 0), plus block_scaled_floor.
         double message_max = 0;
         for (float v : x) message_max = std::max(message_max, std::fabs(static_cast<double>(v)));
-        const double floor_term = c.codec == QC_CODEC_NVFP4 ? std::ldexp(message_max, -13) : 0;
+        const double floor_term = qct::block_scaled_floor(c.codec, message_max);
         const double bound = block_scaled_bound(c.codec, sto) * maxabs * (1 + 1e-5) + floor_term + slack;
         for (size_t i = b0; i < b0 + m; ++i) {
           if (!std::isfinite(y[i])) return fail(i, "block-scaled: finite", 0);

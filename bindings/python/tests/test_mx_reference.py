@@ -41,6 +41,7 @@ codec's name yet; those that need ml_dtypes skip without it.
 import math
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -719,6 +720,30 @@ def test_reference_decodes_special_codes():
     y = reference_decode(message(i8, 2, [128], [0x80, 0x7F]), 2)
     assert y.tolist() == [-4.0, 127 / 32]
     assert np.isnan(reference_decode(message(i8, 2, [0xFF], [0, 1]), 2)).all()
+
+
+def golden_files():
+    """(codec, rounding, path) of the block-scaled golden vectors in tests/data
+    (tests/tools/golden_cases.h lists them; make_golden writes them with qc)."""
+    data = Path(__file__).resolve().parents[3] / "tests" / "data"
+    for codec, fmt in FORMATS.items():
+        for rounding in ROUNDINGS:
+            path = data / f"golden_{codec}_{fmt.bits}_{fmt.block}_{rounding}.bin"
+            if path.exists():
+                yield codec, rounding, path
+
+
+def test_golden_vectors_match_reference():
+    """The checked-in golden messages (qc's bytes, which unit.codecs re-encodes
+    on every ISA) are the reference's encoding of the golden input (no qc)."""
+    files = list(golden_files())
+    if not files:
+        pytest.skip("tests/data is not next to this file (an installed copy)")
+    assert {codec for codec, _, _ in files} == set(FORMATS), "a format has no golden vector"
+    x = golden_input()
+    for codec, rounding, path in files:
+        want = reference_encode(FORMATS[codec], x, rounding == "stochastic")
+        assert path.read_bytes() == want, f"{path.name}: {describe_difference(FORMATS[codec], path.read_bytes(), want)}"
 
 
 # ---- 4. refused messages -------------------------------------------------------------------
