@@ -1183,8 +1183,9 @@ QC_API qc_status_t qc_codec_encoded_size(const qc_policy_t* policy, size_t count
  *  as device memory); one of each is QC_ERROR_INVALID_ARGUMENT. On the
  *  device the CUDA kernels write exactly the bytes the CPU writes, for
  *  minmax, qsgd and onebit (float32, float16 or bfloat16 input) and none,
- *  fp16, bf16, global_linear and global_exp (float32 input); topk and the
- *  other dtypes there are QC_ERROR_UNSUPPORTED. The call returns once the
+ *  fp16, bf16, global_linear, global_exp and the block-scaled codecs (MX,
+ *  nvfp4; float32 input); topk and the other dtypes there are
+ *  QC_ERROR_UNSUPPORTED. The call returns once the
  *  message is written. */
 QC_API qc_status_t qc_codec_encode(const qc_policy_t* policy, const void* src, size_t count,
                              qc_dtype_t dtype, void* dst, size_t capacity,

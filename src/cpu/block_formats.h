@@ -26,7 +26,12 @@ struct ElementFormat {
   bool has_inf;
 };
 
-constexpr ElementFormat kE4M3{8, 3, -6, 8, 0x7E, false, true, false};
+// E4M3 by value, for device code (which cannot take a host constant's
+// address): nvfp4's block scale.
+QC_HOST_DEVICE constexpr ElementFormat e4m3_format() {
+  return ElementFormat{8, 3, -6, 8, 0x7E, false, true, false};
+}
+constexpr ElementFormat kE4M3 = e4m3_format();
 constexpr ElementFormat kE5M2{8, 2, -14, 15, 0x7B, false, true, true};
 constexpr ElementFormat kE2M3{6, 3, 0, 2, 0x1F, false, false, false};
 constexpr ElementFormat kE3M2{6, 2, -2, 4, 0x1F, false, false, false};
@@ -130,7 +135,9 @@ QC_HOST_DEVICE inline Pow2Pair pow2_pair(int s) {
 }
 
 // E4M3 of a finite d >= 0 (nvfp4's block scale), nearest-even, saturating.
-QC_HOST_DEVICE inline uint32_t e4m3_scale_code(float d) { return round_element(d, kE4M3, false, 0.0f); }
+QC_HOST_DEVICE inline uint32_t e4m3_scale_code(float d) {
+  return round_element(d, e4m3_format(), false, 0.0f);
+}
 
 constexpr float kNvfp4Range = 2688.0f;  // 448 (E4M3's largest) x 6 (E2M1's)
 constexpr uint8_t kMxNanScale = 0xFF;    // E8M0 NaN
@@ -164,7 +171,7 @@ QC_HOST_DEVICE inline BlockScale block_scale(float amax, bool finite, float S, c
   } else if (a.nvfp4) {
     if (S > 0.0f) {
       bs.byte = static_cast<uint8_t>(e4m3_scale_code((amax / 6.0f) / S));
-      bs.x = element_value(bs.byte, kE4M3) * S;
+      bs.x = element_value(bs.byte, e4m3_format()) * S;
       bs.zero = !(bs.x > 0.0f);
     }
   } else if (amax > 0.0f) {
@@ -185,7 +192,7 @@ struct BlockDecodeScale {
 };
 QC_HOST_DEVICE inline BlockDecodeScale block_decode_scale(uint8_t byte, float S, bool nvfp4) {
   BlockDecodeScale ds;
-  if (nvfp4) ds.x = element_value(byte, kE4M3) * S;  // NaN for byte 0x7F
+  if (nvfp4) ds.x = element_value(byte, e4m3_format()) * S;  // NaN for byte 0x7F
   else if (byte == kMxNanScale) ds.is_nan = true;
   else ds.dec = pow2_pair(static_cast<int>(byte) - 127);
   return ds;

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "cpu/codec_kernels.h"  // cpu::BlockArgs
 #include "cpu/random.h"
 #include "cuda/device_runtime.h"  // device_count, copies
 #include "qc.h"
@@ -63,6 +64,19 @@ Status global_encode(qc_codec_t codec, int bits, bool stochastic, bool max_abs_s
                      size_t count, uint8_t* meta, uint8_t* codes, void* stream);
 Status global_decode(qc_codec_t codec, int bits, const uint8_t* meta, const uint8_t* codes,
                      size_t count, float* dst, bool accumulate, void* stream);
+
+// The block-scaled codecs (MX, nvfp4: core/codecs/codec_block_scaled.h,
+// cpu/block_formats.h): `payload` is the message's payload (nvfp4's f32 S,
+// one scale byte per block, the codes), `args` the codec's kernel arguments
+// (cpu::BlockArgs: format, block, nvfp4, rounding, random stream and the
+// index of element 0). With e != nullptr the encode is error-compensated as
+// the CPU's (z = x + e encoded, e = z - decode(z), 0 in a non-finite block).
+// nvfp4's encode uses the code area as scratch for its message scale first.
+// The decoder trusts the payload: callers check it as the CPU codec does.
+Status block_encode(const cpu::BlockArgs& args, const float* x, float* e, size_t count,
+                    uint8_t* payload, void* stream);
+Status block_decode(const cpu::BlockArgs& args, const uint8_t* payload, size_t count, float* dst,
+                    bool accumulate, void* stream);
 
 // fp16 / bf16 wire casts (codec QC_CODEC_FP16 or QC_CODEC_BF16): out holds
 // count little-endian 16-bit values at any alignment. With e != nullptr the

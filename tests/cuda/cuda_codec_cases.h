@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/codecs/codec_block_scaled.h"
 #include "core/codecs/codec_global.h"
 #include "cpu/codec_kernels.h"
 #include "cpu/dtype_convert.h"
@@ -474,6 +475,119 @@ TEST(CudaGlobal, EdgesMatchTheCpu) {
       std::vector<float> big(10007 / kSizeScale);
       for (size_t i = 0; i < big.size(); ++i) big[i] = magnitude * static_cast<float>(int(i % 7) - 3);
       check_global(codec, 4, false, true, big, ++seed, 0);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// ---- block-scaled codecs (MX, nvfp4) -----------------------------------------------
+
+const qc_codec_t kBlockCodecs[] = {QC_CODEC_MXFP8, QC_CODEC_MXFP8_E5M2, QC_CODEC_MXFP6,
+                                   QC_CODEC_MXFP6_E3M2, QC_CODEC_MXFP4, QC_CODEC_MXINT8,
+                                   QC_CODEC_NVFP4};
+
+// The GPU's payload (scales, codes) and residual against the CPU codec
+// (BlockScaledCodec), then the GPU decoding the CPU's message. The payload
+// sits at an odd address (nvfp4's S and the code words at any alignment).
+void check_block(qc_codec_t codec, bool stochastic, bool ef, const std::vector<float>& x,
+                 uint64_t seed, uint64_t index_base) {
+  const size_t n = x.size();
+  SCOPED_TRACE("codec " + std::to_string(codec) + (stochastic ? " stochastic" : " nearest") +
+               (ef ? " ef" : "") + " count " + std::to_string(n) + " seed " + std::to_string(seed));
+  const qc::BlockScaledCodec ref(codec, stochastic);
+  qc::RandomKey key;
+  key.seed = seed;
+  key.rank = static_cast<uint32_t>(seed % 3);
+  key.stream = seed % 5;
+  key.element_offset = index_base;
+  std::vector<float> e_cpu = make_data(n, Data::kPlain, seed + 7);
+  for (float& v : e_cpu) v *= 0.01f;
+  const std::vector<float> e_in = e_cpu;
+  std::vector<uint8_t> msg(ref.max_encoded_size(n));
+  size_t written = 0;
+  const qc::Status cs = ef ? ref.encode_error_compensated(x.data(), e_cpu.data(), n, key, msg.data(),
+                                                          msg.size(), &written)
+                           : ref.encode(x.data(), n, key, msg.data(), msg.size(), &written);
+  ASSERT_TRUE(cs.is_ok()) << cs.message();
+  const std::vector<uint8_t> want(msg.begin() + 32, msg.end());
+
+  qc::cpu::BlockArgs args = qc::block_kernel_args(codec, stochastic);
+  args.rng = qc::cpu::make_random_stream(key.seed, key.rank, key.stream);
+  args.index_base = index_base;
+  DeviceBytes x_dev(4 * n), e_dev(4 * n), payload(want.size(), 1);
+  x_dev.upload(x.data(), 4 * n);
+  e_dev.upload(e_in.data(), 4 * n);
+  const qc::Status gs =
+      qc::cuda::block_encode(args, reinterpret_cast<float*>(x_dev.data()),
+                             ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n,
+                             payload.data(), nullptr);
+  ASSERT_TRUE(gs.is_ok()) << gs.message();
+  sync();
+  const std::vector<uint8_t> got = payload.contents();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "payload byte " << i << " differs";
+  if (ef) {
+    const long diff = first_float_diff(as_floats(e_dev.contents()), e_cpu);
+    ASSERT_EQ(diff, -1) << "residual element " << diff << " differs";
+  }
+
+  for (bool accumulate : {false, true}) {
+    std::vector<float> out_cpu = make_data(n, Data::kPlain, seed + 9);
+    DeviceBytes out_dev(4 * n), src_dev(want.size(), 3);
+    out_dev.upload(out_cpu.data(), 4 * n);
+    src_dev.upload(want.data(), want.size());
+    const qc::Status ds = accumulate ? ref.decode_accumulate(msg.data(), written, out_cpu.data(), n)
+                                     : ref.decode(msg.data(), written, out_cpu.data(), n);
+    ASSERT_TRUE(ds.is_ok()) << ds.message();
+    const qc::Status gd = qc::cuda::block_decode(args, src_dev.data(), n,
+                                                 reinterpret_cast<float*>(out_dev.data()),
+                                                 accumulate, nullptr);
+    ASSERT_TRUE(gd.is_ok()) << gd.message();
+    sync();
+    const long diff = first_float_diff(as_floats(out_dev.contents()), out_cpu);
+    ASSERT_EQ(diff, -1) << (accumulate ? "accumulated" : "decoded") << " element " << diff;
+  }
+}
+
+TEST(CudaBlockScaled, EveryFormatMatchesTheCpu) {
+  uint64_t seed = 6000;
+  for (qc_codec_t codec : kBlockCodecs)
+    for (bool stochastic : {false, true})
+      for (bool ef : {false, true}) {
+        check_block(codec, stochastic, ef, make_data(10007 / kSizeScale, Data::kPlain, seed), seed, 0);
+        ++seed;
+        if (HasFatalFailure()) return;
+      }
+}
+
+// NaN/Inf blocks, zero blocks, ties, huge values, counts that end inside a
+// block or a code byte, offsets past 2^32 for the random bits, and nvfp4
+// messages large enough for the partial maxima of its message scale.
+TEST(CudaBlockScaled, EdgesMatchTheCpu) {
+  uint64_t seed = 7000;
+  for (qc_codec_t codec : kBlockCodecs) {
+    for (Data data : {Data::kSpecial, Data::kTies, Data::kConstant, Data::kHuge}) {
+      check_block(codec, (seed % 2) == 0, true, make_data(3001 / kSizeScale, data, seed), seed, 0);
+      ++seed;
+      if (HasFatalFailure()) return;
+    }
+    check_block(codec, false, true, std::vector<float>(100, 0.0f), ++seed, 0);
+    if (HasFatalFailure()) return;
+    for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{17}, size_t{33}}) {
+      check_block(codec, true, false, make_data(n, Data::kPlain, ++seed), seed, 0);
+      if (HasFatalFailure()) return;
+    }
+    check_block(codec, true, true, make_data(5000 / kSizeScale, Data::kTies, ++seed), seed,
+                (uint64_t{1} << 32) - 1000);
+    if (HasFatalFailure()) return;
+  }
+  for (bool ef : {false, true}) {
+    check_block(QC_CODEC_NVFP4, false, ef, make_data(40000, Data::kSpecial, ++seed), seed, 0);
+    if (HasFatalFailure()) return;
+    // The message's largest |x| alone at either end (first and last chunk).
+    for (size_t at : {size_t{0}, size_t{39999}}) {
+      std::vector<float> big = make_data(40000, Data::kPlain, ++seed);
+      big[at] = 3e3f;
+      check_block(QC_CODEC_NVFP4, ef, ef, big, seed, 0);
       if (HasFatalFailure()) return;
     }
   }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 
 #include "cuda/device_runtime.h"
 #include "cuda_codec_cases.h"
@@ -48,7 +49,13 @@ TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
                {QC_CODEC_BF16, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
                {QC_CODEC_GLOBAL_LINEAR, 4, 128, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32},
                {QC_CODEC_GLOBAL_EXP, 3, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
-               {QC_CODEC_NONE, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32}};
+               {QC_CODEC_NONE, 4, 128, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_MXFP8, 8, 32, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_MXFP6_E3M2, 6, 32, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32},
+               {QC_CODEC_MXFP4, 4, 32, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32},
+               {QC_CODEC_MXINT8, 8, 32, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_NVFP4, 4, 16, QC_ROUND_NEAREST_EVEN, QC_DTYPE_FLOAT32},
+               {QC_CODEC_NVFP4, 4, 16, QC_ROUND_STOCHASTIC, QC_DTYPE_FLOAT32}};
   for (const Case& c : cases) {
     SCOPED_TRACE("codec " + std::to_string(c.codec) + " bits " + std::to_string(c.bits) +
                  " dtype " + std::to_string(c.dtype));
@@ -79,6 +86,45 @@ TEST(CudaApi, EncodeAndDecodeOnDeviceMemoryMatchTheHost) {
     ASSERT_EQ(qc_codec_decode(msg_dev.data(), written, back_dev.data(), n, QC_DTYPE_FLOAT32), QC_SUCCESS)
         << qc_last_error();
     ASSERT_EQ(first_float_diff(as_floats(back_dev.contents()), back_host), -1);
+  }
+}
+
+// A block-scaled message in device memory gets the CPU decoder's payload
+// checks: nvfp4's message and block scales, the unused bits of the last
+// code byte.
+TEST(CudaApi, DamagedBlockScaledMessagesOnDeviceAreRefused) {
+  const size_t n = 1001;  // 4-bit codes: the last byte's high half is unused
+  const std::vector<float> x = make_data(n, Data::kPlain, 8);
+  for (qc_codec_t codec : {QC_CODEC_NVFP4, QC_CODEC_MXFP4}) {
+    SCOPED_TRACE(std::string("codec ") + std::to_string(codec));
+    qc_policy_t p = QC_POLICY_INIT;
+    p.codec = codec;
+    const std::vector<uint8_t> good = host_encode(p, x.data(), n, QC_DTYPE_FLOAT32);
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> bad;
+    bad.push_back({"unused code bits", good});
+    bad.back().second.back() |= 0x40;
+    if (codec == QC_CODEC_NVFP4) {
+      bad.push_back({"negative block scale", good});
+      bad.back().second[32 + 4 + 7] |= 0x80;
+      bad.push_back({"negative message scale", good});
+      bad.back().second[32 + 3] |= 0x80;
+    }
+    DeviceBytes msg_dev(good.size()), out_dev(4 * n);
+    msg_dev.upload(good.data(), good.size());
+    EXPECT_EQ(qc_codec_decode(msg_dev.data(), good.size(), out_dev.data(), n, QC_DTYPE_FLOAT32),
+              QC_SUCCESS)
+        << qc_last_error();
+    for (const auto& b : bad) {
+      msg_dev.upload(b.second.data(), b.second.size());
+      EXPECT_EQ(qc_codec_decode(msg_dev.data(), b.second.size(), out_dev.data(), n, QC_DTYPE_FLOAT32),
+                QC_ERROR_CORRUPT_DATA)
+          << b.first;
+      std::vector<float> host_out(n);
+      EXPECT_EQ(qc_codec_decode(b.second.data(), b.second.size(), host_out.data(), n,
+                                QC_DTYPE_FLOAT32),
+                QC_ERROR_CORRUPT_DATA)
+          << b.first << " (host)";
+    }
   }
 }
 

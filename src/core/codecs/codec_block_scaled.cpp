@@ -96,7 +96,7 @@ Status BlockScaledCodec::encode_impl(const float* t, float* e, size_t count,
                             " bytes) is too small; the message needs " + std::to_string(need));
   }
   write_wire_header(h, dst);
-  cpu::BlockArgs a = args();
+  cpu::BlockArgs a = block_kernel_args(codec_, stochastic_);
   a.rng = cpu::make_random_stream(key.seed, key.rank, key.stream);
   a.index_base = key.element_offset;
   cpu::kernels().block_encode(t, e, count, a, dst + kWireHeaderBytes);
@@ -104,12 +104,12 @@ Status BlockScaledCodec::encode_impl(const float* t, float* e, size_t count,
   return Status::ok();
 }
 
-cpu::BlockArgs BlockScaledCodec::args() const {
+cpu::BlockArgs block_kernel_args(qc_codec_t codec, bool stochastic) {
   cpu::BlockArgs a;
-  a.format = format_;
-  a.block = block_;
-  a.nvfp4 = nvfp4_;
-  a.stochastic = stochastic_;
+  a.format = format_of(codec);
+  a.nvfp4 = codec == QC_CODEC_NVFP4;
+  a.block = a.nvfp4 ? 16 : 32;
+  a.stochastic = stochastic;
   return a;
 }
 
@@ -129,22 +129,28 @@ Status BlockScaledCodec::check_message(const uint8_t* src, size_t size, size_t c
     return corrupt_data(what + std::to_string(h.payload_bytes) + " payload bytes where " +
                         std::to_string(count) + " elements need " + std::to_string(want));
   }
-  const uint8_t* p = src + kWireHeaderBytes;
-  if (nvfp4_) {
-    const float S = cpu::load_f32(p);
+  return check_block_scaled_payload(codec_, count, src + kWireHeaderBytes, src[size - 1]);
+}
+
+Status check_block_scaled_payload(qc_codec_t codec, size_t count, const uint8_t* scales,
+                                  uint8_t last_byte) {
+  const std::string what = std::string("codec ") + codec_name(codec) + " message: ";
+  const cpu::BlockArgs a = block_kernel_args(codec, false);
+  if (a.nvfp4) {
+    const float S = cpu::load_f32(scales);
     if (!(S >= 0.0f && S <= std::numeric_limits<float>::max())) {
       return corrupt_data(what + "message scale " + std::to_string(S) +
                           " is not a finite value >= 0");
     }
-    const size_t blocks = groups_of(count, block_);
+    const size_t blocks = groups_of(count, a.block);
     for (size_t b = 0; b < blocks; ++b) {
-      if ((p[4 + b] & 0x80u) != 0) {
+      if ((scales[4 + b] & 0x80u) != 0) {
         return corrupt_data(what + "block " + std::to_string(b) + "'s scale is negative");
       }
     }
   }
-  const size_t used_bits = (count % 8) * static_cast<size_t>(format_.bits) % 8;
-  if (used_bits != 0 && (src[size - 1] >> used_bits) != 0) {
+  const size_t used_bits = (count % 8) * static_cast<size_t>(a.format.bits) % 8;
+  if (used_bits != 0 && (last_byte >> used_bits) != 0) {
     return corrupt_data(what + "unused high bits of the last code byte are not zero");
   }
   return Status::ok();
@@ -153,7 +159,7 @@ Status BlockScaledCodec::check_message(const uint8_t* src, size_t size, size_t c
 Status BlockScaledCodec::decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                                      bool accumulate) const {
   QC_RETURN_IF_ERROR(check_message(src, size, count));
-  cpu::kernels().block_decode(src + kWireHeaderBytes, count, args(), dst, accumulate);
+  cpu::kernels().block_decode(src + kWireHeaderBytes, count, block_kernel_args(codec_, stochastic_), dst, accumulate);
   return Status::ok();
 }
 

@@ -20,6 +20,17 @@ namespace qc {
 // True for the codecs this file implements.
 bool is_block_scaled(qc_codec_t codec);
 
+// The kernels' arguments for a block-scaled codec (format, block, nvfp4,
+// rounding), without the random key: the CPU tables' and the CUDA kernels'.
+cpu::BlockArgs block_kernel_args(qc_codec_t codec, bool stochastic);
+
+// The payload checks of a message whose header and size the caller has
+// checked: nvfp4's message scale S (finite, >= 0) and block scales (sign bit
+// clear), at `scales` (the payload's start; MX: not read), and the unused
+// high bits of the last code byte. The decoders run them before writing.
+Status check_block_scaled_payload(qc_codec_t codec, size_t count, const uint8_t* scales,
+                                  uint8_t last_byte);
+
 class BlockScaledCodec final : public Codec {
  public:
   // `codec` must be a block-scaled codec (is_block_scaled).
@@ -50,7 +61,6 @@ class BlockScaledCodec final : public Codec {
   Status decode_impl(const uint8_t* src, size_t size, float* dst, size_t count,
                      bool accumulate) const;
   size_t scale_bytes(size_t count) const;  // S (nvfp4) and the block scales
-  cpu::BlockArgs args() const;             // without the random key
 
   qc_codec_t codec_;
   cpu::ElementFormat format_;

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/checked_math.h"
 #include "core/codecs/codec.h"
+#include "core/codecs/codec_block_scaled.h"
 #include "core/codecs/wire_format.h"
 #include "core/dtype.h"
 #include "core/policy.h"
@@ -21,7 +23,9 @@ bool quantized(qc_codec_t c) {
 bool cast(qc_codec_t c) { return c == QC_CODEC_FP16 || c == QC_CODEC_BF16; }
 bool global(qc_codec_t c) { return c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP; }
 // The codecs with CUDA kernels (the rest run on the host only).
-bool on_device(qc_codec_t c) { return c == QC_CODEC_NONE || quantized(c) || cast(c) || global(c); }
+bool on_device(qc_codec_t c) {
+  return c == QC_CODEC_NONE || quantized(c) || cast(c) || global(c) || is_block_scaled(c);
+}
 
 // The global decoders' checks on the CPU (codec_global.cpp), with the two
 // payload bytes they need read back from the device: the norm is NaN or a
@@ -43,6 +47,23 @@ Status check_global_payload(qc_codec_t c, const WireHeader& h, const uint8_t* pa
     }
   }
   return Status::ok();
+}
+
+// The block-scaled decoders' checks on the CPU (check_block_scaled_payload),
+// with the bytes they read copied back: nvfp4's S and block scales, and the
+// last code byte.
+Status check_block_payload(qc_codec_t c, const WireHeader& h, const uint8_t* payload) {
+  const size_t count = static_cast<size_t>(h.count);
+  std::vector<uint8_t> scales;
+  if (c == QC_CODEC_NVFP4) {
+    scales.resize(4 + groups_of(count, 16));
+    QC_RETURN_IF_ERROR(cuda::copy_to_host(scales.data(), payload, scales.size()));
+  }
+  uint8_t last = 0;
+  if (h.payload_bytes > 0) {
+    QC_RETURN_IF_ERROR(cuda::copy_to_host(&last, payload + h.payload_bytes - 1, 1));
+  }
+  return check_block_scaled_payload(c, count, scales.data(), last);
 }
 
 Status no_kernel(qc_codec_t c, const char* what) {
@@ -80,6 +101,12 @@ Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const voi
     return cuda::global_encode(c, h.bits, stochastic, max_abs_scale, rng, key.element_offset,
                                src32, residual, count, payload, payload + 4, stream);
   }
+  if (is_block_scaled(c)) {
+    cpu::BlockArgs a = block_kernel_args(c, stochastic);
+    a.rng = rng;
+    a.index_base = key.element_offset;
+    return cuda::block_encode(a, src32, residual, count, payload, stream);
+  }
   cuda::DeviceQuantArgs a;
   a.codec = c;
   a.bits = h.bits;
@@ -108,6 +135,9 @@ Status decode_payload_on_device(const WireHeader& h, const uint8_t* payload, flo
   if (cast(c)) return cuda::cast_decode(c, payload, count, out, accumulate, stream);
   if (global(c)) {
     return cuda::global_decode(c, h.bits, payload, payload + 4, count, out, accumulate, stream);
+  }
+  if (is_block_scaled(c)) {
+    return cuda::block_decode(block_kernel_args(c, false), payload, count, out, accumulate, stream);
   }
   return cuda::quant_decode(c, payload, payload + meta_bytes(h), count, h.bits, h.bucket_size, out,
                             accumulate, stream);
@@ -168,6 +198,7 @@ Status decode_message_on_device(const uint8_t* src, size_t size, void* dst, size
   }
   const uint8_t* payload = src + kWireHeaderBytes;
   if (global(c)) QC_RETURN_IF_ERROR(check_global_payload(c, h, payload));
+  if (is_block_scaled(c)) QC_RETURN_IF_ERROR(check_block_payload(c, h, payload));
   QC_RETURN_IF_ERROR(decode_payload_on_device(h, payload, static_cast<float*>(dst), false, nullptr));
   return cuda::synchronize(nullptr);
 }

@@ -5,8 +5,8 @@
 // message (or the decoded values) is in device memory.
 //
 // Covered: minmax, qsgd and onebit (float32, float16 or bfloat16 input),
-// fp16, bf16, global_linear, global_exp and none (float32 input); float32
-// output. topk and the other dtypes are QC_ERROR_UNSUPPORTED with a message
+// fp16, bf16, global_linear, global_exp, the block-scaled codecs (MX,
+// nvfp4) and none (float32 input); float32 output. topk and the other dtypes are QC_ERROR_UNSUPPORTED with a message
 // saying to pass host memory.
 #pragma once
 
@@ -30,8 +30,8 @@ namespace qc {
 // is error-compensated in the same pass (z = src + residual encoded,
 // residual = z - decode(z)); codec none refuses it.
 // The header's fields are trusted: decode callers check them first (as
-// decode_message_on_device does), and the global codecs' payload checks are
-// theirs too.
+// decode_message_on_device does), and the global and block-scaled codecs'
+// payload checks are theirs too.
 Status encode_payload_on_device(const WireHeader& h, qc_dtype_t dtype, const void* src,
                                 const RandomKey& key, float* residual, uint8_t* payload,
                                 void* stream);
