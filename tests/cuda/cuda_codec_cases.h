@@ -573,19 +573,23 @@ TEST(CudaBlockScaled, EdgesMatchTheCpu) {
     check_block(codec, false, true, std::vector<float>(100, 0.0f), ++seed, 0);
     if (HasFatalFailure()) return;
     for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{17}, size_t{33}}) {
-      check_block(codec, true, false, make_data(n, Data::kPlain, ++seed), seed, 0);
+      ++seed;
+      check_block(codec, true, false, make_data(n, Data::kPlain, seed), seed, 0);
       if (HasFatalFailure()) return;
     }
-    check_block(codec, true, true, make_data(5000 / kSizeScale, Data::kTies, ++seed), seed,
+    ++seed;
+    check_block(codec, true, true, make_data(5000 / kSizeScale, Data::kTies, seed), seed,
                 (uint64_t{1} << 32) - 1000);
     if (HasFatalFailure()) return;
   }
   for (bool ef : {false, true}) {
-    check_block(QC_CODEC_NVFP4, false, ef, make_data(40000, Data::kSpecial, ++seed), seed, 0);
+    ++seed;
+    check_block(QC_CODEC_NVFP4, false, ef, make_data(40000, Data::kSpecial, seed), seed, 0);
     if (HasFatalFailure()) return;
     // The message's largest |x| alone at either end (first and last chunk).
     for (size_t at : {size_t{0}, size_t{39999}}) {
-      std::vector<float> big = make_data(40000, Data::kPlain, ++seed);
+      ++seed;
+      std::vector<float> big = make_data(40000, Data::kPlain, seed);
       big[at] = 3e3f;
       check_block(QC_CODEC_NVFP4, ef, ef, big, seed, 0);
       if (HasFatalFailure()) return;
