@@ -112,6 +112,21 @@ def fail_worker(exc_text):
     os._exit(1)
 
 
+def finish_worker():
+    """A worker that succeeded: end the process now, its results written.
+
+    torch 2.15 with the gloo backend can abort a process in its C++ teardown at
+    exit ("terminate called without an active exception", no Python frame left):
+    2 of 10 runs of plain DDP over gloo on 4 ranks here, without qc in the
+    picture. Leaving with os._exit skips that teardown. Under mpirun the
+    interpreter's exit stays (mpi4py finalizes MPI there)."""
+    if launched_by_mpi():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 # ---- data and model -----------------------------------------------------------------
 
 def load_digits_tensors(seed):

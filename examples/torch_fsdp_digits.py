@@ -240,6 +240,7 @@ def main(argv=None):
         except BaseException:  # noqa: BLE001 - end every rank, not just this one
             import traceback
             dc.fail_worker(traceback.format_exc())
+        dc.finish_worker()
         return 0
     return driver(args)
 
