@@ -118,6 +118,11 @@ QC_TI VF negate_where(VM m, VF v) {
   return {_mm256_xor_ps(v.a, _mm256_and_ps(_mm256_castsi256_ps(m.a), s)),
           _mm256_xor_ps(v.b, _mm256_and_ps(_mm256_castsi256_ps(m.b), s))};
 }
+// Lane k of m as bit k.
+QC_TI uint32_t mask_bits(VM m) {
+  return static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m.a))) |
+         static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(m.b))) << 8;
+}
 QC_TI uint32_t nonfinite_bits(VF z) {
   const __m256 da = _mm256_sub_ps(z.a, z.a);  // NaN exactly for NaN and +-Inf
   const __m256 db = _mm256_sub_ps(z.b, z.b);
@@ -133,6 +138,8 @@ QC_TI VI add_i(VI x, VI y) { return {_mm256_add_epi32(x.a, y.a), _mm256_add_epi3
 QC_TI VI sub_i(VI x, VI y) { return {_mm256_sub_epi32(x.a, y.a), _mm256_sub_epi32(x.b, y.b)}; }
 QC_TI VI shr23_i(VI x) { return {_mm256_srli_epi32(x.a, 23), _mm256_srli_epi32(x.b, 23)}; }
 QC_TI VI shl23_i(VI x) { return {_mm256_slli_epi32(x.a, 23), _mm256_slli_epi32(x.b, 23)}; }
+template <int N>
+QC_TI VI shr_i(VI x) { return {_mm256_srli_epi32(x.a, N), _mm256_srli_epi32(x.b, N)}; }
 template <int Cmp>
 QC_TI VM cmp_f(VF x, VF y) {
   return {_mm256_castps_si256(_mm256_cmp_ps(x.a, y.a, Cmp)),
@@ -159,22 +166,27 @@ QC_TI VF lut32(VI idx, VF t0, VF t1) {
   return {a, b};
 }
 QC_TI VI max_i(VI x, VI y) { return {_mm256_max_epi32(x.a, y.a), _mm256_max_epi32(x.b, y.b)}; }
+QC_TI VI min_i(VI x, VI y) { return {_mm256_min_epi32(x.a, y.a), _mm256_min_epi32(x.b, y.b)}; }
 QC_TI VI sra1_i(VI x) { return {_mm256_srai_epi32(x.a, 1), _mm256_srai_epi32(x.b, 1)}; }
 // Lane j: the largest lane of r[j] (signed int32), for 16 rows at once: each
 // level halves the rows and doubles the rows per register (128-, 64-, then
 // 32-bit groups), and a final permutation puts row j in lane j.
 QC_TI VI hmax_rows16(const VI* r) {
   __m256i m[16], n[8], o[4], w[2];
+#pragma GCC unroll 16
   for (int j = 0; j < 16; ++j) m[j] = _mm256_max_epi32(r[j].a, r[j].b);
+#pragma GCC unroll 16
   for (int p = 0; p < 8; ++p) {  // 128-bit half h: row 2p + h
     n[p] = _mm256_max_epi32(_mm256_permute2x128_si256(m[2 * p], m[2 * p + 1], 0x20),
                             _mm256_permute2x128_si256(m[2 * p], m[2 * p + 1], 0x31));
   }
+#pragma GCC unroll 16
   for (int q = 0; q < 4; ++q) {  // half h: rows 4q + h (lanes 0-1), 4q + 2 + h (2-3)
     o[q] = _mm256_max_epi32(_mm256_unpacklo_epi64(n[2 * q], n[2 * q + 1]),
                             _mm256_unpackhi_epi64(n[2 * q], n[2 * q + 1]));
   }
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+#pragma GCC unroll 16
   for (int h = 0; h < 2; ++h) {  // half g: rows 8h + g, 8h + 2 + g, 8h + 4 + g, 8h + 6 + g
     const __m256 x = _mm256_castsi256_ps(o[2 * h]), y = _mm256_castsi256_ps(o[2 * h + 1]);
     w[h] = _mm256_permutevar8x32_epi32(

@@ -90,6 +90,8 @@ QC_TI VF negate_where(VM m, VF v) {
   return _mm512_castsi512_ps(_mm512_mask_xor_epi32(_mm512_castps_si512(v), m,
                                                    _mm512_castps_si512(v), s));
 }
+// Lane k of m as bit k.
+QC_TI uint32_t mask_bits(VM m) { return static_cast<uint32_t>(m); }
 QC_TI uint32_t nonfinite_bits(VF z) {
   const VF d = _mm512_sub_ps(z, z);  // NaN exactly for NaN and +-Inf
   return _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
@@ -103,6 +105,8 @@ QC_TI VI add_i(VI a, VI b) { return _mm512_add_epi32(a, b); }
 QC_TI VI sub_i(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 QC_TI VI shr23_i(VI a) { return _mm512_srli_epi32(a, 23); }
 QC_TI VI shl23_i(VI a) { return _mm512_slli_epi32(a, 23); }
+template <int N>
+QC_TI VI shr_i(VI a) { return _mm512_srli_epi32(a, N); }
 QC_TI VM lt_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 QC_TI VM ge_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 QC_TI VM eq_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
@@ -113,20 +117,24 @@ QC_TI VM or_m(VM a, VM b) { return static_cast<VM>(a | b); }
 QC_TI VF lut16(VI idx, VF t) { return _mm512_permutexvar_ps(idx, t); }
 QC_TI VF lut32(VI idx, VF t0, VF t1) { return _mm512_permutex2var_ps(t0, idx, t1); }
 QC_TI VI max_i(VI a, VI b) { return _mm512_max_epi32(a, b); }
+QC_TI VI min_i(VI a, VI b) { return _mm512_min_epi32(a, b); }
 QC_TI VI sra1_i(VI a) { return _mm512_srai_epi32(a, 1); }
 // Lane j: the largest lane of r[j] (signed int32), for 16 rows at once: each
 // level halves the rows and doubles the rows per register (256-, 128-,
 // 64-bit, then 32-bit groups), and a final permutation puts row j in lane j.
 QC_TI VI hmax_rows16(const VI* r) {
   VI a[8], b[4], c[2];
+#pragma GCC unroll 16
   for (int p = 0; p < 8; ++p) {
     a[p] = _mm512_max_epi32(_mm512_shuffle_i32x4(r[2 * p], r[2 * p + 1], 0x44),
                             _mm512_shuffle_i32x4(r[2 * p], r[2 * p + 1], 0xEE));
   }
+#pragma GCC unroll 16
   for (int q = 0; q < 4; ++q) {  // quarter k: row 4q + k
     b[q] = _mm512_max_epi32(_mm512_shuffle_i32x4(a[2 * q], a[2 * q + 1], 0x88),
                             _mm512_shuffle_i32x4(a[2 * q], a[2 * q + 1], 0xDD));
   }
+#pragma GCC unroll 16
   for (int h = 0; h < 2; ++h) {  // quarter k: rows 8h + k (lanes 0-1), 8h + 4 + k (2-3)
     c[h] = _mm512_max_epi32(_mm512_unpacklo_epi64(b[2 * h], b[2 * h + 1]),
                             _mm512_unpackhi_epi64(b[2 * h], b[2 * h + 1]));
@@ -197,9 +205,8 @@ QC_TI uint64_t pack_codes(VI c) {
     const __m128i d = _mm_madd_epi16(w, _mm_set1_epi32(0x00100001));  // .. | c2 << 4 | c3 << 6
     return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_cvtepi32_epi8(d)));
   } else {
-    const __m128i b = _mm512_cvtepi32_epi8(c);
-    const __m128i w = _mm_maddubs_epi16(b, _mm_set1_epi16(0x1001));  // c0 | c1 << 4
-    return static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(w, w)));
+    const __m512i w = _mm512_or_si512(c, _mm512_srli_epi64(c, 28));  // c0 | c1 << 4
+    return static_cast<uint64_t>(_mm_cvtsi128_si64(_mm512_cvtepi64_epi8(w)));
   }
 }
 

@@ -95,6 +95,19 @@ QC_TI void emit_codes(BitOut& o, VI c, size_t nvalid, int q) {
   }
 }
 
+// Appends 16 codes of Q bits to a stream at a byte boundary (o.used == 0),
+// as 16 Q / 8 whole bytes: the block-scaled encoders' whole blocks.
+template <int Q>
+QC_TI void emit_whole(BitOut& o, VI c) {
+  if constexpr (Q == 4) {
+    const uint64_t v = pack_codes<4>(c);
+    std::memcpy(o.p, &v, 8);
+    o.p += 8;
+  } else {
+    emit_codes<Q>(o, c, 16, Q);
+  }
+}
+
 // ---- bitstream reader --------------------------------------------------------
 
 // 64 bits of the stream starting at bit `bitpos` (bits past the end read 0).
@@ -1001,6 +1014,7 @@ void global_decode_v(const uint8_t* codes, size_t count, int bits, bool exponent
 struct BlockConsts {
   VF two_emin, mant_scale, max_code, largest;
   VI exp_base, sign_bit, ulp_base, emin_bits;
+  VF values;  // the 4-bit formats: element_value of the codes 0..15
 };
 
 template <const ElementFormat& F>
@@ -1014,6 +1028,11 @@ QC_TI BlockConsts block_consts() {
   c.sign_bit = set1_i(static_cast<int32_t>(1u << (F.bits - 1)));
   c.ulp_base = set1_i(F.mbits);        // 2^(e - m) = float bits (ebits - m) << 23
   c.emin_bits = set1_i(127 + F.emin);
+  alignas(64) float v[16] = {};
+  if constexpr (F.bits == 4) {
+    for (uint32_t code = 0; code < 16; ++code) v[code] = element_value(code, F);
+  }
+  c.values = loadu(v);
   return c;
 }
 
@@ -1029,6 +1048,21 @@ QC_TI VI block_quant(VF q, const BlockConsts& k, VF u, VF* value) {
     // + 0 turns a -0 into the +0 that code 0 decodes to (INT8 has no -0)
     *value = mul(add(r, zero_f()), set1(0.015625f));
     return and_i(cvtt(r), set1_i(0xFF));
+  } else if constexpr (F.bits == 4 && !SR) {
+    // E2M1 nearest-even on the bits of a = |q|. From 1 up (exponent
+    // field >= 127) the code is the exponent and the first mantissa bit
+    // after rounding the float to one mantissa bit in the integers:
+    // (A + 2^21 - 1 + bit 22) >> 22, less 252 for 1.0's 254. Below 1 it is
+    // rint(2a), which adding 2^22 3/2 (ulp 1/2) does in the float unit.
+    const VI qb = bits_of(q);
+    const VI A = and_i(qb, set1_i(0x7fffffff));
+    const VI up = add_i(and_i(shr_i<22>(A), set1_i(1)), set1_i(0x1FFFFF - (252 << 22)));
+    const VI normal = min_i(shr_i<22>(add_i(A, up)), set1_i(7));
+    const VI small = sub_i(bits_of(add(float_of(A), set1(6291456.0f))), set1_i(0x4AC00000));
+    const VI c = or_i(select_i(lt_f(float_of(A), set1(1.0f)), small, normal),
+                      and_i(shr_i<28>(qb), set1_i(8)));
+    *value = lut16(c, k.values);
+    return c;
   } else {
     const VF a = abs_f(q);
     const VI ebits = shr23_i(bits_of(vmax_(a, k.two_emin)));  // e + 127, e >= emin
@@ -1142,30 +1176,50 @@ QC_TI bool fast_block_scale(float amax, float S, uint8_t* byte, VecScale* s) {
   return true;
 }
 
-// 16 whole blocks from block b: their largest |z| (as int32 bits, which
-// order like the floats) in one pass and one 16-row reduction, their scales
+// 16 floats to and from bytes at any alignment (nvfp4's parked amax).
+QC_TI void storeu_bytes64(uint8_t* p, VF v) {
+  alignas(64) float f[16];
+  store_a(f, v);
+  std::memcpy(p, f, 64);
+}
+QC_TI VF loadu_bytes64(const uint8_t* p) {
+  alignas(64) float f[16];
+  std::memcpy(f, p, 64);
+  return loadu(f);
+}
+
+// The largest |z| of the 16 whole blocks from block b, as int32 bits (which
+// order like the floats): one pass and one 16-row reduction.
+template <size_t B, bool HE>
+QC_TI VI chunk_amax_bits(const float* t, const float* e, size_t b) {
+  constexpr size_t V = B / 16;
+  VI rows[16];
+#pragma GCC unroll 16
+  for (size_t j = 0; j < 16; ++j) {
+    VI m = and_i(bits_of(load_z(t, HE ? e : nullptr, (b + j) * B, 16)), set1_i(0x7fffffff));
+    for (size_t v = 1; v < V; ++v) {
+      m = max_i(m, and_i(bits_of(load_z(t, HE ? e : nullptr, (b + j) * B + 16 * v, 16)),
+                         set1_i(0x7fffffff)));
+    }
+    rows[j] = m;
+  }
+  return hmax_rows16(rows);
+}
+
+// 16 whole blocks from block b: their largest |z| (amax_bits; nvfp4's first
+// pass found them, the MX formats' chunk_amax_bits here), their scales
 // computed 16 at a time, then each block's codes. A block that
 // fast_block_scale would refuse (zero, non-finite; nvfp4: a zero scale)
 // goes through block_encode_any, which also rewrites its scale byte.
 template <const ElementFormat& F, bool NV, bool SR, bool HE>
-QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, float S,
-                              const BlockConsts& k, const BlockConsts& k_scale,
+QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, VI amax_bits,
+                              float S, const BlockConsts& k, const BlockConsts& k_scale,
                               const BlockArgs& a, uint8_t* scales) {
   constexpr size_t B = NV ? 16 : 32;
   constexpr size_t V = B / 16;
   const float* const ez = HE ? e : nullptr;
   const size_t c0 = b * B;
-  VI rows[16];
-  for (size_t j = 0; j < 16; ++j) {
-    VI m = zero_i();
-    for (size_t v = 0; v < V; ++v) {
-      m = max_i(m, and_i(bits_of(load_z(t, ez, c0 + j * B + 16 * v, 16)), set1_i(0x7fffffff)));
-    }
-    rows[j] = m;
-  }
-  const VI amax_bits = hmax_rows16(rows);
-  alignas(64) float amax[16], f1[16], f2[16], d1[16], d2[16];
-  store_a(amax, float_of(amax_bits));
+  alignas(64) float f1[16], f2[16], d1[16], d2[16];
   if constexpr (NV) {
     // block_scale's e4m3_scale_code((amax / 6) / S) and element_value(code) S
     VF value;
@@ -1184,11 +1238,15 @@ QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, flo
     store_a(d1, float_of(shl23_i(add_i(da, bias))));
     store_a(d2, float_of(shl23_i(add_i(sub_i(s, da), bias))));
   }
+  // The blocks fast_block_scale would accept: amax finite and non-zero
+  // (nvfp4: and a non-zero x).
+  const VF amax_v = float_of(amax_bits);
+  uint32_t fast = mask_bits(and_m(lt_f(zero_f(), amax_v),
+                                  lt_f(amax_v, set1(std::numeric_limits<float>::infinity()))));
+  if constexpr (NV) fast = S > 0.0f ? fast & mask_bits(lt_f(zero_f(), loadu(f1))) : 0;
   for (size_t j = 0; j < 16; ++j) {
     const size_t b0 = c0 + j * B;
-    bool fast = amax[j] > 0.0f && amax[j] <= std::numeric_limits<float>::max();
-    if constexpr (NV) fast = fast && S > 0.0f && f1[j] > 0.0f;
-    if (!fast) {
+    if ((fast >> j & 1u) == 0) {
       block_encode_any<F, NV, SR, HE>(o, t, e, b0, B, S, k, a, scales + b + j);
       continue;
     }
@@ -1198,7 +1256,7 @@ QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, flo
       const VF z = load_z(t, ez, b0 + 16 * v, 16);
       VF decoded;
       const VI c = block_codes<F, NV, SR>(z, s, k, a, a.index_base + b0 + 16 * v, &decoded);
-      emit_codes<F.bits>(o, c, 16, F.bits);
+      emit_whole<F.bits>(o, c);
       if (HE) storeu(e + b0 + 16 * v, sub(z, decoded));
     }
   }
@@ -1212,26 +1270,44 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
   constexpr size_t V = B / 16;
   const BlockConsts k = block_consts<F>();
   float* const ez = HE ? e : nullptr;
-  uint8_t* p = payload;
+  uint8_t* p = payload + (NV ? 4 : 0);
+  const size_t blocks = count == 0 ? 0 : (count - 1) / B + 1;
+  uint8_t* scales = p;
+  uint8_t* const codes = p + blocks;
+  const size_t chunks = count / (16 * B);  // of 16 whole blocks
   float S = 0.0f;
   if constexpr (NV) {
-    VF vm = zero_f();
+    // S needs every value first. This pass also finds each chunk's block
+    // amax and parks them in the chunk's code bytes (16 x 4 of its 128),
+    // which the second pass reads just before it writes the codes there.
     const VF inf = set1(std::numeric_limits<float>::infinity());
-    for (size_t i = 0; i < count; i += 16) {
+    VF vm = zero_f();
+    for (size_t ch = 0; ch < chunks; ++ch) {
+      const VF m = float_of(chunk_amax_bits<B, HE>(t, e, 16 * ch));
+      storeu_bytes64(codes + ch * 16 * B * Q / 8, m);
+      if (mask_bits(lt_f(m, inf)) == 0xFFFFu) {
+        vm = vmax_(vm, m);
+        continue;
+      }
+      for (size_t i = ch * 16 * B; i < (ch + 1) * 16 * B; i += 16) {  // the finite values only
+        const VF mi = abs_f(load_z(t, ez, i, 16));
+        vm = vmax_(vm, select(lt_f(mi, inf), mi, zero_f()));
+      }
+    }
+    for (size_t i = chunks * 16 * B; i < count; i += 16) {
       const VF m = abs_f(load_z(t, ez, i, count - i));
       vm = vmax_(vm, select(lt_f(m, inf), m, zero_f()));  // the finite values only
     }
     S = hmax(vm) / kNvfp4Range;
-    put_f32(p, S);
-    p += 4;
+    put_f32(payload, S);
   }
-  const size_t blocks = count == 0 ? 0 : (count - 1) / B + 1;
-  uint8_t* scales = p;
-  BitOut o{p + blocks, p + blocks + codes_bytes(count, Q), 0, 0};
+  BitOut o{codes, codes + codes_bytes(count, Q), 0, 0};
   size_t b = 0;
   const BlockConsts k_scale = block_consts<kE4M3>();
-  for (; (b + 16) * B <= count; b += 16) {
-    block_encode_chunk<F, NV, SR, HE>(o, t, e, b, S, k, k_scale, a, scales);
+  for (; b < 16 * chunks; b += 16) {
+    const VI amax_bits =
+        NV ? bits_of(loadu_bytes64(o.p)) : chunk_amax_bits<B, HE>(t, e, b);
+    block_encode_chunk<F, NV, SR, HE>(o, t, e, b, amax_bits, S, k, k_scale, a, scales);
   }
   for (; (b + 1) * B <= count; ++b) {
     const size_t b0 = b * B;
