@@ -736,6 +736,9 @@ class Comm:
         - optional ``wait(handle, timeout) -> bool``: as test, but may block up to
           ``timeout`` seconds (at most 0.1: qc checks its deadline in between);
         - optional ``cancel(handle)``: qc gives up on the transfer (its call failed);
+          after it returns the transport must not touch the memoryview again.
+          Without it qc keeps such a transfer (its handle and its memory) until
+          ``close()``, since the transport may still be moving its bytes;
         - optional ``abort(status, reason)``: this rank's call failed and the group is
           broken; tell the peers so that they fail promptly.
 

@@ -708,6 +708,10 @@ class ProcessGroupTransport:
     new_group calls), so it never meets the program's own messages. Ranks are the
     group's (0..size-1), mapped to global ranks for torch. CPU memory only: qc stages
     what it sends, so this works whatever device the gradients are on.
+
+    gloo cannot cancel a posted transfer, so this transport has no ``cancel``: after a
+    failed call qc keeps the memory of its unfinished transfers until the communicator
+    is closed, in case gloo still moves their bytes.
     """
 
     def __init__(self, group: Any = None):

@@ -97,13 +97,15 @@ int cb_wait(void* context, void* handle, double timeout_seconds, int* done) {
   });
 }
 
+// Only for a transport with cancel(): after it returns, qc frees the
+// transfer's memory at once.
 void cb_cancel(void* context, void* handle) {
   (void)guarded(context, "cancel", [&](PyTransport& self) {
     auto it = self.transfers.find(reinterpret_cast<uintptr_t>(handle));
     if (it == self.transfers.end()) return;
     py::object h = std::move(it->second);
     self.transfers.erase(it);
-    if (!self.cancel.is_none()) self.cancel(h);
+    self.cancel(h);
   });
 }
 
@@ -156,7 +158,10 @@ std::string make_transport_callbacks(py::handle transport, int rank, int size, b
   callbacks->post_recv = cb_post_recv;
   callbacks->test = cb_test;
   if (!self->wait.is_none()) callbacks->wait = cb_wait;
-  callbacks->cancel = cb_cancel;  // always: it also drops qc's reference to the handle
+  // Without cancel() a transfer cannot be stopped (gloo's isend/irecv): qc
+  // then keeps an abandoned one's memory, and this side its handle, until
+  // destroy, rather than free memory the transport may still write.
+  if (!self->cancel.is_none()) callbacks->cancel = cb_cancel;
   callbacks->abort = cb_abort;
   callbacks->error_message = cb_error_message;
   callbacks->destroy = cb_destroy;

@@ -6,8 +6,10 @@ size (anything else raises), and a send is done only once its receiver has
 copied it, so qc must keep a send's memory alive until then.
 """
 
+import gc
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -34,6 +36,8 @@ class _Transfer:
 
 
 class MailboxTransport:
+    transfer_type = _Transfer
+
     def __init__(self, box, rank, fail_send=False, with_wait=False):
         self.box, self.rank, self.size = box, rank, box.size
         self.fail_send = fail_send
@@ -46,14 +50,14 @@ class MailboxTransport:
     def post_send(self, peer, data):
         if self.fail_send:
             raise ConnectionError(f"link to rank {peer} is down")
-        t = _Transfer(True, peer, data)
+        t = self.transfer_type(True, peer, data)
         with self.box.lock:
             self.box.queues[(self.rank, peer)].append(t)
         return t
 
     def post_recv(self, peer, data):
         assert not data.readonly
-        return _Transfer(False, peer, data)
+        return self.transfer_type(False, peer, data)
 
     def test(self, t):
         self.tests += 1
@@ -199,6 +203,55 @@ def test_timeout_aborts_and_cancels():
         assert t.cancels > 0
     for c in comms:
         c.close()
+
+
+class _WatchedTransfer(_Transfer):
+    __slots__ = ("__weakref__",)
+
+
+class NoCancelTransport(MailboxTransport):
+    """A transport that cannot stop a transfer once posted (as gloo's isend and
+    irecv): it has no cancel(). Remembers every transfer it handed out."""
+
+    cancel = None
+    transfer_type = _WatchedTransfer
+
+    def __init__(self, box, rank):
+        super().__init__(box, rank)
+        self.handles = []
+
+    def post_send(self, peer, data):
+        t = super().post_send(peer, data)
+        self.handles.append(weakref.ref(t))
+        return t
+
+    def post_recv(self, peer, data):
+        t = super().post_recv(peer, data)
+        self.handles.append(weakref.ref(t))
+        return t
+
+
+def test_unfinished_transfers_are_kept_until_close_without_cancel():
+    # Without cancel() the transport may still write into a receive's memory
+    # after qc's call failed, so qc keeps the transfer and its memory until
+    # close instead of freeing them at the failure.
+    box = Mailbox(3)
+    transports = [NoCancelTransport(box, r) for r in range(3)]
+    comms = [qc.Comm.from_transport(t, timeout=0.3) for t in transports]
+    results = run_ranks(comms[:2], lambda c: c.allreduce(np.ones(4096, np.float32)))
+    assert all(isinstance(r, (qc.QcTimeoutError, qc.TransportError)) for r in results)
+    gc.collect()
+    refs = [w for t in transports[:2] for w in t.handles]
+    pending = [w() for w in refs if w() is not None and not w().send and not w().done]
+    assert pending, "qc let go of its unfinished receives when the call failed"
+    for t in pending:
+        t.data[:] = bytes(t.data.nbytes)  # the late write a transport may do: still qc's memory
+    del pending, t
+    for c in comms:
+        c.close()
+    box.queues.clear()  # the sends rank 2 never took
+    gc.collect()
+    assert all(w() is None for w in refs)  # close let go of every transfer
 
 
 def test_bad_transports_are_refused():
