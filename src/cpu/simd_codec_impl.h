@@ -1155,27 +1155,6 @@ __attribute__((noinline)) QC_T void block_encode_any(BitOut& o, const float* t, 
   }
 }
 
-// The scale of a whole block whose largest |z| is finite: false where
-// block_scale would make it a zero block (the caller takes block_encode_any).
-template <const ElementFormat& F, bool NV>
-QC_TI bool fast_block_scale(float amax, float S, uint8_t* byte, VecScale* s) {
-  if (!(amax > 0.0f)) return false;
-  if constexpr (NV) {
-    if (!(S > 0.0f)) return false;
-    const uint32_t code = e4m3_scale_code((amax / 6.0f) / S);
-    const float x = element_value(code, kE4M3) * S;
-    if (!(x > 0.0f)) return false;
-    *byte = static_cast<uint8_t>(code);
-    *s = {set1(x), set1(1.0f), set1(x), set1(1.0f)};
-  } else {
-    const int e = mx_scale_exponent(amax, F);
-    *byte = static_cast<uint8_t>(e + 127);
-    const Pow2Pair enc = pow2_pair(-e), dec = pow2_pair(e);
-    *s = {set1(enc.first), set1(enc.second), set1(dec.first), set1(dec.second)};
-  }
-  return true;
-}
-
 // 16 floats to and from bytes at any alignment (nvfp4's parked amax).
 QC_TI void storeu_bytes64(uint8_t* p, VF v) {
   alignas(64) float f[16];
@@ -1188,14 +1167,19 @@ QC_TI VF loadu_bytes64(const uint8_t* p) {
   return loadu(f);
 }
 
-// The largest |z| of the 16 whole blocks from block b, as int32 bits (which
-// order like the floats): one pass and one 16-row reduction.
+// The largest |z| of the nb <= 16 whole blocks from block b, as int32 bits
+// (which order like the floats; lanes >= nb 0): one pass and one 16-row
+// reduction.
 template <size_t B, bool HE>
-QC_TI VI chunk_amax_bits(const float* t, const float* e, size_t b) {
+QC_TI VI chunk_amax_bits(const float* t, const float* e, size_t b, size_t nb) {
   constexpr size_t V = B / 16;
   VI rows[16];
 #pragma GCC unroll 16
   for (size_t j = 0; j < 16; ++j) {
+    if (j >= nb) {
+      rows[j] = zero_i();
+      continue;
+    }
     VI m = and_i(bits_of(load_z(t, HE ? e : nullptr, (b + j) * B, 16)), set1_i(0x7fffffff));
     for (size_t v = 1; v < V; ++v) {
       m = max_i(m, and_i(bits_of(load_z(t, HE ? e : nullptr, (b + j) * B + 16 * v, 16)),
@@ -1206,15 +1190,15 @@ QC_TI VI chunk_amax_bits(const float* t, const float* e, size_t b) {
   return hmax_rows16(rows);
 }
 
-// 16 whole blocks from block b: their largest |z| (amax_bits; nvfp4's first
-// pass found them, the MX formats' chunk_amax_bits here), their scales
-// computed 16 at a time, then each block's codes. A block that
-// fast_block_scale would refuse (zero, non-finite; nvfp4: a zero scale)
-// goes through block_encode_any, which also rewrites its scale byte.
+// nb <= 16 whole blocks from block b: their largest |z| (amax_bits; for
+// whole chunks nvfp4's first pass found them, else chunk_amax_bits), their
+// scales computed 16 at a time, then each block's codes. A zero or
+// non-finite block (nvfp4: one whose scale rounds to zero) goes through
+// block_encode_any, which also rewrites its scale byte.
 template <const ElementFormat& F, bool NV, bool SR, bool HE>
-QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, VI amax_bits,
-                              float S, const BlockConsts& k, const BlockConsts& k_scale,
-                              const BlockArgs& a, uint8_t* scales) {
+QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, size_t nb,
+                              VI amax_bits, float S, const BlockConsts& k,
+                              const BlockConsts& k_scale, const BlockArgs& a, uint8_t* scales) {
   constexpr size_t B = NV ? 16 : 32;
   constexpr size_t V = B / 16;
   const float* const ez = HE ? e : nullptr;
@@ -1224,12 +1208,12 @@ QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, VI 
     // block_scale's e4m3_scale_code((amax / 6) / S) and element_value(code) S
     VF value;
     const VF r = div(div(float_of(amax_bits), set1(6.0f)), set1(S));
-    store_bytes8(scales + b, block_quant<kE4M3, false>(r, k_scale, zero_f(), &value), 16);
+    store_bytes8(scales + b, block_quant<kE4M3, false>(r, k_scale, zero_f(), &value), nb);
     store_a(f1, mul(value, set1(S)));
   } else {
     // mx_scale_exponent and pow2_pair
     const VI s = max_i(sub_i(shr23_i(amax_bits), set1_i(127 + F.emax)), set1_i(-127));
-    store_bytes8(scales + b, add_i(s, set1_i(127)), 16);
+    store_bytes8(scales + b, add_i(s, set1_i(127)), nb);
     const VI ns = sub_i(zero_i(), s);
     const VI ea = sra1_i(ns), da = sra1_i(s);
     const VI bias = set1_i(127);
@@ -1238,13 +1222,13 @@ QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, VI 
     store_a(d1, float_of(shl23_i(add_i(da, bias))));
     store_a(d2, float_of(shl23_i(add_i(sub_i(s, da), bias))));
   }
-  // The blocks fast_block_scale would accept: amax finite and non-zero
+  // The blocks whose scale is computed above: amax finite and non-zero
   // (nvfp4: and a non-zero x).
   const VF amax_v = float_of(amax_bits);
   uint32_t fast = mask_bits(and_m(lt_f(zero_f(), amax_v),
                                   lt_f(amax_v, set1(std::numeric_limits<float>::infinity()))));
   if constexpr (NV) fast = S > 0.0f ? fast & mask_bits(lt_f(zero_f(), loadu(f1))) : 0;
-  for (size_t j = 0; j < 16; ++j) {
+  for (size_t j = 0; j < nb; ++j) {
     const size_t b0 = c0 + j * B;
     if ((fast >> j & 1u) == 0) {
       block_encode_any<F, NV, SR, HE>(o, t, e, b0, B, S, k, a, scales + b + j);
@@ -1267,7 +1251,6 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
                          uint8_t* payload) {
   constexpr int Q = F.bits;
   constexpr size_t B = NV ? 16 : 32;  // the caller checked a.block
-  constexpr size_t V = B / 16;
   const BlockConsts k = block_consts<F>();
   float* const ez = HE ? e : nullptr;
   uint8_t* p = payload + (NV ? 4 : 0);
@@ -1283,7 +1266,7 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
     const VF inf = set1(std::numeric_limits<float>::infinity());
     VF vm = zero_f();
     for (size_t ch = 0; ch < chunks; ++ch) {
-      const VF m = float_of(chunk_amax_bits<B, HE>(t, e, 16 * ch));
+      const VF m = float_of(chunk_amax_bits<B, HE>(t, e, 16 * ch, 16));
       storeu_bytes64(codes + ch * 16 * B * Q / 8, m);
       if (mask_bits(lt_f(m, inf)) == 0xFFFFu) {
         vm = vmax_(vm, m);
@@ -1306,30 +1289,14 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
   const BlockConsts k_scale = block_consts<kE4M3>();
   for (; b < 16 * chunks; b += 16) {
     const VI amax_bits =
-        NV ? bits_of(loadu_bytes64(o.p)) : chunk_amax_bits<B, HE>(t, e, b);
-    block_encode_chunk<F, NV, SR, HE>(o, t, e, b, amax_bits, S, k, k_scale, a, scales);
+        NV ? bits_of(loadu_bytes64(o.p)) : chunk_amax_bits<B, HE>(t, e, b, 16);
+    block_encode_chunk<F, NV, SR, HE>(o, t, e, b, 16, amax_bits, S, k, k_scale, a, scales);
   }
-  for (; (b + 1) * B <= count; ++b) {
-    const size_t b0 = b * B;
-    VF z[V];
-    uint32_t nonfinite = 0;
-    VF vm = zero_f();
-    for (size_t v = 0; v < V; ++v) {
-      z[v] = load_z(t, ez, b0 + 16 * v, 16);
-      nonfinite |= nonfinite_bits(z[v]);
-      vm = vmax_(vm, abs_f(z[v]));
-    }
-    VecScale s;
-    if (nonfinite != 0 || !fast_block_scale<F, NV>(hmax(vm), S, scales + b, &s)) {
-      block_encode_any<F, NV, SR, HE>(o, t, e, b0, B, S, k, a, scales + b);
-      continue;
-    }
-    for (size_t v = 0; v < V; ++v) {
-      VF decoded;
-      const VI c = block_codes<F, NV, SR>(z[v], s, k, a, a.index_base + b0 + 16 * v, &decoded);
-      emit_codes<Q>(o, c, 16, Q);
-      if (HE) storeu(e + b0 + 16 * v, sub(z[v], decoded));
-    }
+  const size_t rest = count / B - b;  // whole blocks after the chunks, < 16
+  if (rest > 0) {
+    block_encode_chunk<F, NV, SR, HE>(o, t, e, b, rest, chunk_amax_bits<B, HE>(t, e, b, rest), S,
+                                      k, k_scale, a, scales);
+    b += rest;
   }
   if (b * B < count) block_encode_any<F, NV, SR, HE>(o, t, e, b * B, count - b * B, S, k, a, scales + b);
   bo_flush(o);
