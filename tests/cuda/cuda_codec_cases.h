@@ -372,16 +372,17 @@ TEST(CudaQuant, BadArgumentsAreRefused) {
 
 // ---- global codecs ------------------------------------------------------------------
 
-// The GPU's norm, codes and residual against the CPU codec (GlobalCodec),
-// then the GPU decoding the CPU's message.
-void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const std::vector<float>& x,
-                  uint64_t seed, uint64_t index_base, bool max_abs = false) {
+// What the global and block-scaled checks share: the CPU codec `ref`
+// encodes x (with a residual when ef) and the device's `encode(key, x, e,
+// n, payload)` must write the same payload (after the 32-byte header) and
+// residual; then the device's `decode(src, n, out, accumulate)` of the
+// CPU's message must equal the CPU's decode, plain and accumulating. The
+// payload sits at an odd address.
+template <class Encode, class Decode>
+void check_device_matches_cpu(const qc::Codec& ref, bool ef, const std::vector<float>& x,
+                              uint64_t seed, uint64_t index_base, Encode&& encode,
+                              Decode&& decode) {
   const size_t n = x.size();
-  SCOPED_TRACE("codec " + std::to_string(codec) + " bits " + std::to_string(bits) +
-               (stochastic ? " stochastic" : " nearest") + (ef ? " ef" : "") + " count " +
-               std::to_string(n) + " seed " + std::to_string(seed) +
-               (max_abs ? " max-abs" : " l2"));
-  const qc::GlobalCodec ref(codec, bits, stochastic, max_abs);
   qc::RandomKey key;
   key.seed = seed;
   key.rank = static_cast<uint32_t>(seed % 3);
@@ -401,16 +402,13 @@ void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const st
   DeviceBytes x_dev(4 * n), e_dev(4 * n), payload(want.size(), 1);
   x_dev.upload(x.data(), 4 * n);
   e_dev.upload(e_in.data(), 4 * n);
-  const qc::Status gs = qc::cuda::global_encode(
-      codec, bits, stochastic, max_abs, qc::cpu::make_random_stream(key.seed, key.rank, key.stream),
-      index_base, reinterpret_cast<float*>(x_dev.data()),
-      ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n, payload.data(), payload.data() + 4,
-      nullptr);
+  const qc::Status gs = encode(key, reinterpret_cast<float*>(x_dev.data()),
+                               ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n,
+                               payload.data());
   ASSERT_TRUE(gs.is_ok()) << gs.message();
   sync();
   const std::vector<uint8_t> got = payload.contents();
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_EQ(got[i], want[i]) << (i < 4 ? "norm" : "codes") << " byte " << i << " differs";
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "payload byte " << i << " differs";
   if (ef) {
     const long diff = first_float_diff(as_floats(e_dev.contents()), e_cpu);
     ASSERT_EQ(diff, -1) << "residual element " << diff << " differs";
@@ -424,14 +422,35 @@ void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const st
     const qc::Status ds = accumulate ? ref.decode_accumulate(msg.data(), written, out_cpu.data(), n)
                                      : ref.decode(msg.data(), written, out_cpu.data(), n);
     ASSERT_TRUE(ds.is_ok()) << ds.message();
-    const qc::Status gd = qc::cuda::global_decode(codec, bits, src_dev.data(), src_dev.data() + 4, n,
-                                                  reinterpret_cast<float*>(out_dev.data()),
-                                                  accumulate, nullptr);
+    const qc::Status gd =
+        decode(src_dev.data(), n, reinterpret_cast<float*>(out_dev.data()), accumulate);
     ASSERT_TRUE(gd.is_ok()) << gd.message();
     sync();
     const long diff = first_float_diff(as_floats(out_dev.contents()), out_cpu);
     ASSERT_EQ(diff, -1) << (accumulate ? "accumulated" : "decoded") << " element " << diff;
   }
+}
+
+// The GPU's norm, codes and residual against the CPU codec (GlobalCodec),
+// then the GPU decoding the CPU's message (the norm is the payload's first
+// 4 bytes).
+void check_global(qc_codec_t codec, int bits, bool stochastic, bool ef, const std::vector<float>& x,
+                  uint64_t seed, uint64_t index_base, bool max_abs = false) {
+  SCOPED_TRACE("codec " + std::to_string(codec) + " bits " + std::to_string(bits) +
+               (stochastic ? " stochastic" : " nearest") + (ef ? " ef" : "") + " count " +
+               std::to_string(x.size()) + " seed " + std::to_string(seed) +
+               (max_abs ? " max-abs" : " l2"));
+  const qc::GlobalCodec ref(codec, bits, stochastic, max_abs);
+  check_device_matches_cpu(
+      ref, ef, x, seed, index_base,
+      [&](const qc::RandomKey& key, float* x_dev, float* e_dev, size_t n, uint8_t* payload) {
+        return qc::cuda::global_encode(codec, bits, stochastic, max_abs,
+                                       qc::cpu::make_random_stream(key.seed, key.rank, key.stream),
+                                       index_base, x_dev, e_dev, n, payload, payload + 4, nullptr);
+      },
+      [&](const uint8_t* src, size_t n, float* out, bool accumulate) {
+        return qc::cuda::global_decode(codec, bits, src, src + 4, n, out, accumulate, nullptr);
+      });
 }
 
 TEST(CudaGlobal, LinearAndExponentialMatchTheCpu) {
@@ -487,65 +506,24 @@ const qc_codec_t kBlockCodecs[] = {QC_CODEC_MXFP8, QC_CODEC_MXFP8_E5M2, QC_CODEC
                                    QC_CODEC_NVFP4};
 
 // The GPU's payload (scales, codes) and residual against the CPU codec
-// (BlockScaledCodec), then the GPU decoding the CPU's message. The payload
-// sits at an odd address (nvfp4's S and the code words at any alignment).
+// (BlockScaledCodec), then the GPU decoding the CPU's message.
 void check_block(qc_codec_t codec, bool stochastic, bool ef, const std::vector<float>& x,
                  uint64_t seed, uint64_t index_base) {
-  const size_t n = x.size();
   SCOPED_TRACE("codec " + std::to_string(codec) + (stochastic ? " stochastic" : " nearest") +
-               (ef ? " ef" : "") + " count " + std::to_string(n) + " seed " + std::to_string(seed));
+               (ef ? " ef" : "") + " count " + std::to_string(x.size()) + " seed " +
+               std::to_string(seed));
   const qc::BlockScaledCodec ref(codec, stochastic);
-  qc::RandomKey key;
-  key.seed = seed;
-  key.rank = static_cast<uint32_t>(seed % 3);
-  key.stream = seed % 5;
-  key.element_offset = index_base;
-  std::vector<float> e_cpu = make_data(n, Data::kPlain, seed + 7);
-  for (float& v : e_cpu) v *= 0.01f;
-  const std::vector<float> e_in = e_cpu;
-  std::vector<uint8_t> msg(ref.max_encoded_size(n));
-  size_t written = 0;
-  const qc::Status cs = ef ? ref.encode_error_compensated(x.data(), e_cpu.data(), n, key, msg.data(),
-                                                          msg.size(), &written)
-                           : ref.encode(x.data(), n, key, msg.data(), msg.size(), &written);
-  ASSERT_TRUE(cs.is_ok()) << cs.message();
-  const std::vector<uint8_t> want(msg.begin() + 32, msg.end());
-
   qc::cpu::BlockArgs args = qc::block_kernel_args(codec, stochastic);
-  args.rng = qc::cpu::make_random_stream(key.seed, key.rank, key.stream);
   args.index_base = index_base;
-  DeviceBytes x_dev(4 * n), e_dev(4 * n), payload(want.size(), 1);
-  x_dev.upload(x.data(), 4 * n);
-  e_dev.upload(e_in.data(), 4 * n);
-  const qc::Status gs =
-      qc::cuda::block_encode(args, reinterpret_cast<float*>(x_dev.data()),
-                             ef ? reinterpret_cast<float*>(e_dev.data()) : nullptr, n,
-                             payload.data(), nullptr);
-  ASSERT_TRUE(gs.is_ok()) << gs.message();
-  sync();
-  const std::vector<uint8_t> got = payload.contents();
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "payload byte " << i << " differs";
-  if (ef) {
-    const long diff = first_float_diff(as_floats(e_dev.contents()), e_cpu);
-    ASSERT_EQ(diff, -1) << "residual element " << diff << " differs";
-  }
-
-  for (bool accumulate : {false, true}) {
-    std::vector<float> out_cpu = make_data(n, Data::kPlain, seed + 9);
-    DeviceBytes out_dev(4 * n), src_dev(want.size(), 3);
-    out_dev.upload(out_cpu.data(), 4 * n);
-    src_dev.upload(want.data(), want.size());
-    const qc::Status ds = accumulate ? ref.decode_accumulate(msg.data(), written, out_cpu.data(), n)
-                                     : ref.decode(msg.data(), written, out_cpu.data(), n);
-    ASSERT_TRUE(ds.is_ok()) << ds.message();
-    const qc::Status gd = qc::cuda::block_decode(args, src_dev.data(), n,
-                                                 reinterpret_cast<float*>(out_dev.data()),
-                                                 accumulate, nullptr);
-    ASSERT_TRUE(gd.is_ok()) << gd.message();
-    sync();
-    const long diff = first_float_diff(as_floats(out_dev.contents()), out_cpu);
-    ASSERT_EQ(diff, -1) << (accumulate ? "accumulated" : "decoded") << " element " << diff;
-  }
+  check_device_matches_cpu(
+      ref, ef, x, seed, index_base,
+      [&](const qc::RandomKey& key, float* x_dev, float* e_dev, size_t n, uint8_t* payload) {
+        args.rng = qc::cpu::make_random_stream(key.seed, key.rank, key.stream);
+        return qc::cuda::block_encode(args, x_dev, e_dev, n, payload, nullptr);
+      },
+      [&](const uint8_t* src, size_t n, float* out, bool accumulate) {
+        return qc::cuda::block_decode(args, src, n, out, accumulate, nullptr);
+      });
 }
 
 TEST(CudaBlockScaled, EveryFormatMatchesTheCpu) {
