@@ -1167,6 +1167,16 @@ QC_TI VF loadu_bytes64(const uint8_t* p) {
   return loadu(f);
 }
 
+// max(vm, the largest finite |z| of elements [i0, i1)), lane-wise.
+QC_TI VF finite_amax(VF vm, const float* t, const float* e, size_t i0, size_t i1) {
+  const VF inf = set1(std::numeric_limits<float>::infinity());
+  for (size_t i = i0; i < i1; i += 16) {
+    const VF m = abs_f(load_z(t, e, i, i1 - i));
+    vm = vmax_(vm, select(lt_f(m, inf), m, zero_f()));
+  }
+  return vm;
+}
+
 // The largest |z| of the nb <= 16 whole blocks from block b, as int32 bits
 // (which order like the floats; lanes >= nb 0): one pass and one 16-row
 // reduction.
@@ -1263,25 +1273,16 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
     // S needs every value first. This pass also finds each chunk's block
     // amax and parks them in the chunk's code bytes (16 x 4 of its 128),
     // which the second pass reads just before it writes the codes there.
-    const VF inf = set1(std::numeric_limits<float>::infinity());
     VF vm = zero_f();
     for (size_t ch = 0; ch < chunks; ++ch) {
       const VF m = float_of(chunk_amax_bits<B, HE>(t, e, 16 * ch, 16));
       storeu_bytes64(codes + ch * 16 * B * Q / 8, m);
-      if (mask_bits(lt_f(m, inf)) == 0xFFFFu) {
-        vm = vmax_(vm, m);
-        continue;
-      }
-      for (size_t i = ch * 16 * B; i < (ch + 1) * 16 * B; i += 16) {  // the finite values only
-        const VF mi = abs_f(load_z(t, ez, i, 16));
-        vm = vmax_(vm, select(lt_f(mi, inf), mi, zero_f()));
-      }
+      // a block with a NaN or Inf: its finite values, one by one
+      vm = mask_bits(lt_f(m, set1(std::numeric_limits<float>::infinity()))) == 0xFFFFu
+               ? vmax_(vm, m)
+               : finite_amax(vm, t, ez, ch * 16 * B, (ch + 1) * 16 * B);
     }
-    for (size_t i = chunks * 16 * B; i < count; i += 16) {
-      const VF m = abs_f(load_z(t, ez, i, count - i));
-      vm = vmax_(vm, select(lt_f(m, inf), m, zero_f()));  // the finite values only
-    }
-    S = hmax(vm) / kNvfp4Range;
+    S = hmax(finite_amax(vm, t, ez, chunks * 16 * B, count)) / kNvfp4Range;
     put_f32(payload, S);
   }
   BitOut o{codes, codes + codes_bytes(count, Q), 0, 0};
