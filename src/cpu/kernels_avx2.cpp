@@ -64,6 +64,13 @@ QC_TI void store_a(float* p, VF v) {
   _mm256_store_ps(p, v.a);
   _mm256_store_ps(p + 8, v.b);
 }
+QC_TI VF load_a(const float* p) { return {_mm256_load_ps(p), _mm256_load_ps(p + 8)}; }
+// A whole, aligned cache line past the caches (no read for ownership).
+QC_TI void stream_a(float* p, VF v) {
+  _mm256_stream_ps(p, v.a);
+  _mm256_stream_ps(p + 8, v.b);
+}
+QC_TI void stream_fence() { _mm_sfence(); }
 // a where m, else b
 QC_TI VF select(VM m, VF a, VF b) {
   return {_mm256_blendv_ps(b.a, a.a, _mm256_castsi256_ps(m.a)),

@@ -48,6 +48,10 @@ QC_TI void store_partial(float* p, VF v, size_t n) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v);
 }
 QC_TI void store_a(float* p, VF v) { _mm512_store_ps(p, v); }
+QC_TI VF load_a(const float* p) { return _mm512_load_ps(p); }
+// A whole, aligned cache line past the caches (no read for ownership).
+QC_TI void stream_a(float* p, VF v) { _mm512_stream_ps(p, v); }
+QC_TI void stream_fence() { _mm_sfence(); }
 QC_TI VM tail_mask(size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 // a where m, else b
 QC_TI VF select(VM m, VF a, VF b) { return _mm512_mask_blend_ps(m, b, a); }

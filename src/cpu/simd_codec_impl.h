@@ -1155,16 +1155,11 @@ __attribute__((noinline)) QC_T void block_encode_any(BitOut& o, const float* t, 
   }
 }
 
-// 16 floats to and from bytes at any alignment (nvfp4's parked amax).
-QC_TI void storeu_bytes64(uint8_t* p, VF v) {
-  alignas(64) float f[16];
-  store_a(f, v);
-  std::memcpy(p, f, 64);
-}
-QC_TI VF loadu_bytes64(const uint8_t* p) {
-  alignas(64) float f[16];
-  std::memcpy(f, p, 64);
-  return loadu(f);
+// Where nvfp4's first pass parks a chunk's 16 block amax: the 64-byte
+// aligned line inside the chunk's 128 code bytes [p, p + 128), written past
+// the caches so that the first pass costs no read of the code bytes.
+QC_TI float* parked_amax(uint8_t* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
 
 // max(vm, the largest finite |z| of elements [i0, i1)), lane-wise.
@@ -1200,6 +1195,28 @@ QC_TI VI chunk_amax_bits(const float* t, const float* e, size_t b, size_t nb) {
   return hmax_rows16(rows);
 }
 
+// Block j's scale of block_encode_chunk's tables (nvfp4: f1 only).
+template <bool NV>
+QC_TI VecScale vec_scale_of(const float* f1, const float* f2, const float* d1, const float* d2,
+                            size_t j) {
+  if (NV) return {set1(f1[j]), set1(1.0f), set1(f1[j]), set1(1.0f)};
+  return {set1(f1[j]), set1(f2[j]), set1(d1[j]), set1(d2[j])};
+}
+
+// One whole block from b0 whose scale block_encode_chunk computed.
+template <const ElementFormat& F, bool NV, bool SR, bool HE>
+QC_TI void block_encode_whole(BitOut& o, const float* t, float* e, size_t b0, const VecScale& s,
+                              const BlockConsts& k, const BlockArgs& a) {
+  constexpr size_t V = (NV ? 16 : 32) / 16;
+  for (size_t v = 0; v < V; ++v) {
+    const VF z = load_z(t, HE ? e : nullptr, b0 + 16 * v, 16);
+    VF decoded;
+    const VI c = block_codes<F, NV, SR>(z, s, k, a, a.index_base + b0 + 16 * v, &decoded);
+    emit_whole<F.bits>(o, c);
+    if (HE) storeu(e + b0 + 16 * v, sub(z, decoded));
+  }
+}
+
 // nb <= 16 whole blocks from block b: their largest |z| (amax_bits; for
 // whole chunks nvfp4's first pass found them, else chunk_amax_bits), their
 // scales computed 16 at a time, then each block's codes. A zero or
@@ -1210,8 +1227,6 @@ QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, siz
                               VI amax_bits, float S, const BlockConsts& k,
                               const BlockConsts& k_scale, const BlockArgs& a, uint8_t* scales) {
   constexpr size_t B = NV ? 16 : 32;
-  constexpr size_t V = B / 16;
-  const float* const ez = HE ? e : nullptr;
   const size_t c0 = b * B;
   alignas(64) float f1[16], f2[16], d1[16], d2[16];
   if constexpr (NV) {
@@ -1238,21 +1253,21 @@ QC_TI void block_encode_chunk(BitOut& o, const float* t, float* e, size_t b, siz
   uint32_t fast = mask_bits(and_m(lt_f(zero_f(), amax_v),
                                   lt_f(amax_v, set1(std::numeric_limits<float>::infinity()))));
   if constexpr (NV) fast = S > 0.0f ? fast & mask_bits(lt_f(zero_f(), loadu(f1))) : 0;
+  // All fast (the common case): a loop without block_encode_any's call,
+  // which would make the compiler spill the constants around it.
+  if (fast == (1u << nb) - 1) {
+    for (size_t j = 0; j < nb; ++j) {
+      block_encode_whole<F, NV, SR, HE>(o, t, e, c0 + j * B, vec_scale_of<NV>(f1, f2, d1, d2, j), k, a);
+    }
+    return;
+  }
   for (size_t j = 0; j < nb; ++j) {
     const size_t b0 = c0 + j * B;
     if ((fast >> j & 1u) == 0) {
       block_encode_any<F, NV, SR, HE>(o, t, e, b0, B, S, k, a, scales + b + j);
       continue;
     }
-    const VecScale s = NV ? VecScale{set1(f1[j]), set1(1.0f), set1(f1[j]), set1(1.0f)}
-                          : VecScale{set1(f1[j]), set1(f2[j]), set1(d1[j]), set1(d2[j])};
-    for (size_t v = 0; v < V; ++v) {
-      const VF z = load_z(t, ez, b0 + 16 * v, 16);
-      VF decoded;
-      const VI c = block_codes<F, NV, SR>(z, s, k, a, a.index_base + b0 + 16 * v, &decoded);
-      emit_whole<F.bits>(o, c);
-      if (HE) storeu(e + b0 + 16 * v, sub(z, decoded));
-    }
+    block_encode_whole<F, NV, SR, HE>(o, t, e, b0, vec_scale_of<NV>(f1, f2, d1, d2, j), k, a);
   }
 }
 
@@ -1275,13 +1290,15 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
     // which the second pass reads just before it writes the codes there.
     VF vm = zero_f();
     for (size_t ch = 0; ch < chunks; ++ch) {
+      static_assert(16 * B * Q / 8 == 128, "a chunk's codes hold an aligned line");
       const VF m = float_of(chunk_amax_bits<B, HE>(t, e, 16 * ch, 16));
-      storeu_bytes64(codes + ch * 16 * B * Q / 8, m);
+      stream_a(parked_amax(codes + ch * 128), m);
       // a block with a NaN or Inf: its finite values, one by one
       vm = mask_bits(lt_f(m, set1(std::numeric_limits<float>::infinity()))) == 0xFFFFu
                ? vmax_(vm, m)
                : finite_amax(vm, t, ez, ch * 16 * B, (ch + 1) * 16 * B);
     }
+    stream_fence();  // the parked lines before the second pass reads them
     S = hmax(finite_amax(vm, t, ez, chunks * 16 * B, count)) / kNvfp4Range;
     put_f32(payload, S);
   }
@@ -1290,7 +1307,7 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
   const BlockConsts k_scale = block_consts<kE4M3>();
   for (; b < 16 * chunks; b += 16) {
     const VI amax_bits =
-        NV ? bits_of(loadu_bytes64(o.p)) : chunk_amax_bits<B, HE>(t, e, b, 16);
+        NV ? bits_of(load_a(parked_amax(o.p))) : chunk_amax_bits<B, HE>(t, e, b, 16);
     block_encode_chunk<F, NV, SR, HE>(o, t, e, b, 16, amax_bits, S, k, k_scale, a, scales);
   }
   const size_t rest = count / B - b;  // whole blocks after the chunks, < 16

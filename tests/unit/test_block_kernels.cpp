@@ -9,6 +9,7 @@
 // (bindings/python/tests/test_mx_reference.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -122,6 +123,37 @@ TEST(BlockKernels, EveryIsaMatchesScalarEncode) {
           }
         }
       }
+    }
+  }
+}
+
+// nvfp4's first pass parks each chunk's block amax in the 64-byte aligned
+// line inside the chunk's code bytes: the payload at every offset from a
+// line, so that the parked line is every possible place in the chunk.
+TEST(BlockKernels, NvfpMatchesScalarAtEveryPayloadAlignment) {
+  const KernelTable* scalar = qc::cpu::kernels_for(Isa::kScalar);
+  ASSERT_NE(scalar, nullptr);
+  const auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD table on this CPU";
+  const BlockArgs a = args_for(kFormats[6], false);
+  ASSERT_TRUE(a.nvfp4);
+  const size_t count = 5 * 16 * 16 + 23;  // 5 chunks of 16 blocks, then a tail
+  const std::vector<float> x = make_data(count, Data::kPlain, 9);
+  const size_t bytes = payload_bytes(a, count);
+  std::vector<uint8_t> want(bytes);
+  scalar->block_encode(x.data(), nullptr, count, a, want.data());
+  std::vector<uint8_t> buffer(bytes + 2 * 64 + 16);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(buffer.data());
+  uint8_t* const line = buffer.data() + ((64 - base % 64) % 64);
+  for (const KernelTable* k : tables) {
+    for (size_t shift = 0; shift < 64; ++shift) {
+      SCOPED_TRACE(std::string(k->name) + " payload at line + " + std::to_string(shift));
+      std::fill(buffer.begin(), buffer.end(), uint8_t{0xA5});
+      k->block_encode(x.data(), nullptr, count, a, line + shift);
+      ASSERT_EQ(std::memcmp(line + shift, want.data(), bytes), 0);
+      for (uint8_t* p = buffer.data(); p < line + shift; ++p) ASSERT_EQ(*p, 0xA5);
+      for (uint8_t* p = line + shift + bytes; p < buffer.data() + buffer.size(); ++p)
+        ASSERT_EQ(*p, 0xA5);
     }
   }
 }
