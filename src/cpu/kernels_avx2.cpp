@@ -147,6 +147,8 @@ QC_TI VI shr23_i(VI x) { return {_mm256_srli_epi32(x.a, 23), _mm256_srli_epi32(x
 QC_TI VI shl23_i(VI x) { return {_mm256_slli_epi32(x.a, 23), _mm256_slli_epi32(x.b, 23)}; }
 template <int N>
 QC_TI VI shr_i(VI x) { return {_mm256_srli_epi32(x.a, N), _mm256_srli_epi32(x.b, N)}; }
+template <int N>
+QC_TI VI shl_i(VI x) { return {_mm256_slli_epi32(x.a, N), _mm256_slli_epi32(x.b, N)}; }
 template <int Cmp>
 QC_TI VM cmp_f(VF x, VF y) {
   return {_mm256_castps_si256(_mm256_cmp_ps(x.a, y.a, Cmp)),

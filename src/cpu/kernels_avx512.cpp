@@ -111,6 +111,8 @@ QC_TI VI shr23_i(VI a) { return _mm512_srli_epi32(a, 23); }
 QC_TI VI shl23_i(VI a) { return _mm512_slli_epi32(a, 23); }
 template <int N>
 QC_TI VI shr_i(VI a) { return _mm512_srli_epi32(a, N); }
+template <int N>
+QC_TI VI shl_i(VI a) { return _mm512_slli_epi32(a, N); }
 QC_TI VM lt_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 QC_TI VM ge_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 QC_TI VM eq_f(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }

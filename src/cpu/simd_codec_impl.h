@@ -1088,12 +1088,15 @@ QC_TI VF block_values(VI c, const BlockConsts& k) {
     cf = select(ge_f(cf, set1(128.0f)), sub(cf, set1(256.0f)), cf);  // int8
     return mul(cf, set1(0.015625f));
   } else {
-    const VF cf = cvt_i2f(and_i(c, sub_i(k.sign_bit, set1_i(1))));
-    const VF one = set1(1.0f);
-    const VF e1 = vmax_(round_floor(mul(cf, set1(pow2f(-F.mbits)))), one);  // max(exponent field, 1)
-    const VF mant = sub(cf, mul(sub(e1, one), k.mant_scale));  // M + mantissa, or the subnormal c
-    const VF p = float_of(shl23_i(add_i(cvtt(e1), set1_i(126))));  // 2^(field - 1)
-    VF v = mul(mul(mant, p), set1(pow2f(F.emin - F.mbits)));
+    // A normal magnitude M is the float whose bits are M moved up to the
+    // float's mantissa, plus the difference of the biases (127 - (1 - emin))
+    // in the exponent field; a subnormal one (exponent field 0) is
+    // M 2^(emin - m).
+    const VI m = and_i(c, sub_i(k.sign_bit, set1_i(1)));
+    const VF cf = cvt_i2f(m);
+    const VF normal = float_of(add_i(shl_i<23 - F.mbits>(m), set1_i((126 + F.emin) << 23)));
+    const VF subnormal = mul(cf, set1(pow2f(F.emin - F.mbits)));
+    VF v = select(lt_f(cf, set1(static_cast<float>(1u << F.mbits))), subnormal, normal);
     if constexpr (F.has_nan) {
       v = select(lt_f(k.max_code, cf), set1(std::numeric_limits<float>::quiet_NaN()), v);
     }
