@@ -1,0 +1,85 @@
+"""examples/dlrm (paper 000's DLRM on emulated nodes): the synthetic data is
+a function of its seeds, the alltoall layout moves every lookup to the right
+node and back (exact with codec none), the quantized exchange stays within
+the minmax bound, and a tiny training run (4 nodes, a few steps) keeps its
+replicas equal and lowers its loss.
+
+Needs torch >= 2 (torch.func); CTest runs it with QC_TORCH2_PYTHON, CI in
+its torch stage.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+qc = pytest.importorskip("qc")
+if not hasattr(qc, "emulate_alltoall"):
+    pytest.skip("the qc extension is not built", allow_module_level=True)
+pytest.importorskip("torch.func")
+
+DLRM = Path(__file__).resolve().parents[3] / "examples" / "dlrm"
+sys.path.insert(0, str(DLRM))
+import ctr_data  # noqa: E402
+import emulated  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return ctr_data.Teacher(ctr_data.DataSpec(max_rows=300, seed=5))
+
+
+def test_data_is_a_function_of_its_seeds(teacher):
+    a = teacher.batch(500, [3, 1])
+    b = ctr_data.Teacher(ctr_data.DataSpec(max_rows=300, seed=5)).batch(500, [3, 1])
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+    c = teacher.batch(500, [3, 2])
+    assert not np.array_equal(a[1], c[1])
+    dense, sparse, labels, p = teacher.batch(20000, 9)
+    assert dense.shape == (20000, ctr_data.N_DENSE) and sparse.shape == (20000, ctr_data.N_SPARSE)
+    assert (sparse >= 0).all() and (sparse < np.array(teacher.spec.rows)).all()
+    assert abs(labels.mean() - teacher.spec.ctr) < 0.02
+    assert teacher.bayes_accuracy(p) > max(labels.mean(), 1 - labels.mean()) + 0.02
+
+
+@pytest.mark.parametrize("nodes,batch", [(1, 8), (3, 12), (4, 32), (32, 64)])
+def test_alltoall_layout_moves_every_lookup_exactly(nodes, batch):
+    a2a = emulated.Alltoall(nodes, batch)
+    exact = qc.Policy(codec="none")
+    emb = torch.randn(batch, ctr_data.N_SPARSE, emulated.DIM)
+    assert torch.equal(a2a.forward(emb, exact), emb)
+    assert torch.equal(a2a.backward(emb, exact), emb)
+    assert a2a.calls == 2
+
+
+def test_quantized_alltoall_is_within_the_rowwise_minmax_bound():
+    nodes, batch, bits = 4, 32, 4
+    a2a = emulated.Alltoall(nodes, batch)
+    emb = torch.randn(batch, ctr_data.N_SPARSE, emulated.DIM)
+    for got in (a2a.forward(emb, emulated.Alltoall.policy(bits)),
+                a2a.backward(emb, emulated.Alltoall.policy(bits))):
+        assert not torch.equal(got, emb)
+        step = (emb.amax(-1, keepdim=True) - emb.amin(-1, keepdim=True)) / (2**bits - 1)
+        assert ((got - emb).abs() <= step / 2 * (1 + 1e-5) + 1e-7).all()
+
+
+def test_tiny_training_keeps_replicas_equal_and_lowers_the_loss():
+    res = emulated.train(emulated.parser().parse_args([
+        "--nodes", "4", "--batch", "64", "--steps", "40", "--width", "0.1", "--max-rows", "300",
+        "--test-size", "2000", "--a2a", "4,2", "--allreduce", "ring:4:ec", "--layers", "all",
+        "--log-every", "1", "--lr", "0.5"]))
+    assert res["replicas_agree"]
+    assert len(res["quantized_tensors"]) == 14
+    losses = [l for _, l in res["train_loss"]]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10])
+    assert 0.5 < res["test_accuracy"] <= 1.0
+
+
+def test_cli_rejects_bad_widths():
+    with pytest.raises(SystemExit):
+        emulated.parser().parse_args(["--a2a", "4,16"])
+    with pytest.raises(SystemExit):
+        emulated.parser().parse_args(["--allreduce", "tree:4"])
