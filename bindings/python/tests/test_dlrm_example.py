@@ -1,13 +1,16 @@
-"""examples/dlrm (paper 000's DLRM on emulated nodes): the synthetic data is
-a function of its seeds, the alltoall layout moves every lookup to the right
-node and back (exact with codec none), the quantized exchange stays within
-the minmax bound, and a tiny training run (4 nodes, a few steps) keeps its
-replicas equal and lowers its loss.
+"""examples/dlrm (paper 000's DLRM on emulated nodes and on real ranks): the
+synthetic data is a function of its seeds, the alltoall layout moves every
+lookup to the right node and back (exact with codec none), the quantized
+exchange stays within the minmax bound, a tiny training run (4 nodes, a few
+steps) keeps its replicas equal and lowers its loss, and the same run on 4
+processes under torchrun ends where the emulation ends.
 
-Needs torch >= 2 (torch.func); CTest runs it with QC_TORCH2_PYTHON, CI in
+Needs torch >= 2; CTest runs it with QC_TORCH2_PYTHON, CI in
 its torch stage.
 """
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,12 +21,12 @@ torch = pytest.importorskip("torch")
 qc = pytest.importorskip("qc")
 if not hasattr(qc, "emulate_alltoall"):
     pytest.skip("the qc extension is not built", allow_module_level=True)
-pytest.importorskip("torch.func")
 
 DLRM = Path(__file__).resolve().parents[3] / "examples" / "dlrm"
 sys.path.insert(0, str(DLRM))
 import ctr_data  # noqa: E402
 import emulated  # noqa: E402
+import hybrid  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -49,28 +52,40 @@ def test_data_is_a_function_of_its_seeds(teacher):
 def test_alltoall_layout_moves_every_lookup_exactly(nodes, batch):
     a2a = emulated.Alltoall(nodes, batch)
     exact = qc.Policy(codec="none")
-    emb = torch.randn(batch, ctr_data.N_SPARSE, emulated.DIM)
+    emb = torch.randn(batch, ctr_data.N_SPARSE, hybrid.DIM)
     assert torch.equal(a2a.forward(emb, exact), emb)
     assert torch.equal(a2a.backward(emb, exact), emb)
-    assert a2a.calls == 2
+    assert a2a.calls == {hybrid.A2A_FORWARD: 1, hybrid.A2A_BACKWARD: 1}
 
 
 def test_quantized_alltoall_is_within_the_rowwise_minmax_bound():
     nodes, batch, bits = 4, 32, 4
     a2a = emulated.Alltoall(nodes, batch)
-    emb = torch.randn(batch, ctr_data.N_SPARSE, emulated.DIM)
-    for got in (a2a.forward(emb, emulated.Alltoall.policy(bits)),
-                a2a.backward(emb, emulated.Alltoall.policy(bits))):
+    emb = torch.randn(batch, ctr_data.N_SPARSE, hybrid.DIM)
+    policy = hybrid.row_policy(bits, hybrid.DIM)
+    for got in (a2a.forward(emb, policy), a2a.backward(emb, policy)):
         assert not torch.equal(got, emb)
         step = (emb.amax(-1, keepdim=True) - emb.amin(-1, keepdim=True)) / (2**bits - 1)
         assert ((got - emb).abs() <= step / 2 * (1 + 1e-5) + 1e-7).all()
 
 
-def test_tiny_training_keeps_replicas_equal_and_lowers_the_loss():
-    res = emulated.train(emulated.parser().parse_args([
-        "--nodes", "4", "--batch", "64", "--steps", "40", "--width", "0.1", "--max-rows", "300",
-        "--test-size", "2000", "--a2a", "4,2", "--allreduce", "ring:4:ec", "--layers", "all",
-        "--log-every", "1", "--lr", "0.5"]))
+TINY = ["--batch", "64", "--steps", "40", "--width", "0.1", "--max-rows", "300", "--test-size", "2000",
+        "--a2a", "4,2", "--allreduce", "ring:4:ec", "--layers", "all", "--log-every", "1", "--lr", "0.5",
+        "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_emulated():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun worker
+    try:
+        return emulated.train(emulated.parser().parse_args(["--nodes", "4"] + TINY))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_tiny_training_keeps_replicas_equal_and_lowers_the_loss(tiny_emulated):
+    res = tiny_emulated
     assert res["replicas_agree"]
     assert len(res["quantized_tensors"]) == 14
     losses = [l for _, l in res["train_loss"]]
@@ -83,3 +98,27 @@ def test_cli_rejects_bad_widths():
         emulated.parser().parse_args(["--a2a", "4,16"])
     with pytest.raises(SystemExit):
         emulated.parser().parse_args(["--allreduce", "tree:4"])
+
+
+def test_real_ranks_under_torchrun_end_where_the_emulation_ends(tiny_emulated):
+    from conftest import torchrun_command, torchrun_env
+
+    launcher = torchrun_command()
+    if launcher is None:
+        pytest.skip("torchrun is not available")
+    cmd = launcher + ["--standalone", "--nproc_per_node", "4", str(DLRM / "distributed.py")] + TINY
+    proc = subprocess.run(cmd, env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
+    rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert len(rows) == 1, proc.stdout[-4000:]
+    res = rows[0]
+    assert res["ranks"] == 4 and res["replicas_agree"], res
+    assert res["wire_bytes_per_step"] > 0
+    losses = [l for _, l in res["train_loss"]]
+    assert np.mean(losses[-10:]) < np.mean(losses[:10])
+    # The emulation computes what the ranks compute, bit for bit: qc's
+    # emulate_* are the real collectives' arithmetic, and both take the
+    # gradients with hybrid.node_gradients on one thread.
+    assert res["test_loss"] == tiny_emulated["test_loss"]
+    assert res["test_accuracy"] == tiny_emulated["test_accuracy"]
