@@ -96,7 +96,7 @@ class Teacher:
         vecs = [np.tanh(dense @ self.w_dense)]
         vecs += [self.tables[t][sparse[:, t]] for t in range(N_SPARSE)]
         v = np.stack(vecs, axis=1)                      # n x 27 x d
-        dots = np.einsum("nid,njd->nij", v, v)[:, self.tri[0], self.tri[1]]
+        dots = np.matmul(v, v.transpose(0, 2, 1))[:, self.tri[0], self.tri[1]]
         return dots @ self.w_dots / np.sqrt(len(self.w_dots)) + vecs[0] @ self.w_lin
 
     def batch(self, n, seed):
