@@ -144,6 +144,10 @@ def parse_args(argv=None):
                          "bucket_size=128,error_feedback=1); hook qc-custom: its policy "
                          "(default codec=minmax,bits=4), as qc.Policy keywords")
     ap.add_argument("--qc-preset", default="cgx", help="qc hooks: preset, or 'none'")
+    ap.add_argument("--adapt-every", type=int, default=0,
+                    help="qc hooks: adaptive bit widths (paper 003) every K steps (default 0: off)")
+    ap.add_argument("--adapt-alpha", type=float, default=2.0,
+                    help="qc hooks: the adaptation's error budget, alpha x the 4-bit error")
     ap.add_argument("--quiet", action="store_true", help="worker: no per-epoch lines")
     return ap.parse_args(argv)
 
@@ -163,6 +167,29 @@ def powersgd_payload(model, rank):
         else:
             total += p.numel()
     return 4 * total
+
+
+def code_bits(policy):
+    """Bits per value a policy's codes take (scales not counted)."""
+    return {"none": 32, "fp16": 16, "bf16": 16, "onebit": 1}.get(policy.codec, policy.bits)
+
+
+def run_bits_per_value(model, first, reports, steps):
+    """The code width averaged over the parameters' values and the run's
+    steps: `first` (name -> policy) until the first adaptation, then each
+    report's policies until the next."""
+    sizes = dict((name, p.numel()) for name, p in model.named_parameters())
+    total = sum(sizes.values())
+
+    def mean_bits(policies):
+        return sum(code_bits(policies[n]) * sizes[n] for n in sizes) / total
+
+    segments = [(0, first)] + [(r["step"], r["policies"]) for r in reports]
+    bits = 0.0
+    for i, (start, policies) in enumerate(segments):
+        end = segments[i + 1][0] if i + 1 < len(segments) else steps
+        bits += mean_bits(policies) * max(end - start, 0)
+    return bits / max(steps, 1)
 
 
 def qc_hook_policy(hook, args):
@@ -221,7 +248,9 @@ def worker(args):
     else:
         import qc.torch as qct
         state = qct.QcHookState(ddp, policy=qc_hook_policy(hook, args),
-                                preset=None if args.qc_preset == "none" else args.qc_preset)
+                                preset=None if args.qc_preset == "none" else args.qc_preset,
+                                adapt_every=args.adapt_every, adapt={"alpha": args.adapt_alpha})
+        first_policies = state.layer_policies()
         ddp.register_comm_hook(state, qct.allreduce_hook)
 
     def backend_wire():
@@ -249,8 +278,11 @@ def worker(args):
     rows = dc.gather({"wire": wire, "ms": ms, "acc": acc,
                       "digest": dc.digest(model.parameters())})
     pol = None
+    adapt = None
     if hook.startswith("qc"):
         pol = repr(state.comm.get_layer_policy("fc2.weight"))
+        adapt = {"every": args.adapt_every, "adaptations": len(state.adapt_reports),
+                 "bits_per_value": run_bits_per_value(model, first_policies, state.adapt_reports, step)}
         state.close()
     elif backend == "qc":
         pol = repr(qct.backend_policy("allreduce:float32:1:0"))
@@ -268,6 +300,8 @@ def worker(args):
                "loss_curve": [round(v, 4) for v in losses[::max(1, len(losses) // 10)]]}
         if pol is not None:
             res["policy"] = pol
+        if adapt is not None:
+            res["adapt"] = adapt
         print("RESULT " + json.dumps(res), flush=True)
     dist.barrier()
     dist.destroy_process_group()
@@ -304,7 +338,8 @@ def driver(args):
                      "--batch", str(args.batch), "--lr", str(args.lr),
                      "--momentum", str(args.momentum), "--seed", str(args.seed),
                      "--threads", str(args.threads), "--powersgd-rank", str(args.powersgd_rank),
-                     "--qc-preset", args.qc_preset]
+                     "--qc-preset", args.qc_preset, "--adapt-every", str(args.adapt_every),
+                     "--adapt-alpha", str(args.adapt_alpha)]
         if args.qc_policy:
             job_args += ["--qc-policy", args.qc_policy]
         if args.steps is not None:

@@ -276,6 +276,12 @@ class QcHookState:
             computing the next buckets' gradients while qc reduces this one. False:
             the hook reduces the bucket before it returns (a completed future). Both
             give the same bits.
+        adapt_every: K > 0 re-runs ``comm.adapt_policies`` (adaptive bit widths,
+            paper 003 §5) after every K-th step, from the layer statistics qc has
+            gathered so far; the new widths apply from the next step. 0 (default):
+            never. It is collective: every rank's hook runs it after the same step.
+        adapt: keyword arguments of ``comm.adapt_policies`` (method, alpha,
+            allowed_bits); None: its defaults.
 
     Raises:
         qc.MismatchError: the communicator's rank or size is not this process's in the
@@ -287,15 +293,28 @@ class QcHookState:
     Attributes:
         steps: number of completed DDP steps seen (buckets with ``is_last()``).
         calls: number of buckets reduced.
+        adapt_reports: one dict per adaptation: the step after which it ran
+            (``step``), ``comm.adapt_policies``'s report, and the policies it left
+            (``policies``, as :meth:`layer_policies`).
     """
 
     def __init__(self, model: Optional[torch.nn.Module] = None, comm: Optional["_qc.Comm"] = None,
                  mpi_comm: Any = None, policy: Optional["_qc.Policy"] = None,
                  preset: Optional[str] = "cgx", op: str = "avg", timeout: float = 300.0,
-                 async_op: bool = True):
+                 async_op: bool = True, adapt_every: int = 0, adapt: Optional[Dict[str, Any]] = None):
         _qc._choice_arg(op, {"avg": 1, "sum": 0}, "argument 'op'")
         if not isinstance(async_op, bool):
             raise _qc.ArgumentTypeError(1, f"argument 'async_op' must be a bool, not {type(async_op).__name__}")
+        if isinstance(adapt_every, bool) or not isinstance(adapt_every, int):
+            raise _qc.ArgumentTypeError(1, f"argument 'adapt_every' must be an int, not {type(adapt_every).__name__}")
+        if adapt_every < 0:
+            raise _qc.InvalidArgumentError(1, f"argument 'adapt_every' must be >= 0, not {adapt_every}")
+        if adapt is not None and not isinstance(adapt, dict):
+            raise _qc.ArgumentTypeError(1, f"argument 'adapt' must be a dict or None, not {type(adapt).__name__}")
+        unknown = set(adapt or {}) - {"method", "alpha", "allowed_bits"}
+        if unknown:
+            raise _qc.InvalidArgumentError(1, f"argument 'adapt': unknown keys {sorted(unknown)} "
+                                              "(method, alpha, allowed_bits)")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise _qc.ArgumentTypeError(1, f"argument 'model' must be a torch.nn.Module or None, "
                                            f"not {type(model).__name__}")
@@ -348,9 +367,18 @@ class QcHookState:
         self.steps = 0
         self.calls = 0
         self.async_op = async_op
+        self.adapt_every = adapt_every
+        self._adapt_args = dict(adapt or {})
+        self.adapt_reports: List[Dict[str, Any]] = []
         self._completer: Optional[_Completer] = None  # started by the first asynchronous call
         self._stats0 = dict(comm.stats())
         self._closed = False
+
+    def layer_policies(self) -> Dict[str, "_qc.Policy"]:
+        """The policy each named parameter of the model is reduced with now
+        (``comm.get_layer_policy`` of its name); empty without a model."""
+        names = sorted(set(self._names_by_id.values()))
+        return {name: self.comm.get_layer_policy(name) for name in names}
 
     def _check_ranks_once(self) -> None:
         """At the first hook call of a state made before torch.distributed started."""
@@ -666,6 +694,11 @@ def allreduce_hook(state: QcHookState, bucket: dist.GradBucket) -> torch.futures
     state.calls += 1
     if bucket.is_last():
         state.steps += 1
+        if state.adapt_every and state.steps % state.adapt_every == 0:
+            # after this step's last bucket on every rank (qc runs it after the
+            # requests already started): collective, in the same place everywhere
+            report = state.comm.adapt_policies(**state._adapt_args)
+            state.adapt_reports.append(dict(report, step=state.steps, policies=state.layer_policies()))
     return result
 
 

@@ -68,6 +68,15 @@ def test_ddp_gloo_with_qc_hook():
     assert res["method"] == "qc-minmax4" and res["wire_source"] == "qc hook stats", res
 
 
+def test_ddp_gloo_with_adaptive_qc_hook():
+    fixed, _ = _run(DDP, ["--backend", "gloo", "--hook", "qc-minmax4"])
+    res, _ = _run(DDP, ["--backend", "gloo", "--hook", "qc-minmax4", "--adapt-every", "5"])
+    assert res["adapt"]["every"] == 5 and res["adapt"]["adaptations"] == res["steps"] // 5, res
+    assert fixed["adapt"]["adaptations"] == 0, fixed
+    # the same run, fewer bits per value once adapted (alpha 2: twice the 4-bit error allowed)
+    assert res["adapt"]["bits_per_value"] < fixed["adapt"]["bits_per_value"], (res, fixed)
+
+
 def test_ddp_backend_qc(backend_compiled):
     res, _ = _run(DDP, ["--backend", "qc", "--hook", "none"])
     assert res["method"] == "backend-qc" and res["wire_source"] == "qc backend stats", res

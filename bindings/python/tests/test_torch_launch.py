@@ -166,6 +166,30 @@ def test_check_with_a_fake_communicator(one_rank_group):
             check(types.SimpleNamespace(rank=rank, size=size))
 
 
+def test_hook_adapts_bit_widths_every_k_steps(one_rank_group):
+    """adapt_every=K: comm.adapt_policies after steps K, 2K, ...; the widths it
+    chooses apply from the next step. allowed_bits=[8] makes the choice known."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    (c,) = qc.Comm.local(1)
+    policy = qc.Policy(codec="minmax", bits=4, bucket_size=16, min_compress_bytes=0)
+    with c, qct.QcHookState(ddp, comm=c, policy=policy, preset=None, async_op=False,
+                            adapt_every=3, adapt={"allowed_bits": [8]}) as state:
+        ddp.register_comm_hook(state, qct.allreduce_hook)
+        x = torch.randn(8, 32)
+        bits_seen = []
+        for _ in range(7):
+            ddp(x).square().mean().backward()
+            bits_seen.append(c.get_layer_policy("0.weight").bits)
+        assert [r["step"] for r in state.adapt_reports] == [3, 6]
+        assert bits_seen == [4, 4, 8, 8, 8, 8, 8]  # adapted after step 3, in use from step 4
+        assert state.adapt_reports[0]["layers"] == 4  # two weights, two biases
+        assert sorted(state.adapt_reports[0]["policies"]) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+        assert all(p.bits == 8 for p in state.adapt_reports[-1]["policies"].values())
+        assert state.layer_policies() == state.adapt_reports[-1]["policies"]
+
+
 def test_hook_checks_at_its_first_call_when_torch_starts_later(tmp_path, monkeypatch):
     """A state made before init_process_group is checked when DDP first calls the hook."""
     assert not dist.is_initialized()
@@ -201,6 +225,11 @@ TORCH_CASES = [
     ("preset.unknown", lambda c: qct.QcHookState(comm=c, policy=qc.Policy(), preset="nope"), BAD_VALUE),
     ("comm.type", lambda c: qct.QcHookState(comm="comm"), BAD_TYPE),
     ("policy.type", lambda c: qct.QcHookState(comm=c, policy="minmax"), BAD_TYPE),
+    ("adapt_every.type", lambda c: qct.QcHookState(comm=c, adapt_every="5"), BAD_TYPE),
+    ("adapt_every.bool", lambda c: qct.QcHookState(comm=c, adapt_every=True), BAD_TYPE),
+    ("adapt_every.-1", lambda c: qct.QcHookState(comm=c, adapt_every=-1), BAD_VALUE),
+    ("adapt.type", lambda c: qct.QcHookState(comm=c, adapt=[8]), BAD_TYPE),
+    ("adapt.key", lambda c: qct.QcHookState(comm=c, adapt={"beta": 1.0}), BAD_VALUE),
     ("model.type", lambda c: qct.QcHookState("model", comm=c), BAD_TYPE),
     ("qc_policies_for_model.model", lambda c: qct.qc_policies_for_model(c, None, qc.Policy()), BAD_TYPE),
     ("pickle.state", lambda c: pickle.dumps(qct.QcHookState(comm=c)), BAD_TYPE),
