@@ -105,8 +105,10 @@ import torch
 import torch.distributed as dist
 
 import qc as _qc
+from qc.onebit_adam import OneBitAdam
 
 __all__ = [
+    "OneBitAdam",
     "QcHookState",
     "allreduce_hook",
     "ProcessGroupTransport",

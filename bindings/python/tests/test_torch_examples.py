@@ -1,4 +1,5 @@
-"""examples/torch_ddp_digits.py and examples/torch_fsdp_digits.py under torchrun
+"""examples/torch_ddp_digits.py, examples/torch_fsdp_digits.py and
+examples/torch_onebit_adam.py under torchrun
 (4 ranks, a tiny MLP, a few epochs): DDP over gloo, DDP over gloo with qc's
 hook, DDP over the backend "qc"; FSDP2 over gloo and over "qc". Each run must
 exit 0, print its RESULT line with replicas that agree (DDP: the same parameter
@@ -75,6 +76,25 @@ def test_ddp_gloo_with_adaptive_qc_hook():
     assert fixed["adapt"]["adaptations"] == 0, fixed
     # the same run, fewer bits per value once adapted (alpha 2: twice the 4-bit error allowed)
     assert res["adapt"]["bits_per_value"] < fixed["adapt"]["bits_per_value"], (res, fixed)
+
+
+def test_onebit_adam_example():
+    script = EXAMPLES / "torch_onebit_adam.py"
+    launcher = torchrun_command()
+    if launcher is None:
+        pytest.skip("torchrun is not available")
+    cmd = launcher + ["--standalone", "--nproc_per_node", str(NPROC), str(script), "--method",
+                      "onebit-adam", "--hidden", "64", "--epochs", "4", "--warmup", "15", "--quiet"]
+    proc = subprocess.run(cmd, env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
+    rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert len(rows) == 1, proc.stdout[-4000:]
+    res = rows[0]
+    assert res["status"] == "ok" and res["replicas_agree"] and res["ranks"] == NPROC, res
+    assert res["last_loss"] < res["first_loss"], res
+    # 1 bit per value after the warm-up against float32 in it
+    assert res["compressed_stage_bytes_per_step"] * 20 < res["warmup_bytes_per_step"], res
 
 
 def test_ddp_backend_qc(backend_compiled):
