@@ -122,3 +122,24 @@ def test_real_ranks_under_torchrun_end_where_the_emulation_ends(tiny_emulated):
     # gradients with hybrid.node_gradients on one thread.
     assert res["test_loss"] == tiny_emulated["test_loss"]
     assert res["test_accuracy"] == tiny_emulated["test_accuracy"]
+
+
+def test_tables_delta_q_pairs_seeds_with_their_baseline():
+    import tables
+
+    cfg = emulated.parser().parse_args(["--nodes", "4"] + TINY)
+
+    def rec(a2a, allreduce, seed, acc):
+        flags = TINY + ["--nodes", "4", "--a2a", a2a, "--allreduce", allreduce, "--seed", str(seed)]
+        r = emulated.config_record(emulated.parser().parse_args(flags), cfg.nodes)
+        return dict(r, test_accuracy=acc)
+
+    runs = [rec("32,32", "fp32", 1, 0.80), rec("32,32", "fp32", 2, 0.50),
+            rec("4,2", "fp32", 1, 0.76), rec("4,2", "fp32", 2, 0.55),
+            rec("32,32", "ring:4:ec", 1, 0.80)]
+    dq = tables.delta_q(runs)
+    d, seeds, base = dq[(4, (4, 2), "fp32")]
+    assert seeds == 2 and base == pytest.approx(0.65)
+    assert d == pytest.approx((100 * (0.76 - 0.80) / 0.80 + 100 * (0.55 - 0.50) / 0.50) / 2)
+    assert dq[(4, (32, 32), "ring:4:ec")][:2] == (0.0, 1)
+    assert len(tables.configs(3, [32, 64])) == 2 + 2 * 8
