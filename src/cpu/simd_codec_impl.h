@@ -1159,8 +1159,12 @@ __attribute__((noinline)) QC_T void block_encode_any(BitOut& o, const float* t, 
 }
 
 // Where nvfp4's first pass parks a chunk's 16 block amax: the 64-byte
-// aligned line inside the chunk's 128 code bytes [p, p + 128), written past
-// the caches so that the first pass costs no read of the code bytes.
+// aligned line inside the chunk's 128 code bytes [p, p + 128). A message of
+// kStreamParkedBytes or more writes it past the caches (no read of the code
+// bytes for ownership; the line would be evicted before the second pass
+// anyway); a smaller one, a collective's pipeline piece, keeps it in cache
+// for the second pass.
+constexpr size_t kStreamParkedBytes = size_t{8} << 20;
 QC_TI float* parked_amax(uint8_t* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
@@ -1292,16 +1296,21 @@ QC_T void block_encode_f(const float* t, float* e, size_t count, const BlockArgs
     // amax and parks them in the chunk's code bytes (16 x 4 of its 128),
     // which the second pass reads just before it writes the codes there.
     VF vm = zero_f();
+    const bool stream = count * sizeof(float) >= kStreamParkedBytes;
     for (size_t ch = 0; ch < chunks; ++ch) {
       static_assert(16 * B * Q / 8 == 128, "a chunk's codes hold an aligned line");
       const VF m = float_of(chunk_amax_bits<B, HE>(t, e, 16 * ch, 16));
-      stream_a(parked_amax(codes + ch * 128), m);
+      if (stream) {
+        stream_a(parked_amax(codes + ch * 128), m);
+      } else {
+        store_a(parked_amax(codes + ch * 128), m);
+      }
       // a block with a NaN or Inf: its finite values, one by one
       vm = mask_bits(lt_f(m, set1(std::numeric_limits<float>::infinity()))) == 0xFFFFu
                ? vmax_(vm, m)
                : finite_amax(vm, t, ez, ch * 16 * B, (ch + 1) * 16 * B);
     }
-    stream_fence();  // the parked lines before the second pass reads them
+    if (stream) stream_fence();  // the parked lines before the second pass reads them
     S = hmax(finite_amax(vm, t, ez, chunks * 16 * B, count)) / kNvfp4Range;
     put_f32(payload, S);
   }

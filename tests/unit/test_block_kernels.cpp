@@ -158,6 +158,27 @@ TEST(BlockKernels, NvfpMatchesScalarAtEveryPayloadAlignment) {
   }
 }
 
+// A message of 8 MiB or more parks the amax with streaming stores (past the
+// caches) instead of plain ones: the same bytes.
+TEST(BlockKernels, NvfpLargeMessageMatchesScalar) {
+  const KernelTable* scalar = qc::cpu::kernels_for(Isa::kScalar);
+  ASSERT_NE(scalar, nullptr);
+  const auto tables = simd_tables();
+  if (tables.empty()) GTEST_SKIP() << "no SIMD table on this CPU";
+  const BlockArgs a = args_for(kFormats[6], false);
+  const size_t count = (size_t{8} << 20) / sizeof(float) + 16 * 16 + 37;
+  const std::vector<float> x = make_data(count, Data::kPlain, 21);
+  std::vector<uint8_t> want(payload_bytes(a, count));
+  scalar->block_encode(x.data(), nullptr, count, a, want.data());
+  for (const KernelTable* k : tables) {
+    SCOPED_TRACE(k->name);
+    std::vector<uint8_t> got(want.size() + 16, 0xA5);
+    k->block_encode(x.data(), nullptr, count, a, got.data() + 3);  // unaligned codes
+    ASSERT_EQ(std::memcmp(got.data() + 3, want.data(), want.size()), 0);
+    for (size_t i = 3 + want.size(); i < got.size(); ++i) ASSERT_EQ(got[i], 0xA5);
+  }
+}
+
 TEST(BlockKernels, EveryIsaMatchesScalarDecodeOfAnyPayload) {
   const KernelTable* scalar = qc::cpu::kernels_for(Isa::kScalar);
   const auto tables = simd_tables();
