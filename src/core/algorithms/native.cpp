@@ -5,7 +5,9 @@
 //     bit for bit (an allgather) and every rank adds them in rank order, or
 //     takes the largest, so all get the same float scale;
 //  2. every rank encodes z once on the shared grid (error-compensated when
-//     the call has an error buffer), block j (block_range) for rank j;
+//     the call has an error buffer), block j (block_range) for rank j, each
+//     just before its send, so that the first codes travel while the rest
+//     are encoded;
 //  3. reduce-scatter: rank j receives every rank's codes of block j as they
 //     were encoded (bits per value) and adds them as integers, exactly;
 //  4. allgather: rank j sends its block's sums packed at the width they
@@ -64,11 +66,11 @@ Status agreed_norm(CollectiveContext& ctx, const GlobalCodec& codec, const float
   return Status::ok();
 }
 
-// Steps 3 and 4 in integers of type T, on the messages encoded in
-// msgs[0..n) (msgs[j] holds block j); msgs[n..2n-1) receive.
+// Steps 2, 3 and 4 in integers of type T: input encoded into msgs[0..n)
+// (msgs[j] holds block j, under the global norm), msgs[n..2n-1) receive.
 template <class T>
-Status sum_blocks(CollectiveContext& ctx, const GlobalCodec& codec, const CodeIntegers& ci,
-                  Message* msgs, size_t count, float norm, float* data) {
+Status sum_blocks(CollectiveContext& ctx, GlobalCodec& codec, const CodeIntegers& ci,
+                  const float* input, Message* msgs, size_t count, float norm, float* data) {
   const int n = ctx.size();
   const int r = ctx.rank();
   const size_t parts = static_cast<size_t>(n);
@@ -96,11 +98,20 @@ Status sum_blocks(CollectiveContext& ctx, const GlobalCodec& codec, const CodeIn
       QC_RETURN_IF_ERROR(ctx.post_recv(from(d), kCodes, &in[d - 1], &reqs[posted++]));
       received.push_back(&in[d - 1]);
     }
-    for (int d = 1; d < n; ++d) {
+    // 2. Encode on the shared grid, each peer's block just before its send,
+    // so that the first codes travel while the others are encoded; the own
+    // block last.
+    QC_RETURN_IF_ERROR(codec.set_global_norm(norm));
+    Status s;
+    for (int d = 1; d < n && s; ++d) {
       const int to = peer(d);
-      QC_RETURN_IF_ERROR(ctx.post_send(to, kCodes, &msgs[to], ctx.max_encoded_size(block(to).count),
-                                       &reqs[posted++]));
+      const Range b = block(to);
+      s = ctx.encode(input + b.begin, b.count, b.begin, &msgs[to]);
+      if (s) s = ctx.post_send(to, kCodes, &msgs[to], ctx.max_encoded_size(b.count), &reqs[posted++]);
     }
+    if (s) s = ctx.encode(input + mine.begin, mine.count, mine.begin, &msgs[r]);
+    codec.clear_global_norm();
+    QC_RETURN_IF_ERROR(s);
     // The own block's integers while the codes travel.
     codes_to_integers(msgs[r].payload() + kWireHeaderBytes + 4, mine.count, ci, sums);
     ctx.work_while_waiting();
@@ -184,29 +195,19 @@ Status allreduce_native(CollectiveContext& ctx, GlobalCodec& codec, const float*
     return Status::ok();
   }
 
-  // 2. Encode on the shared grid, one message per block.
+  // 2 (encoding block j for rank j, inside step 3), 3 and 4, in int32 where the sums fit (every realistic rank count): half
+  // the memory traffic of int64.
   const int n = ctx.size();
   Message* msgs = ctx.messages(2 * static_cast<size_t>(n));
-  QC_RETURN_IF_ERROR(codec.set_global_norm(norm));
-  Status s;
-  for (int j = 0; j < n && s; ++j) {
-    const Range b = block_range(count, static_cast<size_t>(n), static_cast<size_t>(j));
-    s = ctx.encode(input + b.begin, b.count, b.begin, &msgs[j]);
-  }
-  codec.clear_global_norm();
-  QC_RETURN_IF_ERROR(s);
-
-  // 3 and 4, in int32 where the sums fit (every realistic rank count): half
-  // the memory traffic of int64.
   const CodeIntegers ci = code_integers(codec.id(), bits);
   if (sum_width(ci.value_width, n) <= max_packed_width<int32_t>()) {
-    return sum_blocks<int32_t>(ctx, codec, ci, msgs, count, norm, data);
+    return sum_blocks<int32_t>(ctx, codec, ci, input, msgs, count, norm, data);
   }
   if (sum_width(ci.value_width, n) > max_packed_width<int64_t>()) {
     return unsupported("native allreduce: " + std::to_string(n) +
                        " ranks' sums do not fit in 56 bits");
   }
-  return sum_blocks<int64_t>(ctx, codec, ci, msgs, count, norm, data);
+  return sum_blocks<int64_t>(ctx, codec, ci, input, msgs, count, norm, data);
 }
 
 }  // namespace qc
