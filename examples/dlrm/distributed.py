@@ -15,7 +15,6 @@ digest of the dense parameters and of the tables on every rank), the loss
 curve, the time per step and qc's wire bytes per step.
 """
 
-import argparse
 import hashlib
 import json
 import os
@@ -30,8 +29,8 @@ import qc.torch as qct
 
 from ctr_data import N_SPARSE, TEST_SEED, DataSpec, Teacher
 from dlrm_model import init_dense_params, init_tables
-from hybrid import (A2A_BACKWARD, A2A_FORWARD, DIM, Layout, add_training_args, config_record,
-                    dense_policies, evaluate, node_gradients, row_policy)
+from hybrid import (A2A_BACKWARD, A2A_FORWARD, DIM, Layout, config_record,
+                    dense_policies, evaluate, node_gradients, row_policy, training_parser)
 
 
 def digest(tensors):
@@ -114,10 +113,7 @@ def _train(cfg, comm, rank, n):
 
 
 def parser():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_training_args(ap)
-    return ap
+    return training_parser(__doc__)
 
 
 def main(argv=None):

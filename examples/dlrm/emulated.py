@@ -19,7 +19,6 @@ prints one JSON line: the configuration, the test accuracy and loss, the
 train loss curve (every --log-every steps) and the time per step.
 """
 
-import argparse
 import json
 import sys
 import time
@@ -31,8 +30,8 @@ import qc
 
 from ctr_data import N_SPARSE, TEST_SEED, DataSpec, Teacher
 from dlrm_model import init_dense_params, init_tables
-from hybrid import (A2A_BACKWARD, A2A_FORWARD, DIM, Layout, add_training_args, config_record,
-                    dense_policies, evaluate, node_gradients, row_policy)
+from hybrid import (A2A_BACKWARD, A2A_FORWARD, DIM, Layout, config_record,
+                    dense_policies, evaluate, node_gradients, row_policy, training_parser)
 
 
 class Alltoall:
@@ -153,10 +152,8 @@ def train(cfg):
 
 
 def parser():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = training_parser(__doc__)
     ap.add_argument("--nodes", type=int, default=32, help="emulated nodes N (default 32)")
-    add_training_args(ap)
     return ap
 
 

@@ -125,6 +125,15 @@ def parse_allreduce(text):
             "bits": int(parts[1]), "ec": len(parts) == 3}
 
 
+def training_parser(doc):
+    """The command line both trainers share; `doc`'s first paragraph is its
+    description."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_training_args(ap)
+    return ap
+
+
 def add_training_args(ap):
     ap.add_argument("--batch", type=int, default=1024, help="global batch (paper: 1024)")
     ap.add_argument("--steps", type=int, default=300)

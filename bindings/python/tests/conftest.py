@@ -101,3 +101,21 @@ def backend_compiled():
         pytest.fail(f"compiling the qc torch backend failed: {e}")
     return qtb
 
+
+def torchrun_result(script_args, nproc=4, timeout=300, env=None):
+    """Run `torchrun --standalone --nproc_per_node nproc *script_args`; the one
+    "RESULT {json}" its rank 0 printed, as a dict, and the output. Skips
+    without torchrun; fails on a non-zero exit or not exactly one RESULT."""
+    import json
+    import subprocess
+
+    launcher = torchrun_command()
+    if launcher is None:
+        pytest.skip("torchrun is not available")
+    cmd = launcher + ["--standalone", "--nproc_per_node", str(nproc)] + [str(a) for a in script_args]
+    proc = subprocess.run(cmd, env=env or torchrun_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
+    rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert len(rows) == 1, proc.stdout[-4000:]
+    return rows[0], proc.stdout

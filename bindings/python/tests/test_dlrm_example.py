@@ -9,8 +9,6 @@ Needs torch >= 2; CTest runs it with QC_TORCH2_PYTHON, CI in
 its torch stage.
 """
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -101,18 +99,9 @@ def test_cli_rejects_bad_widths():
 
 
 def test_real_ranks_under_torchrun_end_where_the_emulation_ends(tiny_emulated):
-    from conftest import torchrun_command, torchrun_env
+    from conftest import torchrun_result
 
-    launcher = torchrun_command()
-    if launcher is None:
-        pytest.skip("torchrun is not available")
-    cmd = launcher + ["--standalone", "--nproc_per_node", "4", str(DLRM / "distributed.py")] + TINY
-    proc = subprocess.run(cmd, env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
-    rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert len(rows) == 1, proc.stdout[-4000:]
-    res = rows[0]
+    res, _ = torchrun_result([DLRM / "distributed.py"] + TINY)
     assert res["ranks"] == 4 and res["replicas_agree"], res
     assert res["wire_bytes_per_step"] > 0
     losses = [l for _, l in res["train_loss"]]

@@ -10,8 +10,6 @@ Needs torch >= 2 (the backend "qc", FSDP2), torchrun and scikit-learn (skips
 otherwise); CTest runs it with QC_TORCH2_PYTHON (bindings/python/CMakeLists.txt).
 """
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ if int(torch.__version__.split(".")[0]) < 2:
     pytest.skip(f"the examples' torchrun modes need torch >= 2 (this is {torch.__version__})",
                 allow_module_level=True)
 import torch.distributed as dist  # noqa: E402
-from conftest import torchrun_command, torchrun_env  # noqa: E402
+from conftest import torchrun_result  # noqa: E402
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
@@ -39,24 +37,13 @@ TINY = ["--hidden", "96", "--epochs", "3", "--lr", "0.1", "--quiet"]
 def _run(script, args):
     if not script.exists():
         pytest.skip(f"{script} not found")
-    launcher = torchrun_command()
-    if launcher is None:
-        pytest.skip("torchrun is not available")
-    env = torchrun_env()
-    cmd = launcher + ["--standalone", "--nproc_per_node", str(NPROC), str(script)] + args + TINY
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
-    rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines()
-            if l.startswith("RESULT ")]
-    assert len(rows) == 1, proc.stdout[-4000:]
-    res = rows[0]
+    res, out = torchrun_result([script] + args + TINY, nproc=NPROC)
     assert res["status"] == "ok" and res["ranks"] == NPROC, res
     assert res["replicas_agree"], res
     assert res["last_loss"] < res["first_loss"], res
     assert res["ms_per_step"] > 0 and res["wire_bytes_per_step"] > 0, res
     assert 0.0 <= res["test_accuracy"] <= 1.0, res
-    return res, proc.stdout
+    return res, out
 
 
 def test_ddp_gloo():
@@ -79,18 +66,8 @@ def test_ddp_gloo_with_adaptive_qc_hook():
 
 
 def test_onebit_adam_example():
-    script = EXAMPLES / "torch_onebit_adam.py"
-    launcher = torchrun_command()
-    if launcher is None:
-        pytest.skip("torchrun is not available")
-    cmd = launcher + ["--standalone", "--nproc_per_node", str(NPROC), str(script), "--method",
-                      "onebit-adam", "--hidden", "64", "--epochs", "4", "--warmup", "15", "--quiet"]
-    proc = subprocess.run(cmd, env=torchrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-8000:]}"
-    rows = [json.loads(l[len("RESULT "):]) for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-    assert len(rows) == 1, proc.stdout[-4000:]
-    res = rows[0]
+    res, _ = torchrun_result([EXAMPLES / "torch_onebit_adam.py", "--method", "onebit-adam", "--hidden", "64",
+                              "--epochs", "4", "--warmup", "15", "--quiet"], nproc=NPROC)
     assert res["status"] == "ok" and res["replicas_agree"] and res["ranks"] == NPROC, res
     assert res["last_loss"] < res["first_loss"], res
     # 1 bit per value after the warm-up against float32 in it
