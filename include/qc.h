@@ -1203,8 +1203,10 @@ QC_API qc_status_t qc_codec_decode(const void* src, size_t size, void* dst, size
 /* ======================================================================== */
 
 /**
- * Run an allreduce over `nranks` virtual ranks of a local group, one thread
- * each, with `policy` for every rank. sendbufs[i] / recvbufs[i] are rank i's
+ * Run an allreduce over `nranks` virtual ranks of a local group, with
+ * `policy` for every rank. Each virtual rank runs a rank's real code on a
+ * fiber of its own (a small stack, no thread), all of them on one thread
+ * per core, so emulating 128 ranks costs their arithmetic, not 128 threads. sendbufs[i] / recvbufs[i] are rank i's
  * buffers. error_buffers is NULL or an array of nranks error buffers (each
  * created with comm NULL, or for rank i of a group of nranks; entries may be
  * NULL). The result is bit-identical to call `call_index` (0: the first) of

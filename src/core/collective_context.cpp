@@ -368,17 +368,20 @@ Status CollectiveContext::post_recv(int peer, uint32_t step, Message* msg, Reque
 Status CollectiveContext::check_envelope(const Message& msg, size_t received, int peer,
                                          uint64_t tag) const {
   const uint8_t* env = msg.bytes_.data();
-  const std::string from = " from rank " + std::to_string(peer) + " to rank " + std::to_string(rank_);
-  if (received < kEnvelopeBytes) return corrupt_data("truncated message" + from);
+  // Words only for a message that fails: every message passes here.
+  auto from = [&] {
+    return " from rank " + std::to_string(peer) + " to rank " + std::to_string(rank_);
+  };
+  if (received < kEnvelopeBytes) return corrupt_data("truncated message" + from());
   for (int i = 0; i < 4; ++i) {
-    if (env[i] != kEnvelopeMagic[i]) return corrupt_data("message" + from + " has a bad magic");
+    if (env[i] != kEnvelopeMagic[i]) return corrupt_data("message" + from() + " has a bad magic");
   }
   if (load_le64(env + 8) != sequence_) {
-    return mismatch("message" + from + " belongs to call " + std::to_string(load_le64(env + 8)) +
+    return mismatch("message" + from() + " belongs to call " + std::to_string(load_le64(env + 8)) +
                     " but the receiver is in call " + std::to_string(sequence_));
   }
   if (load_le64(env + 16) != signature_) {
-    return mismatch("message" + from +
+    return mismatch("message" + from() +
                     " comes from a different collective: the ranks disagree on the count, "
                     "dtype, op, layer, policy or layer call index (qc_comm_load_state) of "
                     "this call");
@@ -389,7 +392,7 @@ Status CollectiveContext::check_envelope(const Message& msg, size_t received, in
   const uint32_t step = load_le32(env + 4);
   const uint32_t expected = static_cast<uint32_t>(tag) & kTagStepMask;
   if ((step & kTagStepMask) != expected) {
-    return mismatch("message" + from + " is step " + std::to_string(step) +
+    return mismatch("message" + from() + " is step " + std::to_string(step) +
                     " of its call, but the receiver expects step " + std::to_string(expected));
   }
   return Status::ok();

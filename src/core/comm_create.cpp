@@ -123,10 +123,11 @@ Status no_nccl() {
 }  // namespace
 
 Status create_local_group(int nranks, double timeout_seconds,
-                          std::vector<std::unique_ptr<Communicator>>* group) {
+                          std::vector<std::unique_ptr<Communicator>>* group,
+                          RankScheduler* scheduler) {
   CommDefaults defaults;
   QC_RETURN_IF_ERROR(environment_defaults(timeout_seconds, &defaults));
-  auto local = std::make_shared<LocalGroup>(nranks);
+  auto local = std::make_shared<LocalGroup>(nranks, scheduler);
   group->clear();
   group->reserve(nranks);
   for (int r = 0; r < nranks; ++r) {

@@ -24,6 +24,7 @@
 
 namespace qc {
 
+class RankScheduler;
 struct ErrorBuffer;
 struct SparseRows;
 
@@ -193,9 +194,11 @@ Status comm_sparse_allreduce_dense(Communicator* comm, const int64_t* indices, c
 double squared_norm(const float* x, size_t count);
 
 // Creates the n communicators of a local group (all or none) in *group.
-// The entry points publish them as handles (handle_table.h).
+// The entry points publish them as handles (handle_table.h). `scheduler`:
+// how its ranks wait (null: each rank a thread; an emulation's fibers).
 Status create_local_group(int nranks, double timeout_seconds,
-                          std::vector<std::unique_ptr<Communicator>>* group);
+                          std::vector<std::unique_ptr<Communicator>>* group,
+                          RankScheduler* scheduler = nullptr);
 
 // Creates this rank's communicator over the MPI communicator whose Fortran
 // handle is `fortran_handle` (collective over its ranks). QC_ERROR_UNSUPPORTED

@@ -2,49 +2,38 @@
 
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/api_checks.h"
 #include "core/communicator.h"
 #include "core/error_buffer.h"
+#include "core/fiber_ranks.h"
 #include "core/policy.h"
 
 namespace qc {
 namespace {
 
-// Creates the group, gives every rank the policy, runs body(rank, comm) on
-// one thread per rank (rank 0 on the caller's), and returns the first
-// failure by rank order, or success.
+// Creates the group, gives every rank the policy, runs body(rank, comm) for
+// every rank, each on a fiber (core/fiber_ranks.h: the real code of a rank,
+// without a thread per rank), and returns the first failure by rank order,
+// or success.
 Status run_ranks(const EmulationArgs& args,
                  const std::function<Status(int, Communicator*)>& body) {
   const int n = args.nranks;
+  FiberRanks fibers(n, /*threads=*/0);
+  // Declared after `fibers`, so destroyed first: a communicator leaving
+  // the group notifies the ranks through it.
   std::vector<std::unique_ptr<Communicator>> comms;
-  QC_RETURN_IF_ERROR(create_local_group(n, default_comm_config().timeout_seconds, &comms));
+  QC_RETURN_IF_ERROR(create_local_group(n, default_comm_config().timeout_seconds, &comms, &fibers));
   // Every name resolves to "*"; the layer's earlier calls are counted as
   // if they had run, so its random stream is that of call `call_index`.
   for (auto& c : comms) {
     c->policies.set("*", args.policy);
     c->layer_calls[args.layer != nullptr ? args.layer : "*"] = args.call_index;
   }
-
-  std::vector<Status> results(n);
-  std::vector<std::thread> threads;
-  Status spawn;
-  try {
-    threads.reserve(n - 1);
-    for (int r = 1; r < n; ++r)
-      threads.emplace_back([&, r] { results[r] = body(r, comms[r].get()); });
-  } catch (const std::system_error& e) {
-    // Ranks already running would wait for the missing ones: break the group.
-    spawn = Status(QC_ERROR_OUT_OF_MEMORY,
-                   std::string("could not start a thread per virtual rank: ") + e.what());
-    comms[0]->transport->abort(spawn);
-  }
-  if (spawn) results[0] = body(0, comms[0].get());
-  for (std::thread& t : threads) t.join();
+  std::vector<Status> results;
+  QC_RETURN_IF_ERROR(fibers.run([&](int r) { return body(r, comms[r].get()); }, &results));
   comms.clear();
-  if (!spawn) return spawn;
   for (int r = 0; r < n; ++r) {
     if (!results[r]) return Status(results[r].code(), "rank " + std::to_string(r) + ": " +
                                                           results[r].message());

@@ -1,5 +1,6 @@
-// Emulation (paper 000 3.2): N virtual ranks of a local group, one thread
-// each, running exactly the code a real run runs.
+// Emulation (paper 000 3.2): N virtual ranks of a local group running
+// exactly the code a real run runs, each on a fiber (core/fiber_ranks.h),
+// all of them on one thread per core.
 #pragma once
 
 #include <functional>
@@ -27,8 +28,8 @@ Status check_emulation_group(int nranks, const char* layer, uint64_t call_index,
 Status for_rank(int r, const Status& s);
 
 struct Communicator;
-// Creates the group, gives every rank the policy, runs body(rank, comm) on
-// one thread per rank, and returns the first failure by rank order.
+// Creates the group, gives every rank the policy, runs body(rank, comm) for
+// every rank (each on a fiber), and returns the first failure by rank order.
 Status emulate_ranks(const EmulationArgs& args,
                      const std::function<Status(int, Communicator*)>& body);
 struct ErrorBuffer;

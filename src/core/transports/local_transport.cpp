@@ -5,7 +5,8 @@
 
 namespace qc {
 
-LocalGroup::LocalGroup(int nranks) : departed_(new std::atomic<bool>[nranks]) {
+LocalGroup::LocalGroup(int nranks, RankScheduler* scheduler)
+    : scheduler_(scheduler), departed_(new std::atomic<bool>[nranks]) {
   mailboxes_.reserve(nranks);
   for (int i = 0; i < nranks; ++i) {
     mailboxes_.push_back(std::make_unique<Mailbox>());
@@ -35,12 +36,27 @@ void LocalGroup::depart(int rank) {
 }
 
 void LocalGroup::wake_everyone() {
-  // Taking each lock before notifying means a waiter is either before its
-  // predicate check (and will see the new state) or already asleep.
-  for (auto& box : mailboxes_) {
-    std::lock_guard<std::mutex> lock(box->mutex);
-    box->changed.notify_all();
+  for (int r = 0; r < size(); ++r) notify(r);
+}
+
+void LocalGroup::notify(int rank) {
+  if (scheduler_ != nullptr) {
+    scheduler_->notify(rank);
+    return;
   }
+  // Taking the lock before notifying means a waiter is either before its
+  // predicate check (and will see the new state) or already asleep.
+  Mailbox& box = *mailboxes_[rank];
+  std::lock_guard<std::mutex> lock(box.mutex);
+  box.changed.notify_all();
+}
+
+void LocalGroup::wait(int rank, std::unique_lock<std::mutex>& lock, Deadline deadline) {
+  if (scheduler_ != nullptr) {
+    scheduler_->wait(rank, lock, deadline);
+    return;
+  }
+  mailboxes_[rank]->changed.wait_until(lock, deadline);
 }
 
 LocalTransport::LocalTransport(std::shared_ptr<LocalGroup> group, int rank)
@@ -64,7 +80,7 @@ Status LocalTransport::post_send(int peer, uint64_t tag, const void* data, size_
     box.queue.push_back(
         {rank_, tag, static_cast<const uint8_t*>(data), bytes, frame, std::move(state)});
   }
-  box.changed.notify_all();
+  group_->notify(peer);
   return Status::ok();
 }
 
@@ -110,10 +126,12 @@ Status LocalTransport::try_receive(std::deque<LocalGroup::Message>& queue, Reque
 }
 
 void LocalTransport::signal_consumed(int sender, const std::shared_ptr<LocalGroup::SendState>& state) {
-  LocalGroup::Mailbox& box = group_->mailbox(sender);
-  std::lock_guard<std::mutex> lock(box.mutex);
-  state->consumed = true;
-  box.changed.notify_all();
+  {
+    LocalGroup::Mailbox& box = group_->mailbox(sender);
+    std::lock_guard<std::mutex> lock(box.mutex);
+    state->consumed = true;
+  }
+  group_->notify(sender);
 }
 
 void LocalTransport::withdraw_sends(Request* reqs, size_t count) {
@@ -196,7 +214,7 @@ Status LocalTransport::wait_all(Request* reqs, size_t count, Deadline deadline) 
                                         " timed out waiting for rank " +
                                         std::to_string(waiting_on)));
     }
-    own.changed.wait_until(lock, deadline);
+    group_->wait(rank_, lock, deadline);
   }
 }
 

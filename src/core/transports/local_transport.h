@@ -1,4 +1,5 @@
-// The local transport: the ranks of a group are threads of this process.
+// The local transport: the ranks of a group are threads of this process,
+// or the fibers of an emulation (RankScheduler).
 //
 // Rendezvous, zero intermediate copies: a send only queues a pointer to the
 // sender's buffer in the receiver's mailbox; the receiver copies the bytes
@@ -18,9 +19,27 @@
 
 namespace qc {
 
+// How the ranks of a local group wait for news (a message for them, or the
+// consumption of one of theirs). Without one, each rank is a thread that
+// sleeps on its mailbox's condition variable; an emulation's virtual ranks
+// are fibers that hand their thread to another rank instead
+// (core/fiber_ranks.h), so N ranks need no N threads.
+class RankScheduler {
+ public:
+  virtual ~RankScheduler() = default;
+  // Called by `rank` with its mailbox locked (`lock`), after it found
+  // nothing to do; returns, locked again, once there may be news or the
+  // deadline has passed (the caller checks which).
+  virtual void wait(int rank, std::unique_lock<std::mutex>& lock, Deadline deadline) = 0;
+  // There may be news for `rank` (called after the news was made, with no
+  // mailbox locked).
+  virtual void notify(int rank) = 0;
+};
+
 class LocalGroup {
  public:
-  explicit LocalGroup(int nranks);
+  // `scheduler` (null: threads) must outlive the group's waits.
+  explicit LocalGroup(int nranks, RankScheduler* scheduler = nullptr);
 
   int size() const { return static_cast<int>(mailboxes_.size()); }
 
@@ -46,6 +65,10 @@ class LocalGroup {
   };
 
   Mailbox& mailbox(int rank) { return *mailboxes_[rank]; }
+  // Tells `rank` there may be news in its mailbox (no mailbox lock held).
+  void notify(int rank);
+  // `rank` (its mailbox locked by `lock`) waits for news or the deadline.
+  void wait(int rank, std::unique_lock<std::mutex>& lock, Deadline deadline);
   void fail(const Status& reason);
   Status failure() const;
   bool has_failed() const { return failed_.load(std::memory_order_acquire); }
@@ -56,6 +79,7 @@ class LocalGroup {
   void wake_everyone();
 
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;
+  RankScheduler* scheduler_;
   std::unique_ptr<std::atomic<bool>[]> departed_;
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
