@@ -1206,8 +1206,10 @@ QC_API qc_status_t qc_codec_decode(const void* src, size_t size, void* dst, size
  * Run an allreduce over `nranks` virtual ranks of a local group, with
  * `policy` for every rank. Each virtual rank runs a rank's real code on a
  * fiber of its own (a small stack, no thread), all of them on one thread
- * per core, so emulating 128 ranks costs their arithmetic, not 128 threads. sendbufs[i] / recvbufs[i] are rank i's
- * buffers. error_buffers is NULL or an array of nranks error buffers (each
+ * per core, so emulating 128 ranks costs their arithmetic, not 128
+ * threads. sendbufs[i] / recvbufs[i] are rank i's buffers; a virtual rank
+ * reduces in its recvbuf, so after a failed emulation (any qc_emulate_*)
+ * the recvbufs hold unspecified values. error_buffers is NULL or an array of nranks error buffers (each
  * created with comm NULL, or for rank i of a group of nranks; entries may be
  * NULL). The result is bit-identical to call `call_index` (0: the first) of
  * layer `layer` (NULL means "*") in a real run of the same inputs, policy

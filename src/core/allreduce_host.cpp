@@ -87,8 +87,16 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
     return Status::ok();
   }
 
-  std::vector<float>& work = comm->work;
-  work.resize(count);
+  // The float32 values the algorithm reduces in: comm->work, or the
+  // caller's recvbuf for an emulation (when it does not overlap the input).
+  const char* send_bytes = static_cast<const char*>(sendbuf);
+  const char* recv_bytes = static_cast<const char*>(recvbuf);
+  const bool in_recvbuf = comm->result_in_recvbuf && dtype == QC_DTYPE_FLOAT32 &&
+                          (recv_bytes + count * 4 <= send_bytes ||
+                           send_bytes + count * 4 <= recv_bytes);
+  std::vector<float>& work_storage = comm->work;
+  if (!in_recvbuf) work_storage.resize(count);
+  float* const work = in_recvbuf ? static_cast<float*>(recvbuf) : work_storage.data();
   // SRA and the global codecs' native algorithm read their input without
   // writing it anywhere but their own result, so float32 input is read where
   // it is (one copy pass fewer). The others reduce in place, on a float32
@@ -99,8 +107,8 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   const bool read_in_place =
       dtype == QC_DTYPE_FLOAT32 &&
       (algorithm == QC_ALGO_SRA || (algorithm == QC_ALGO_NATIVE && !native_float));
-  const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
-  if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), count);
+  const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work;
+  if (!read_in_place) cpu::to_float32(sendbuf, dtype, work, count);
   // Such float32 input is the caller's, which nothing writes during the
   // call: its norm is summed while the call waits for transfers
   // (input_norm.h). The others reduce in `input` itself: measured first.
@@ -118,7 +126,7 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);
     if (is_step_algorithm(algorithm)) {
       QC_RETURN_IF_ERROR(
-          run_allreduce(ctx, algorithm, input, work.data(), count, policy.group_size));
+          run_allreduce(ctx, algorithm, input, work, count, policy.group_size));
       ctx.load_untouched_residuals();
       return Status::ok();
     }
@@ -130,9 +138,9 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
         for (size_t i = 0; i < count; ++i) work[i] += residual[i];
         std::fill(residual.begin(), residual.end(), 0.0f);
       }
-      return ctx.native_allreduce_float(work.data(), work.data(), count);
+      return ctx.native_allreduce_float(work, work, count);
     }
-    return allreduce_native(ctx, *global, input, work.data(),
+    return allreduce_native(ctx, *global, input, work,
                             feedback ? residual.data() : nullptr, count, policy.bits, scales,
                             refresh);
   };
@@ -148,7 +156,7 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   QC_RETURN_IF_ERROR(status);
   if (scales != nullptr) scales->calls += 1;
   if (feedback) commit_residuals(comm, error_buffer, grid);
-  finish_allreduce(work.data(), count, dtype, op, n, recvbuf);
+  finish_allreduce(work, count, dtype, op, n, recvbuf);
   return Status::ok();
 }
 

@@ -82,6 +82,11 @@ struct Communicator {
   qc::Scratch scratch;
   std::vector<float> work;     // the float32 working copy of the input
   std::vector<float> work_out; // alltoall's output before conversion
+  // An emulation's virtual rank (emulate.cpp): a float32 allreduce works in
+  // the caller's recvbuf instead of `work` (whose pages every fresh
+  // emulated group would touch anew), so a failed emulation leaves its
+  // recvbufs unspecified (qc.h, qc_emulate_allreduce). Same bits either way.
+  bool result_in_recvbuf = false;
   // The residuals a call works on; swapped with the error buffer's only when
   // the call succeeds, so a failed call leaves the buffer as it was.
   std::vector<float> residual_work;

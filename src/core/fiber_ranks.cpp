@@ -324,8 +324,12 @@ Status FiberRanks::run(const std::function<Status(int)>& body, std::vector<Statu
     }
     workers_.resize(started);
     const int k = started;
+    // Contiguous ranks share a thread: a ring's or a butterfly's
+    // neighbours then mostly wake each other on their own thread, and few
+    // messages cross to the other threads (each crossing may be a futex).
+    const size_t n = fibers_.size();
     for (auto& f : fibers_) {
-      f->worker = f->rank % k;
+      f->worker = static_cast<int>(static_cast<size_t>(f->rank) * static_cast<size_t>(k) / n);
       Worker& w = *workers_[f->worker];
       w.ranks.push_back(f->rank);
       w.ready.push_back(f->rank);

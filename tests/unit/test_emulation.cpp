@@ -101,6 +101,21 @@ struct AllreduceCase {
   int n;
 };
 
+// ThreadSanitizer makes each of the threaded runs of 64 and 128 ranks cost
+// about a second; there it checks the fibers' and threads' synchronisation
+// on a few codecs at those sizes (the other builds check every pair).
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kFewCodecsAtLargeRanks = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kFewCodecsAtLargeRanks = true;
+#else
+constexpr bool kFewCodecsAtLargeRanks = false;
+#endif
+#else
+constexpr bool kFewCodecsAtLargeRanks = false;
+#endif
+
 std::vector<AllreduceCase> allreduce_cases() {
   std::vector<AllreduceCase> v;
   std::vector<qc_algorithm_t> algos = explicit_algorithms();
@@ -113,6 +128,8 @@ std::vector<AllreduceCase> allreduce_cases() {
         const bool native_ok = c == QC_CODEC_GLOBAL_LINEAR || c == QC_CODEC_GLOBAL_EXP ||
                                c == QC_CODEC_NONE;
         if (a == QC_ALGO_NATIVE && !native_ok) continue;
+        const bool few = c == QC_CODEC_NONE || c == QC_CODEC_QSGD || c == QC_CODEC_GLOBAL_LINEAR;
+        if (kFewCodecsAtLargeRanks && n >= 64 && !few) continue;
         v.push_back({a, c, n});
       }
   return v;
@@ -319,7 +336,6 @@ TEST(EmulationThreads, AtMostOnePerCoreWhateverTheRanks) {
   const auto bytes = encode_all(random_inputs(n, count, 9), QC_DTYPE_FLOAT32);
   qc_policy_t pol = policy_for(QC_ALGO_RING, QC_CODEC_MINMAX);
   pol.error_feedback = 0;
-  const int before = thread_count();
   std::atomic<bool> done{false};
   std::atomic<int> most{0};
   // Samples the process's threads while the emulation runs.
@@ -330,6 +346,12 @@ TEST(EmulationThreads, AtMostOnePerCoreWhateverTheRanks) {
       std::this_thread::yield();
     }
   });
+  // A first call starts whatever a runtime starts once (a sanitizer's
+  // background thread); the threads counted from here on are the calls'.
+  EXPECT_EQ(allreduce_emulate(2, {bytes[0], bytes[1]}, count, QC_DTYPE_FLOAT32, QC_OP_SUM, pol).status,
+            QC_SUCCESS);
+  const int before = thread_count();  // the watcher included
+  most.store(before);
   for (int rep = 0; rep < 3; ++rep) {
     const auto emu = allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, pol);
     ASSERT_EQ(emu.status, QC_SUCCESS) << emu.error;
@@ -338,8 +360,8 @@ TEST(EmulationThreads, AtMostOnePerCoreWhateverTheRanks) {
   done.store(true);
   watcher.join();
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  // the caller's thread is a worker: at most cores - 1 more, and the watcher
-  EXPECT_LE(most.load(), before + 1 + (cores - 1))
+  // the caller's thread is a worker: at most cores - 1 more
+  EXPECT_LE(most.load(), before + (cores - 1))
       << "threads before: " << before << ", cores: " << cores;
 }
 
