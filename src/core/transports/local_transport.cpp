@@ -36,7 +36,18 @@ void LocalGroup::depart(int rank) {
 }
 
 void LocalGroup::wake_everyone() {
-  for (int r = 0; r < size(); ++r) notify(r);
+  for (int r = 0; r < size(); ++r) {
+    if (scheduler_ != nullptr) {
+      scheduler_->notify(r);
+      continue;
+    }
+    // The news (failed_, departed_) is not written under the mailbox lock:
+    // taking it before notifying means a waiter is either before its
+    // predicate check (and will see the news) or already asleep.
+    Mailbox& box = *mailboxes_[r];
+    std::lock_guard<std::mutex> lock(box.mutex);
+    box.changed.notify_all();
+  }
 }
 
 void LocalGroup::notify(int rank) {
@@ -44,11 +55,9 @@ void LocalGroup::notify(int rank) {
     scheduler_->notify(rank);
     return;
   }
-  // Taking the lock before notifying means a waiter is either before its
-  // predicate check (and will see the new state) or already asleep.
-  Mailbox& box = *mailboxes_[rank];
-  std::lock_guard<std::mutex> lock(box.mutex);
-  box.changed.notify_all();
+  // The callers wrote their news under this mailbox's lock, so a waiter
+  // that checked before it sleeps already: no lock needed to wake it.
+  mailboxes_[rank]->changed.notify_all();
 }
 
 void LocalGroup::wait(int rank, std::unique_lock<std::mutex>& lock, Deadline deadline) {

@@ -65,7 +65,8 @@ class LocalGroup {
   };
 
   Mailbox& mailbox(int rank) { return *mailboxes_[rank]; }
-  // Tells `rank` there may be news in its mailbox (no mailbox lock held).
+  // Tells `rank` there may be news in its mailbox, news written under that
+  // mailbox's lock (no mailbox lock held now).
   void notify(int rank);
   // `rank` (its mailbox locked by `lock`) waits for news or the deadline.
   void wait(int rank, std::unique_lock<std::mutex>& lock, Deadline deadline);
