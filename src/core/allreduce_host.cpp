@@ -75,7 +75,7 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
     // No staging: the transport sums the caller's buffers directly.
     float* out = static_cast<float*>(recvbuf);
     const auto layers =
-        one_layer(layer, count, count * 4, squared_norm(static_cast<const float*>(sendbuf), count));
+        one_layer(layer, count, count * 4, input_norm_for_stats(*comm, static_cast<const float*>(sendbuf), count));
     QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, count * 4, layers,
                                       [&](CollectiveContext& ctx) {
       return ctx.native_allreduce_float(static_cast<const float*>(sendbuf), out, count);
@@ -91,28 +91,29 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   // caller's recvbuf for an emulation (when it does not overlap the input).
   const char* send_bytes = static_cast<const char*>(sendbuf);
   const char* recv_bytes = static_cast<const char*>(recvbuf);
-  const bool in_recvbuf = comm->result_in_recvbuf && dtype == QC_DTYPE_FLOAT32 &&
+  const bool in_recvbuf = comm->emulated && dtype == QC_DTYPE_FLOAT32 &&
                           (recv_bytes + count * 4 <= send_bytes ||
                            send_bytes + count * 4 <= recv_bytes);
   std::vector<float>& work_storage = comm->work;
   if (!in_recvbuf) work_storage.resize(count);
   float* const work = in_recvbuf ? static_cast<float*>(recvbuf) : work_storage.data();
-  // SRA and the global codecs' native algorithm read their input without
-  // writing it anywhere but their own result, so float32 input is read where
-  // it is (one copy pass fewer). The others reduce in place, on a float32
-  // copy made here. The result goes to `work`
+  // SRA, the ring and the global codecs' native algorithm read their input
+  // without writing it anywhere but their own result, so float32 input is
+  // read where it is (one copy pass fewer). The others reduce in place, on a
+  // float32 copy made here. The result goes to `work`
   // either way and reaches recvbuf only when the call succeeds: a failed
   // call leaves recvbuf as it was (docs/reliability.md), which a result
   // decoded piece by piece straight into recvbuf would not.
   const bool read_in_place =
       dtype == QC_DTYPE_FLOAT32 &&
-      (algorithm == QC_ALGO_SRA || (algorithm == QC_ALGO_NATIVE && !native_float));
+      (reads_input_in_place(algorithm) || (algorithm == QC_ALGO_NATIVE && !native_float));
   const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work;
   if (!read_in_place) cpu::to_float32(sendbuf, dtype, work, count);
   // Such float32 input is the caller's, which nothing writes during the
   // call: its norm is summed while the call waits for transfers
   // (input_norm.h). The others reduce in `input` itself: measured first.
-  InputNorm input_norm(input, count);
+  // An emulated rank's statistics are never read: no norm (0).
+  InputNorm input_norm(input, comm->emulated ? 0 : count);
   const bool norm_while_waiting = read_in_place;
   auto layers = one_layer(layer, count, count * dtype_size(dtype),
                           norm_while_waiting ? 0.0 : input_norm.finish());

@@ -41,7 +41,7 @@ Status alltoall_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   recv.resize(total);
   cpu::to_float32(sendbuf, dtype, send.data(), total);
   const auto layers = one_layer(layer, total, total * dtype_size(dtype),
-                                squared_norm(send.data(), total));
+                                input_norm_for_stats(*comm, send.data(), total));
   bool refresh = true;
   ScaleMemory* scales = scale_memory_for(comm->scale_memory, CollectiveKind::kAlltoall, layer,
                                          signature, policy, &refresh);

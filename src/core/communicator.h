@@ -82,11 +82,14 @@ struct Communicator {
   qc::Scratch scratch;
   std::vector<float> work;     // the float32 working copy of the input
   std::vector<float> work_out; // alltoall's output before conversion
-  // An emulation's virtual rank (emulate.cpp): a float32 allreduce works in
-  // the caller's recvbuf instead of `work` (whose pages every fresh
-  // emulated group would touch anew), so a failed emulation leaves its
-  // recvbufs unspecified (qc.h, qc_emulate_allreduce). Same bits either way.
-  bool result_in_recvbuf = false;
+  // An emulation's virtual rank (emulate.cpp), whose communicator ends
+  // with its one call. A float32 allreduce works in the caller's recvbuf
+  // instead of `work` (whose pages every fresh emulated group would touch
+  // anew), so a failed emulation leaves its recvbufs unspecified (qc.h,
+  // qc_emulate_allreduce). Its statistics are never read, so neither the
+  // input's norm nor the codec error estimate is measured (two passes over
+  // the data per rank). Same bits either way.
+  bool emulated = false;
   // The residuals a call works on; swapped with the error buffer's only when
   // the call succeeds, so a failed call leaves the buffer as it was.
   std::vector<float> residual_work;
@@ -195,8 +198,9 @@ Status comm_sparse_allreduce_dense(Communicator* comm, const int64_t* indices, c
                                    size_t nnz, size_t row_len, size_t nrows, void* dense,
                                    qc_dtype_t dtype, qc_reduce_op_t op, const char* layer);
 
-// Squared L2 norm, accumulated in double.
-double squared_norm(const float* x, size_t count);
+// The squared L2 norm of a call's input, accumulated in double, for its
+// layer statistics; 0 on an emulated rank, whose statistics nobody reads.
+double input_norm_for_stats(const Communicator& comm, const float* x, size_t count);
 
 // Creates the n communicators of a local group (all or none) in *group.
 // The entry points publish them as handles (handle_table.h). `scheduler`:

@@ -28,7 +28,7 @@ Status run_ranks(const EmulationArgs& args,
   // Every name resolves to "*"; the layer's earlier calls are counted as
   // if they had run, so its random stream is that of call `call_index`.
   for (auto& c : comms) {
-    c->result_in_recvbuf = true;
+    c->emulated = true;
     c->policies.set("*", args.policy);
     c->layer_calls[args.layer != nullptr ? args.layer : "*"] = args.call_index;
   }

@@ -93,7 +93,7 @@ Status run_scheduled(Communicator* comm, const ScheduledCall& call, const void* 
   const size_t counted = call.kind == CollectiveKind::kBroadcast ? call.block : call.in;
   const size_t logical_bytes = counted * dtype_size(dtype);
   const auto layers = one_layer(layer, counted, logical_bytes,
-                                call.in > 0 ? squared_norm(input, call.in) : 0.0);
+                                call.in > 0 ? input_norm_for_stats(*comm, input, call.in) : 0.0);
   bool refresh = true;
   ScaleMemory* scales =
       scale_memory_for(comm->scale_memory, call.kind, layer, plan.signature, policy, &refresh);

@@ -86,13 +86,13 @@ Status comm_allreduce_segments(Communicator* comm, const void* sendbuf, void* re
 
   std::vector<float>& work = comm->work;
   work.resize(total);
-  // SRA reads float32 input where it is; the others reduce in a copy.
-  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && algorithm == QC_ALGO_SRA;
+  // SRA and the ring read float32 input where it is; the others reduce in a copy.
+  const bool read_in_place = dtype == QC_DTYPE_FLOAT32 && reads_input_in_place(algorithm);
   const float* input = read_in_place ? static_cast<const float*>(sendbuf) : work.data();
   if (!read_in_place) cpu::to_float32(sendbuf, dtype, work.data(), total);
   double weights = 0;
   for (size_t i = 0; i < nsegments; ++i) {
-    shares[i].sq_norm = squared_norm(input + segments[i].begin, counts[i]);
+    shares[i].sq_norm = input_norm_for_stats(*comm, input + segments[i].begin, counts[i]);
     shares[i].weight =
         counts[i] == 0 ? 0.0 : double(segments[i].codec->max_encoded_size(counts[i]));
     weights += shares[i].weight;

@@ -323,7 +323,7 @@ Status run_sparse(Communicator* comm, const int64_t* indices, const void* values
   }
   const size_t logical = mine.indices.size() * row_len * dtype_size(dtype);
   const auto layers = one_layer(layer, mine.indices.size() * row_len, logical,
-                                squared_norm(mine.values.data(), mine.values.size()));
+                                input_norm_for_stats(*comm, mine.values.data(), mine.values.size()));
   const uint64_t call = signature ^ (0x5ba75e5ull + static_cast<uint64_t>(plan.schedule));
   SparseRows summed;
   std::vector<float> table;

@@ -13,6 +13,7 @@
 
 #include "core/codecs/device_message_codec.h"
 #include "core/communicator.h"
+#include "core/executors/input_norm.h"
 #include "cpu/dtype_convert.h"
 #include "fake_device.h"
 
@@ -102,7 +103,7 @@ class CpuMessageCodec final : public qc::DeviceMessageCodec {
     expect_device(scratch, kNormScratchBytes, "norm scratch");
     if (reinterpret_cast<uintptr_t>(scratch) % 8 != 0) ADD_FAILURE() << "norm scratch misaligned";
     if (fail_norm) return qc::Status(QC_ERROR_INTERNAL, "injected norm failure");
-    *out = qc::squared_norm(src, count);
+    *out = qc::InputNorm::of(src, count);
     return qc::Status::ok();
   }
 

@@ -22,6 +22,11 @@ namespace qc {
 // Whether `algorithm` has a schedule (ring, recursive doubling, SRA, tree):
 // those run on any executor, host or stream-ordered.
 bool is_step_algorithm(qc_algorithm_t algorithm);
+// Whether `algorithm`'s schedule only reads its input: SRA, and the ring
+// (which copies each block into the output just before it first adds to
+// it). Float32 input is then read where it is, with no pass copying the
+// whole input first; the others reduce in a copy.
+bool reads_input_in_place(qc_algorithm_t algorithm);
 // Runs step algorithm `algorithm` on the host executor: `input` (read
 // only; it may be `output`) holds this rank's values, `output` gets the
 // sum. An internal error for any other algorithm.

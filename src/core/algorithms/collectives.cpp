@@ -36,6 +36,10 @@ bool is_step_algorithm(qc_algorithm_t algorithm) {
   return find_allreduce_schedule(algorithm) != nullptr;
 }
 
+bool reads_input_in_place(qc_algorithm_t algorithm) {
+  return algorithm == QC_ALGO_SRA || algorithm == QC_ALGO_RING;
+}
+
 Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, const float* input,
                      float* output, size_t count, int group_size) {
   Schedule schedule;

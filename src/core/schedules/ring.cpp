@@ -42,8 +42,9 @@ void build_pipelined(const ScheduleShape& shape, const Pieces& pieces, Schedule*
   };
   auto piece_slot = [&](size_t b, size_t c) { return b * C + c; };
   auto values = [](const Range& p) { return output(p.begin, p.count); };
+  auto given = [](const Range& p) { return input(p.begin, p.count); };
   ScheduleBuilder s(schedule);
-  s.copy(output(0, shape.count), input(0, shape.count));
+  // The input is read where it is (see build_allreduce_ring).
   // Slot b*C + c: piece c of block b, as this rank last encoded or received it.
   for (size_t b = 0; b < blocks; ++b) {
     for (size_t c = 0; c < C; ++c) s.slot(piece(b, c).count);
@@ -78,7 +79,8 @@ void build_pipelined(const ScheduleShape& shape, const Pieces& pieces, Schedule*
     if (!x.gather) {
       const uint32_t tag = kReduceScatterPiece + static_cast<uint32_t>(x.c);
       if (sent.count > 0) {
-        s.encode(values(sent), out);
+        // Step 0 sends this rank's own piece, the others partial sums.
+        s.encode(x.step == 0 ? given(sent) : values(sent), out);
         s.send(right, out, tag, group);
       }
       if (piece(x.recv, x.c).count > 0) s.recv(left, in, tag, group);
@@ -101,6 +103,7 @@ void build_pipelined(const ScheduleShape& shape, const Pieces& pieces, Schedule*
       if (x.gather) {
         s.decode(in, values(got));
       } else {
+        s.copy(values(got), given(got));
         s.decode_add(in, values(got));
       }
     }
@@ -134,9 +137,16 @@ void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
     const Range range = block_range(shape.count, blocks, b);
     return output(range.begin, range.count);
   };
+  auto given = [&](size_t b) {
+    const Range range = block_range(shape.count, blocks, b);
+    return input(range.begin, range.count);
+  };
   ScheduleBuilder s(schedule);
-  // Reduced in place, in the output.
-  s.copy(output(0, shape.count), input(0, shape.count));
+  // Reduced in the output, with the input read where it is: a block is
+  // copied into the output just before the first partial sum is added to
+  // it, while it is in cache, instead of in a pass over the whole input
+  // first (a copy that is nothing when the input is the output). Every
+  // sum has the operands it had after a whole copy: the same bits.
   // Slot b: block b, as this rank last encoded or received it. A step
   // sends one block and receives another, never the same one.
   s.block_slots(shape.count, blocks);
@@ -146,17 +156,19 @@ void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
   for (int k = 0; k < n - 1; ++k) {
     const size_t send = mod(r - k, n);
     const size_t recv = mod(r - k - 1, n);
-    s.encode(block(send), send);
+    s.encode(k == 0 ? given(send) : block(send), send);
     s.send(right, send, kReduceScatter + k);
     s.recv(left, recv, kReduceScatter + k);
     s.wait();
+    s.copy(block(recv), given(recv));
     s.decode_add(recv, block(recv));
   }
 
-  // Rank r now holds the full sum of block r+1: encoded once, its bytes go
-  // round the ring unchanged, and every rank decodes every block.
+  // Rank r now holds the full sum of block r+1 (one rank: its own input):
+  // encoded once, its bytes go round the ring unchanged, and every rank
+  // decodes every block.
   const size_t owned = mod(r + 1, n);
-  s.encode(block(owned), owned);
+  s.encode(n > 1 ? block(owned) : given(owned), owned);
   for (int k = 0; k < n - 1; ++k) {
     const size_t send = mod(r + 1 - k, n);
     const size_t recv = mod(r - k, n);
