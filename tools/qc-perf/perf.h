@@ -115,6 +115,9 @@ struct Options {
   // runs and checks only its own rank; results are reduced over MPI.
   bool mpi = false;
   int mpi_rank = 0;  // this process's rank (0 with the local transport)
+  // --transport emulate: every call is one qc_emulate_* over all the ranks,
+  // in this process (perf_emulate.cpp).
+  bool emulate = false;
   // --device: the calls take CUDA device buffers and a stream per rank
   // (perf_device.cpp); local transport only.
   bool device = false;
@@ -267,6 +270,12 @@ struct RunResult {
 
 RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
                          const qc_policy_t& policy, Op op, Buffers& buf, size_t count);
+// --transport emulate (perf_emulate.cpp): warmup + iters calls of
+// qc_emulate_<op> over all opt.nranks ranks; the mean time per call. No
+// statistics: wire_bytes is NaN, wire_per_rank empty, failed_rank -1 (the
+// message names the virtual rank).
+RunResult run_collective_emulated(const Options& opt, const qc_policy_t& policy, Op op,
+                                  Buffers& buf, size_t count);
 
 // Fill every rank's send buffer with its deterministic inputs.
 void fill_inputs(WorkerPool& pool, const Options& opt, Op op, Buffers& buf,

@@ -229,7 +229,10 @@ Parsed add_options(CLI::App& app, Options* opt, RawValues* raw) {
                  "under mpirun; -n must be omitted or equal the MPI\n"
                  "size; adds a row per op and size timing the plain\n"
                  "MPI call, MPI_Allreduce, MPI_Reduce_scatter_block, ...,\n"
-                 "and a speedup column)")
+                 "and a speedup column) | emulate (every call one\n"
+                 "qc_emulate_* over all -n ranks in this process, as a\n"
+                 "training script emulating N nodes runs it; no wire\n"
+                 "statistics)")
       ->type_name("T");
   app.add_flag("--profile", opt->profile,
                "add columns codec(us) / hidden(us) / xport(us): qc_stats\n"
@@ -282,6 +285,12 @@ void apply_raw_values(const CLI::App& app, const Parsed& p, const RawValues& raw
     const std::string t = qctool::normalize_name(raw.transport);
     if (t == "local") {
       opt->mpi = false;
+    } else if (t == "emulate") {
+      if (opt->device)
+        qctool::usage_error(app, "--transport emulate takes host buffers: leave out --device");
+      if (opt->profile)
+        qctool::usage_error(app, "--transport emulate keeps no statistics: leave out --profile");
+      opt->emulate = true;
     } else if (t == "mpi") {
       if (!mpi_available())
         qctool::usage_error(app, "--transport mpi: this qc-perf was built without MPI "
@@ -290,7 +299,7 @@ void apply_raw_values(const CLI::App& app, const Parsed& p, const RawValues& raw
       opt->mpi = true;
     } else {
       qctool::usage_error(app, "unknown transport '" + raw.transport +
-                                   "' for --transport (local, mpi)");
+                                   "' for --transport (local, mpi, emulate)");
     }
   }
 }

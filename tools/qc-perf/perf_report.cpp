@@ -81,7 +81,7 @@ void print_preamble(const Options& opt) {
   g_mpi = opt.mpi;
   g_profile = opt.profile;
   std::printf("# nranks %d, transport %s, op %s, redop %s, codecs %s, dtype %s\n", opt.nranks,
-              opt.mpi ? "mpi" : "local", ops.c_str(), redop_name(opt.redop), codecs.c_str(), dtype_name(opt.dtype));
+              opt.mpi ? "mpi" : opt.emulate ? "emulate" : "local", ops.c_str(), redop_name(opt.redop), codecs.c_str(), dtype_name(opt.dtype));
   std::printf("# codec policy: bits %d, bucket %d, topk ratio %g, rounding %s, error feedback %s, seed %llu\n",
               p.bits, p.bucket_size, double(p.topk_ratio),
               qc_rounding_name(p.rounding),
@@ -201,7 +201,8 @@ void print_row(const Row& r) {
     char wi[16];
     if (std::isfinite(r.wire_ideal)) std::snprintf(wi, sizeof wi, "%7.3f", r.wire_ideal);
     else std::snprintf(wi, sizeof wi, "%7s", "-");
-    if (r.baseline)
+    // The baseline MPI row and an emulation (no statistics) have no wire bytes.
+    if (r.baseline || std::isnan(r.wire))
       std::printf(" %11.2f %12.3f %12.3f %13s %8s %7s %11.3e %11.3e %8llu", r.time_us, r.algbw,
                   r.busbw, "-", "-", "-", r.error, r.bound,
                   static_cast<unsigned long long>(r.wrong));
@@ -298,7 +299,7 @@ static qctool::Json json_row(const Row& r, const Options& opt, const std::string
   j["transport_us"] = if_measured(r.transport_us);
   j["baseline"] = r.baseline;
   j["nranks"] = opt.nranks;
-  j["transport"] = opt.mpi ? "mpi" : "local";
+  j["transport"] = opt.mpi ? "mpi" : opt.emulate ? "emulate" : "local";
   j["redop"] = redop_name(r.baseline ? QC_OP_SUM : opt.redop);
   j["dtype"] = dtype_name(opt.dtype);
   j["codec_name"] = r.codec_name;

@@ -182,6 +182,7 @@ bool Group::intact() const {
 RunResult run_collective(WorkerPool& pool, Group& group, const Options& opt,
                          const qc_policy_t& policy, Op op, Buffers& buf, size_t count) {
   if (opt.mpi) return run_collective_mpi(group, opt, policy, op, buf, count);
+  if (opt.emulate) return run_collective_emulated(opt, policy, op, buf, count);
   using clock = std::chrono::steady_clock;
   const int n = opt.nranks;
   const int total = opt.warmup + opt.iters;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -432,13 +433,15 @@ int run_sweep(const Options& opt) {
           // sends per rank over what was sent, so codec none gives about 1
           // whatever the algorithm. One rank sends nothing: the ratio is
           // infinite ("inf"; null in JSON).
-          row.ratio = rr.wire_bytes > 0
+          row.ratio = std::isnan(rr.wire_bytes) ? rr.wire_bytes  // emulated: not measured
+                      : rr.wire_bytes > 0
                           ? optimal_wire_bytes(op, opt.nranks, double(step.bytes)) / rr.wire_bytes
                           : std::numeric_limits<double>::infinity();
           row.error = cr.max_err;
           row.wrong = cr.wrong;
           row.replica_diff = cr.replica_diff;
-          if (op == Op::Allreduce) check_allreduce_wire(opt, sent, algo, rr, count, &row);
+          if (op == Op::Allreduce && !opt.emulate)
+            check_allreduce_wire(opt, sent, algo, rr, count, &row);
         }
         progress.end();
         if (!rr.ok) {
@@ -463,7 +466,9 @@ int run_sweep(const Options& opt) {
             return 2;
           } else {
             row.ran = false;
-            row.failure = msg + " (rank " + std::to_string(rr.failed_rank) + ")";
+            row.failure = rr.failed_rank < 0
+                              ? msg  // an emulation's message names its virtual rank
+                              : msg + " (rank " + std::to_string(rr.failed_rank) + ")";
           }
         } else if (native_na || (sparse && !sparse_row_codec(sent.codec))) {
           row.wire_ok = false;
