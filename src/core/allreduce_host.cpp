@@ -74,8 +74,9 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
   if (native_float && dtype == QC_DTYPE_FLOAT32 && !feedback) {
     // No staging: the transport sums the caller's buffers directly.
     float* out = static_cast<float*>(recvbuf);
-    const auto layers =
-        one_layer(layer, count, count * 4, input_norm_for_stats(*comm, static_cast<const float*>(sendbuf), count));
+    const auto layers = one_layer(
+        layer, count, count * 4,
+        input_norm_for_stats(*comm, static_cast<const float*>(sendbuf), count));
     QC_RETURN_IF_ERROR(run_collective(comm, *codec, signature, count * 4, layers,
                                       [&](CollectiveContext& ctx) {
       return ctx.native_allreduce_float(static_cast<const float*>(sendbuf), out, count);
