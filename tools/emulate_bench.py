@@ -12,8 +12,18 @@ algorithm for every rank (qc.emulate_allreduce, bit-identical to a real
 run). The NumPy emulation rounds to nearest and is not bit-identical to
 qc's; it stands for the same arithmetic, as a Python user would write it.
 
+qc writes into output arrays made once and passed as out= on every run, as
+a training loop that emulates step after step would; the column "new
+outputs" times the same call making fresh arrays each run, whose first
+touch (page faults) costs as much as the emulation itself at 32 ranks.
+
+The column "copy" times np.copyto(out, inputs): reading every rank's input
+and writing every rank's output once, on one thread, which any emulation
+that gives each rank its own output pays at least (NumPy's ring returns one
+broadcast array instead, and so skips the writes).
+
 Prints one line per shape: the best of --reps runs of each, and the ratio
-(> 1: qc faster), measured in the same run.
+of NumPy to qc with out= (> 1: qc faster), measured in the same run.
 """
 
 import argparse
@@ -72,8 +82,9 @@ def main():
     args = ap.parse_args()
     policy = qc.Policy(codec="minmax", bits=args.bits, algorithm="ring", bucket_size=BUCKET,
                        min_compress_bytes=0)
-    print("| ranks | elements per rank | NumPy | qc.emulate_allreduce | qc faster by |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| ranks | elements per rank | NumPy | qc.emulate_allreduce, out= | qc faster by "
+          "| new outputs | copy |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for shape in args.ranks.split(","):
         n, count = (int(x) for x in shape.split(":"))
         if count % (n * BUCKET):
@@ -82,8 +93,12 @@ def main():
         inputs = rng.standard_normal((n, count), dtype=np.float32)
         arrays = list(inputs)
         t_np = best_of(args.reps, lambda: numpy_ring(inputs, args.bits))
-        t_qc = best_of(args.reps, lambda: qc.emulate_allreduce(arrays, policy))
-        print(f"| {n} | {count:,} | {t_np:.3f} s | {t_qc:.3f} s | {t_np / t_qc:.1f}x |", flush=True)
+        out = np.empty_like(inputs)
+        t_qc = best_of(args.reps, lambda: qc.emulate_allreduce(arrays, policy, out=out))
+        t_new = best_of(args.reps, lambda: qc.emulate_allreduce(arrays, policy))
+        t_copy = best_of(args.reps, lambda: np.copyto(out, inputs))
+        print(f"| {n} | {count:,} | {t_np:.3f} s | {t_qc:.3f} s | {t_np / t_qc:.1f}x "
+              f"| {t_new:.3f} s | {t_copy:.3f} s |", flush=True)
 
 
 if __name__ == "__main__":

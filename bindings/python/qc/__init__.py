@@ -36,13 +36,14 @@ for a wrong Python type. See docs/python.md.
 from __future__ import annotations
 
 import atexit
+import bisect
 import contextlib
 import math
 import operator
 import sys
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -521,9 +522,25 @@ def _torch_module() -> Any:
     return sys.modules.get("torch")
 
 
+# numpy dtype -> its name, for the dtypes _as_buffer has seen: dtype.name
+# is computed in Python on every access (~4 us), which an emulation of 128
+# ranks pays 256 times a call. Only native dtypes are kept, so the cache
+# stays a handful of entries; a race adds the same entry twice, harmlessly.
+_NUMPY_DTYPE_NAMES: Dict[Any, str] = {}
+
+
+def _numpy_dtype_name(dtype: Any) -> str:
+    name = _NUMPY_DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = dtype.name
+        if dtype.isnative:
+            _NUMPY_DTYPE_NAMES[dtype] = name
+    return name
+
+
 def _as_buffer(x: Any, what: str, writable: bool = False) -> _Buffer:
     if isinstance(x, np.ndarray):
-        name = x.dtype.name
+        name = _numpy_dtype_name(x.dtype)
         if name not in ("float32", "float16", "bfloat16") or x.dtype.kind == "c":
             raise _bad_type(
                 f"{what}: unsupported dtype {x.dtype} (qc takes float32 or float16 numpy arrays; "
@@ -1603,6 +1620,56 @@ def _error_buffer_handles(error_buffers: Optional[Sequence[Optional[ErrorBuffer]
     return [_error_buffer_handle(b) for b in error_buffers]
 
 
+def _emulated_outputs(n: int, read: Sequence[_Buffer], out: Any, count: int,
+                      new: Callable[[int], Any], in_place: bool) -> Tuple[List[Any], List[_Buffer]]:
+    """The n ranks' output arrays of an emulation and their buffers: new
+    ones (new(i) makes rank i's) when out is None, else out's, checked: one
+    array (or row of a 2-D array) per rank, of the dtype of read[0] (the
+    inputs read), `count` elements each, writable, none overlapping another
+    output or an input read (rank i's output that is exactly read[i] runs
+    in place when `in_place`). Reusing out across calls saves a fresh
+    allocation's page faults per call, which at 32 ranks x 1 MiB cost as
+    much as the emulation itself (docs/benchmarks.md)."""
+    if out is None:
+        outs = [new(i) for i in range(n)]
+        return outs, [_as_buffer(o, "out") for o in outs]
+    if isinstance(out, np.ndarray):
+        if out.ndim < 2:
+            raise _bad_value("out: expected a list of arrays (or a 2-D array), one per rank")
+        out = list(out)
+    outs = _list_arg(out, "argument 'out'")
+    if len(outs) != n:
+        raise _bad_value(f"out: {len(outs)} arrays for {n} ranks; expected one per rank")
+    dsts = [_as_buffer(o, f"out[{i}]", writable=True) for i, o in enumerate(outs)]
+    for i, d in enumerate(dsts):
+        if d.cuda_device is not None:
+            raise _bad_value(f"out[{i}] is in cuda:{d.cuda_device}; emulations run in host memory")
+        if d.dtype != read[0].dtype:
+            raise _bad_type(f"out[{i}]: dtype {_dtype_name(d.dtype)} differs from the inputs' "
+                            f"{_dtype_name(read[0].dtype)}")
+        if d.count != count:
+            raise _bad_value(f"out[{i}]: {d.count} elements, expected {count}")
+    # Every rank writes its output while the others read their inputs: an
+    # output may share no byte with another output or with any input, save
+    # a rank's own input when that is exactly its output (in place).
+    written = sorted((d.ptr, d.ptr + d.nbytes, i) for i, d in enumerate(dsts)
+                     if d.nbytes and not (in_place and d.ptr == read[i].ptr and d.nbytes == read[i].nbytes))
+    for (_, end, i), (begin, _, j) in zip(written, written[1:]):
+        if begin < end:
+            raise _bad_value(f"out[{i}] and out[{j}] overlap; every rank needs an output of its own")
+    spans = sorted((b.ptr, b.ptr + b.nbytes) for b in read if b.nbytes)
+    starts = [b for b, _ in spans]
+    reach = []  # reach[k]: the furthest end among spans[0..k]
+    for _, end in spans:
+        reach.append(max(end, reach[-1]) if reach else end)
+    for begin, end, i in written:
+        k = bisect.bisect_left(starts, end) - 1  # the inputs that start before this output ends
+        if k >= 0 and reach[k] > begin:
+            raise _bad_value(f"out[{i}] overlaps an input" +
+                             (" (in place means out[i] is arrays[i])" if in_place else ""))
+    return outs, dsts
+
+
 def emulate_allreduce(
     arrays: Sequence[ArrayLike],
     policy: Policy,
@@ -1610,16 +1677,19 @@ def emulate_allreduce(
     error_buffers: Optional[Sequence[Optional[ErrorBuffer]]] = None,
     layer: Optional[str] = None,
     call_index: int = 0,
+    out: Optional[Sequence[ArrayLike]] = None,
 ) -> List[ArrayLike]:
     """Run one allreduce over len(arrays) virtual ranks in this process
     (qc_emulate_allreduce): rank i's input is arrays[i]. Returns the outputs,
-    one per rank, new arrays of the inputs' kind (numpy arrays for numpy
-    input). Bit-identical to call `call_index` (0: the first) of `layer`
-    (None: "*") in a real run of the same inputs, policy and residuals.
-    error_buffers: None or one ErrorBuffer (or None) per rank."""
+    one per rank: new arrays of the inputs' kind (numpy arrays for numpy
+    input), or out's (one array per rank, each like arrays[0]; out[i] may be
+    arrays[i], in place; reusing them across calls skips a fresh
+    allocation's page faults). Bit-identical to call `call_index` (0: the
+    first) of `layer` (None: "*") in a real run of the same inputs, policy
+    and residuals. error_buffers: None or one ErrorBuffer (or None) per rank."""
     bufs = _same_buffers(arrays, "arrays")
-    outs = [_empty_like(b) for b in bufs]
-    dsts = [_as_buffer(o, "out") for o in outs]
+    outs, dsts = _emulated_outputs(len(bufs), bufs, out, bufs[0].count,
+                                   lambda i: _empty_like(bufs[i]), in_place=True)
     ebs = _error_buffer_handles(error_buffers, len(bufs))
     _qc.emulate_allreduce(
         len(bufs),
@@ -1637,17 +1707,19 @@ def emulate_allreduce(
 
 
 def emulate_alltoall(
-    arrays: Sequence[ArrayLike], policy: Policy, layer: Optional[str] = None, call_index: int = 0
+    arrays: Sequence[ArrayLike], policy: Policy, layer: Optional[str] = None, call_index: int = 0,
+    out: Optional[Sequence[ArrayLike]] = None,
 ) -> List[ArrayLike]:
     """Run one alltoall over len(arrays) virtual ranks (qc_emulate_alltoall),
     as call `call_index` of `layer` (see emulate_allreduce); each array holds
-    len(arrays) equal blocks. Returns the outputs."""
+    len(arrays) equal blocks. Returns the outputs (new, or out's: one array
+    per rank like arrays[0], none of them an input)."""
     bufs = _same_buffers(arrays, "arrays")
     n = len(bufs)
     if bufs[0].count % n:
         raise _bad_value(f"arrays hold {bufs[0].count} elements, not a multiple of {n} ranks")
-    outs = [_empty_like(b) for b in bufs]
-    dsts = [_as_buffer(o, "out") for o in outs]
+    outs, dsts = _emulated_outputs(n, bufs, out, bufs[0].count, lambda i: _empty_like(bufs[i]),
+                                   in_place=False)
     _qc.emulate_alltoall(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count // n, bufs[0].dtype,
                          _layer(layer), call_index, _policy_tuple(policy))
     return outs
@@ -1660,19 +1732,23 @@ def emulate_reduce_scatter(
     error_buffers: Optional[Sequence[Optional[ErrorBuffer]]] = None,
     layer: Optional[str] = None,
     call_index: int = 0,
+    out: Optional[Sequence[ArrayLike]] = None,
 ) -> List[ArrayLike]:
     """Run one reduce-scatter over len(arrays) virtual ranks
     (qc_emulate_reduce_scatter), as call `call_index` of `layer` (see
     emulate_allreduce): each array holds len(arrays) equal blocks. Returns
-    the outputs, one per rank, shaped as Comm.reduce_scatter's new ones.
-    error_buffers: None or one ErrorBuffer (or None) per rank, each of the
-    arrays' element count."""
+    the outputs, one per rank, shaped as Comm.reduce_scatter's new ones, or
+    out's (one array of count / len(arrays) elements per rank, none of them
+    an input). error_buffers: None or one ErrorBuffer (or None) per rank,
+    each of the arrays' element count."""
     bufs = _same_buffers(arrays, "arrays")
     n = len(bufs)
     if bufs[0].count % n:
         raise _bad_value(f"arrays hold {bufs[0].count} elements, not a multiple of {n} ranks")
-    outs = [_new_shaped(b, _shard_shape(tuple(b.obj.shape), n, b.count)) for b in bufs]
-    dsts = [_as_buffer(o, "out") for o in outs]
+    outs, dsts = _emulated_outputs(
+        n, bufs, out, bufs[0].count // n,
+        lambda i: _new_shaped(bufs[i], _shard_shape(tuple(bufs[i].obj.shape), n, bufs[i].count)),
+        in_place=False)
     _qc.emulate_reduce_scatter(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count // n,
                                bufs[0].dtype, _op(op), _layer(layer), call_index, _policy_tuple(policy),
                                _error_buffer_handles(error_buffers, n))
@@ -1685,16 +1761,19 @@ def emulate_allgather(
     error_buffers: Optional[Sequence[Optional[ErrorBuffer]]] = None,
     layer: Optional[str] = None,
     call_index: int = 0,
+    out: Optional[Sequence[ArrayLike]] = None,
 ) -> List[ArrayLike]:
     """Run one allgather over len(arrays) virtual ranks
     (qc_emulate_allgather), as call `call_index` of `layer` (see
     emulate_allreduce). Returns the outputs, one per rank, each of shape
-    (len(arrays), *arrays[0].shape). error_buffers: None or one ErrorBuffer
-    (or None) per rank, each of the arrays' element count."""
+    (len(arrays), *arrays[0].shape), or out's (one array of len(arrays) x
+    count elements per rank, none of them an input). error_buffers: None
+    or one ErrorBuffer (or None) per rank, each of the arrays' element count."""
     bufs = _same_buffers(arrays, "arrays")
     n = len(bufs)
-    outs = [_new_shaped(b, (n,) + tuple(b.obj.shape)) for b in bufs]
-    dsts = [_as_buffer(o, "out") for o in outs]
+    outs, dsts = _emulated_outputs(n, bufs, out, n * bufs[0].count,
+                                   lambda i: _new_shaped(bufs[i], (n,) + tuple(bufs[i].obj.shape)),
+                                   in_place=False)
     _qc.emulate_allgather(n, [b.ptr for b in bufs], [d.ptr for d in dsts], bufs[0].count, bufs[0].dtype,
                           _layer(layer), call_index, _policy_tuple(policy), _error_buffer_handles(error_buffers, n))
     return outs
@@ -1706,12 +1785,15 @@ def emulate_broadcast(
     root: int,
     layer: Optional[str] = None,
     call_index: int = 0,
+    out: Optional[Sequence[ArrayLike]] = None,
 ) -> List[ArrayLike]:
     """Run one broadcast from `root` over len(arrays) virtual ranks
     (qc_emulate_broadcast), as call `call_index` of `layer` (see
     emulate_allreduce). Only arrays[root] is read; the other entries may be
     None (an array there must have the root's dtype and element count).
-    Returns the outputs, one per rank, new arrays like arrays[root]."""
+    Returns the outputs, one per rank: new arrays like arrays[root], or
+    out's (one array per rank like arrays[root], none of them the root's
+    input)."""
     entries = _list_arg(arrays, "arrays")
     if not entries:
         raise _bad_value("arrays: expected a non-empty list of arrays, one per rank")
@@ -1725,8 +1807,10 @@ def emulate_broadcast(
     for i, b in given.items():
         if b.dtype != model.dtype or b.count != model.count:
             raise _bad_value(f"arrays[{i}]: every rank's array must have the same dtype and element count")
-    outs = [_empty_like(model) for _ in entries]
-    dsts = [_as_buffer(o, "out") for o in outs]
+    # Only the root's input is read; the others' entries may be outputs.
+    read = [given[root]] if root in given else []
+    outs, dsts = _emulated_outputs(len(entries), read or [model], out, model.count,
+                                   lambda i: _empty_like(model), in_place=False)
     sends = [given[i].ptr if i in given else 0 for i in range(len(entries))]
     _qc.emulate_broadcast(len(entries), sends, [d.ptr for d in dsts], model.count, model.dtype, root,
                           _layer(layer), call_index, _policy_tuple(policy))

@@ -604,6 +604,41 @@ def test_adapt_policies(local3):
         local3[0].adapt_policies("random")
 
 
+def test_emulate_writes_into_out_as_into_new_arrays():
+    """out= gives the same bits as new outputs, reused across calls, as rows
+    of one 2-D array and in place (out[i] is arrays[i])."""
+    rng = np.random.default_rng(3)
+    n, count = 5, 640
+    xs = rng.standard_normal((n, count), dtype=np.float32)
+    policy = qc.Policy(codec="minmax", bits=4, bucket_size=64, min_compress_bytes=0, algorithm="ring")
+    fresh = qc.emulate_allreduce(list(xs), policy)
+    out = np.full((n, count), np.nan, np.float32)
+    for _ in range(2):  # the second call overwrites the first's values
+        got = qc.emulate_allreduce(list(xs), policy, out=out)
+        assert all(np.shares_memory(g, o) for g, o in zip(got, out))
+        for f, g in zip(fresh, got):
+            np.testing.assert_array_equal(f, g)
+    inplace = xs.copy()
+    got = qc.emulate_allreduce(list(inplace), policy, out=list(inplace))
+    for f, g in zip(fresh, got):
+        np.testing.assert_array_equal(f, g)
+    np.testing.assert_array_equal(inplace[n - 1], fresh[n - 1])
+
+    cases = [
+        (qc.emulate_alltoall, {}, count),
+        (qc.emulate_reduce_scatter, {}, count // n),
+        (qc.emulate_allgather, {}, count * n),
+        (qc.emulate_broadcast, {"root": 2}, count),
+    ]
+    for fn, kw, out_count in cases:
+        new = fn(list(xs), policy, **kw)
+        outs = [np.full(out_count, np.nan, np.float32) for _ in range(n)]
+        got = fn(list(xs), policy, out=outs, **kw)
+        for a, b, o in zip(new, got, outs):
+            assert b is o
+            np.testing.assert_array_equal(a.reshape(-1), b)
+
+
 def test_emulate_accepts_a_2d_array_and_checks_inputs():
     xs = np.arange(12, dtype=np.float32).reshape(3, 4)
     outs = qc.emulate_allreduce(xs, qc.Policy())

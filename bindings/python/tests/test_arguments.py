@@ -39,6 +39,7 @@ class Env:
     def __init__(self):
         (self.comm,) = qc.Comm.local(1, timeout=30.0)
         self.x = np.arange(8, dtype=np.float32)
+        self.y = np.zeros(8, dtype=np.float32)
         self.eb = qc.ErrorBuffer(self.comm, 8)
         self.image = self.eb.save()
         self.msg = qc.encode(self.x, P)
@@ -263,6 +264,22 @@ CASES = [
     ("emulate_broadcast.root.str", lambda e: qc.emulate_broadcast([e.x, e.x], P, "0"), BAD_TYPE),
     ("emulate_broadcast.arrays.none", lambda e: qc.emulate_broadcast([None, None], P, 0), BAD_VALUE),
     ("emulate_broadcast.layer.nul", lambda e: qc.emulate_broadcast([e.x, None], P, 0, layer="a\0b"), BAD_VALUE),
+    ("emulate.out.len", lambda e: qc.emulate_allreduce([e.x, e.x], P, out=[e.x.copy()]), BAD_VALUE),
+    ("emulate.out.type", lambda e: qc.emulate_allreduce([e.x, e.x], P, out=3), BAD_TYPE),
+    ("emulate.out.dtype",
+     lambda e: qc.emulate_allreduce([e.x, e.x], P, out=[np.zeros(8, np.float16)] * 2), BAD_TYPE),
+    ("emulate.out.count",
+     lambda e: qc.emulate_allreduce([e.x, e.x], P, out=[np.zeros(9, np.float32) for _ in "ab"]), BAD_VALUE),
+    ("emulate.out.shared", lambda e: qc.emulate_allreduce([e.x, e.x], P, out=[e.y, e.y]), BAD_VALUE),
+    ("emulate.out.readonly", lambda e: qc.emulate_allreduce(
+        [e.x, e.x], P, out=[np.frombuffer(bytes(32), np.float32), e.y]), BAD_VALUE),
+    ("emulate.out.other_input",
+     lambda e: qc.emulate_allreduce([e.x, e.y], P, out=[e.y, e.x.copy()]), BAD_VALUE),
+    ("emulate_alltoall.out.in_place", lambda e: qc.emulate_alltoall([e.x, e.y], P, out=[e.x, e.y]), BAD_VALUE),
+    ("emulate_reduce_scatter.out.count",
+     lambda e: qc.emulate_reduce_scatter([e.x, e.x], P, out=[e.y, e.y.copy()]), BAD_VALUE),
+    ("emulate_broadcast.out.root_input",
+     lambda e: qc.emulate_broadcast([e.x, None], P, 0, out=[e.y, e.x[:8]]), BAD_VALUE),
     ("_qc.emulate_broadcast.sends.len",
      lambda e: qc._qc.emulate_broadcast(2, [0], [0, 0], 0, 0, 0, None, 0, P_TUPLE), BAD_VALUE),
     ("sparse_allreduce.values.1d", lambda e: e.comm.sparse_allreduce(np.arange(8), e.x), BAD_VALUE),
