@@ -88,18 +88,25 @@ class Allreduce:
                        for name, p in policies.items() if p.error_feedback}
         self.calls = 0
         self.replicas_agree = True
+        # Each tensor's N outputs, made once and reused every step (out=):
+        # new arrays would cost their page faults on every call.
+        self.out = {}
 
     def __call__(self, name, per_node):
         """per_node: N x shape, each node's gradient; returns the sum."""
         if name not in self.policy:
             return per_node.sum(0)
         arrays = [per_node[i].reshape(-1).contiguous().numpy() for i in range(self.n)]
+        shape = (self.n, arrays[0].size)
+        if name not in self.out or self.out[name].shape != shape:
+            self.out[name] = np.empty(shape, arrays[0].dtype)
         out = qc.emulate_allreduce(arrays, self.policy[name], error_buffers=self.errors.get(name),
-                                   layer=name, call_index=self.calls)
+                                   layer=name, call_index=self.calls, out=self.out[name])
         # an allreduce leaves the same sum on every node: the replicas stay equal
         if not all(np.array_equal(o, out[0]) for o in out[1:]):
             self.replicas_agree = False
-        return torch.from_numpy(out[0]).view(per_node.shape[1:])
+        # a copy: the next step overwrites the outputs
+        return torch.from_numpy(out[0].copy()).view(per_node.shape[1:])
 
     def step_done(self):
         self.calls += 1
