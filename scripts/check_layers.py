@@ -57,6 +57,7 @@ PLACES = {
     "src/core/comm_create": "comm",
     "src/core/request_queue": "comm",
     "src/core/fiber_ranks": "comm",
+    "src/core/emulation_keep": "comm",
     "src/core/call_stats": "comm",
     "src/core/comm_state": "comm",
     "src/core/residual_binding": "comm",

@@ -16,6 +16,7 @@
 
 #include "core/codecs/codec.h"
 #include "core/executors/input_norm.h"
+#include "core/schedules/schedule.h"
 #include "core/transports/transport.h"
 
 namespace qc {
@@ -57,6 +58,7 @@ struct Scratch {
   std::vector<uint8_t> residual_loaded;  // per unit of lazily loaded residuals
   std::vector<int32_t> sums32;           // the native algorithm's integer sums
   std::vector<int64_t> sums64;
+  Schedule schedule;  // the host algorithms' steps, rebuilt by each call
 };
 
 // What a layer keeps between calls for policy.scale_update_period (paper 001
@@ -117,6 +119,9 @@ class CollectiveContext {
     if (scratch_.messages.size() < count) scratch_.messages.resize(count);
     return scratch_.messages.data();
   }
+  // A reusable schedule for one host algorithm run (built anew by each:
+  // only its memory is reused). Not for a run inside another's.
+  Schedule* schedule_scratch() { return &scratch_.schedule; }
   // `count` reusable integers, not zeroed (host memory; the native
   // algorithm's sums: int32 where they fit, else int64).
   void integer_scratch(size_t count, int32_t** out) { *out = grown(scratch_.sums32, count); }

@@ -7,11 +7,39 @@
 #include "core/api_checks.h"
 #include "core/communicator.h"
 #include "core/error_buffer.h"
+#include "core/emulation_keep.h"
 #include "core/fiber_ranks.h"
+#include "core/params.h"
 #include "core/policy.h"
 
 namespace qc {
 namespace {
+
+// The group's buffers move in from what an earlier call kept
+// (emulation_keep.h) and back out when the call is done.
+void lend_buffers(std::vector<RankBuffers> kept,
+                  std::vector<std::unique_ptr<Communicator>>& comms) {
+  for (size_t r = 0; r < kept.size() && r < comms.size(); ++r) {
+    Communicator& c = *comms[r];
+    c.scratch = std::move(kept[r].scratch);
+    c.work = std::move(kept[r].work);
+    c.work_out = std::move(kept[r].work_out);
+    c.residual_work = std::move(kept[r].residual_work);
+  }
+}
+
+void keep_buffers(std::vector<std::unique_ptr<Communicator>>& comms, size_t limit) {
+  if (limit == 0) return;
+  std::vector<RankBuffers> back(comms.size());
+  for (size_t r = 0; r < comms.size(); ++r) {
+    Communicator& c = *comms[r];
+    back[r].scratch = std::move(c.scratch);
+    back[r].work = std::move(c.work);
+    back[r].work_out = std::move(c.work_out);
+    back[r].residual_work = std::move(c.residual_work);
+  }
+  EmulationKeep::give_back(std::move(back), limit);
+}
 
 // Creates the group, gives every rank the policy, runs body(rank, comm) for
 // every rank, each on a fiber (core/fiber_ranks.h: the real code of a rank,
@@ -20,6 +48,9 @@ namespace {
 Status run_ranks(const EmulationArgs& args,
                  const std::function<Status(int, Communicator*)>& body) {
   const int n = args.nranks;
+  EnvParams env;
+  QC_RETURN_IF_ERROR(read_env_params(&env));
+  const size_t keep_limit = env_emulation_keep(env);
   FiberRanks fibers(n, /*threads=*/0);
   // Declared after `fibers`, so destroyed first: a communicator leaving
   // the group notifies the ranks through it.
@@ -32,8 +63,10 @@ Status run_ranks(const EmulationArgs& args,
     c->policies.set("*", args.policy);
     c->layer_calls[args.layer != nullptr ? args.layer : "*"] = args.call_index;
   }
+  if (keep_limit > 0) lend_buffers(EmulationKeep::take(static_cast<size_t>(n)), comms);
   std::vector<Status> results;
   QC_RETURN_IF_ERROR(fibers.run([&](int r) { return body(r, comms[r].get()); }, &results));
+  keep_buffers(comms, keep_limit);
   comms.clear();
   for (int r = 0; r < n; ++r) {
     if (!results[r]) return Status(results[r].code(), "rank " + std::to_string(r) + ": " +

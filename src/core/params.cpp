@@ -213,6 +213,10 @@ bool env_progress_thread(const EnvParams& env) {
   return !env.progress_thread.set || env.progress_thread.value != 0;
 }
 
+size_t env_emulation_keep(const EnvParams& env) {
+  return env.emulation_keep.set ? env.emulation_keep.value : kDefaultEmulationKeepBytes;
+}
+
 size_t env_pipeline_chunk(const EnvParams& env) {
   return env.pipeline_chunk.set ? env.pipeline_chunk.value : kDefaultPipelineChunkBytes;
 }

@@ -110,7 +110,14 @@ bool parse_sparse_schedule(const char* text, int* out);
     "Schedule of every sparse allreduce (docs/algorithms.md): auto chooses per call by the "   \
     "modeled bytes (and the policy's algorithm sra forces sra); the others force one: every "  \
     "rank's rows to every rank, rows summed at their index's owner, or the dense table's "     \
-    "allreduce (qc_sparse_allreduce_dense only; the sparse form then runs allgather).")
+    "allreduce (qc_sparse_allreduce_dense only; the sparse form then runs allgather).")      \
+  X(emulation_keep, "QC_EMULATION_KEEP", size, size_t, ::qc::parse_byte_size, "256M",         \
+    ">= 0 bytes, optional suffix K, M or G (times 1024, 1024^2, 1024^3)",                      \
+    "The qc_emulate_* calls keep up to this many bytes of their virtual ranks' buffers "       \
+    "(message slots, working copies) for the next call, so a stream of emulated calls of "     \
+    "one shape stops allocating and page-faulting after the first, as a communicator's "       \
+    "calls do. The largest set that fits is kept until a larger one replaces it. 0: every "    \
+    "call gives them back when it returns. The results are the same bits either way.")
 
 // One variable as read: set only when the text parsed; raw is kept even when
 // it did not, so qc-info can show what was wrong.
@@ -155,6 +162,10 @@ bool env_progress_thread(const EnvParams& env);
 constexpr size_t kDefaultPipelineChunkBytes = 128 * 1024;
 // QC_PIPELINE_CHUNK in bytes (its default when unset).
 size_t env_pipeline_chunk(const EnvParams& env);
+// QC_EMULATION_KEEP's default ("256M" in the table).
+constexpr size_t kDefaultEmulationKeepBytes = size_t{256} << 20;
+// QC_EMULATION_KEEP in bytes (its default when unset).
+size_t env_emulation_keep(const EnvParams& env);
 // QC_SPARSE_SCHEDULE (a SparseSchedule; kAuto when unset).
 int env_sparse_schedule(const EnvParams& env);
 // QC_DEBUG when set, else QC_LOG_LEVEL when set, else warn.

@@ -6,6 +6,8 @@
 #include <dirent.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "test_util.h"
@@ -328,6 +330,95 @@ INSTANTIATE_TEST_SUITE_P(Local, OtherCollectivesEmulationEqualsThreads,
                            return std::string(qc_codec_name(i.param.codec)) + "_n" +
                                   std::to_string(i.param.n);
                          });
+
+// ===========================================================================
+// buffers kept from call to call (QC_EMULATION_KEEP)
+// ===========================================================================
+// Sets an environment variable for its lifetime, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) had_ = true, old_ = old;
+    EXPECT_EQ(::setenv(name, value, 1), 0);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+struct StreamCall {
+  int n;
+  size_t count;
+  qc_algorithm_t algo;
+  qc_codec_t codec;
+  qc_dtype_t dtype;
+};
+
+// Every call's outputs and residual images, in order: larger and smaller
+// groups, longer and shorter tensors, float32 (worked in the output) and
+// bf16 (worked in a float copy), so each call finds buffers an earlier
+// call of another shape sized and filled.
+std::vector<Bytes> run_stream() {
+  const StreamCall calls[] = {
+      {13, 5000, QC_ALGO_RING, QC_CODEC_MINMAX, QC_DTYPE_FLOAT32},
+      {64, 3001, QC_ALGO_SRA, QC_CODEC_QSGD, QC_DTYPE_BFLOAT16},
+      {3, 777, QC_ALGO_RING, QC_CODEC_MXFP4, QC_DTYPE_FLOAT32},
+      {13, 5000, QC_ALGO_RECURSIVE_DOUBLING, QC_CODEC_ONEBIT, QC_DTYPE_BFLOAT16},
+      {13, 5000, QC_ALGO_RING, QC_CODEC_MINMAX, QC_DTYPE_FLOAT32},
+      {8, 12345, QC_ALGO_TREE, QC_CODEC_TOPK, QC_DTYPE_FLOAT32},
+      {3, 777, QC_ALGO_RING, QC_CODEC_MXFP4, QC_DTYPE_FLOAT32},
+  };
+  std::vector<Bytes> seen;
+  uint64_t seed = 5;
+  for (const StreamCall& c : calls) {
+    SCOPED_TRACE(std::to_string(c.n) + " ranks x " + std::to_string(c.count));
+    const auto in = encode_all(random_inputs(c.n, c.count, ++seed), c.dtype);
+    qc_policy_t pol = policy_for(c.algo, c.codec);
+    pol.rounding = QC_ROUND_STOCHASTIC;  // nor may the random streams depend on them
+    ErrorBuffers eb(c.n, c.count, nullptr);
+    const auto emu = allreduce_emulate(c.n, in, c.count, c.dtype, QC_OP_SUM, pol, eb.data());
+    EXPECT_EQ(emu.status, QC_SUCCESS) << emu.error;
+    for (const Bytes& b : emu.out) seen.push_back(b);
+    for (const Bytes& b : eb.images()) seen.push_back(b);
+  }
+  return seen;
+}
+
+TEST(EmulationKeep, KeptBuffersGiveTheSameBitsAsFreshOnes) {
+  std::vector<Bytes> fresh, kept;
+  {
+    ScopedEnv off("QC_EMULATION_KEEP", "0");
+    fresh = run_stream();
+  }
+  {
+    ScopedEnv on("QC_EMULATION_KEEP", "1G");
+    kept = run_stream();
+    kept = run_stream();  // the second time from the first one's buffers
+  }
+  ASSERT_EQ(kept.size(), fresh.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    EXPECT_TRUE(bytes_equal(kept[i], fresh[i], "kept vs fresh buffers"));
+  }
+}
+
+TEST(EmulationKeep, ABadValueFailsTheCallWithTheVariableNamed) {
+  ScopedEnv bad("QC_EMULATION_KEEP", "lots");
+  const auto in = encode_all(random_inputs(2, 100, 3), QC_DTYPE_FLOAT32);
+  const auto emu = allreduce_emulate(2, in, 100, QC_DTYPE_FLOAT32, QC_OP_SUM,
+                                     policy_for(QC_ALGO_RING, QC_CODEC_MINMAX));
+  EXPECT_EQ(emu.status, QC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(emu.error.find("QC_EMULATION_KEEP"), std::string::npos) << emu.error;
+}
 
 // ===========================================================================
 // no thread per rank

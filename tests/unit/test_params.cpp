@@ -83,6 +83,7 @@ const std::vector<Case>& cases() {
       {"QC_PROGRESS_THREAD", {"0", "1"}, {"2", "no", "yes", "-1", " 0"}},
       {"QC_PIPELINE_CHUNK", {"0", "4096", "256K", "1M"}, {"-1", "1.5", "1T", "abc"}},
       {"QC_SPARSE_SCHEDULE", {"auto", "allgather", "sra", "densify"}, {"ring", "0", "SRA", "dense"}},
+      {"QC_EMULATION_KEEP", {"0", "1024", "64M", "2G"}, {"-1", "0.5", "1T", "all"}},
   };
   return kCases;
 }
@@ -165,6 +166,7 @@ TEST(Params, UnsetAndEmptyKeepDefaults) {
   EXPECT_TRUE(env_device_codec(p));
   EXPECT_TRUE(env_progress_thread(p));
   EXPECT_EQ(env_pipeline_chunk(p), kDefaultPipelineChunkBytes);
+  EXPECT_EQ(env_emulation_keep(p), kDefaultEmulationKeepBytes);
   EXPECT_EQ(env_sparse_schedule(p), static_cast<int>(SparseSchedule::kAuto));
   EXPECT_EQ(env_log_level(p), LogLevel::kWarn);
 }
@@ -177,7 +179,8 @@ TEST(Params, ParsedValues) {
               {"QC_EF", "1"},          {"QC_MIN_COMPRESS", "64K"},
               {"QC_TIMEOUT", "2.5"},   {"QC_CPU_ISA", "scalar"},
               {"QC_DEVICE_CODEC", "0"}, {"QC_PROGRESS_THREAD", "0"},
-              {"QC_PIPELINE_CHUNK", "1M"}, {"QC_SPARSE_SCHEDULE", "densify"}};
+              {"QC_PIPELINE_CHUNK", "1M"}, {"QC_SPARSE_SCHEDULE", "densify"},
+              {"QC_EMULATION_KEEP", "0"}};
   EnvParams p;
   ASSERT_TRUE(read_params(env.lookup(), &p).is_ok());
   EXPECT_EQ(p.debug.value, LogLevel::kDebug);
@@ -195,6 +198,8 @@ TEST(Params, ParsedValues) {
   EXPECT_FALSE(env_progress_thread(p));
   EXPECT_EQ(env_pipeline_chunk(p), 1024u * 1024u);
   EXPECT_EQ(env_sparse_schedule(p), static_cast<int>(SparseSchedule::kDensify));
+  EXPECT_TRUE(p.emulation_keep.set);
+  EXPECT_EQ(env_emulation_keep(p), 0u);
   EXPECT_EQ(p.codec.raw, "qsgd");
 }
 

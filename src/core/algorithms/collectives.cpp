@@ -30,6 +30,14 @@ Schedule alltoall_schedule(int ranks, int rank, size_t count_per_rank, size_t ch
   return schedule;
 }
 
+// The same into the call's reusable schedule (host runs).
+const Schedule& alltoall_schedule(CollectiveContext& ctx, size_t count_per_rank, size_t chunk) {
+  Schedule* schedule = ctx.schedule_scratch();
+  build_alltoall_pairwise(ScheduleShape{ctx.size(), ctx.rank(), count_per_rank, 1, chunk},
+                          schedule);
+  return *schedule;
+}
+
 }  // namespace
 
 bool is_step_algorithm(qc_algorithm_t algorithm) {
@@ -42,7 +50,7 @@ bool reads_input_in_place(qc_algorithm_t algorithm) {
 
 Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, const float* input,
                      float* output, size_t count, int group_size) {
-  Schedule schedule;
+  Schedule& schedule = *ctx.schedule_scratch();
   // The largest block of SRA and the ring: a rank's share. The ring is cut
   // only where transfers move on their own: a ring hop waits on its
   // neighbour's previous one, so on a transport whose transfers are copies
@@ -77,11 +85,8 @@ Status allreduce_enqueued_payload_bytes(qc_algorithm_t algorithm, const Codec& c
 
 Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank) {
-  return run_on_host(
-      ctx,
-      alltoall_schedule(ctx.size(), ctx.rank(), count_per_rank,
-                        ctx.pipeline_chunk(count_per_rank)),
-      send, recv);
+  return run_on_host(ctx, alltoall_schedule(ctx, count_per_rank, ctx.pipeline_chunk(count_per_rank)),
+                     send, recv);
 }
 
 Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,
@@ -105,7 +110,7 @@ Status alltoall_exchange(CollectiveContext& ctx, Message* out, Message* in,
     slots[static_cast<size_t>(j)] = &out[j];
     slots[static_cast<size_t>(n + j)] = &in[j];
   }
-  return run_transfers_on_host(ctx, alltoall_schedule(n, ctx.rank(), count_per_rank),
+  return run_transfers_on_host(ctx, alltoall_schedule(ctx, count_per_rank, /*chunk=*/0),
                                slots.data());
 }
 

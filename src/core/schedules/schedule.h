@@ -92,12 +92,22 @@ struct Schedule {
   // the codec's for slot_counts: when set, slot i's receive capacity in
   // bytes (a sparse allreduce's rows: their indices ride behind the values).
   std::vector<size_t> slot_bytes;
+
+  // Empty again, keeping the vectors' memory: a 128-rank ring's steps are
+  // ~120 KiB per rank, which a call would otherwise allocate and fault in.
+  void clear() {
+    slot_counts.clear();
+    steps.clear();
+    scratch_count = 0;
+    block_slots = 0;
+    slot_bytes.clear();
+  }
 };
 
 // Appends steps to a schedule; what the algorithm files write with.
 class ScheduleBuilder {
  public:
-  explicit ScheduleBuilder(Schedule* schedule) : s_(*schedule) { s_ = Schedule{}; }
+  explicit ScheduleBuilder(Schedule* schedule) : s_(*schedule) { s_.clear(); }
 
   // A slot for the payload of `count` values; returns its index.
   size_t slot(size_t count);
