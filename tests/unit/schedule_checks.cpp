@@ -294,12 +294,17 @@ std::string check_pieces(const std::string& label, int rank, const Schedule& pip
     auto after = std::upper_bound(blocks.begin(), blocks.end(), e.begin,
                                   [](uint64_t x, const Encoded& b) { return x < b.begin; });
     const Encoded& w = *(after - 1);
+    // Its block: W's slot where that is a block slot, else (the ring's
+    // reused slots) W's place among the whole encodes, which cover every
+    // block once (covered_once), none empty where blocks are cut.
+    const size_t block = w.slot < whole.block_slots
+                             ? w.slot
+                             : static_cast<size_t>((after - 1) - blocks.begin());
     const uint64_t skip = e.begin - w.begin;
     const uint64_t length = std::min<uint64_t>(chunk, w.end - e.begin);
     auto wrong = [&](const std::string& what) {
       return at + "encodes " + range_name(e) + " into slot " + std::to_string(e.slot) +
-             ", a piece of the block " + range_name(w) + " in slot " + std::to_string(w.slot) +
-             ": " + what;
+             ", a piece of block " + std::to_string(block) + " " + range_name(w) + ": " + what;
     };
     if (skip % chunk != 0) {
       return wrong("it starts " + std::to_string(skip) + " values in, not a multiple of " +
@@ -310,9 +315,9 @@ std::string check_pieces(const std::string& label, int rank, const Schedule& pip
                    std::to_string(length));
     }
     const size_t c = static_cast<size_t>(skip / chunk);
-    if (e.slot != w.slot * pieces + c) {
+    if (e.slot != block * pieces + c) {
       return wrong("piece " + std::to_string(c) + " belongs in slot " +
-                   std::to_string(w.slot * pieces + c));
+                   std::to_string(block * pieces + c));
     }
   }
   return "";

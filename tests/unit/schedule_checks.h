@@ -80,7 +80,8 @@ std::string check_broadcast_result(const std::string& label, const ScheduleSim& 
 // with chunk 0), whose encodes are the whole blocks: every non-empty encode
 // of `piped` is piece c of one whole encode W — it starts at W's offset +
 // c * chunk, holds min(chunk, what is left of W) values and goes into slot
-// w * pieces + c, W's slot being w (the pipelined slot numbering) — and
+// b * pieces + c, W being block b (its block slot, or without one its place
+// among the whole encodes: the pipelined slot numbering) — and
 // each element is encoded exactly once by both schedules (`elements`: the
 // element offsets there are).
 std::string check_pieces(const std::string& label, int rank, const qc::Schedule& piped,

@@ -147,36 +147,60 @@ void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
   // it, while it is in cache, instead of in a pass over the whole input
   // first (a copy that is nothing when the input is the output). Every
   // sum has the operands it had after a whole copy: the same bits.
-  // Slot b: block b, as this rank last encoded or received it. A step
-  // sends one block and receives another, never the same one.
-  s.block_slots(shape.count, blocks);
+  //
+  // A few slots, each used again and again: the partial sum this rank
+  // sends and the one it receives, and the allgather's block it forwards
+  // and the one arriving, each once per block size (blocks differ by at
+  // most one value), so a slot always holds exactly its count (a
+  // stream-ordered call sends a slot's bytes as they are laid out). Each
+  // step waits for its transfers before the next reuses a slot. A slot per
+  // block (n of them) put a 128-rank emulation's messages in 64 MiB of
+  // memory that every hop touched cold (issue 36).
+  struct SizeSlots {
+    size_t sent_sum = 0, got_sum = 0, gathered[2] = {0, 0};
+  };
+  const size_t extra = shape.count % blocks;  // blocks [0, extra) hold one value more
+  SizeSlots sized[2];                         // [0]: the longer blocks, [1]: the others
+  for (int c = extra > 0 ? 0 : 1; c < 2; ++c) {
+    const size_t values = block_range(shape.count, blocks, c == 0 ? 0 : extra).count;
+    sized[c].sent_sum = s.slot(values);
+    sized[c].got_sum = s.slot(values);
+    sized[c].gathered[0] = s.slot(values);
+    sized[c].gathered[1] = s.slot(values);
+  }
+  auto slots_of = [&](size_t b) -> const SizeSlots& { return sized[b < extra ? 0 : 1]; };
 
   // Step k: send block r-k (own data at k=0, then the partial sum received
   // last step), receive block r-k-1 and add it to the local values.
   for (int k = 0; k < n - 1; ++k) {
     const size_t send = mod(r - k, n);
     const size_t recv = mod(r - k - 1, n);
-    s.encode(k == 0 ? given(send) : block(send), send);
-    s.send(right, send, kReduceScatter + k);
-    s.recv(left, recv, kReduceScatter + k);
+    s.encode(k == 0 ? given(send) : block(send), slots_of(send).sent_sum);
+    s.send(right, slots_of(send).sent_sum, kReduceScatter + k);
+    s.recv(left, slots_of(recv).got_sum, kReduceScatter + k);
     s.wait();
     s.copy(block(recv), given(recv));
-    s.decode_add(recv, block(recv));
+    s.decode_add(slots_of(recv).got_sum, block(recv));
   }
 
   // Rank r now holds the full sum of block r+1 (one rank: its own input):
   // encoded once, its bytes go round the ring unchanged, and every rank
-  // decodes every block.
+  // decodes every block, its own included, as it arrives.
   const size_t owned = mod(r + 1, n);
-  s.encode(n > 1 ? block(owned) : given(owned), owned);
+  // Step k forwards what step k-1 received (the owner's encode at k=0)
+  // from one of the two slots of its size, and receives into the other.
+  s.encode(n > 1 ? block(owned) : given(owned), slots_of(owned).gathered[0]);
+  s.decode(slots_of(owned).gathered[0], block(owned));
   for (int k = 0; k < n - 1; ++k) {
     const size_t send = mod(r + 1 - k, n);
     const size_t recv = mod(r - k, n);
-    s.send_blocks(right, send, send + 1, kAllgather + k);
-    s.recv_blocks(left, recv, recv + 1, kAllgather + k);
+    const size_t forward = slots_of(send).gathered[k % 2];
+    const size_t arriving = slots_of(recv).gathered[(k + 1) % 2];
+    s.send(right, forward, kAllgather + k);
+    s.recv(left, arriving, kAllgather + k);
     s.wait();
+    s.decode(arriving, block(recv));
   }
-  for (size_t b = 0; b < blocks; ++b) s.decode(b, block(b));
 }
 
 }  // namespace qc
