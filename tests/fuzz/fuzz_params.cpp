@@ -90,7 +90,8 @@ bool reference(const std::string& name, const std::string& text, double* value, 
     i = text == "rd" ? 2 : index_of(text, {"auto", "ring", "recursive_doubling", "sra", "tree", "native"});
   } else if (name == "QC_EF" || name == "QC_DEVICE_CODEC" || name == "QC_PROGRESS_THREAD") {
     if (!ref_int(text, 0, 1, &i)) i = -1;
-  } else if (name == "QC_MIN_COMPRESS" || name == "QC_PIPELINE_CHUNK") {
+  } else if (name == "QC_MIN_COMPRESS" || name == "QC_PIPELINE_CHUNK" ||
+             name == "QC_EMULATION_KEEP") {
     size_t end = text.size();
     int shift = 0;
     if (end > 0) {
