@@ -102,8 +102,10 @@ class Allreduce:
             self.out[name] = np.empty(shape, arrays[0].dtype)
         out = qc.emulate_allreduce(arrays, self.policy[name], error_buffers=self.errors.get(name),
                                    layer=name, call_index=self.calls, out=self.out[name])
-        # an allreduce leaves the same sum on every node: the replicas stay equal
-        if not all(np.array_equal(o, out[0]) for o in out[1:]):
+        # an allreduce leaves the same sum on every node: the replicas stay
+        # equal, byte for byte (a diverged run's NaNs are equal bytes too)
+        first = out[0].view(np.uint8)
+        if not all(np.array_equal(o.view(np.uint8), first) for o in out[1:]):
             self.replicas_agree = False
         # a copy: the next step overwrites the outputs
         return torch.from_numpy(out[0].copy()).view(per_node.shape[1:])
