@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/api_checks.h"
@@ -15,29 +16,25 @@
 namespace qc {
 namespace {
 
+// Trades a rank's buffers with a RankBuffers, both ways alike.
+void swap_buffers(Communicator& c, RankBuffers& b) {
+  std::swap(c.scratch, b.scratch);
+  std::swap(c.work, b.work);
+  std::swap(c.work_out, b.work_out);
+  std::swap(c.residual_work, b.residual_work);
+}
+
 // The group's buffers move in from what an earlier call kept
 // (emulation_keep.h) and back out when the call is done.
 void lend_buffers(std::vector<RankBuffers> kept,
                   std::vector<std::unique_ptr<Communicator>>& comms) {
-  for (size_t r = 0; r < kept.size() && r < comms.size(); ++r) {
-    Communicator& c = *comms[r];
-    c.scratch = std::move(kept[r].scratch);
-    c.work = std::move(kept[r].work);
-    c.work_out = std::move(kept[r].work_out);
-    c.residual_work = std::move(kept[r].residual_work);
-  }
+  for (size_t r = 0; r < kept.size() && r < comms.size(); ++r) swap_buffers(*comms[r], kept[r]);
 }
 
 void keep_buffers(std::vector<std::unique_ptr<Communicator>>& comms, size_t limit) {
   if (limit == 0) return;
   std::vector<RankBuffers> back(comms.size());
-  for (size_t r = 0; r < comms.size(); ++r) {
-    Communicator& c = *comms[r];
-    back[r].scratch = std::move(c.scratch);
-    back[r].work = std::move(c.work);
-    back[r].work_out = std::move(c.work_out);
-    back[r].residual_work = std::move(c.residual_work);
-  }
+  for (size_t r = 0; r < comms.size(); ++r) swap_buffers(*comms[r], back[r]);
   EmulationKeep::give_back(std::move(back), limit);
 }
 

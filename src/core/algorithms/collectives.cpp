@@ -85,8 +85,8 @@ Status allreduce_enqueued_payload_bytes(qc_algorithm_t algorithm, const Codec& c
 
 Status alltoall_pairwise(CollectiveContext& ctx, const float* send, float* recv,
                          size_t count_per_rank) {
-  return run_on_host(ctx, alltoall_schedule(ctx, count_per_rank, ctx.pipeline_chunk(count_per_rank)),
-                     send, recv);
+  const size_t chunk = ctx.pipeline_chunk(count_per_rank);
+  return run_on_host(ctx, alltoall_schedule(ctx, count_per_rank, chunk), send, recv);
 }
 
 Status alltoall_enqueued(CollectiveContext& ctx, const float* send, float* recv,
