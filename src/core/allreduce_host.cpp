@@ -13,6 +13,7 @@
 #include "core/planner.h"
 #include "core/policy.h"
 #include "core/residual_binding.h"
+#include "cpu/cache_size.h"
 #include "cpu/dtype_convert.h"
 
 namespace qc {
@@ -123,6 +124,9 @@ Status allreduce_on_host(Communicator* comm, const void* sendbuf, void* recvbuf,
                                          signature, policy, &refresh);
   auto run_algorithm = [&](CollectiveContext& ctx) -> Status {
     ctx.set_seed(policy.seed);
+    // An emulation writes all its ranks' results in this process.
+    const size_t ranks_here = comm->emulated ? static_cast<size_t>(n) : 1;
+    ctx.set_output_outgrows_cache(cpu::outgrows_cache(count * sizeof(float) * ranks_here));
     if (feedback) ctx.set_residual(residual.data(), count);
     if (committed != nullptr) ctx.set_residual_source(committed);
     if (scales != nullptr) ctx.set_scale_memory(scales, refresh);

@@ -165,6 +165,25 @@ Status CollectiveContext::decode(const uint8_t* data, size_t size, float* dst, s
   return s;
 }
 
+Status CollectiveContext::decode_result(const uint8_t* data, size_t size, float* dst,
+                                        size_t count) {
+  // A block that does not fit a core's own caches would be read back from
+  // memory by the copy: decoded in place instead.
+  constexpr size_t kMostStaged = 64 * 1024;
+  if (!output_outgrows_cache_ || device_.codec != nullptr || count > kMostStaged) {
+    return decode(data, size, dst, count);
+  }
+  // One staging block per thread, not per rank: an emulation's ranks take
+  // turns on a thread, and one block stays in that core's cache where 128
+  // would not. Nothing between the decode and the copy lets a rank's fiber
+  // give its thread away.
+  thread_local std::vector<float> staged;
+  if (staged.size() < count) staged.resize(count);
+  QC_RETURN_IF_ERROR(decode(data, size, staged.data(), count));
+  cpu::kernels().copy_streaming(dst, staged.data(), count);
+  return Status::ok();
+}
+
 Status CollectiveContext::decode_accumulate(const uint8_t* data, size_t size, float* dst,
                                             size_t count) {
   if (device_.codec != nullptr) return decode_on_device(data, size, dst, count, true);

@@ -137,6 +137,12 @@ class CollectiveContext {
   // so are the residuals set_residual gives. No scale reuse or error
   // estimate: their state is host memory.
   void set_device_values(const DeviceValues& device) { device_ = device; }
+  bool values_on_device() const { return device_.codec != nullptr; }
+
+  // The call's result is more than the cache holds until anything reads it
+  // (an emulation's N results together, or one huge result): decode_result
+  // writes it past the cache. Host values only.
+  void set_output_outgrows_cache(bool on) { output_outgrows_cache_ = on; }
 
   // Error feedback for this call: `residual` holds one slot per element of
   // the `count`-element tensor (error_buffer.h explains why one is enough).
@@ -190,6 +196,9 @@ class CollectiveContext {
   // Codec time spent outside encode/decode (device kernels), for the stats.
   void add_codec_seconds(double seconds) { counters_.codec_seconds += seconds; }
   Status decode(const uint8_t* data, size_t size, float* dst, size_t count);
+  // decode() into the call's result when output_outgrows_cache(): decoded
+  // in cache, then copied past it (cpu/cache_size.h). The same values.
+  Status decode_result(const uint8_t* data, size_t size, float* dst, size_t count);
   Status decode_accumulate(const uint8_t* data, size_t size, float* dst, size_t count);
 
   // Non-blocking point to point. `step` names the message within the call;
@@ -340,6 +349,7 @@ class CollectiveContext {
   size_t in_flight_ = 0;  // transfers posted and not yet awaited
   ScaleMemory* scale_memory_ = nullptr;
   bool scale_refresh_ = false;
+  bool output_outgrows_cache_ = false;
   DeviceValues device_;
   size_t pipeline_chunk_ = 0;
   size_t encodes_ = 0;

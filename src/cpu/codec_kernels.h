@@ -228,6 +228,11 @@ using BlockEncodeFn = void (*)(const float* t, float* e, size_t count, const Blo
 using BlockDecodeFn = void (*)(const uint8_t* payload, size_t count, const BlockArgs& args,
                                float* dst, bool accumulate);
 
+// dst = src for a result written once and not read again while it would
+// still be cached (cpu_cache.h): SIMD tables store whole 64-byte lines
+// past the caches, the scalar one copies plainly. Same bytes either way.
+using CopyFn = void (*)(float* dst, const float* src, size_t count);
+
 struct KernelTable {
   Isa isa;
   const char* name;  // "scalar", "avx2", "avx512"
@@ -248,6 +253,7 @@ struct KernelTable {
   GlobalDecodeFn global_decode;
   BlockEncodeFn block_encode;
   BlockDecodeFn block_decode;
+  CopyFn copy_streaming;
 };
 
 // The table in use: the best ISA this CPU supports, or the one QC_CPU_ISA

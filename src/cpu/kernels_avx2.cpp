@@ -535,7 +535,7 @@ const KernelTable kAvx2Table = {
     Isa::kAvx2,     "avx2",         minmax_encode_v, minmax_decode_v, qsgd_encode_v, qsgd_decode_v,
     onebit_encode_v, onebit_decode_v, fp16_encode_v,  fp16_decode_v,   bf16_encode_v, bf16_decode_v,
     squared_norm_v, global_sum_of_squares_v, global_max_abs_v, global_encode_v, global_decode_v,
-    block_encode_v, block_decode_v,
+    block_encode_v, block_decode_v, copy_streaming_v,
 };
 
 }  // namespace avx2_impl

@@ -266,11 +266,16 @@ double squared_norm(const float* x, size_t count) {
   return d[0];
 }
 
+// No streaming stores in portable C++: a plain copy.
+void copy_streaming(float* dst, const float* src, size_t count) {
+  if (count > 0) std::memcpy(dst, src, count * sizeof(float));
+}
+
 const KernelTable kScalarTable = {
     Isa::kScalar, "scalar",      minmax_encode, minmax_decode, qsgd_encode, qsgd_decode,
     onebit_encode, onebit_decode, fp16_encode,   fp16_decode,   bf16_encode, bf16_decode,
     squared_norm,  global_sum_of_squares_scalar, global_max_abs_scalar, global_encode_scalar,
-    global_decode_scalar, block_encode_scalar, block_decode_scalar,
+    global_decode_scalar, block_encode_scalar, block_decode_scalar, copy_streaming,
 };
 
 }  // namespace

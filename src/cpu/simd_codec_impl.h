@@ -1433,3 +1433,19 @@ void block_decode_v(const uint8_t* payload, size_t count, const BlockArgs& a, fl
   if (f == &kE2M1) return block_decode_f<kE2M1, false>(payload, count, a, dst, accumulate);
   return block_decode_f<kInt8, false>(payload, count, a, dst, accumulate);
 }
+
+// ---- copy past the caches --------------------------------------------------------
+
+// dst = src, the whole aligned lines of dst streamed past the caches (no read
+// for ownership), the ragged ends stored plainly.
+QC_T void copy_streaming_v(float* dst, const float* src, size_t count) {
+  constexpr size_t kLine = 16;  // floats in one VF, one 64-byte line
+  size_t i = 0;
+  while (i < count && (reinterpret_cast<uintptr_t>(dst + i) % (kLine * sizeof(float))) != 0) {
+    dst[i] = src[i];
+    ++i;
+  }
+  for (; i + kLine <= count; i += kLine) stream_a(dst + i, loadu(src + i));
+  for (; i < count; ++i) dst[i] = src[i];
+  stream_fence();  // visible to the other threads before the call returns
+}

@@ -599,8 +599,37 @@ TEST_P(KernelIdentity, TableComplete) {
       reinterpret_cast<const void*>(simd_->fp16_decode),
       reinterpret_cast<const void*>(simd_->bf16_encode),
       reinterpret_cast<const void*>(simd_->bf16_decode),
-      reinterpret_cast<const void*>(simd_->squared_norm)};
+      reinterpret_cast<const void*>(simd_->squared_norm),
+      reinterpret_cast<const void*>(simd_->copy_streaming)};
   for (const void* e : entries) EXPECT_NE(e, nullptr);
+}
+
+// The copy past the caches gives exactly the source's bytes (NaN payloads
+// too) at every alignment of the destination around a 64-byte line, and
+// writes nothing outside it; so does the scalar table's plain copy.
+TEST_P(KernelIdentity, CopyStreaming) {
+  constexpr float kGuard = -7.25f;
+  for (const KernelTable* t : {ref_, simd_}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{33},
+                         size_t{1000}, size_t{10007}}) {
+      const std::vector<float> src = make_data(count, Data::kSpecial, count + 5);
+      for (size_t shift = 0; shift < 17; ++shift) {
+        SCOPED_TRACE(std::string(t->name) + " count " + std::to_string(count) + " shift " +
+                     std::to_string(shift));
+        // 64-byte aligned storage with room for the shift and a guard on each side.
+        std::vector<float> storage(count + 64, kGuard);
+        float* base = storage.data();
+        while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+        float* dst = base + 16 + shift;
+        t->copy_streaming(dst, src.data(), count);
+        ASSERT_EQ(count == 0 ? 0 : std::memcmp(dst, src.data(), count * sizeof(float)), 0);
+        for (float* p = storage.data(); p < dst; ++p) ASSERT_EQ(*p, kGuard);
+        for (float* p = dst + count; p < storage.data() + storage.size(); ++p) {
+          ASSERT_EQ(*p, kGuard);
+        }
+      }
+    }
+  }
 }
 
 // The squared norm (layer statistics): the scalar kernel is the rule's 16

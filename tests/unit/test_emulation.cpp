@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "cpu/cache_size.h"
 #include "test_util.h"
 
 using namespace qct;
@@ -176,15 +177,23 @@ void check_allreduce(const AllreduceCase& c, int n) {
     });
     threads.residuals = eb.images();
   }
-  ErrorBuffers eb(n, count, nullptr);
-  const auto emu =
-      allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, pol, eb.data());
-  expect_same_status(threads, emu.status, emu.error);
-  if (emu.status != QC_SUCCESS) return;
-  Outcome emulated;
-  emulated.out = emu.out;
-  emulated.residuals = eb.images();
-  expect_same(threads, emulated, n);
+  // Twice: as this machine's cache has it (these results fit), and as if
+  // they outgrew it, the results then copied past the cache
+  // (CollectiveContext::decode_result).
+  for (size_t cache_bytes : {size_t{0}, size_t{1}}) {
+    SCOPED_TRACE(cache_bytes == 0 ? "results in cache" : "results past the cache");
+    qc::cpu::set_last_level_cache_bytes_for_testing(cache_bytes);
+    ErrorBuffers eb(n, count, nullptr);
+    const auto emu =
+        allreduce_emulate(n, bytes, count, QC_DTYPE_FLOAT32, QC_OP_SUM, pol, eb.data());
+    qc::cpu::set_last_level_cache_bytes_for_testing(0);
+    expect_same_status(threads, emu.status, emu.error);
+    if (emu.status != QC_SUCCESS) return;
+    Outcome emulated;
+    emulated.out = emu.out;
+    emulated.residuals = eb.images();
+    expect_same(threads, emulated, n);
+  }
 }
 
 class EmulationEqualsThreadsEveryCodec : public ::testing::TestWithParam<AllreduceCase> {};

@@ -125,6 +125,42 @@ TEST_P(AllreduceScheduleTest, EveryRankCountMatchesAndSumsEachRankOnce) {
   }
 }
 
+// The ring as host values run it (ScheduleShape::partials_in_scratch): the
+// same checks, partial sums in one scratch block instead of the output.
+void build_ring_partials_in_scratch(const ScheduleShape& shape, qc::Schedule* schedule) {
+  ScheduleShape in_scratch = shape;
+  in_scratch.partials_in_scratch = true;
+  qc::build_allreduce_ring(in_scratch, schedule);
+}
+
+TEST(RingPartialsInScratch, EveryRankCountMatchesAndSumsEachRankOnce) {
+  const qc::AllreduceSchedule entry{QC_ALGO_RING, "ring, partials in scratch",
+                                    build_ring_partials_in_scratch};
+  for (int n = 1; n <= kMaxRanks; ++n) {
+    for (size_t count : counts_for(n)) ASSERT_EQ(play_allreduce(entry, n, count, 1), "");
+  }
+}
+
+// It writes the output only with the allgather's decodes, and once per value.
+TEST(RingPartialsInScratch, WritesTheOutputOnlyByDecodes) {
+  for (int n : {2, 3, 8}) {
+    const size_t count = 10 * static_cast<size_t>(n) + 3;
+    qc::Schedule schedule;
+    ScheduleShape shape{n, n - 1, count, 1};
+    build_ring_partials_in_scratch(shape, &schedule);
+    std::vector<int> writes(count, 0);
+    for (const qc::Step& st : schedule.steps) {
+      const bool writes_values = st.kind == qc::StepKind::kDecode ||
+                                 st.kind == qc::StepKind::kDecodeAdd ||
+                                 st.kind == qc::StepKind::kCopy || st.kind == qc::StepKind::kAdd;
+      if (!writes_values || st.values.where != qc::Values::kOutput) continue;
+      EXPECT_EQ(st.kind, qc::StepKind::kDecode);
+      for (size_t i = 0; i < st.values.count; ++i) ++writes[st.values.begin + i];
+    }
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(writes[i], 1) << "n " << n << " value " << i;
+  }
+}
+
 std::string algorithm_name(const ::testing::TestParamInfo<qc_algorithm_t>& info) {
   switch (info.param) {
     case QC_ALGO_RING: return "Ring";

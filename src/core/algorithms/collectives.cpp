@@ -13,13 +13,16 @@ namespace {
 // `chunk`: ScheduleShape::chunk (0 on the stream-ordered executor, whose
 // device groups already overlap with the kernels around them).
 Status allreduce_schedule(qc_algorithm_t algorithm, int ranks, int rank, size_t count,
-                          int group_size, size_t chunk, Schedule* schedule, const char** name) {
+                          int group_size, size_t chunk, Schedule* schedule, const char** name,
+                          bool partials_in_scratch = false) {
   const AllreduceSchedule* a = find_allreduce_schedule(algorithm);
   if (a == nullptr) {
     return internal_error("algorithm " + std::to_string(static_cast<int>(algorithm)) +
                           " has no schedule");
   }
-  a->build(ScheduleShape{ranks, rank, count, group_size, chunk}, schedule);
+  ScheduleShape shape{ranks, rank, count, group_size, chunk};
+  shape.partials_in_scratch = partials_in_scratch;
+  a->build(shape, schedule);
   if (name != nullptr) *name = a->name;
   return Status::ok();
 }
@@ -61,7 +64,7 @@ Status run_allreduce(CollectiveContext& ctx, qc_algorithm_t algorithm, const flo
   const bool cut = algorithm != QC_ALGO_RING || ctx.transfers_overlap_compute();
   QC_RETURN_IF_ERROR(allreduce_schedule(algorithm, ctx.size(), ctx.rank(), count, group_size,
                                         cut ? ctx.pipeline_chunk(block) : 0, &schedule,
-                                        nullptr));
+                                        nullptr, !ctx.values_on_device()));
   return run_on_host(ctx, schedule, input, output);
 }
 

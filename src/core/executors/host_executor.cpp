@@ -81,6 +81,10 @@ class HostRun {
       case StepKind::kDecode:
       case StepKind::kDecodeAdd: {
         const Message& m = *slots_[st.slot];
+        if (st.kind == StepKind::kDecode && st.values.where == Values::kOutput) {
+          return ctx_.decode_result(m.payload(), m.payload_size(), values_.write(st.values),
+                                    st.values.count);
+        }
         return st.kind == StepKind::kDecode
                    ? ctx_.decode(m.payload(), m.payload_size(), values_.write(st.values),
                                  st.values.count)

@@ -141,12 +141,26 @@ void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
     const Range range = block_range(shape.count, blocks, b);
     return input(range.begin, range.count);
   };
+  // Where block b's partial sums are made: its place in the output, or
+  // with ScheduleShape::partials_in_scratch one scratch block that every
+  // step reuses. The input is read where it is: a block is copied there
+  // just before the first partial sum is added to it, while it is in
+  // cache, instead of in a pass over the whole input first (a copy that is
+  // nothing when the input is the output). Every sum has the operands it
+  // had after a whole copy, and is encoded at its block's own offset: the
+  // same bits either way. In scratch, the output is written once, by the
+  // allgather (the input blocks are all read before it writes any, so in
+  // place still works), and the sums stay in cache: a 128-rank emulation's
+  // outputs are 512 MiB that a pass touches cold (issue 36).
+  auto partial = [&](size_t b) {
+    return shape.partials_in_scratch ? scratch(block_range(shape.count, blocks, b).count)
+                                     : block(b);
+  };
+  auto offset = [&](size_t b) { return block_range(shape.count, blocks, b).begin; };
   ScheduleBuilder s(schedule);
-  // Reduced in the output, with the input read where it is: a block is
-  // copied into the output just before the first partial sum is added to
-  // it, while it is in cache, instead of in a pass over the whole input
-  // first (a copy that is nothing when the input is the output). Every
-  // sum has the operands it had after a whole copy: the same bits.
+  if (shape.partials_in_scratch && n > 1) {
+    s.zero_scratch(block_range(shape.count, blocks, 0).count);
+  }
   //
   // A few slots, each used again and again: the partial sum this rank
   // sends and the one it receives, and the allgather's block it forwards
@@ -175,12 +189,16 @@ void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
   for (int k = 0; k < n - 1; ++k) {
     const size_t send = mod(r - k, n);
     const size_t recv = mod(r - k - 1, n);
-    s.encode(k == 0 ? given(send) : block(send), slots_of(send).sent_sum);
+    if (k == 0) {
+      s.encode(given(send), slots_of(send).sent_sum);
+    } else {
+      s.encode_at(partial(send), offset(send), slots_of(send).sent_sum);
+    }
     s.send(right, slots_of(send).sent_sum, kReduceScatter + k);
     s.recv(left, slots_of(recv).got_sum, kReduceScatter + k);
     s.wait();
-    s.copy(block(recv), given(recv));
-    s.decode_add(slots_of(recv).got_sum, block(recv));
+    s.copy(partial(recv), given(recv));
+    s.decode_add(slots_of(recv).got_sum, partial(recv));
   }
 
   // Rank r now holds the full sum of block r+1 (one rank: its own input):
@@ -189,7 +207,11 @@ void build_allreduce_ring(const ScheduleShape& shape, Schedule* schedule) {
   const size_t owned = mod(r + 1, n);
   // Step k forwards what step k-1 received (the owner's encode at k=0)
   // from one of the two slots of its size, and receives into the other.
-  s.encode(n > 1 ? block(owned) : given(owned), slots_of(owned).gathered[0]);
+  if (n > 1) {
+    s.encode_at(partial(owned), offset(owned), slots_of(owned).gathered[0]);
+  } else {
+    s.encode(given(owned), slots_of(owned).gathered[0]);
+  }
   s.decode(slots_of(owned).gathered[0], block(owned));
   for (int k = 0; k < n - 1; ++k) {
     const size_t send = mod(r + 1 - k, n);

@@ -81,6 +81,10 @@ struct ScheduleShape {
   // bits it has unpipelined (planner: CollectiveContext::pipeline_chunk).
   size_t chunk = 0;
   int root = 0;  // broadcast: the rank whose input everyone gets
+  // The whole-block ring: partial sums in one scratch block instead of the
+  // output, which is then written once (for host values; on device values
+  // it would cost a device copy per step).
+  bool partials_in_scratch = false;
 };
 
 struct Schedule {
