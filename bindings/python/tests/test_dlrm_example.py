@@ -132,3 +132,41 @@ def test_tables_delta_q_pairs_seeds_with_their_baseline():
     assert d == pytest.approx((100 * (0.76 - 0.80) / 0.80 + 100 * (0.55 - 0.50) / 0.50) / 2)
     assert dq[(4, (32, 32), "ring:4:ec")][:2] == (0.0, 1)
     assert len(tables.configs(3, [32, 64])) == 2 + 2 * 8
+
+
+def test_table3_series_puts_ours_and_the_papers_numbers_by_bits():
+    import tables
+
+    dq = {(32, (32, 32), "ring:8"): (0.05, 4, 0.81), (32, (32, 32), "ring:2"): (-0.4, 4, 0.81),
+          (32, (32, 32), "rd:2:ec"): (-0.1, 3, 0.81), (7, (32, 32), "ring:4"): (-1.0, 2, 0.8),
+          (32, (4, 2), "fp32"): (0.01, 4, 0.81)}  # Table 2's: not on this plot
+    series = tables.table3_series(dq)
+    assert sorted(series) == [7, 32]
+    assert sorted(series[32]) == ["rd:ec", "ring"]
+    assert series[32]["ring"]["ours"] == [(8, 0.05), (2, -0.4)]
+    # The paper's row at N = 32, every width it reports.
+    assert series[32]["ring"]["paper"] == [(b, tables.PAPER_T3[f"ring:{b}"][0]) for b in (8, 4, 2)]
+    assert series[32]["rd:ec"] == {"ours": [(2, -0.1)],
+                                   "paper": [(2, tables.PAPER_T3["rd:2:ec"][0])]}
+    # No paper numbers for an N the paper did not run.
+    assert series[7] == {"ring": {"ours": [(4, -1.0)], "paper": []}}
+
+
+def test_tables_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    import json
+
+    import tables
+
+    cfg = emulated.parser().parse_args(["--nodes", "4"] + TINY)
+    runs = tmp_path / "runs.jsonl"
+    with open(runs, "w") as f:
+        for allreduce, acc in (("fp32", 0.80), ("ring:4", 0.79), ("rd:4:ec", 0.81)):
+            flags = TINY + ["--nodes", "4", "--a2a", "32,32", "--allreduce", allreduce,
+                            "--seed", "1"]
+            rec = emulated.config_record(emulated.parser().parse_args(flags), cfg.nodes)
+            f.write(json.dumps(dict(rec, test_accuracy=acc)) + "\n")
+    out = tmp_path / "t3.png"
+    assert tables.main(["plot", str(runs), str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tables.main(["plot", str(tmp_path / "none.jsonl"), str(tmp_path / "x.png")]) == 1
