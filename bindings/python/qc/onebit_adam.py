@@ -154,4 +154,63 @@ class OneBitAdam(torch.optim.Optimizer):
         return loss
 
     def state_dict(self) -> Dict[str, Any]:
-        raise _qc.UnsupportedError(1, "OneBitAdam: checkpoints are not supported yet")
+        """This rank's state for a checkpoint: torch's ``param_groups``, and
+        under ``"onebit_adam"`` the steps taken, the momentum and variance,
+        and the residuals of the compressed layer (``ErrorBuffer.save``).
+        Every rank saves its own (the residuals differ by rank). A resumed
+        run that loads it continues bit for bit; with a stochastic-rounding
+        policy, also checkpoint ``comm.save_state()`` (the layers' call
+        counts, which pick the random bits)."""
+        state = super().state_dict()
+        state["onebit_adam"] = {
+            "steps": self.state_steps,
+            "warmup_steps": self.warmup_steps,
+            "count": self._count,
+            "m": self._m.clone(),
+            "v": self._v.clone(),
+            "residuals": self._error.save() if self._error is not None else None,
+        }
+        return state
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Restore ``state_dict()``'s state, saved by this rank of a run of the
+        same parameters, warm-up length and error-feedback setting.
+        qc.InvalidArgumentError for a state that is not such a run's (nothing
+        changes then); the residuals' own checks raise qc.CorruptDataError
+        or qc.MismatchError (another count, rank or group size)."""
+        extra = state_dict.get("onebit_adam") if isinstance(state_dict, dict) else None
+        if not isinstance(extra, dict):
+            raise _qc.InvalidArgumentError(1, "OneBitAdam.load_state_dict: not a OneBitAdam state "
+                                              "(no 'onebit_adam' entry)")
+        problems = []
+        if extra.get("count") != self._count:
+            problems.append(f"{extra.get('count')} values, this optimizer has {self._count}")
+        if extra.get("warmup_steps") != self.warmup_steps:
+            problems.append(f"warmup_steps {extra.get('warmup_steps')}, this optimizer has "
+                            f"{self.warmup_steps}")
+        if (extra.get("residuals") is None) != (self._error is None):
+            problems.append("error feedback " + ("off" if extra.get("residuals") is None else "on") +
+                            ", this optimizer has it " + ("off" if self._error is None else "on"))
+        steps = extra.get("steps")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            problems.append(f"steps {steps!r}")
+        for name in ("m", "v"):
+            t = extra.get(name)
+            if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.shape == (self._count,)):
+                problems.append(f"'{name}' is not {self._count} float32 values")
+        if problems:
+            raise _qc.InvalidArgumentError(1, "OneBitAdam.load_state_dict: the state is another "
+                                              "run's: " + "; ".join(problems))
+        before = self._error.save() if self._error is not None else None
+        if self._error is not None:
+            self._error.load(extra["residuals"])  # unchanged if it raises
+        try:
+            super().load_state_dict({k: v for k, v in state_dict.items() if k != "onebit_adam"})
+        except Exception:
+            if before is not None:
+                self._error.load(before)
+            raise
+        self._m.copy_(extra["m"])
+        self._v.copy_(extra["v"])
+        self.state_steps = steps
+        self._precondition = None  # made again from v, which the compression stage never changes

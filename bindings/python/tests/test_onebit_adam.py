@@ -144,7 +144,12 @@ CASES = [
     ("betas.1", lambda c, p: qct.OneBitAdam(p, c, betas=(1.0, 0.999)), BAD_VALUE),
     ("policy.type", lambda c, p: qct.OneBitAdam(p, c, policy="onebit"), BAD_TYPE),
     ("params.float64", lambda c, p: qct.OneBitAdam([torch.zeros(3, dtype=torch.float64)], c), BAD_VALUE),
-    ("state_dict", lambda c, p: qct.OneBitAdam(p, c).state_dict(), qc.UnsupportedError),
+    ("load_state_dict.foreign", lambda c, p: qct.OneBitAdam(p, c).load_state_dict(
+        torch.optim.Adam(_model().parameters()).state_dict()), BAD_VALUE),
+    ("load_state_dict.count", lambda c, p: qct.OneBitAdam(p, c).load_state_dict(
+        qct.OneBitAdam([torch.zeros(5)], c).state_dict()), BAD_VALUE),
+    ("load_state_dict.warmup", lambda c, p: qct.OneBitAdam(p, c, warmup_steps=3).load_state_dict(
+        qct.OneBitAdam(_model().parameters(), c, warmup_steps=4).state_dict()), BAD_VALUE),
 ]
 
 
@@ -154,3 +159,92 @@ def test_bad_arguments_raise_qc_errors(call, expected):
     with c:
         with pytest.raises(expected):
             call(c, _model().parameters())
+
+
+def _resumed(comms, cut):
+    """_train's run stopped after `cut` steps and resumed from checkpoints on a
+    fresh group: the models, optimizers and communicators are new, each rank
+    loads its own saved states."""
+    def first(comm):
+        torch.set_num_threads(1)
+        model = _model()
+        opt = qct.OneBitAdam(model.parameters(), comm, lr=0.05, warmup_steps=WARMUP)
+        x, y = _data(comm.rank)
+        for _ in range(cut):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+        return model.state_dict(), opt.state_dict(), comm.save_state()
+
+    saved = check_ok(run_ranks(comms, first))
+    fresh = qc.Comm.local(NRANKS, timeout=60.0)
+
+    def second(comm):
+        torch.set_num_threads(1)
+        model_state, opt_state, comm_state = saved[comm.rank]
+        model = _model()
+        model.load_state_dict(model_state)
+        opt = qct.OneBitAdam(model.parameters(), comm, lr=0.05, warmup_steps=WARMUP)
+        opt.load_state_dict(opt_state)
+        comm.load_state(comm_state)
+        x, y = _data(comm.rank)
+        params = []
+        for _ in range(cut, STEPS):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+            params.append(torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()]))
+        return params, opt.state_steps
+
+    try:
+        return check_ok(run_ranks(fresh, second))
+    finally:
+        for c in fresh:
+            c.close()
+
+
+@pytest.mark.parametrize("cut", [2, WARMUP, WARMUP + 3])
+def test_a_resumed_run_continues_bit_for_bit(cut):
+    """Stopped in the warm-up, at its end, or in the compressed stage (the
+    residuals then matter), the resumed run takes the uninterrupted run's
+    steps exactly."""
+    comms = qc.Comm.local(NRANKS, timeout=60.0)
+    try:
+        whole = check_ok(run_ranks(comms, lambda c: _train(c)))
+        comms2 = qc.Comm.local(NRANKS, timeout=60.0)
+        try:
+            resumed = _resumed(comms2, cut)
+        finally:
+            for c in comms2:
+                c.close()
+    finally:
+        for c in comms:
+            c.close()
+    for rank in range(NRANKS):
+        params, steps = resumed[rank]
+        assert steps == STEPS
+        for t, got in enumerate(params):
+            assert torch.equal(got, whole[rank]["params"][cut + t]), f"rank {rank} step {cut + t + 1}"
+
+
+def test_a_failed_load_changes_nothing():
+    (c,) = qc.Comm.local(1)
+    with c:
+        model = _model()
+        opt = qct.OneBitAdam(model.parameters(), c, lr=0.05, warmup_steps=1)
+        x, y = _data(0)
+        for _ in range(3):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+        before = opt.state_dict()
+        bad = opt.state_dict()
+        bad["param_groups"] = bad["param_groups"] + bad["param_groups"]  # torch refuses it
+        bad["onebit_adam"]["residuals"] = qct.OneBitAdam(_model().parameters(), c).state_dict()[
+            "onebit_adam"]["residuals"]
+        with pytest.raises(ValueError):
+            opt.load_state_dict(bad)
+        after = opt.state_dict()
+        assert after["onebit_adam"]["residuals"] == before["onebit_adam"]["residuals"]
+        assert torch.equal(after["onebit_adam"]["m"], before["onebit_adam"]["m"])
+        assert after["onebit_adam"]["steps"] == 3
