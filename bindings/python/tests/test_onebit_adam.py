@@ -4,6 +4,8 @@ warm-up's frozen variance, averaged through the compressed layer with error
 feedback; replicas stay identical; bad arguments raise qc errors.
 """
 
+import io
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -174,14 +176,17 @@ def _resumed(comms, cut):
             opt.zero_grad()
             ((model(x) - y) ** 2).mean().backward()
             opt.step()
-        return model.state_dict(), opt.state_dict(), comm.save_state()
+        # through torch.save, as a checkpoint file would be
+        buf = io.BytesIO()
+        torch.save((model.state_dict(), opt.state_dict(), comm.save_state()), buf)
+        return buf.getvalue()
 
     saved = check_ok(run_ranks(comms, first))
     fresh = qc.Comm.local(NRANKS, timeout=60.0)
 
     def second(comm):
         torch.set_num_threads(1)
-        model_state, opt_state, comm_state = saved[comm.rank]
+        model_state, opt_state, comm_state = torch.load(io.BytesIO(saved[comm.rank]))
         model = _model()
         model.load_state_dict(model_state)
         opt = qct.OneBitAdam(model.parameters(), comm, lr=0.05, warmup_steps=WARMUP)
