@@ -196,8 +196,8 @@ class CollectiveContext {
   // Codec time spent outside encode/decode (device kernels), for the stats.
   void add_codec_seconds(double seconds) { counters_.codec_seconds += seconds; }
   Status decode(const uint8_t* data, size_t size, float* dst, size_t count);
-  // decode() into the call's result when output_outgrows_cache(): decoded
-  // in cache, then copied past it (cpu/cache_size.h). The same values.
+  // decode() into the call's result; after set_output_outgrows_cache(true),
+  // decoded in cache, then copied past it (cpu/cache_size.h). The same values.
   Status decode_result(const uint8_t* data, size_t size, float* dst, size_t count);
   Status decode_accumulate(const uint8_t* data, size_t size, float* dst, size_t count);
 

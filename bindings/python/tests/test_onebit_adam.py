@@ -40,6 +40,19 @@ def _model():
     return model
 
 
+def _step(model, opt, x, y):
+    """One training step on the squared error; the loss before it."""
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def _flat(model):
+    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
 def _train(comm, policy=None, warmup=WARMUP, lr=0.05):
     torch.set_num_threads(1)
     model = _model()
@@ -47,12 +60,8 @@ def _train(comm, policy=None, warmup=WARMUP, lr=0.05):
     x, y = _data(comm.rank)
     params, losses = [], []
     for _ in range(STEPS):
-        opt.zero_grad()
-        loss = ((model(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-        params.append(torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()]))
+        losses.append(_step(model, opt, x, y))
+        params.append(_flat(model))
     return {"params": params, "losses": losses,
             "warm": opt.warmup_wire_bytes, "compressed": opt.compressed_wire_bytes}
 
@@ -173,9 +182,7 @@ def _resumed(comms, cut):
         opt = qct.OneBitAdam(model.parameters(), comm, lr=0.05, warmup_steps=WARMUP)
         x, y = _data(comm.rank)
         for _ in range(cut):
-            opt.zero_grad()
-            ((model(x) - y) ** 2).mean().backward()
-            opt.step()
+            _step(model, opt, x, y)
         # through torch.save, as a checkpoint file would be
         buf = io.BytesIO()
         torch.save((model.state_dict(), opt.state_dict(), comm.save_state()), buf)
@@ -195,10 +202,8 @@ def _resumed(comms, cut):
         x, y = _data(comm.rank)
         params = []
         for _ in range(cut, STEPS):
-            opt.zero_grad()
-            ((model(x) - y) ** 2).mean().backward()
-            opt.step()
-            params.append(torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()]))
+            _step(model, opt, x, y)
+            params.append(_flat(model))
         return params, opt.state_steps
 
     try:
@@ -239,9 +244,7 @@ def test_a_failed_load_changes_nothing():
         opt = qct.OneBitAdam(model.parameters(), c, lr=0.05, warmup_steps=1)
         x, y = _data(0)
         for _ in range(3):
-            opt.zero_grad()
-            ((model(x) - y) ** 2).mean().backward()
-            opt.step()
+            _step(model, opt, x, y)
         before = opt.state_dict()
         bad = opt.state_dict()
         bad["param_groups"] = bad["param_groups"] + bad["param_groups"]  # torch refuses it
